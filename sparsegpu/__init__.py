@@ -1,0 +1,33 @@
+"""sparsegpu: scipy.sparse-compatible CSR matrices whose products run on NVIDIA GPUs.
+
+>>> import numpy as np, scipy.sparse as sp, sparsegpu as sg
+>>> A = sg.csr_matrix(sp.random(50, 50, density=0.1, random_state=0))
+>>> bool(np.allclose(A @ np.ones(50), sp.csr_matrix(A) @ np.ones(50)))
+True
+"""
+
+from ._dispatch import (
+    BackendStatus,
+    BackendUnavailableError,
+    backends,
+    register_backend,
+    unregister_backend,
+    use_backend,
+)
+from ._matrix import csc_array, csc_matrix, csr_array, csr_matrix, matvec
+from ._version import __version__
+
+__all__ = [
+    "BackendStatus",
+    "BackendUnavailableError",
+    "__version__",
+    "backends",
+    "csc_array",
+    "csc_matrix",
+    "csr_array",
+    "csr_matrix",
+    "matvec",
+    "register_backend",
+    "unregister_backend",
+    "use_backend",
+]

@@ -1,0 +1,50 @@
+"""Terminal output shared by every command: rich tables and progress bars.
+
+Commands print through :func:`console` and build tables with :func:`table`, so that
+``sparsegpu info``, ``bench``, ``autotune``, ``fetch`` and ``probe`` look alike and all
+degrade to plain text when the output is not a terminal (CI logs, pipes).
+"""
+
+from __future__ import annotations
+
+import functools
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+
+@functools.cache
+def console(stderr: bool = False) -> Console:
+    """The shared console (stdout) or error console (stderr)."""
+    return Console(stderr=stderr, highlight=False, soft_wrap=False, markup=False)
+
+
+def table(title: str | None, columns: list[str], rows: list[list], right: set[str] = ()):
+    """A rich Table with the given columns; columns named in ``right`` are right-aligned."""
+    t = Table(title=title, title_justify="left", header_style="bold")
+    for name in columns:
+        t.add_column(name, justify="right" if name in right else "left")
+    for row in rows:
+        t.add_row(*("-" if v is None else str(v) for v in row))
+    return t
+
+
+def progress(transient: bool = False) -> Progress:
+    """A progress bar on stderr (count, bar, elapsed, remaining)."""
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console(stderr=True),
+        transient=transient,
+    )

@@ -1,0 +1,116 @@
+"""The one place that imports CuPy and says whether a GPU is usable.
+
+Everything GPU-facing asks :func:`cupy_or_none` or :func:`unavailable_reason`; nothing
+else in the package imports CuPy at module level, so the package imports (and the scipy
+backend works) on a machine with no GPU and no CuPy.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+
+@functools.cache
+def _probe():
+    """Import CuPy and touch the current device once; return (cupy, reason)."""
+    try:
+        import cupy
+    except ImportError as exc:
+        return None, (
+            f"CuPy is not installed ({exc}); install sparsegpu[cuda12] or sparsegpu[cuda13]"
+        )
+    except Exception as exc:  # a broken CUDA install raises all sorts of things on import
+        return None, f"CuPy failed to import: {type(exc).__name__}: {exc}"
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:
+        return None, f"no usable CUDA device: {type(exc).__name__}: {exc}"
+    if count == 0:
+        return None, "no CUDA device found"
+    return cupy, None
+
+
+def cupy_or_none():
+    """CuPy when a CUDA device is usable, else None."""
+    return _probe()[0]
+
+
+def unavailable_reason() -> str | None:
+    """Why the GPU cannot be used here, or None when it can."""
+    return _probe()[1]
+
+
+def is_cupy_array(obj) -> bool:
+    """True for a ``cupy.ndarray`` without importing CuPy when it is not loaded."""
+    cls = type(obj)
+    return cls.__name__ == "ndarray" and cls.__module__.startswith("cupy")
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """What sparsegpu needs to know about one CUDA device."""
+
+    index: int
+    name: str
+    compute_capability: tuple[int, int]
+    multiprocessors: int
+    total_memory: int
+    l2_cache_bytes: int
+    shared_memory_per_block_optin: int
+    max_texture_1d_linear: int
+
+    @property
+    def arch(self) -> str:
+        major, minor = self.compute_capability
+        return f"sm_{major}{minor}"
+
+
+def device_info(index: int | None = None) -> DeviceInfo:
+    """Properties of the current (or given) CUDA device; needs a usable GPU."""
+    cupy = cupy_or_none()
+    if cupy is None:
+        raise RuntimeError(f"no GPU: {unavailable_reason()}")
+    if index is None:
+        index = cupy.cuda.Device().id
+    return _device_info(index)
+
+
+@functools.cache
+def _device_info(index: int) -> DeviceInfo:
+    cupy = cupy_or_none()
+    props = cupy.cuda.runtime.getDeviceProperties(index)
+    name = props["name"]
+    if isinstance(name, bytes):
+        name = name.decode()
+    return DeviceInfo(
+        index=index,
+        name=name,
+        compute_capability=(int(props["major"]), int(props["minor"])),
+        multiprocessors=int(props["multiProcessorCount"]),
+        total_memory=int(props["totalGlobalMem"]),
+        l2_cache_bytes=int(props["l2CacheSize"]),
+        shared_memory_per_block_optin=int(props.get("sharedMemPerBlockOptin", 49152)),
+        max_texture_1d_linear=int(props.get("maxTexture1DLinear", 2**27)),
+    )
+
+
+def versions() -> dict[str, str]:
+    """CuPy, CUDA runtime and driver versions, as strings ('-' where unknown)."""
+    cupy = cupy_or_none()
+    out = {"cupy": "-", "cuda_runtime": "-", "cuda_driver": "-"}
+    try:
+        import cupy as _cupy
+
+        out["cupy"] = _cupy.__version__
+    except Exception:
+        return out
+    if cupy is None:
+        return out
+
+    def fmt(v: int) -> str:
+        return f"{v // 1000}.{(v % 1000) // 10}"
+
+    out["cuda_runtime"] = fmt(cupy.cuda.runtime.runtimeGetVersion())
+    out["cuda_driver"] = fmt(cupy.cuda.runtime.driverGetVersion())
+    return out

@@ -1,0 +1,312 @@
+"""The backend registry and the one place where a backend is chosen (``auto`` included).
+
+Precedence of a product's backend: an explicit ``backend=`` argument, then the matrix's
+``A.backend``, then the innermost ``with sparsegpu.use_backend(...)`` of this thread (or
+task), then the environment variable ``SPARSEGPU_BACKEND``, then ``"auto"``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import threading
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import _cuda
+from .backends import BUILTIN_MODULES
+from .backends.base import Backend, Plan
+
+AUTO = "auto"
+ENV_VAR = "SPARSEGPU_BACKEND"
+
+_registry: dict[str, Backend] = {}
+_registry_lock = threading.Lock()
+_loaded = False
+_scoped: ContextVar[str | None] = ContextVar("sparsegpu_backend", default=None)
+
+
+class BackendUnavailableError(RuntimeError):
+    """A backend was asked for by name but cannot run on this machine."""
+
+
+# ---------------------------------------------------------------------- registry
+def _load_builtins() -> None:
+    global _loaded
+    with _registry_lock:
+        if _loaded:
+            return
+        for module in BUILTIN_MODULES:
+            mod = importlib.import_module(f".backends.{module}", __package__)
+            for backend in mod.BACKENDS:
+                _registry.setdefault(backend.name, backend)
+        _loaded = True
+
+
+def register_backend(backend: Backend, *, replace: bool = False) -> None:
+    """Add a backend to the registry (plugins and tests).
+
+    Raises
+    ------
+    ValueError
+        If the name is taken (and ``replace`` is False) or is ``"auto"``.
+    """
+    _load_builtins()
+    if not backend.name or backend.name == AUTO:
+        raise ValueError(f"a backend cannot be named {backend.name!r}")
+    with _registry_lock:
+        if backend.name in _registry and not replace:
+            raise ValueError(
+                f"a backend named {backend.name!r} is already registered; pass replace=True"
+            )
+        _registry[backend.name] = backend
+
+
+def unregister_backend(name: str) -> None:
+    """Remove a backend added with :func:`register_backend`."""
+    with _registry_lock:
+        _registry.pop(name, None)
+
+
+def registered() -> dict[str, Backend]:
+    """Every registered backend by name, in registry order."""
+    _load_builtins()
+    return dict(_registry)
+
+
+@dataclass(frozen=True)
+class BackendStatus:
+    """One row of :func:`backends`."""
+
+    name: str
+    available: bool
+    reason: str | None
+    description: str
+
+
+def backends() -> list[BackendStatus]:
+    """Every backend with whether it can run here and, if not, why.
+
+    Examples
+    --------
+    >>> import sparsegpu as sg
+    >>> [b.name for b in sg.backends() if b.available][:1]
+    ['scipy']
+    """
+    out = []
+    for name, backend in registered().items():
+        reason = backend.unavailable_reason()
+        out.append(BackendStatus(name, reason is None, reason, backend.description))
+    return out
+
+
+def _availability_summary() -> str:
+    lines = []
+    for status in backends():
+        if status.available:
+            lines.append(f"  {status.name}: available")
+        else:
+            lines.append(f"  {status.name}: unavailable ({status.reason})")
+    return "\n".join(lines)
+
+
+def get_backend(name: str) -> Backend:
+    """The backend called ``name``, checked to be usable here.
+
+    Raises
+    ------
+    ValueError
+        For a name no backend has.
+    BackendUnavailableError
+        For a backend that cannot run here; the message says why and lists the others.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"a backend name must be a str, got {type(name).__name__}")
+    backend = registered().get(name)
+    if backend is None:
+        raise ValueError(
+            f"unknown backend {name!r}; choose 'auto' or one of:\n{_availability_summary()}"
+        )
+    reason = backend.unavailable_reason()
+    if reason is not None:
+        raise BackendUnavailableError(
+            f"backend {name!r} is not available here: {reason}\n{_availability_summary()}"
+        )
+    return backend
+
+
+def check_name(name: str) -> str:
+    """Validate a name for ``A.backend`` / ``use_backend``; ``"auto"`` is always valid."""
+    if name != AUTO:
+        get_backend(name)
+    return name
+
+
+# --------------------------------------------------------------------- precedence
+@contextmanager
+def use_backend(name: str):
+    """Use backend ``name`` for products inside this block, in this thread (or task).
+
+    Examples
+    --------
+    >>> import numpy as np, scipy.sparse as sp, sparsegpu as sg
+    >>> A = sg.csr_matrix(sp.eye(3))
+    >>> with sg.use_backend("scipy"):
+    ...     y = A @ np.ones(3)
+    """
+    check_name(name)
+    token = _scoped.set(name)
+    try:
+        yield name
+    finally:
+        _scoped.reset(token)
+
+
+def resolve_name(explicit: str | None, matrix_choice: str | None) -> str:
+    """The backend name in force for one product (see the module docstring)."""
+    return explicit or matrix_choice or _scoped.get() or os.environ.get(ENV_VAR) or AUTO
+
+
+# ------------------------------------------------------------------------ choosing
+def _auto_candidates(value_dtype: np.dtype) -> list[Backend]:
+    """Usable GPU backends that take this value dtype, in registry order."""
+    if _cuda.unavailable_reason() is not None:
+        return []
+    return [
+        b
+        for b in registered().values()
+        if b.residence.name == "cupy"
+        and value_dtype in b.value_dtypes
+        and b.unavailable_reason() is None
+    ]
+
+
+# Order of preference of the untuned ``auto``: the shuffle kernel reads x through the
+# read-only cache and reduces without shared memory; it is the best seed kernel on
+# regular rows (seeds/003). cuSPARSE follows; the plain vector kernel last.
+_AUTO_PREFERENCE = ("shuffle", "cusparse", "readonly", "vector")
+
+
+def choose_auto(matrix_obj, value_dtype: np.dtype, index_dtype: np.dtype) -> Backend:
+    """The backend ``auto`` uses for this matrix and value dtype.
+
+    No GPU, or a value dtype no GPU backend takes: ``scipy``. Otherwise the preference
+    order, restricted to backends that accept the mirror's dtypes and size.
+    """
+    candidates = _auto_candidates(np.dtype(value_dtype))
+    if candidates:
+        by_name = {b.name: b for b in candidates}
+        ordered = [by_name[n] for n in _AUTO_PREFERENCE if n in by_name]
+        ordered += [b for b in candidates if b.name not in _AUTO_PREFERENCE]
+        mirror = matrix_obj._sg_mirror(ordered[0].residence, value_dtype)
+        for backend in ordered:
+            if backend.supports(mirror):
+                return backend
+    return registered()["scipy"]
+
+
+def choose(matrix_obj, name: str, value_dtype, index_dtype) -> Backend:
+    """The backend object for one product, dtype-checked (TypeError when unsupported)."""
+    if name == AUTO:
+        return choose_auto(matrix_obj, np.dtype(value_dtype), np.dtype(index_dtype))
+    backend = get_backend(name)
+    backend.check_dtypes(value_dtype, index_dtype)
+    return backend
+
+
+# ---------------------------------------------------------------------- products
+try:  # scipy's own result-dtype rule, so results have exactly scipy's dtype
+    from scipy.sparse._sputils import upcast_char as _upcast_char
+except ImportError:  # pragma: no cover - every supported scipy has it
+    _upcast_char = None
+
+
+def result_dtype(a_dtype, x_dtype) -> np.dtype:
+    """The dtype scipy gives ``A @ x``."""
+    if _upcast_char is not None:
+        return np.dtype(_upcast_char(np.dtype(a_dtype).char, np.dtype(x_dtype).char))
+    return np.result_type(a_dtype, x_dtype)
+
+
+def _plan_for(matrix_obj, backend: Backend, value_dtype, policy) -> Plan:
+    mirror = matrix_obj._sg_mirror(backend.residence, value_dtype)
+    if not backend.supports(mirror):
+        reason = backend.refuse_reason(mirror)
+        raise ValueError(f"backend {backend.name!r} cannot take this matrix: {reason}")
+    if policy is None:
+        chosen = matrix_obj._sg_policy
+        if chosen is not None and isinstance(chosen, backend.policy_type):
+            policy = chosen
+        else:
+            policy = mirror.plans.get((backend.name, "default"))
+            if policy is None:
+                policy = backend.default_policy(mirror)
+                mirror.plans[(backend.name, "default")] = policy
+    elif not isinstance(policy, backend.policy_type):
+        raise TypeError(
+            f"backend {backend.name!r} takes a {backend.policy_type.__name__}, "
+            f"got {type(policy).__name__}"
+        )
+    return mirror.get_plan((backend.name, policy), lambda: backend.plan(mirror, policy))
+
+
+def plan_for(matrix_obj, x_dtype=None, *, backend: str | None = None, policy=None) -> Plan:
+    """The plan a product ``A @ x`` with an x of ``x_dtype`` would run (made if needed)."""
+    value_dtype = result_dtype(matrix_obj.dtype, x_dtype or matrix_obj.dtype)
+    name = resolve_name(backend, matrix_obj._sg_backend)
+    chosen = choose(matrix_obj, name, value_dtype, matrix_obj._sg_index_dtype())
+    return _plan_for(matrix_obj, chosen, value_dtype, policy)
+
+
+def _to_residence(x, residence, dtype):
+    """x moved (if needed) to where the backend computes, in ``dtype``, C-contiguous."""
+    xp = residence.xp
+    if residence.name == "host":
+        if _cuda.is_cupy_array(x):
+            x = x.get()
+        return np.ascontiguousarray(x, dtype=dtype)
+    if _cuda.is_cupy_array(x):
+        if x.dtype != dtype:
+            x = x.astype(dtype)
+        return xp.ascontiguousarray(x)
+    return residence.upload(np.ascontiguousarray(x, dtype=dtype))
+
+
+def _from_residence(y, want_cupy: bool):
+    if want_cupy:
+        if not _cuda.is_cupy_array(y):
+            return _cuda.cupy_or_none().asarray(y)
+        return y
+    if _cuda.is_cupy_array(y):
+        return y.get()
+    return y
+
+
+def product(matrix_obj, x, *, backend: str | None = None, policy=None, out=None):
+    """``A @ x`` for a 1-D or 2-D x (numpy or cupy) through the chosen backend.
+
+    The result is in x's array module with scipy's dtype. Shapes are the caller's job
+    (``_matrix`` checks them the way scipy does).
+    """
+    value_dtype = result_dtype(matrix_obj.dtype, x.dtype)
+    name = resolve_name(backend, matrix_obj._sg_backend)
+    chosen = choose(matrix_obj, name, value_dtype, matrix_obj._sg_index_dtype())
+    plan = _plan_for(matrix_obj, chosen, value_dtype, policy)
+    want_cupy = _cuda.is_cupy_array(x)
+    xr = _to_residence(x, chosen.residence, value_dtype)
+    target = None
+    if out is not None and (
+        _cuda.is_cupy_array(out) != (chosen.residence.name != "host")
+        or out.dtype != value_dtype
+        or not out.flags.c_contiguous
+    ):
+        target, out = out, None  # the caller's buffer is elsewhere; copy into it below
+    y = plan.matvec(xr, out=out) if xr.ndim == 1 else plan.matmat(xr, out=out)
+    y = _from_residence(y, want_cupy)
+    if target is not None:
+        target[...] = y
+        return target
+    return y

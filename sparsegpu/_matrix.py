@@ -1,0 +1,393 @@
+"""The scipy subclasses: argument handling, the device mirror, and the product hooks.
+
+``sparsegpu.csr_matrix`` / ``csr_array`` (and the ``csc`` classes that ``A.T`` returns)
+are scipy classes in every respect but one: their products (``A @ x``, ``A.dot``,
+``A * x`` for matrices, ``x @ A``, ``A.T @ x``, ``A.H @ x``, LinearOperator matvecs) go
+through :mod:`sparsegpu._dispatch` to the chosen backend. scipy's template method stays
+in charge of argument handling (``_matmul_dispatch``); we override its hooks.
+
+Never stale
+-----------
+A mirror that copies the arrays (a GPU upload, a dtype cast, a transpose) is dropped by
+every path that changes the matrix: assignment to ``data``/``indices``/``indptr``/shape
+(property setters) and every scipy method that changes the arrays in place (wrapped
+below). While such a mirror lives the host arrays are read-only, so an in-place write
+like ``A.data[0] = 1`` is refused by numpy instead of going unseen; assigning a new array
+(``A.data = new``) or calling any scipy method works as usual. Matrices sharing arrays
+(``A.T`` shares ``A``'s) drop their mirrors together.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+
+import numpy as np
+import scipy.sparse as sp
+
+from . import _cuda, _dispatch
+from ._mirror import DeviceMatrix, Residence
+
+_MIRROR_LOCK = threading.RLock()
+# id(host array) -> {id(matrix): weakref(matrix)} of matrices holding mirrors made from it
+_holders: dict[int, dict[int, weakref.ref]] = {}
+
+_ARRAY_NAMES = ("data", "indices", "indptr")
+
+
+def _cupy_to_host(arg):
+    """Turn CuPy / cupyx inputs into their host equivalents for scipy's constructors."""
+    if _cuda.is_cupy_array(arg):
+        return arg.get()
+    module = type(arg).__module__
+    if module.startswith("cupyx.scipy.sparse") and hasattr(arg, "get"):
+        return arg.get()
+    if isinstance(arg, tuple):
+        return tuple(_cupy_to_host(a) for a in arg)
+    return arg
+
+
+def _stored(name):
+    """A property storing ``name`` in the instance dict; assignment drops the mirrors."""
+
+    def fget(self):
+        return self.__dict__[name]
+
+    def fset(self, value):
+        if name in self.__dict__:
+            self._sg_invalidate()
+        self.__dict__[name] = value
+
+    return property(fget, fset, doc=f"scipy's ``{name}``; assigning it drops the GPU mirror.")
+
+
+def _invalidating(method_name):
+    """Wrap scipy's in-place method ``method_name`` so that it drops the mirrors first."""
+
+    def method(self, *args, **kwargs):
+        self._sg_invalidate()
+        return getattr(super(_SparseGPUMixin, self), method_name)(*args, **kwargs)
+
+    method.__name__ = method_name
+    method.__doc__ = f"scipy's ``{method_name}``; drops the GPU mirror first."
+    return method
+
+
+class _SparseGPUMixin:
+    """What sparsegpu adds to scipy's CSR and CSC classes."""
+
+    # Class-level defaults so objects made by scipy (``__dict__`` swaps, ``_with_data``)
+    # need nothing extra in their dict.
+    _sg_backend: str | None = None
+    _sg_policy = None
+
+    data = _stored("data")
+    indices = _stored("indices")
+    indptr = _stored("indptr")
+    _shape = _stored("_shape")
+
+    def __init__(self, arg1, shape=None, dtype=None, copy=False, **kwargs):
+        super().__init__(_cupy_to_host(arg1), shape=shape, dtype=dtype, copy=copy, **kwargs)
+
+    # ------------------------------------------------------------------ backend
+    @property
+    def backend(self) -> str | None:
+        """This matrix's backend name, or None to defer to ``use_backend``, the
+        ``SPARSEGPU_BACKEND`` environment variable, then ``"auto"``.
+
+        Setting an unknown or unavailable name raises at once, listing the backends.
+        """
+        return self._sg_backend
+
+    @backend.setter
+    def backend(self, name: str | None):
+        if name is not None:
+            _dispatch.check_name(name)
+        self._sg_backend = name
+
+    @property
+    def policy(self):
+        """The launch policy for this matrix's backend, or None for the tuned default."""
+        return self._sg_policy
+
+    @policy.setter
+    def policy(self, policy):
+        from .tuning.policy import Policy
+
+        if policy is not None and not isinstance(policy, Policy):
+            raise TypeError(f"policy must be a sparsegpu Policy or None, got {policy!r}")
+        self._sg_policy = policy
+
+    def _sg_inherit(self, other):
+        """Pass this matrix's backend choice on to a matrix derived from it."""
+        if isinstance(other, _SparseGPUMixin):
+            other._sg_backend = self._sg_backend
+            other._sg_policy = self._sg_policy
+        return other
+
+    # ------------------------------------------------------------------- mirror
+    def _sg_index_dtype(self) -> np.dtype:
+        return np.promote_types(self.indices.dtype, self.indptr.dtype)
+
+    def _sg_layout(self):
+        """(CSR shape of the stored arrays, True when they are this matrix's transpose)."""
+        raise NotImplementedError
+
+    def _sg_mirror(self, residence: Residence, value_dtype) -> DeviceMatrix:
+        """The validated mirror for ``residence`` in ``value_dtype`` (made once)."""
+        value_dtype = np.dtype(value_dtype)
+        key = (residence.name, value_dtype if residence.copies else None)
+        cache = self.__dict__.get("_sg_cache")
+        if cache is not None:
+            mirror = cache.get(key)
+            if mirror is not None:
+                return mirror
+        with _MIRROR_LOCK:
+            cache = self.__dict__.setdefault("_sg_cache", {})
+            mirror = cache.get(key)
+            if mirror is None:
+                mirror = self._sg_build_mirror(residence, value_dtype, cache)
+                cache[key] = mirror
+            return mirror
+
+    def _sg_build_mirror(self, residence, value_dtype, cache) -> DeviceMatrix:
+        csr_shape, transposed = self._sg_layout()
+        arrays = (self.data, self.indices, self.indptr)
+        if not residence.copies:
+            # The host mirror aliases the arrays (scipy computes on them, also in CSC
+            # layout), so it can never be stale and nothing is locked.
+            mirror = DeviceMatrix.from_host(*arrays, csr_shape, residence)
+            mirror.layout = "csc" if transposed else "csr"
+            mirror.shape = self.shape
+            return mirror
+        base_key = (residence.name, "base")
+        base = cache.get(base_key)
+        if base is None:
+            base = DeviceMatrix.from_host(*arrays, csr_shape, residence)
+            if transposed:
+                base = base.transpose()
+            cache[base_key] = base
+            self._sg_lock_arrays(arrays)
+        return base if base.dtype == value_dtype else base.astype(value_dtype)
+
+    def _sg_lock_arrays(self, arrays) -> None:
+        unlock = self.__dict__.setdefault("_sg_unlock", [])
+        me = id(self)
+        for a in arrays:
+            _holders.setdefault(id(a), {})[me] = weakref.ref(self)
+            if a.flags.writeable:
+                a.flags.writeable = False
+                unlock.append(a)
+
+    def _sg_invalidate(self) -> None:
+        """Drop this matrix's mirrors and those of every matrix sharing its arrays."""
+        d = self.__dict__
+        if d.get("_sg_cache") is None and not d.get("_sg_unlock"):
+            return
+        with _MIRROR_LOCK:
+            ids = {id(d[n]) for n in _ARRAY_NAMES if n in d}
+            ids.update(id(a) for a in d.get("_sg_unlock", ()))
+            holders = [self]
+            for array_id in ids:
+                for ref in _holders.pop(array_id, {}).values():
+                    other = ref()
+                    if other is not None:
+                        holders.append(other)
+            for m in holders:
+                md = m.__dict__
+                md["_sg_cache"] = None
+                for a in md.pop("_sg_unlock", ()):
+                    try:
+                        a.flags.writeable = True
+                    except ValueError:  # its base is read-only: it was never ours to unlock
+                        pass
+
+    @property
+    def shape(self):
+        """The shape (rows, columns); setting it (matrices only) drops the GPU mirror."""
+        return self._shape
+
+    @shape.setter
+    def shape(self, value):
+        if not isinstance(self, sp.spmatrix):
+            raise AttributeError("the shape of a sparse array cannot be set; use reshape()")
+        self._sg_invalidate()
+        sp.spmatrix.set_shape(self, value)
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.pop("_sg_cache", None)
+        state.pop("_sg_unlock", None)
+        return state
+
+    # in-place scipy methods: each drops the mirror before changing anything
+    sort_indices = _invalidating("sort_indices")
+    sum_duplicates = _invalidating("sum_duplicates")
+    eliminate_zeros = _invalidating("eliminate_zeros")
+    prune = _invalidating("prune")
+    setdiag = _invalidating("setdiag")
+    resize = _invalidating("resize")
+    __setitem__ = _invalidating("__setitem__")
+    __imul__ = _invalidating("__imul__")
+    __itruediv__ = _invalidating("__itruediv__")
+    __iadd__ = _invalidating("__iadd__")
+    __isub__ = _invalidating("__isub__")
+
+    # ----------------------------------------------------------------- products
+    def _sg_product(self, x):
+        return _dispatch.product(self, x)
+
+    def _matmul_vector(self, other):
+        if self.ndim != 2:
+            return super()._matmul_vector(other)
+        return _dispatch.product(self, other)
+
+    def _matmul_multivector(self, other):
+        if self.ndim != 2:
+            return super()._matmul_multivector(other)
+        return _dispatch.product(self, other)
+
+    # scipy < 1.13 names the same hooks _mul_vector / _mul_multivector
+    _mul_vector = _matmul_vector
+    _mul_multivector = _matmul_multivector
+
+    def _sg_cupy_matmul(self, other):
+        """``A @ x`` for a CuPy x: shapes checked as scipy does, no host copy."""
+        M, N = self.shape
+        if other.ndim == 1 or (other.ndim == 2 and other.shape[1] == 1):
+            if other.shape[0] != N:
+                raise ValueError(
+                    f"matmul: dimension mismatch with signature (n,k={N}),"
+                    f"(k={other.shape[0]},1?)->(n,1?)"
+                )
+            y = _dispatch.product(self, other.ravel())
+            return y.reshape(M, 1) if other.ndim == 2 else y
+        if other.ndim == 2:
+            if other.shape[0] != N:
+                raise ValueError(
+                    f"matmul: dimension mismatch with signature (n,k={N}),"
+                    f"(k={other.shape[0]},m)->(n,m)"
+                )
+            return _dispatch.product(self, other)
+        raise ValueError(f"could not interpret dimensions: operand has shape {other.shape}")
+
+    def _matmul_dispatch(self, other):
+        if _cuda.is_cupy_array(other) and self.ndim == 2:
+            return self._sg_cupy_matmul(other)
+        return super()._matmul_dispatch(other)
+
+    def _mul_dispatch(self, other):  # scipy < 1.13
+        if _cuda.is_cupy_array(other) and self.ndim == 2:
+            return self._sg_cupy_matmul(other)
+        return super()._mul_dispatch(other)
+
+    def __rmatmul__(self, other):
+        if _cuda.is_cupy_array(other) and self.ndim == 2:
+            if other.ndim == 1:
+                return self.transpose()._sg_cupy_matmul(other)
+            return self.transpose()._sg_cupy_matmul(other.T).T
+        return super().__rmatmul__(other)
+
+    def transpose(self, axes=None, copy=False):
+        return self._sg_inherit(super().transpose(axes=axes, copy=copy))
+
+    transpose.__doc__ = sp.csr_matrix.transpose.__doc__
+
+    def copy(self):
+        return self._sg_inherit(super().copy())
+
+    copy.__doc__ = sp.csr_matrix.copy.__doc__
+
+
+class _CSRMixin(_SparseGPUMixin):
+    def _sg_layout(self):
+        return self.shape, False
+
+    @property
+    def _csr_container(self):
+        return csr_matrix if isinstance(self, sp.spmatrix) else csr_array
+
+    @property
+    def _csc_container(self):
+        return csc_matrix if isinstance(self, sp.spmatrix) else csc_array
+
+
+class _CSCMixin(_CSRMixin):
+    def _sg_layout(self):
+        return (self.shape[1], self.shape[0]), True
+
+
+class csr_matrix(_CSRMixin, sp.csr_matrix):
+    """A ``scipy.sparse.csr_matrix`` whose products run on a sparsegpu backend.
+
+    Takes everything ``scipy.sparse.csr_matrix`` takes, plus CuPy arrays and
+    ``cupyx.scipy.sparse`` matrices (copied to the host once).
+
+    Attributes
+    ----------
+    backend : str or None
+        The backend for this matrix's products (see :func:`sparsegpu.backends`).
+    policy : Policy or None
+        Launch policy for that backend; None uses the tuned default.
+
+    Examples
+    --------
+    >>> import numpy as np, scipy.sparse as sp, sparsegpu as sg
+    >>> A = sg.csr_matrix(sp.random(100, 100, density=0.05, random_state=0))
+    >>> y = A @ np.ones(100)            # numpy in, numpy out
+    >>> isinstance(A, sp.csr_matrix), isinstance(A.T, sp.spmatrix)
+    (True, True)
+    """
+
+
+class csr_array(_CSRMixin, sp.csr_array):
+    """A ``scipy.sparse.csr_array`` whose products run on a sparsegpu backend.
+
+    See :class:`csr_matrix`; ``*`` is element-wise, as for every scipy sparse array.
+    """
+
+
+class csc_matrix(_CSCMixin, sp.csc_matrix):
+    """A ``scipy.sparse.csc_matrix`` whose products run on a sparsegpu backend.
+
+    This is what ``sparsegpu.csr_matrix.T`` returns (sharing the arrays, as scipy does);
+    on the GPU its products use the transpose built once on the device.
+    """
+
+
+class csc_array(_CSCMixin, sp.csc_array):
+    """A ``scipy.sparse.csc_array`` whose products run on a sparsegpu backend."""
+
+
+def matvec(A, x, *, backend: str | None = None, policy=None, out=None):
+    """``A @ x`` with an explicit backend and policy (the top of the precedence).
+
+    Parameters
+    ----------
+    A : sparsegpu.csr_matrix, csr_array, csc_matrix or csc_array
+    x : numpy.ndarray or cupy.ndarray
+        1-D of length ``A.shape[1]``, or 2-D with that many rows.
+    backend : str, optional
+        Backend name; default: ``A.backend``, then ``use_backend``, then env, then auto.
+    policy : Policy, optional
+        Launch policy of that backend's kernel family.
+    out : array, optional
+        Where to write the result (same module and dtype as the result).
+
+    Returns
+    -------
+    y : array in x's array module, with scipy's result dtype.
+    """
+    if not isinstance(A, _SparseGPUMixin):
+        raise TypeError(
+            f"A must be a sparsegpu matrix, got {type(A).__name__}; wrap it with "
+            "sparsegpu.csr_matrix(A)"
+        )
+    if not (_cuda.is_cupy_array(x) or isinstance(x, np.ndarray)):
+        x = np.asarray(x)
+    if x.ndim not in (1, 2) or x.shape[0] != A.shape[1]:
+        raise ValueError(
+            f"dimension mismatch: A has shape {A.shape} but x has shape {x.shape}; "
+            f"x needs {A.shape[1]} rows"
+        )
+    return _dispatch.product(A, x, backend=backend, policy=policy, out=out)

@@ -1,0 +1,318 @@
+"""Validated copies of a matrix's CSR arrays where a backend computes ("mirrors").
+
+A :class:`DeviceMatrix` is the CSR arrays of one matrix, in one array module (CuPy for
+the GPU backends, NumPy for the scipy reference), in one value dtype, validated once when
+it is made. Backends only ever see a DeviceMatrix, so invalid input never reaches a kernel
+(a bad index on the GPU would kill the CUDA context of the whole process).
+
+A :class:`Residence` says where a mirror lives and how host arrays get there.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from . import _cuda
+
+
+@dataclass(frozen=True)
+class Residence:
+    """Where a backend's mirror lives.
+
+    Attributes
+    ----------
+    name : str
+        Cache key (``"host"``, ``"cupy"``, ...).
+    get_xp : callable
+        Returns the array module (numpy or cupy).
+    upload : callable
+        Host numpy array -> array in that module. ``copies`` says whether it copies.
+    copies : bool
+        True when the mirror holds copies; the host arrays are then locked (read-only)
+        while the mirror lives, so that an in-place write cannot make it stale.
+    """
+
+    name: str
+    get_xp: Callable[[], Any]
+    upload: Callable[[np.ndarray], Any]
+    copies: bool
+
+    @property
+    def xp(self):
+        return self.get_xp()
+
+
+HOST = Residence("host", lambda: np, lambda a: a, copies=False)
+CUPY = Residence(
+    "cupy",
+    lambda: _cuda.cupy_or_none(),
+    lambda a: _cuda.cupy_or_none().asarray(a),
+    copies=True,
+)
+
+
+@dataclass(frozen=True)
+class RowLengthStats:
+    """Row-length statistics of a CSR matrix, computed once per mirror.
+
+    ``imbalance`` is max / mean: 1 for perfectly regular rows, large for power-law rows.
+    """
+
+    n_rows: int
+    n_cols: int
+    nnz: int
+    mean: float
+    std: float
+    min: int
+    max: int
+    empty_rows: int
+
+    @property
+    def imbalance(self) -> float:
+        return self.max / self.mean if self.mean > 0 else 0.0
+
+    @property
+    def row_class(self) -> str:
+        """A coarse class used as a tuning-cache key.
+
+        ``empty`` (no nonzeros), ``irregular`` (max row more than 8x the mean and std
+        above the mean: power-law-like), else by mean row length: ``short`` (< 8),
+        ``medium`` (< 64) or ``long``.
+        """
+        if self.nnz == 0:
+            return "empty"
+        if self.imbalance > 8 and self.std > self.mean:
+            return "irregular"
+        if self.mean < 8:
+            return "short"
+        if self.mean < 64:
+            return "medium"
+        return "long"
+
+    @classmethod
+    def from_indptr(cls, indptr, n_cols: int, xp) -> RowLengthStats:
+        n_rows = int(indptr.shape[0]) - 1
+        if n_rows <= 0:
+            return cls(max(n_rows, 0), n_cols, 0, 0.0, 0.0, 0, 0, 0)
+        lengths = xp.diff(indptr).astype(np.float64)
+        # one device->host transfer for all five numbers
+        summary = xp.stack(
+            [
+                lengths.mean(),
+                lengths.std(),
+                lengths.min(),
+                lengths.max(),
+                (lengths == 0).sum().astype(np.float64),
+            ]
+        )
+        mean, std, lo, hi, empty = (float(v) for v in _to_host(summary, xp))
+        nnz = int(_to_host(indptr[-1:], xp)[0])
+        return cls(n_rows, n_cols, nnz, mean, std, int(lo), int(hi), int(empty))
+
+
+def _to_host(a, xp):
+    return a.get() if xp is not np else a
+
+
+class DeviceMatrix:
+    """Validated CSR arrays of one matrix in one array module and value dtype.
+
+    Attributes
+    ----------
+    data, indices, indptr : array
+        CSR arrays (``indices`` int32 or int64, ``indptr`` the same dtype); exactly nnz long.
+    shape : tuple of int
+    xp : module
+        numpy or cupy.
+    residence : Residence
+    layout : str
+        ``"csr"``; ``"csc"`` only for host mirrors that alias a CSC matrix's arrays
+        (the scipy backend computes on those directly). GPU backends always get CSR.
+    plans : dict
+        Backend plans made on this mirror, keyed by (backend name, policy).
+    """
+
+    def __init__(self, data, indices, indptr, shape, residence: Residence):
+        self.data = data
+        self.indices = indices
+        self.indptr = indptr
+        self.shape = (int(shape[0]), int(shape[1]))
+        self.residence = residence
+        self.layout = "csr"
+        self.xp = residence.xp
+        self.plans: dict = {}
+        self._stats: RowLengthStats | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def nnz(self) -> int:
+        return int(self.data.shape[0])
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.data.dtype
+
+    @property
+    def index_dtype(self) -> np.dtype:
+        return self.indices.dtype
+
+    @property
+    def nbytes(self) -> int:
+        return self.data.nbytes + self.indices.nbytes + self.indptr.nbytes
+
+    @property
+    def stats(self) -> RowLengthStats:
+        """Row-length statistics, computed on first use (on the device, one transfer)."""
+        if self._stats is None:
+            self._stats = RowLengthStats.from_indptr(self.indptr, self.shape[1], self.xp)
+        return self._stats
+
+    def get_plan(self, key, make: Callable[[], Any]):
+        """The plan cached under ``key``, made once even when threads race for it."""
+        plan = self.plans.get(key)
+        if plan is None:
+            with self._lock:
+                plan = self.plans.get(key)
+                if plan is None:
+                    plan = make()
+                    self.plans[key] = plan
+        return plan
+
+    # ------------------------------------------------------------------ building
+    @classmethod
+    def from_host(cls, data, indices, indptr, shape, residence: Residence, value_dtype=None):
+        """Check lengths on the host, upload, validate on the device, cast values.
+
+        Raises
+        ------
+        ValueError
+            Naming the first invalid position (nothing is launched on invalid arrays).
+        MemoryError
+            When the arrays do not fit in device memory, with the bytes needed and free.
+        """
+        n_rows, n_cols = int(shape[0]), int(shape[1])
+        indptr = np.asarray(indptr)
+        if indptr.ndim != 1 or indptr.shape[0] != n_rows + 1:
+            raise ValueError(
+                f"indptr has length {indptr.shape[0] if indptr.ndim == 1 else indptr.shape}, "
+                f"expected n_rows + 1 = {n_rows + 1}"
+            )
+        if indptr[0] != 0:
+            raise ValueError(f"indptr[0] is {indptr[0]}, expected 0")
+        nnz = int(indptr[-1])
+        if nnz < 0 or nnz > min(len(indices), len(data)):
+            raise ValueError(
+                f"indptr[-1] = {nnz} but indices has {len(indices)} and data has {len(data)} "
+                "entries; indptr[-1] is the number of stored entries and must fit in both"
+            )
+        if len(indices) != len(data):
+            raise ValueError(
+                f"indices has {len(indices)} entries but data has {len(data)}; they must match"
+            )
+        index_dtype = np.promote_types(indptr.dtype, np.asarray(indices).dtype)
+        if index_dtype not in (np.dtype(np.int32), np.dtype(np.int64)):
+            raise TypeError(f"index arrays must be int32 or int64, got {index_dtype}")
+        value_dtype = np.dtype(value_dtype or data.dtype)
+        host = (
+            np.asarray(data[:nnz]),
+            np.asarray(indices[:nnz], dtype=index_dtype),
+            np.asarray(indptr, dtype=index_dtype),
+        )
+        xp = residence.xp
+        try:
+            dev = [residence.upload(a) for a in host]
+            if dev[0].dtype != value_dtype:
+                dev[0] = dev[0].astype(value_dtype)
+        except Exception as exc:
+            if is_out_of_memory(exc):
+                what = f"the device mirror of this matrix ({nnz:,} nonzeros, {value_dtype})"
+                raise memory_error(sum(a.nbytes for a in host), what) from exc
+            raise
+        _validate(dev[2], dev[1], n_cols, xp)
+        return cls(dev[0], dev[1], dev[2], (n_rows, n_cols), residence)
+
+    def transpose(self) -> DeviceMatrix:
+        """CSR of the transpose, built where the mirror lives (one sort of the entries)."""
+        xp = self.xp
+        n_rows, n_cols = self.shape
+        lengths = xp.diff(self.indptr)
+        rows = xp.repeat(xp.arange(n_rows, dtype=self.index_dtype), lengths.astype(np.int64))
+        key = self.indices.astype(np.int64) * max(n_rows, 1) + rows
+        order = xp.argsort(key)
+        counts = (
+            xp.bincount(self.indices, minlength=n_cols)
+            if self.nnz
+            else xp.zeros(n_cols, dtype=np.int64)
+        )
+        indptr = xp.zeros(n_cols + 1, dtype=self.index_dtype)
+        if n_cols:
+            indptr[1:] = xp.cumsum(counts)
+        return DeviceMatrix(self.data[order], rows[order], indptr, (n_cols, n_rows), self.residence)
+
+    def astype(self, value_dtype) -> DeviceMatrix:
+        """The same structure with values cast (shares the index arrays)."""
+        return DeviceMatrix(
+            self.data.astype(value_dtype), self.indices, self.indptr, self.shape, self.residence
+        )
+
+    def conj(self) -> DeviceMatrix:
+        """Complex conjugate values (shares the index arrays)."""
+        return DeviceMatrix(self.data.conj(), self.indices, self.indptr, self.shape, self.residence)
+
+
+def _validate(indptr, indices, n_cols: int, xp) -> None:
+    """Check monotone indptr and in-range indices with one transfer; name the first bad spot."""
+    n_rows = indptr.shape[0] - 1
+    checks = []
+    if n_rows > 0:
+        checks.append((indptr[1:] < indptr[:-1]).any())
+    if indices.shape[0]:
+        checks.append(indices.min() < 0)
+        checks.append(indices.max() >= n_cols)
+    if not checks:
+        return
+    if not bool(_to_host(xp.stack(checks), xp).any()):
+        return
+    if n_rows > 0:
+        drops = indptr[1:] < indptr[:-1]
+        if bool(drops.any()):
+            row = int(xp.argmax(drops))
+            lo, hi = (int(v) for v in _to_host(indptr[row : row + 2], xp))
+            raise ValueError(
+                f"indptr is not monotone: indptr[{row + 1}] = {hi} < indptr[{row}] = {lo}; "
+                "row pointers must never decrease"
+            )
+    bad = (indices < 0) | (indices >= n_cols)
+    pos = int(xp.argmax(bad))
+    value = int(_to_host(indices[pos : pos + 1], xp)[0])
+    row = int(xp.searchsorted(indptr, pos, side="right")) - 1
+    raise ValueError(
+        f"column index out of range: indices[{pos}] = {value} (row {row}) but the matrix "
+        f"has {n_cols} columns; indices must lie in [0, {n_cols})"
+    )
+
+
+def memory_error(needed: int, what: str) -> MemoryError:
+    """A MemoryError saying what needed how many bytes and how many are free on the GPU."""
+    free = "an unknown number of"
+    cupy = _cuda.cupy_or_none()
+    if cupy is not None:
+        try:
+            free_b, _ = cupy.cuda.runtime.memGetInfo()
+            free = f"{free_b + cupy.get_default_memory_pool().free_bytes():,}"
+        except Exception:
+            pass
+    return MemoryError(
+        f"{what} needs {needed:,} bytes of GPU memory but only {free} bytes are free; "
+        "free GPU memory or use the 'scipy' backend (A.backend = 'scipy')"
+    )
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """True for CuPy's OutOfMemoryError (or a MemoryError)."""
+    return type(exc).__name__ == "OutOfMemoryError" or isinstance(exc, MemoryError)

@@ -1,0 +1,60 @@
+"""The ``sparsegpu`` command: ``info | bench | autotune | fetch | probe``.
+
+Each subcommand is a module in :mod:`sparsegpu.commands` with ``HELP``,
+``add_arguments(parser)`` and ``run(args) -> int``; this file only wires them up.
+Errors a user can fix (bad arguments, no GPU) print one line and exit non-zero.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+COMMANDS = ("info",)
+
+
+class CommandError(Exception):
+    """A user-facing failure: printed as one line, exit status 2 unless given."""
+
+    def __init__(self, message: str, status: int = 2):
+        super().__init__(message)
+        self.status = status
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="sparsegpu",
+        description="scipy.sparse-compatible SpMV on NVIDIA GPUs: inspect, benchmark, tune.",
+    )
+    parser.add_argument("--version", action="version", version=f"sparsegpu {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        module = importlib.import_module(f".commands.{name}", __package__)
+        p = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        module.add_arguments(p)
+        p.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``sparsegpu`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "_run", None) is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(args._run(args) or 0)
+    except CommandError as exc:
+        print(f"sparsegpu {args.command}: {exc}", file=sys.stderr)
+        return exc.status
+    except KeyboardInterrupt:
+        print(f"sparsegpu {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Subcommands of the ``sparsegpu`` command line (see :mod:`sparsegpu.cli`)."""

@@ -1,0 +1,199 @@
+"""Helpers for testing sparsegpu and its backends (also for plugin authors).
+
+* :func:`awkward_matrices`: seeded scipy CSR matrices that break naive kernels.
+* :func:`tolerance` / :func:`assert_product_close`: tolerances derived from the dtype.
+* :class:`HostCopyBackend`: a test-only backend whose "upload" copies the arrays on the
+  host, so that mirror invalidation is exercised on machines without a GPU.
+* :class:`CountingBackend`: wraps a backend and counts the products that reach it,
+  proving that a code path (a scipy solver, say) went through the dispatcher.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import scipy.sparse as sp
+
+from ._mirror import Residence
+from .backends.base import Backend, Plan
+from .backends.cpu import ScipyBackend, ScipyPlan
+
+VALUE_DTYPES = (np.float32, np.float64, np.complex64, np.complex128)
+INDEX_DTYPES = (np.int32, np.int64)
+
+
+def _values(rng, n, dtype):
+    dtype = np.dtype(dtype)
+    v = rng.uniform(-1.0, 1.0, n)
+    if dtype.kind == "c":
+        v = v + 1j * rng.uniform(-1.0, 1.0, n)
+    return v.astype(dtype)
+
+
+def random_vector(n, dtype, seed=0, xp=np):
+    """A seeded random vector (complex for complex dtypes), never all zeros."""
+    v = _values(np.random.default_rng(seed), n, dtype)
+    return v if xp is np else xp.asarray(v)
+
+
+def _csr(data, indices, indptr, shape, index_dtype):
+    A = sp.csr_matrix(
+        (data, np.asarray(indices, dtype=index_dtype), np.asarray(indptr, dtype=index_dtype)),
+        shape=shape,
+    )
+    # scipy may narrow the index dtype; put back the one asked for
+    A.indices = A.indices.astype(index_dtype)
+    A.indptr = A.indptr.astype(index_dtype)
+    return A
+
+
+def from_row_lengths(lengths, n_cols, dtype, index_dtype, rng, sort=True):
+    """A CSR matrix with the given row lengths and random distinct columns per row."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    indptr = np.concatenate([[0], np.cumsum(lengths)])
+    nnz = int(indptr[-1])
+    if n_cols == 0 or nnz == 0:
+        return _csr(np.zeros(0, dtype), [], indptr, (len(lengths), n_cols), index_dtype)
+    cols = np.empty(nnz, dtype=np.int64)
+    for r in np.flatnonzero(lengths):
+        k = int(lengths[r])
+        row = rng.choice(n_cols, size=k, replace=False) if k < n_cols else rng.permutation(n_cols)
+        cols[indptr[r] : indptr[r + 1]] = np.sort(row) if sort else row
+    return _csr(_values(rng, nnz, dtype), cols, indptr, (len(lengths), n_cols), index_dtype)
+
+
+def awkward_matrices(dtype=np.float64, index_dtype=np.int32, seed=0) -> dict[str, sp.csr_matrix]:
+    """Seeded scipy CSR matrices covering the shapes and structures that break kernels.
+
+    0x0, empty rows, all rows empty, one very long row, power-law rows, unsorted indices,
+    duplicates, rectangular both ways, 1xn and nx1, a plain random one.
+    """
+    rng = np.random.default_rng(seed)
+    out = {}
+    out["random_200x150"] = from_row_lengths(rng.integers(0, 12, 200), 150, dtype, index_dtype, rng)
+    out["0x0"] = _csr(np.zeros(0, dtype), [], [0], (0, 0), index_dtype)
+    out["0x5"] = _csr(np.zeros(0, dtype), [], [0], (0, 5), index_dtype)
+    out["5x0"] = _csr(np.zeros(0, dtype), [], [0] * 6, (5, 0), index_dtype)
+    out["all_rows_empty"] = _csr(np.zeros(0, dtype), [], [0] * 41, (40, 30), index_dtype)
+    lengths = rng.integers(0, 6, 300)
+    lengths[rng.random(300) < 0.5] = 0
+    out["half_rows_empty"] = from_row_lengths(lengths, 300, dtype, index_dtype, rng)
+    lengths = np.ones(100, dtype=np.int64)
+    lengths[37] = 5000
+    out["one_long_row"] = from_row_lengths(lengths, 6000, dtype, index_dtype, rng)
+    lengths = np.minimum((rng.pareto(1.2, 2000) * 3).astype(np.int64), 1999)
+    out["power_law"] = from_row_lengths(lengths, 2000, dtype, index_dtype, rng)
+    out["unsorted_indices"] = from_row_lengths(
+        rng.integers(1, 20, 120), 100, dtype, index_dtype, rng, sort=False
+    )
+    n = 400
+    rows = rng.integers(0, 50, n)
+    cols = rng.integers(0, 40, n)
+    # built by hand: scipy's coo->csr would sum the duplicates away
+    order = np.lexsort((cols, rows))
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=50))])
+    values = _values(rng, n, dtype)
+    out["duplicates"] = _csr(values[order], cols[order], indptr, (50, 40), index_dtype)
+    out["wide_30x500"] = from_row_lengths(rng.integers(0, 60, 30), 500, dtype, index_dtype, rng)
+    out["tall_500x30"] = from_row_lengths(rng.integers(0, 8, 500), 30, dtype, index_dtype, rng)
+    out["row_1x300"] = from_row_lengths([120], 300, dtype, index_dtype, rng)
+    out["col_300x1"] = from_row_lengths(rng.integers(0, 2, 300), 1, dtype, index_dtype, rng)
+    return out
+
+
+def tolerance(dtype, max_row_length: int = 1) -> float:
+    """Relative tolerance for a product in ``dtype``: 16 eps sqrt(row length), at least 16 eps."""
+    eps = np.finfo(np.dtype(dtype)).eps if np.dtype(dtype).kind in "fc" else 0.0
+    return float(16 * eps * np.sqrt(max(int(max_row_length), 1)))
+
+
+def _to_numpy(a):
+    return a.get() if hasattr(a, "get") and not isinstance(a, np.ndarray) else np.asarray(a)
+
+
+def assert_product_close(actual, desired, dtype, max_row_length=1, what="product"):
+    """Assert ``actual`` matches ``desired`` within :func:`tolerance`, scaled by |desired|.
+
+    Compares ``|actual - desired| <= tol * (|A| |x|)``-like bound using the max norm of
+    ``desired`` (and 1) so that cancellation in a row does not make the test flaky.
+    """
+    actual = _to_numpy(actual)
+    desired = _to_numpy(desired)
+    assert actual.shape == desired.shape, f"{what}: shape {actual.shape} != {desired.shape}"
+    assert actual.dtype == desired.dtype, f"{what}: dtype {actual.dtype} != {desired.dtype}"
+    if actual.size == 0:
+        return
+    assert np.all(np.isfinite(actual)), f"{what}: non-finite values in the result"
+    scale = max(float(np.max(np.abs(desired))), 1.0)
+    err = float(np.max(np.abs(actual.astype(np.complex128) - desired.astype(np.complex128))))
+    tol = tolerance(dtype, max_row_length) * scale
+    assert err <= tol, f"{what}: max error {err:.3e} > tolerance {tol:.3e} ({np.dtype(dtype)})"
+
+
+HOST_COPY = Residence("host-copy", lambda: np, lambda a: np.array(a, copy=True), copies=True)
+
+
+class HostCopyBackend(ScipyBackend):
+    """The scipy backend on a *copied* mirror: stale mirrors show up as wrong answers.
+
+    Test-only (register it with :func:`sparsegpu.register_backend`); it runs the same
+    mirror, lock and invalidation code as the GPU backends, on any machine.
+    """
+
+    name = "host-copy"
+    description = "test-only: scipy on host copies of the arrays (exercises mirrors)"
+    residence = HOST_COPY
+
+
+class CountingBackend(Backend):
+    """Wraps another backend and counts products (``matvecs`` and ``matmats``)."""
+
+    def __init__(self, inner: Backend | None = None, name: str = "counting"):
+        self.inner = inner or HostCopyBackend()
+        self.name = name
+        self.description = f"test-only: counts products, computes with {self.inner.name!r}"
+        self.residence = self.inner.residence
+        self.value_dtypes = self.inner.value_dtypes
+        self.index_dtypes = self.inner.index_dtypes
+        self.policy_type = self.inner.policy_type
+        self.matvecs = 0
+        self.matmats = 0
+        self._lock = threading.Lock()
+
+    def unavailable_reason(self):
+        return self.inner.unavailable_reason()
+
+    def plan(self, matrix, policy):
+        return _CountingPlan(self, self.inner.plan(matrix, policy))
+
+
+class _CountingPlan(Plan):
+    def __init__(self, owner: CountingBackend, inner: Plan):
+        super().__init__(inner.matrix, inner.policy)
+        self.owner = owner
+        self.inner = inner
+
+    def matvec(self, x, out=None):
+        with self.owner._lock:
+            self.owner.matvecs += 1
+        return self.inner.matvec(x, out=out)
+
+    def matmat(self, X, out=None):
+        with self.owner._lock:
+            self.owner.matmats += 1
+        return self.inner.matmat(X, out=out)
+
+
+__all__ = [
+    "INDEX_DTYPES",
+    "VALUE_DTYPES",
+    "CountingBackend",
+    "HostCopyBackend",
+    "ScipyPlan",
+    "assert_product_close",
+    "awkward_matrices",
+    "from_row_lengths",
+    "random_vector",
+    "tolerance",
+]

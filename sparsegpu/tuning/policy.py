@@ -1,0 +1,148 @@
+"""Launch policies: one frozen dataclass per kernel family, validated on construction.
+
+A policy is plain data (CUB's tuning-as-data): every knob one documented field. Where a
+policy comes from (tuning cache, shipped defaults, occupancy) is recorded in ``source``,
+which takes no part in equality, so a tuned and a default policy with the same knobs share
+a compiled plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+
+THREADS_PER_ROW_CHOICES = (1, 2, 4, 8, 16, 32)
+MAX_BLOCK_SIZE = 1024
+WARP_SIZE = 32
+
+
+def _check_choice(name: str, value, choices) -> None:
+    if value not in choices:
+        raise ValueError(f"{name}={value!r} is not allowed; choose one of {list(choices)}")
+
+
+def _check_block_size(block_size, threads_per_row: int = 1) -> None:
+    if not isinstance(block_size, int) or isinstance(block_size, bool):
+        raise TypeError(f"block_size must be an int, got {type(block_size).__name__}")
+    if block_size < WARP_SIZE or block_size > MAX_BLOCK_SIZE or block_size % WARP_SIZE:
+        raise ValueError(
+            f"block_size={block_size} is not allowed; use a multiple of {WARP_SIZE} "
+            f"between {WARP_SIZE} and {MAX_BLOCK_SIZE}"
+        )
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Base of every policy; ``source`` says where the numbers came from."""
+
+    source: str = field(default="explicit", compare=False, kw_only=True)
+
+    def knobs(self) -> dict:
+        """The tuning knobs as a dict (``source`` left out), e.g. for JSON."""
+        out = asdict(self)
+        out.pop("source")
+        return out
+
+    @classmethod
+    def from_knobs(cls, knobs: dict, source: str = "explicit"):
+        """Build from :meth:`knobs` output; unknown keys are an error."""
+        names = {f.name for f in fields(cls)} - {"source"}
+        unknown = set(knobs) - names
+        if unknown:
+            raise ValueError(
+                f"{cls.__name__} has no field(s) {sorted(unknown)}; its fields are {sorted(names)}"
+            )
+        return cls(**knobs, source=source)
+
+
+@dataclass(frozen=True)
+class CsrVectorPolicy(Policy):
+    """The CSR vector kernel family (``vector``, ``texture``, ``readonly``, ``shuffle``).
+
+    Attributes
+    ----------
+    block_size : int
+        Threads per block, a multiple of 32 up to 1024.
+    threads_per_row : int
+        Threads cooperating on one row (1..32, a power of two; CUSP-style sub-warps).
+    """
+
+    block_size: int = 256
+    threads_per_row: int = 32
+
+    def __post_init__(self):
+        _check_choice("threads_per_row", self.threads_per_row, THREADS_PER_ROW_CHOICES)
+        _check_block_size(self.block_size)
+
+
+@dataclass(frozen=True)
+class SoftwareCachePolicy(CsrVectorPolicy):
+    """The ``swcache`` kernel: a direct-mapped cache of x in shared memory.
+
+    Attributes
+    ----------
+    line_size : int
+        Elements of x per cache line (a power of two, 8..1024).
+    num_lines : int
+        Lines in the cache (a power of two, 1..1024). Shared memory per block is
+        ``num_lines * (line_size * itemsize + index itemsize)``.
+    """
+
+    line_size: int = 128
+    num_lines: int = 8
+
+    def __post_init__(self):
+        super().__post_init__()
+        _check_choice("line_size", self.line_size, tuple(2**k for k in range(3, 11)))
+        _check_choice("num_lines", self.num_lines, tuple(2**k for k in range(0, 11)))
+
+
+CUSPARSE_ALGORITHMS = ("default", "csr_alg1", "csr_alg2")
+
+
+@dataclass(frozen=True)
+class CusparsePolicy(Policy):
+    """cuSPARSE generic SpMV.
+
+    Attributes
+    ----------
+    algorithm : str
+        ``"default"``, ``"csr_alg1"`` or ``"csr_alg2"`` (CUSPARSE_SPMV_CSR_ALG1/2).
+    preprocess : bool
+        Call ``cusparseSpMV_preprocess`` once per plan where the library has it.
+    """
+
+    algorithm: str = "default"
+    preprocess: bool = False
+
+    def __post_init__(self):
+        _check_choice("algorithm", self.algorithm, CUSPARSE_ALGORITHMS)
+        if not isinstance(self.preprocess, bool):
+            raise TypeError(f"preprocess must be a bool, got {self.preprocess!r}")
+
+
+@dataclass(frozen=True)
+class AdaptivePolicy(Policy):
+    """The load-balanced ``adaptive`` kernel.
+
+    Attributes
+    ----------
+    block_size : int
+        Threads per block, a multiple of 32 up to 1024.
+    nnz_per_thread : int
+        Nonzeros each thread consumes per step of the balanced split (1..64).
+    """
+
+    block_size: int = 256
+    nnz_per_thread: int = 8
+
+    def __post_init__(self):
+        _check_block_size(self.block_size)
+        if not isinstance(self.nnz_per_thread, int) or not 1 <= self.nnz_per_thread <= 64:
+            raise ValueError(
+                f"nnz_per_thread={self.nnz_per_thread!r} is not allowed; use an int in 1..64"
+            )
+
+
+@dataclass(frozen=True)
+class NoPolicy(Policy):
+    """For backends with no knobs (``scipy``)."""

@@ -1,0 +1,63 @@
+"""Shared fixtures: every registered backend (unavailable ones skip with their reason),
+the test-only host-copy backend, and the array modules x can live in."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import sparsegpu as sg
+from sparsegpu import _cuda
+from sparsegpu.testing import HostCopyBackend
+
+# The host-copy backend runs the mirror/invalidation machinery of the GPU backends on
+# the CPU, so CI exercises it; register it before collection parametrizes over backends.
+sg.register_backend(HostCopyBackend(), replace=True)
+
+BACKEND_NAMES = [b.name for b in sg.backends()]
+GPU_BACKEND_NAMES = [
+    name for name, b in sg._dispatch.registered().items() if b.residence.name == "cupy"
+]
+
+
+def skip_unless_available(name: str) -> None:
+    status = {b.name: b for b in sg.backends()}[name]
+    if not status.available:
+        pytest.skip(f"backend {name!r} unavailable: {status.reason}")
+
+
+@pytest.fixture(params=BACKEND_NAMES)
+def backend_name(request) -> str:
+    """Each registered backend by name; unavailable ones skip with their reason."""
+    skip_unless_available(request.param)
+    return request.param
+
+
+@pytest.fixture(
+    params=GPU_BACKEND_NAMES
+    or [pytest.param("none", marks=pytest.mark.skip(reason="no GPU backend is registered"))]
+)
+def gpu_backend_name(request) -> str:
+    """Each GPU backend by name; skips without a GPU."""
+    skip_unless_available(request.param)
+    return request.param
+
+
+@pytest.fixture
+def cupy():
+    """CuPy, or a skip saying why the GPU is unusable."""
+    mod = _cuda.cupy_or_none()
+    if mod is None:
+        pytest.skip(f"no GPU: {_cuda.unavailable_reason()}")
+    return mod
+
+
+@pytest.fixture(params=["numpy", "cupy"])
+def xp(request):
+    """The array module of x: numpy always, cupy when a GPU is usable."""
+    if request.param == "numpy":
+        return np
+    mod = _cuda.cupy_or_none()
+    if mod is None:
+        pytest.skip(f"no GPU: {_cuda.unavailable_reason()}")
+    return mod
