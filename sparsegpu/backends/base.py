@@ -104,8 +104,16 @@ class Backend:
         )
 
     def default_policy(self, matrix: DeviceMatrix) -> Policy:
-        """The policy used when none is given: tuning cache, shipped defaults, occupancy."""
+        """The policy used when none is given (cached per mirror by the dispatcher)."""
+        return self.untuned_policy(matrix)
+
+    def untuned_policy(self, matrix: DeviceMatrix) -> Policy:
+        """The policy derived from the device and the matrix alone (occupancy, row lengths)."""
         return self.policy_type(source="default")
+
+    def candidates(self, matrix: DeviceMatrix) -> list[Policy]:
+        """The policies the autotuner sweeps for this matrix (the untuned one included)."""
+        return [self.untuned_policy(matrix)]
 
     def plan(self, matrix: DeviceMatrix, policy: Policy) -> Plan:
         raise NotImplementedError

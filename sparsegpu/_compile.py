@@ -1,0 +1,89 @@
+"""Compiling the CUDA sources in :mod:`sparsegpu.kernels`, once per device and instantiation.
+
+A kernel family is one templated ``.cu`` file; its instantiations are C++ name
+expressions (``"csr_vector<double, int, 32, 1, 0>"``). At run time each instantiation is
+compiled by NVRTC through ``cupy.RawModule`` the first time it is needed on a device and
+memoized (CuPy also caches the binary on disk). In CI, ``tools/check_kernels.py``
+compiles every instantiation of every family with nvcc for sm_90 and fails on spills.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.resources
+import threading
+from dataclasses import dataclass
+
+from . import _cuda
+
+_lock = threading.Lock()
+
+
+def kernel_dir():
+    """The directory (a Traversable) holding the ``.cu``/``.cuh`` sources."""
+    return importlib.resources.files("sparsegpu.kernels")
+
+
+@functools.cache
+def source_text(name: str) -> str:
+    """The text of kernel source ``name``, with local ``#include "x.cuh"`` lines inlined.
+
+    Inlining keeps NVRTC independent of include paths inside installed packages
+    (zip-safe); nvcc in CI compiles the files as they are.
+    """
+    lines = []
+    for line in (kernel_dir() / name).read_text().splitlines():
+        stripped = line.strip()
+        if stripped.startswith('#include "') and stripped.endswith('"'):
+            lines.append(source_text(stripped[len('#include "') : -1]))
+        else:
+            lines.append(line)
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class KernelFamily:
+    """One templated ``.cu`` source and every instantiation sparsegpu may launch.
+
+    Attributes
+    ----------
+    source : str
+        File name in ``sparsegpu/kernels``.
+    instantiations : tuple of str
+        C++ name expressions (template arguments spelled as in the source).
+    """
+
+    source: str
+    instantiations: tuple[str, ...]
+
+
+# Every family, for the CI compile check; backend modules append theirs at import.
+FAMILIES: list[KernelFamily] = []
+
+
+def register_family(family: KernelFamily) -> KernelFamily:
+    FAMILIES.append(family)
+    return family
+
+
+NVRTC_OPTIONS = ("-std=c++17",)
+
+
+def get_kernel(source: str, name_expression: str):
+    """The compiled ``cupy.RawKernel`` for one instantiation on the current device."""
+    cupy = _cuda.cupy_or_none()
+    if cupy is None:
+        raise RuntimeError(f"no GPU: {_cuda.unavailable_reason()}")
+    return _get_kernel(cupy.cuda.Device().id, source, name_expression)
+
+
+@functools.cache
+def _get_kernel(device_id: int, source: str, name_expression: str):
+    cupy = _cuda.cupy_or_none()
+    with _lock:
+        module = cupy.RawModule(
+            code=source_text(source),
+            options=NVRTC_OPTIONS,
+            name_expressions=[name_expression],
+        )
+        return module.get_function(name_expression)

@@ -1,0 +1,85 @@
+"""How sparsegpu measures: CUDA-event timings (median of repeats after warm-up) and the
+byte count of a product, so every tool (bench, autotune, asv, probe) counts the same way.
+
+Bytes counted for ``y = A @ x``: values + column indices + row pointers + x + y, each
+once (DESIGN.md "Measuring"). Speed is never asserted in unit tests.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from . import _cuda
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Per-call times in milliseconds of one timed function."""
+
+    samples_ms: tuple[float, ...]
+
+    @property
+    def median_ms(self) -> float:
+        return statistics.median(self.samples_ms)
+
+    @property
+    def min_ms(self) -> float:
+        return min(self.samples_ms)
+
+
+def cuda_time(fn, *, warmup: int = 3, repeat: int = 20, inner: int = 1) -> Timing:
+    """Time ``fn()`` on the current CuPy stream with CUDA events.
+
+    Parameters
+    ----------
+    fn : callable
+        Launches the work (asynchronously) on the current stream.
+    warmup : int
+        Untimed calls first (compilation, plan making, caches).
+    repeat : int
+        Timed samples; the result keeps them all (use ``median_ms``).
+    inner : int
+        Calls per sample, for work shorter than the event resolution; each sample is
+        the sample's time divided by ``inner``.
+    """
+    cupy = _cuda.cupy_or_none()
+    if cupy is None:
+        raise RuntimeError(f"no GPU: {_cuda.unavailable_reason()}")
+    for _ in range(warmup):
+        fn()
+    stream = cupy.cuda.get_current_stream()
+    stream.synchronize()
+    samples = []
+    for _ in range(repeat):
+        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record(stream)
+        for _ in range(inner):
+            fn()
+        stop.record(stream)
+        stop.synchronize()
+        samples.append(cupy.cuda.get_elapsed_time(start, stop) / inner)
+    return Timing(tuple(samples))
+
+
+def spmv_bytes(n_rows: int, n_cols: int, nnz: int, value_itemsize: int, index_itemsize: int):
+    """Bytes a product ``y = A @ x`` must move: values, indices, indptr, x, y once each."""
+    return (
+        nnz * (value_itemsize + index_itemsize)
+        + (n_rows + 1) * index_itemsize
+        + n_cols * value_itemsize
+        + n_rows * value_itemsize
+    )
+
+
+def matrix_spmv_bytes(matrix) -> int:
+    """:func:`spmv_bytes` for a mirror (:class:`~sparsegpu._mirror.DeviceMatrix`)."""
+    n_rows, n_cols = matrix.shape
+    return spmv_bytes(
+        n_rows, n_cols, matrix.nnz, matrix.dtype.itemsize, matrix.index_dtype.itemsize
+    )
+
+
+def gb_per_s(nbytes: int, ms: float) -> float:
+    """Bandwidth in GB/s (10^9 bytes per second)."""
+    return nbytes / (ms * 1e-3) / 1e9 if ms > 0 else float("inf")

@@ -1,0 +1,186 @@
+"""Seeded synthetic matrices for benchmarks, the autotuner and tests.
+
+Every generator is vectorized (no Python loop over rows) and builds its arrays with
+``xp`` (numpy by default; pass ``xp=cupy`` to build on the GPU, which is several times
+faster for 100 million nonzeros), then returns a host :class:`sparsegpu.csr_matrix`.
+Values are uniform in [-1, 1) (never all zeros), drawn from ``numpy.random.default_rng``
+or CuPy's equivalent with the given seed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._matrix import csr_matrix
+
+
+def _to_host(a):
+    return a.get() if hasattr(a, "get") and not isinstance(a, np.ndarray) else a
+
+
+def _index_dtype(n: int, nnz: int):
+    return np.int32 if max(n, nnz) < 2**31 - 1 else np.int64
+
+
+def _finish(data, indices, indptr, shape, sorted_indices: bool = True) -> csr_matrix:
+    A = csr_matrix((_to_host(data), _to_host(indices), _to_host(indptr)), shape=shape, copy=False)
+    A.has_sorted_indices = sorted_indices
+    return A
+
+
+def _rng(xp, seed):
+    return xp.random.default_rng(seed)
+
+
+def _values(xp, rng, n, dtype):
+    dtype = np.dtype(dtype)
+    real = np.float32 if dtype in (np.float32, np.complex64) else np.float64
+    v = rng.random(n, dtype=real) * 2 - 1
+    if dtype.kind == "c":
+        v = v + 1j * (rng.random(n, dtype=real) * 2 - 1)
+    return v.astype(dtype)
+
+
+def _stencil(shape, offsets, dtype, xp) -> csr_matrix:
+    """A Laplacian-like stencil on a grid of ``shape`` with the given neighbour offsets.
+
+    The centre gets ``len(offsets) - 1``, neighbours -1: a real, diagonally dominant
+    operator (SPD for symmetric offset sets), useful for solver tests too.
+    """
+    shape = tuple(int(s) for s in shape)
+    n = int(np.prod(shape))
+    offsets = sorted(
+        offsets,
+        key=lambda o: np.ravel_multi_index(tuple(1 + d for d in o), tuple(3 for _ in shape)),
+    )
+    idx_dtype = _index_dtype(n, n * len(offsets))
+    coords = xp.unravel_index(xp.arange(n, dtype=np.int64), shape)
+    valid = []
+    for off in offsets:
+        ok = xp.ones(n, dtype=bool)
+        for c, d, s in zip(coords, off, shape, strict=True):
+            if d:
+                ok &= (c + d >= 0) & (c + d < s)
+        valid.append(ok)
+    valid = xp.stack(valid, axis=1)  # (n, k): entry (row, k) present
+    lengths = valid.sum(axis=1)
+    indptr = xp.zeros(n + 1, dtype=idx_dtype)
+    indptr[1:] = xp.cumsum(lengths)
+    strides = np.cumprod((1,) + shape[::-1][:-1])[::-1]
+    deltas = xp.asarray([int(np.dot(o, strides)) for o in offsets], dtype=np.int64)
+    cols = (xp.arange(n, dtype=np.int64)[:, None] + deltas[None, :])[valid]
+    centre = offsets.index(tuple(0 for _ in shape))
+    vals = xp.full(valid.shape, -1.0, dtype=dtype)
+    vals[:, centre] = len(offsets) - 1
+    return _finish(vals[valid], cols.astype(idx_dtype), indptr, (n, n))
+
+
+def stencil_2d(n: int, points: int = 5, dtype=np.float64, xp=np) -> csr_matrix:
+    """The 2-D 5-point (or 9-point) stencil on an n x n grid: n^2 rows."""
+    if points == 5:
+        offsets = [(0, 0), (-1, 0), (1, 0), (0, -1), (0, 1)]
+    elif points == 9:
+        offsets = [(a, b) for a in (-1, 0, 1) for b in (-1, 0, 1)]
+    else:
+        raise ValueError(f"points={points} is not a 2-D stencil; use 5 or 9")
+    return _stencil((n, n), offsets, dtype, xp)
+
+
+def stencil_3d(n: int, points: int = 7, dtype=np.float64, xp=np) -> csr_matrix:
+    """The 3-D 7-point (or 27-point) stencil on an n x n x n grid: n^3 rows."""
+    if points == 7:
+        offsets = [(0, 0, 0)] + [
+            tuple(s if i == axis else 0 for i in range(3)) for axis in range(3) for s in (-1, 1)
+        ]
+    elif points == 27:
+        offsets = [(a, b, c) for a in (-1, 0, 1) for b in (-1, 0, 1) for c in (-1, 0, 1)]
+    else:
+        raise ValueError(f"points={points} is not a 3-D stencil; use 7 or 27")
+    return _stencil((n, n, n), offsets, dtype, xp)
+
+
+def uniform_random(
+    n_rows: int, per_row: int, n_cols: int | None = None, dtype=np.float64, seed=0, xp=np
+) -> csr_matrix:
+    """Exactly ``per_row`` nonzeros in every row at uniformly random (sorted) columns.
+
+    Columns are drawn with replacement, so a row may rarely repeat a column (a duplicate
+    entry, which CSR allows and every backend sums).
+    """
+    n_cols = n_rows if n_cols is None else n_cols
+    if n_rows < 0 or per_row < 0 or n_cols <= 0 and per_row > 0:
+        raise ValueError(f"invalid sizes n_rows={n_rows}, per_row={per_row}, n_cols={n_cols}")
+    rng = _rng(xp, seed)
+    nnz = n_rows * per_row
+    idx_dtype = _index_dtype(max(n_rows, n_cols), nnz)
+    cols = rng.integers(0, max(n_cols, 1), size=(n_rows, per_row), dtype=np.int64)
+    cols = xp.sort(cols, axis=1).ravel().astype(idx_dtype)
+    indptr = xp.arange(n_rows + 1, dtype=np.int64) * per_row
+    return _finish(_values(xp, rng, nnz, dtype), cols, indptr.astype(idx_dtype), (n_rows, n_cols))
+
+
+def power_law(
+    n_rows: int,
+    mean: float = 15.0,
+    max_row: int = 100_000,
+    exponent: float = 1.6,
+    n_cols: int | None = None,
+    dtype=np.float64,
+    seed=0,
+    xp=np,
+) -> csr_matrix:
+    """Row lengths following a power law (Pareto tail), like web and social graphs.
+
+    Lengths are ``floor(x_m * U ** (-1 / exponent))`` (U uniform on (0, 1]) with ``x_m``
+    chosen so that the mean is about ``mean``, clipped to ``max_row``: with 4 million rows
+    and the defaults the longest rows are near 10^5. Columns are uniform and unsorted
+    within a row (valid CSR).
+    """
+    n_cols = n_rows if n_cols is None else n_cols
+    if exponent <= 1:
+        raise ValueError(f"exponent={exponent} must be > 1 for a finite mean")
+    rng = _rng(xp, seed)
+    x_m = mean * (exponent - 1.0) / exponent
+    u = 1.0 - rng.random(n_rows)  # in (0, 1]
+    lengths = xp.floor(x_m * u ** (-1.0 / exponent))
+    lengths = xp.clip(lengths, 0, min(max_row, n_cols)).astype(np.int64)
+    nnz = int(lengths.sum())
+    idx_dtype = _index_dtype(max(n_rows, n_cols), nnz)
+    indptr = xp.zeros(n_rows + 1, dtype=np.int64)
+    indptr[1:] = xp.cumsum(lengths)
+    cols = rng.integers(0, n_cols, size=nnz, dtype=np.int64).astype(idx_dtype)
+    return _finish(
+        _values(xp, rng, nnz, dtype),
+        cols,
+        indptr.astype(idx_dtype),
+        (n_rows, n_cols),
+        sorted_indices=False,
+    )
+
+
+def suite(scale: str = "full", dtype=np.float64, xp=np) -> dict:
+    """The benchmark suite of DESIGN.md as ``{name: callable -> csr_matrix}``.
+
+    ``scale="full"`` gives the sizes of the kernel-family issue (tens of millions of
+    nonzeros, for the GPU); ``"small"`` gives the same classes at CPU-friendly sizes.
+    Callables, so that only the matrices asked for are built.
+    """
+    if scale == "full":
+        return {
+            "stencil2d_4096": lambda: stencil_2d(4096, dtype=dtype, xp=xp),
+            "stencil3d27_150": lambda: stencil_3d(150, points=27, dtype=dtype, xp=xp),
+            "uniform_4M_x16": lambda: uniform_random(4_000_000, 16, dtype=dtype, xp=xp),
+            "powerlaw_4M": lambda: power_law(4_000_000, dtype=dtype, xp=xp),
+            "long_20k_x2000": lambda: uniform_random(20_000, 2000, dtype=dtype, xp=xp),
+            "l2_100k_x20": lambda: uniform_random(100_000, 20, dtype=dtype, xp=xp),
+        }
+    if scale == "small":
+        return {
+            "stencil2d_64": lambda: stencil_2d(64, dtype=dtype, xp=xp),
+            "stencil3d27_12": lambda: stencil_3d(12, points=27, dtype=dtype, xp=xp),
+            "uniform_20k_x16": lambda: uniform_random(20_000, 16, dtype=dtype, xp=xp),
+            "powerlaw_20k": lambda: power_law(20_000, max_row=5_000, dtype=dtype, xp=xp),
+            "long_500_x2000": lambda: uniform_random(500, 2000, n_cols=4000, dtype=dtype, xp=xp),
+            "l2_10k_x20": lambda: uniform_random(10_000, 20, dtype=dtype, xp=xp),
+        }
+    raise ValueError(f"scale={scale!r}; use 'full' or 'small'")
