@@ -6,6 +6,7 @@
 True
 """
 
+from . import linalg
 from ._dispatch import (
     BackendStatus,
     BackendUnavailableError,
@@ -26,6 +27,7 @@ __all__ = [
     "csc_matrix",
     "csr_array",
     "csr_matrix",
+    "linalg",
     "matvec",
     "register_backend",
     "unregister_backend",

@@ -136,14 +136,17 @@ class _SparseGPUMixin:
     def _sg_mirror(self, residence: Residence, value_dtype) -> DeviceMatrix:
         """The validated mirror for ``residence`` in ``value_dtype`` (made once)."""
         value_dtype = np.dtype(value_dtype)
-        key = (residence.name, value_dtype if residence.copies else None)
+        transposed = self._sg_layout()[1]
+        key = (residence.name, value_dtype if residence.copies else None, transposed)
         cache = self.__dict__.get("_sg_cache")
         if cache is not None:
             mirror = cache.get(key)
             if mirror is not None:
                 return mirror
         with _MIRROR_LOCK:
-            cache = self.__dict__.setdefault("_sg_cache", {})
+            cache = self.__dict__.get("_sg_cache")
+            if cache is None:
+                cache = self.__dict__["_sg_cache"] = {}
             mirror = cache.get(key)
             if mirror is None:
                 mirror = self._sg_build_mirror(residence, value_dtype, cache)
@@ -160,21 +163,74 @@ class _SparseGPUMixin:
             mirror.layout = "csc" if transposed else "csr"
             mirror.shape = self.shape
             return mirror
-        base_key = (residence.name, "base")
-        base = cache.get(base_key)
-        if base is None:
-            base = DeviceMatrix.from_host(*arrays, csr_shape, residence)
-            if transposed:
-                base = base.transpose()
-            cache[base_key] = base
+        # The cache may be shared with the views that hold the same arrays (A, A.T,
+        # A.T.T): "stored" is the stored arrays as CSR, "transposed" its transpose.
+        stored = cache.get((residence.name, "stored"))
+        if stored is None:
+            stored = DeviceMatrix.from_host(*arrays, csr_shape, residence)
+            cache[(residence.name, "stored")] = stored
             self._sg_lock_arrays(arrays)
+        base = stored
+        if transposed:
+            base = cache.get((residence.name, "transposed"))
+            if base is None:
+                base = cache[(residence.name, "transposed")] = stored.transpose()
         return base if base.dtype == value_dtype else base.astype(value_dtype)
 
-    def _sg_lock_arrays(self, arrays) -> None:
-        unlock = self.__dict__.setdefault("_sg_unlock", [])
+    def _sg_register(self, arrays) -> None:
+        """Record this matrix as holding mirrors made from ``arrays`` (for invalidation)."""
         me = id(self)
         for a in arrays:
             _holders.setdefault(id(a), {})[me] = weakref.ref(self)
+
+    def _sg_share_cache(self, view) -> None:
+        """Let ``view`` (holding this matrix's very arrays) share this matrix's mirrors.
+
+        ``A.T`` is a new object on every evaluation; sharing means ``A.T @ x`` in a loop
+        uploads and transposes once. Both are registered holders of the arrays, so a
+        change through either drops the mirrors of both.
+        """
+        arrays = tuple(self.__dict__.get(n) for n in _ARRAY_NAMES)
+        if any(
+            a is None or view.__dict__.get(n) is not a
+            for n, a in zip(_ARRAY_NAMES, arrays, strict=True)
+        ):
+            return
+        with _MIRROR_LOCK:
+            cache = self.__dict__.get("_sg_cache")
+            if cache is None:
+                cache = self.__dict__["_sg_cache"] = {}
+            view.__dict__["_sg_cache"] = cache
+            self._sg_register(arrays)
+            view._sg_register(arrays)
+
+    def _sg_seed_copy(self, other, conjugate: bool) -> None:
+        """Give ``other``, a fresh copy (or conjugate) of this matrix, the device mirrors
+        this matrix already has, so that ``A.copy()`` and ``A.conj()`` (hence scipy's
+        adjoint operators and ``A.H``) upload and transpose nothing again.
+
+        ``other``'s arrays equal this matrix's now, and this matrix's mirrors are never
+        stale, so the seeded mirrors are exact; ``other``'s arrays are then locked and
+        registered like those of any matrix whose mirror was built from them.
+        """
+        cache = self.__dict__.get("_sg_cache")
+        if not cache or not isinstance(other, _SparseGPUMixin):
+            return
+        with _MIRROR_LOCK:
+            cache = self.__dict__.get("_sg_cache") or {}
+            seeded = {}
+            for key, mirror in cache.items():
+                if len(key) == 2 and key[1] in ("stored", "transposed"):
+                    seeded[key] = mirror.conj() if conjugate else mirror
+            if not seeded:
+                return
+            other.__dict__["_sg_cache"] = seeded
+            other._sg_lock_arrays(tuple(other.__dict__[n] for n in _ARRAY_NAMES))
+
+    def _sg_lock_arrays(self, arrays) -> None:
+        unlock = self.__dict__.setdefault("_sg_unlock", [])
+        self._sg_register(arrays)
+        for a in arrays:
             if a.flags.writeable:
                 a.flags.writeable = False
                 unlock.append(a)
@@ -289,14 +345,56 @@ class _SparseGPUMixin:
         return super().__rmatmul__(other)
 
     def transpose(self, axes=None, copy=False):
-        return self._sg_inherit(super().transpose(axes=axes, copy=copy))
+        result = self._sg_inherit(super().transpose(axes=axes, copy=copy))
+        if not copy and isinstance(result, _SparseGPUMixin):
+            # scipy's constructor wraps the arrays in new views of the same memory; put
+            # back the very objects, so that locking them (a mirror is alive) also
+            # covers the view, and share the mirrors (the transpose is built once).
+            for name in _ARRAY_NAMES:
+                mine, theirs = self.__dict__.get(name), result.__dict__.get(name)
+                if mine is not None and theirs is not None and _same_memory(mine, theirs):
+                    result.__dict__[name] = mine
+            self._sg_share_cache(result)
+        return result
 
     transpose.__doc__ = sp.csr_matrix.transpose.__doc__
 
     def copy(self):
-        return self._sg_inherit(super().copy())
+        result = self._sg_inherit(super().copy())
+        self._sg_seed_copy(result, conjugate=False)
+        return result
 
     copy.__doc__ = sp.csr_matrix.copy.__doc__
+
+    # scipy builds derived matrices (``A * 2``, ``A - mu * I``, ``A.astype``, ``abs(A)``)
+    # through these two hooks: the result keeps this matrix's backend choice, so code
+    # like expm_multiply that shifts A still runs its products where the user asked.
+    def _with_data(self, data, copy=True):
+        return self._sg_inherit(super()._with_data(data, copy=copy))
+
+    def _binopt(self, other, op):
+        return self._sg_inherit(super()._binopt(other, op))
+
+    def conjugate(self, copy=True):
+        result = super().conjugate(copy=copy)
+        if result is not self:
+            self._sg_inherit(result)
+            if self.dtype.kind == "c":
+                self._sg_seed_copy(result, conjugate=True)
+        return result
+
+    conjugate.__doc__ = sp.csr_matrix.conjugate.__doc__
+
+
+def _same_memory(a, b) -> bool:
+    """True when two arrays are the same elements of the same buffer (a view of it all)."""
+    ia, ib = a.__array_interface__, b.__array_interface__
+    return (
+        a.dtype == b.dtype
+        and a.shape == b.shape
+        and ia["data"][0] == ib["data"][0]
+        and ia.get("strides") == ib.get("strides")
+    )
 
 
 class _CSRMixin(_SparseGPUMixin):
