@@ -42,7 +42,7 @@ def _work_dtype(*dtypes) -> np.dtype:
 
 
 class Operator:
-    """``y = A @ x`` (and ``A^H @ x``) on arrays of one module and dtype.
+    """``y = A @ x`` (and ``A^H @ x``) computed where A lives, on arrays of one module.
 
     Attributes
     ----------
@@ -50,7 +50,8 @@ class Operator:
     dtype : numpy.dtype
         The dtype products are computed in.
     xp : module
-        numpy or cupy.
+        numpy or cupy: where the products run. Vectors from the other module are moved
+        (each call: slow, but correct; it only happens when A and the vectors live apart).
     """
 
     def __init__(self, shape, dtype, xp, matvec, rmatvec=None):
@@ -60,9 +61,14 @@ class Operator:
         self._matvec = matvec
         self._rmatvec = rmatvec
 
+    def _here(self, x):
+        if _cuda.is_cupy_array(x) == (self.xp is not np):
+            return x
+        return to_module(x, self.xp, self.dtype)
+
     def matvec(self, x, out=None):
-        """``A @ x`` (into ``out`` when given)."""
-        y = self._matvec(x, out)
+        """``A @ x`` (into ``out`` when given, which must live where A does)."""
+        y = self._matvec(self._here(x), out)
         if out is not None and y is not out:
             out[...] = y
             return out
@@ -75,7 +81,7 @@ class Operator:
                 "this operator has no adjoint product (rmatvec); pass a matrix or a "
                 "LinearOperator with rmatvec"
             )
-        return self._rmatvec(x)
+        return self._rmatvec(self._here(x))
 
 
 def _sparsegpu_operator(A, b_dtype) -> Operator:
@@ -96,28 +102,36 @@ def _sparsegpu_operator(A, b_dtype) -> Operator:
     return Operator(A.shape, dtype, xp, lambda x, out: plan.matvec(x, out=out), rmatvec)
 
 
-def _generic_operator(A, b_dtype, xp) -> Operator:
+def _native_module(A, b_xp):
+    """Where a foreign operator computes: CuPy/cupyx objects on the GPU, NumPy and scipy
+    objects on the host, anything else in the right-hand side's module."""
+    module = type(A).__module__
+    if module.startswith(("cupy", "cupyx")):
+        return _cuda.cupy_or_none()
+    if isinstance(A, np.ndarray) or module.startswith(("scipy", "numpy")):
+        return np
+    return b_xp
+
+
+def _generic_operator(A, b_dtype, b_xp) -> Operator:
     shape = getattr(A, "shape", None)
     if shape is None or len(shape) != 2:
         raise TypeError(
             f"expected a matrix or an operator with a 2-D shape and matvec, got {type(A).__name__}"
         )
-    a_dtype = getattr(A, "dtype", None)
-    dtype = _work_dtype(a_dtype, b_dtype)
+    dtype = _work_dtype(getattr(A, "dtype", None), b_dtype)
+    xp = _native_module(A, b_xp)
     if hasattr(A, "matvec") and callable(A.matvec):
         rmatvec = getattr(A, "rmatvec", None)
         return Operator(
             shape,
             dtype,
             xp,
-            lambda x, out: to_module(A.matvec(x), xp).ravel(),
-            (lambda x: to_module(rmatvec(x), xp).ravel()) if callable(rmatvec) else None,
+            lambda x, out: A.matvec(x).ravel(),
+            (lambda x: rmatvec(x).ravel()) if callable(rmatvec) else None,
         )
     if not hasattr(A, "__matmul__"):
         raise TypeError(f"cannot multiply by a {type(A).__name__}; give it matvec or @")
-    if xp is not np and not (_cuda.is_cupy_array(A) or type(A).__module__.startswith("cupyx")):
-        # a host matrix with device vectors: put it on the device once
-        A = to_module(A, xp) if isinstance(A, np.ndarray) else _cupyx_sparse(A)
     adjoint = []
 
     def rmatvec(x):
@@ -126,12 +140,6 @@ def _generic_operator(A, b_dtype, xp) -> Operator:
         return adjoint[0] @ x
 
     return Operator(shape, dtype, xp, lambda x, out: A @ x, rmatvec)
-
-
-def _cupyx_sparse(A):
-    import cupyx.scipy.sparse as cusp
-
-    return cusp.csr_matrix(A.tocsr())
 
 
 def as_operator(A, b_dtype, b_xp, what: str = "A") -> Operator:
@@ -183,6 +191,8 @@ class System:
         if x0 is None:
             self.x = xp.zeros(n, dtype=self.dtype)
         else:
+            if not (_cuda.is_cupy_array(x0) or isinstance(x0, np.ndarray)):
+                x0 = np.asarray(x0)
             if x0.shape not in ((n,), (n, 1)):
                 raise ValueError(
                     f"{name}: A has shape {self.A.shape} but x0 has shape {x0.shape}; x0 must "

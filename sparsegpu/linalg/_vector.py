@@ -63,7 +63,6 @@ class VectorOps:
         self.xp = xp
         self.dtype = np.dtype(dtype)
         self.on_device = xp is not np
-        self.real_dtype = np.dtype(self.dtype.char.lower())
         if self.on_device:
             kind = "c" if self.dtype.kind == "c" else "f"
             (
