@@ -17,6 +17,7 @@ from sparsegpu import _cuda
 from sparsegpu.testing import (
     INDEX_DTYPES,
     VALUE_DTYPES,
+    CountingBackend,
     assert_product_close,
     awkward_matrices,
     random_vector,
@@ -230,3 +231,21 @@ def test_dimension_mismatch_uses_scipy_wording():
 def test_matvec_refuses_plain_scipy_matrix():
     with pytest.raises(TypeError, match="sparsegpu.csr_matrix"):
         sg.matvec(sp.eye(3, format="csr"), np.ones(3))
+
+
+@pytest.mark.parametrize("form", list(FORMS))
+@pytest.mark.parametrize("cls", [sg.csr_matrix, sg.csr_array], ids=["matrix", "array"])
+def test_every_form_goes_through_the_dispatcher(form, cls):
+    """A correct answer is not enough: the product must have reached the backend."""
+    if form in ("star", "np_matrix") and cls is sg.csr_array:
+        pytest.skip("for sparse arrays * is element-wise and np.matrix is a matrix API")
+    counting = CountingBackend(name="counting-forms")
+    sg.register_backend(counting, replace=True)
+    try:
+        S = awkward_matrices(np.float64, np.int32)["random_200x150"]
+        A = cls(S)
+        A.backend = "counting-forms"
+        FORMS[form](A, sp.csr_matrix(S), np)
+        assert counting.matvecs + counting.matmats >= 1, f"{form} bypassed the dispatcher"
+    finally:
+        sg.unregister_backend("counting-forms")
