@@ -177,3 +177,29 @@ def test_derived_matrices_keep_the_backend_choice(counters, matrix):
     assert matrix.copy().backend == "first"
     matrix.T @ np.ones(20)
     assert counters["first"].matvecs == 1
+
+
+def test_policy_set_after_a_product_takes_effect(matrix):
+    from sparsegpu.testing import HostCopyBackend
+    from sparsegpu.tuning import CsrVectorPolicy
+
+    seen = []
+
+    class Recording(HostCopyBackend):
+        name = "recording"
+        policy_type = CsrVectorPolicy
+
+        def plan(self, mirror, policy):
+            seen.append(policy)
+            return super().plan(mirror, policy)
+
+    sg.register_backend(Recording(), replace=True)
+    try:
+        matrix.backend = "recording"
+        matrix @ np.ones(20)
+        matrix.policy = CsrVectorPolicy(block_size=64, threads_per_row=4)
+        matrix @ np.ones(20)
+        matrix @ np.ones(20)
+        assert seen == [CsrVectorPolicy(), CsrVectorPolicy(block_size=64, threads_per_row=4)]
+    finally:
+        sg.unregister_backend("recording")
