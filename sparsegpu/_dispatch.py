@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _cuda
+from ._mirror import DeviceMemoryError, memory_error
 from .backends import BUILTIN_MODULES
 from .backends.base import Backend, Plan
 
@@ -311,6 +312,17 @@ def product(matrix_obj, x, *, backend: str | None = None, policy=None, out=None)
     name in force, x's dtype, the policy and the registry generation, so a repeated
     product costs a few dictionary lookups; the cache goes wherever the mirror goes.
     """
+    try:
+        return _product(matrix_obj, x, backend, policy, out)
+    except DeviceMemoryError:
+        raise
+    except MemoryError as exc:  # CuPy's OutOfMemoryError is one; say what it needed
+        nbytes = sum(a.nbytes for a in (matrix_obj.data, matrix_obj.indices, matrix_obj.indptr))
+        nbytes += x.nbytes + matrix_obj.shape[0] * x.itemsize * (x.shape[1] if x.ndim == 2 else 1)
+        raise memory_error(nbytes, f"the product with this {matrix_obj.shape} matrix") from exc
+
+
+def _product(matrix_obj, x, backend, policy, out):
     name = backend or matrix_obj._sg_backend or _scoped.get() or os.environ.get(ENV_VAR) or AUTO
     key = ("choice", name, x.dtype, policy, matrix_obj._sg_policy, _generation)
     cache = matrix_obj.__dict__.get("_sg_cache")
