@@ -19,6 +19,7 @@ like ``A.data[0] = 1`` is refused by numpy instead of going unseen; assigning a 
 
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
 
@@ -29,10 +30,61 @@ from . import _cuda, _dispatch
 from ._mirror import DeviceMatrix, Residence
 
 _MIRROR_LOCK = threading.RLock()
-# id(host array) -> {id(matrix): weakref(matrix)} of matrices holding mirrors made from it
+# A host buffer is read-only while any matrix holds a copying mirror made from it.
+# id(buffer) -> {id(matrix): weakref(matrix)}: the matrices holding it
 _holders: dict[int, dict[int, weakref.ref]] = {}
+# id(buffer) -> (buffer, [views of it that sparsegpu made read-only])
+_locked: dict[int, tuple[np.ndarray, list]] = {}
 
 _ARRAY_NAMES = ("data", "indices", "indptr")
+
+
+def _base_chain(a):
+    """``a`` and the arrays it views, innermost last (scipy hands ``A.T`` views)."""
+    chain = [a]
+    while isinstance(chain[-1].base, np.ndarray):
+        chain.append(chain[-1].base)
+    return chain
+
+
+def _root_id(a) -> int:
+    return id(_base_chain(a)[-1])
+
+
+def _unhold(root: int, matrix_id: int) -> bool:
+    """Remove one holder of a buffer; the last one out makes it writable again (True)."""
+    holders = _holders.get(root)
+    if holders is None:
+        return False
+    holders.pop(matrix_id, None)
+    if holders:
+        return False
+    del _holders[root]
+    buffer, views = _locked.pop(root, (None, ()))
+    # the buffer first: numpy lets a view be writable only when its base is
+    for arr in ([buffer] if buffer is not None else []) + list(views):
+        try:
+            arr.flags.writeable = True
+        except ValueError:  # read-only before sparsegpu saw it: not ours to unlock
+            pass
+    return True
+
+
+def _forget(root: int, matrix_id: int, _ref) -> None:
+    """weakref callback: a matrix holding a buffer was garbage-collected."""
+    with _MIRROR_LOCK:
+        _unhold(root, matrix_id)
+
+
+def _release(matrix) -> set[int]:
+    """Drop a matrix's mirrors and its holds on buffers (call under _MIRROR_LOCK).
+
+    Returns the buffers that became writable again.
+    """
+    d = matrix.__dict__
+    d.pop("_sg_cache", None)
+    d.pop("_sg_shared", None)
+    return {root for root in d.pop("_sg_roots", ()) if _unhold(root, id(matrix))}
 
 
 def _cupy_to_host(arg):
@@ -54,15 +106,20 @@ def _stored(name):
         return self.__dict__[name]
 
     def fset(self, value):
-        if name in self.__dict__:
-            self._sg_invalidate()
+        # scipy re-assigns unchanged arrays and shapes (check_format): only a real change
+        # drops this matrix's mirrors. Assignment never changes a shared buffer's contents,
+        # so other matrices sharing the old array keep theirs.
+        old = self.__dict__.get(name)
+        if old is not None and old is not value and not (name == "_shape" and old == value):
+            self._sg_drop()
         self.__dict__[name] = value
 
     return property(fget, fset, doc=f"scipy's ``{name}``; assigning it drops the GPU mirror.")
 
 
 def _invalidating(method_name):
-    """Wrap scipy's in-place method ``method_name`` so that it drops the mirrors first."""
+    """Wrap scipy's method ``method_name``, which changes the arrays' contents in place, so
+    that it first drops the mirrors of every matrix sharing them."""
 
     def method(self, *args, **kwargs):
         self._sg_invalidate()
@@ -136,17 +193,14 @@ class _SparseGPUMixin:
     def _sg_mirror(self, residence: Residence, value_dtype) -> DeviceMatrix:
         """The validated mirror for ``residence`` in ``value_dtype`` (made once)."""
         value_dtype = np.dtype(value_dtype)
-        transposed = self._sg_layout()[1]
-        key = (residence.name, value_dtype if residence.copies else None, transposed)
+        key = (residence.name, value_dtype if residence.copies else None)
         cache = self.__dict__.get("_sg_cache")
         if cache is not None:
             mirror = cache.get(key)
             if mirror is not None:
                 return mirror
         with _MIRROR_LOCK:
-            cache = self.__dict__.get("_sg_cache")
-            if cache is None:
-                cache = self.__dict__["_sg_cache"] = {}
+            cache = self.__dict__.setdefault("_sg_cache", {})
             mirror = cache.get(key)
             if mirror is None:
                 mirror = self._sg_build_mirror(residence, value_dtype, cache)
@@ -163,100 +217,122 @@ class _SparseGPUMixin:
             mirror.layout = "csc" if transposed else "csr"
             mirror.shape = self.shape
             return mirror
-        # The cache may be shared with the views that hold the same arrays (A, A.T,
-        # A.T.T): "stored" is the stored arrays as CSR, "transposed" its transpose.
-        stored = cache.get((residence.name, "stored"))
+        # "stored" (the arrays as CSR) and "transposed" live in a dict shared with the
+        # views holding the same arrays (A, every A.T, A.T.T): A.T is a new object each
+        # time it is evaluated, and this way it uploads and transposes only once.
+        shared = self._sg_shared_arrays()
+        stored = shared.get((residence.name, "stored"))
         if stored is None:
             stored = DeviceMatrix.from_host(*arrays, csr_shape, residence)
-            cache[(residence.name, "stored")] = stored
-            self._sg_lock_arrays(arrays)
+            shared[(residence.name, "stored")] = stored
+            for sharer in _live_sharers(shared):
+                sharer._sg_lock_arrays([sharer.__dict__[n] for n in _ARRAY_NAMES])
         base = stored
         if transposed:
-            base = cache.get((residence.name, "transposed"))
+            base = shared.get((residence.name, "transposed"))
             if base is None:
-                base = cache[(residence.name, "transposed")] = stored.transpose()
+                base = shared[(residence.name, "transposed")] = stored.transpose()
         return base if base.dtype == value_dtype else base.astype(value_dtype)
 
-    def _sg_register(self, arrays) -> None:
-        """Record this matrix as holding mirrors made from ``arrays`` (for invalidation)."""
-        me = id(self)
-        for a in arrays:
-            _holders.setdefault(id(a), {})[me] = weakref.ref(self)
+    def _sg_shared_arrays(self) -> dict:
+        """The device arrays this matrix shares with views of the same arrays."""
+        shared = self.__dict__.get("_sg_shared")
+        if shared is None:
+            shared = self.__dict__["_sg_shared"] = {"sharers": [weakref.ref(self)]}
+        return shared
 
-    def _sg_share_cache(self, view) -> None:
-        """Let ``view`` (holding this matrix's very arrays) share this matrix's mirrors.
+    def _sg_share_with(self, view) -> None:
+        """Let ``view``, holding the same memory as this matrix, share its device arrays.
 
-        ``A.T`` is a new object on every evaluation; sharing means ``A.T @ x`` in a loop
-        uploads and transposes once. Both are registered holders of the arrays, so a
-        change through either drops the mirrors of both.
+        Invariant: while the shared dict holds a device copy, every live sharer holds the
+        buffers (read-only, registered), so a change through any of them drops them all.
         """
-        arrays = tuple(self.__dict__.get(n) for n in _ARRAY_NAMES)
+        arrays = [self.__dict__.get(n) for n in _ARRAY_NAMES]
+        theirs = [view.__dict__.get(n) for n in _ARRAY_NAMES]
         if any(
-            a is None or view.__dict__.get(n) is not a
-            for n, a in zip(_ARRAY_NAMES, arrays, strict=True)
+            a is None or b is None or not _same_memory(a, b)
+            for a, b in zip(arrays, theirs, strict=True)
         ):
             return
         with _MIRROR_LOCK:
-            cache = self.__dict__.get("_sg_cache")
-            if cache is None:
-                cache = self.__dict__["_sg_cache"] = {}
-            view.__dict__["_sg_cache"] = cache
-            self._sg_register(arrays)
-            view._sg_register(arrays)
+            shared = self._sg_shared_arrays()
+            shared["sharers"] = _live_refs(shared["sharers"]) + [weakref.ref(view)]
+            view.__dict__["_sg_shared"] = shared
+            if any(key != "sharers" for key in shared):
+                view._sg_lock_arrays(theirs)
 
     def _sg_seed_copy(self, other, conjugate: bool) -> None:
-        """Give ``other``, a fresh copy (or conjugate) of this matrix, the device mirrors
-        this matrix already has, so that ``A.copy()`` and ``A.conj()`` (hence scipy's
-        adjoint operators and ``A.H``) upload and transpose nothing again.
+        """Give ``other``, a fresh copy (or conjugate) of this matrix, the device arrays
+        this matrix already has, so that ``A.copy()`` and ``A.conj()`` (hence ``A.H`` and
+        scipy's adjoint operators) upload and transpose nothing again.
 
-        ``other``'s arrays equal this matrix's now, and this matrix's mirrors are never
-        stale, so the seeded mirrors are exact; ``other``'s arrays are then locked and
-        registered like those of any matrix whose mirror was built from them.
+        ``other``'s arrays equal this matrix's now and this matrix's device arrays are
+        never stale, so the seeded ones are exact; ``other``'s arrays are then held like
+        those of any matrix whose mirror was built from them.
         """
-        cache = self.__dict__.get("_sg_cache")
-        if not cache or not isinstance(other, _SparseGPUMixin):
+        shared = self.__dict__.get("_sg_shared")
+        if not shared or not isinstance(other, _SparseGPUMixin):
             return
         with _MIRROR_LOCK:
-            cache = self.__dict__.get("_sg_cache") or {}
-            seeded = {}
-            for key, mirror in cache.items():
-                if len(key) == 2 and key[1] in ("stored", "transposed"):
-                    seeded[key] = mirror.conj() if conjugate else mirror
+            seeded = {
+                key: (mirror.conj() if conjugate else mirror)
+                for key, mirror in shared.items()
+                if key != "sharers"
+            }
             if not seeded:
                 return
-            other.__dict__["_sg_cache"] = seeded
-            other._sg_lock_arrays(tuple(other.__dict__[n] for n in _ARRAY_NAMES))
+            other.__dict__["_sg_shared"] = {"sharers": [weakref.ref(other)], **seeded}
+            other._sg_lock_arrays([other.__dict__[n] for n in _ARRAY_NAMES])
 
     def _sg_lock_arrays(self, arrays) -> None:
-        unlock = self.__dict__.setdefault("_sg_unlock", [])
-        self._sg_register(arrays)
+        """Hold the buffers behind ``arrays`` read-only while this matrix's mirror lives."""
+        roots = self.__dict__.setdefault("_sg_roots", set())
         for a in arrays:
-            if a.flags.writeable:
-                a.flags.writeable = False
-                unlock.append(a)
+            chain = _base_chain(a)
+            root = id(chain[-1])
+            holders = _holders.setdefault(root, {})
+            if id(self) not in holders:
+                holders[id(self)] = weakref.ref(self, functools.partial(_forget, root, id(self)))
+            roots.add(root)
+            buffer, views = _locked.setdefault(root, (chain[-1], []))
+            for arr in chain:
+                if arr.flags.writeable:
+                    arr.flags.writeable = False
+                    if arr is not buffer:
+                        views.append(arr)
+
+    def _sg_drop(self) -> None:
+        """Drop this matrix's own mirrors (an attribute now refers to another array)."""
+        d = self.__dict__
+        if "_sg_cache" in d or "_sg_roots" in d:
+            with _MIRROR_LOCK:
+                _release(self)
 
     def _sg_invalidate(self) -> None:
-        """Drop this matrix's mirrors and those of every matrix sharing its arrays."""
+        """The arrays' contents are about to change: drop the mirrors of every matrix that
+        shares a buffer with this one (``A.T`` shares ``A``'s), and give the buffers back."""
         d = self.__dict__
-        if d.get("_sg_cache") is None and not d.get("_sg_unlock"):
-            return
+        roots = {_root_id(d[n]) for n in _ARRAY_NAMES if n in d}
+        roots.update(d.get("_sg_roots", ()))
+        if "_sg_cache" not in d and roots.isdisjoint(_holders):
+            return  # no mirror here nor on any matrix sharing these buffers
         with _MIRROR_LOCK:
-            ids = {id(d[n]) for n in _ARRAY_NAMES if n in d}
-            ids.update(id(a) for a in d.get("_sg_unlock", ()))
-            holders = [self]
-            for array_id in ids:
-                for ref in _holders.pop(array_id, {}).values():
+            unlocked = set()
+            for root in roots:
+                for ref in list(_holders.get(root, {}).values()):
                     other = ref()
                     if other is not None:
-                        holders.append(other)
-            for m in holders:
-                md = m.__dict__
-                md["_sg_cache"] = None
-                for a in md.pop("_sg_unlock", ()):
-                    try:
-                        a.flags.writeable = True
-                    except ValueError:  # its base is read-only: it was never ours to unlock
-                        pass
+                        unlocked |= _release(other)
+            unlocked |= _release(self)
+            # views made while a buffer was locked were born read-only: free ours too
+            for name in _ARRAY_NAMES:
+                chain = _base_chain(d[name]) if name in d else []
+                if chain and id(chain[-1]) in unlocked:
+                    for arr in reversed(chain[:-1]):
+                        try:
+                            arr.flags.writeable = True
+                        except ValueError:
+                            break
 
     @property
     def shape(self):
@@ -273,14 +349,14 @@ class _SparseGPUMixin:
     def __getstate__(self):
         state = dict(self.__dict__)
         state.pop("_sg_cache", None)
-        state.pop("_sg_unlock", None)
+        state.pop("_sg_shared", None)
+        state.pop("_sg_roots", None)
         return state
 
     # in-place scipy methods: each drops the mirror before changing anything
     sort_indices = _invalidating("sort_indices")
     sum_duplicates = _invalidating("sum_duplicates")
     eliminate_zeros = _invalidating("eliminate_zeros")
-    prune = _invalidating("prune")
     setdiag = _invalidating("setdiag")
     resize = _invalidating("resize")
     __setitem__ = _invalidating("__setitem__")
@@ -347,14 +423,7 @@ class _SparseGPUMixin:
     def transpose(self, axes=None, copy=False):
         result = self._sg_inherit(super().transpose(axes=axes, copy=copy))
         if not copy and isinstance(result, _SparseGPUMixin):
-            # scipy's constructor wraps the arrays in new views of the same memory; put
-            # back the very objects, so that locking them (a mirror is alive) also
-            # covers the view, and share the mirrors (the transpose is built once).
-            for name in _ARRAY_NAMES:
-                mine, theirs = self.__dict__.get(name), result.__dict__.get(name)
-                if mine is not None and theirs is not None and _same_memory(mine, theirs):
-                    result.__dict__[name] = mine
-            self._sg_share_cache(result)
+            self._sg_share_with(result)
         return result
 
     transpose.__doc__ = sp.csr_matrix.transpose.__doc__
@@ -377,13 +446,19 @@ class _SparseGPUMixin:
 
     def conjugate(self, copy=True):
         result = super().conjugate(copy=copy)
-        if result is not self:
-            self._sg_inherit(result)
-            if self.dtype.kind == "c":
-                self._sg_seed_copy(result, conjugate=True)
+        if result is not self and self.dtype.kind == "c":
+            self._sg_seed_copy(result, conjugate=True)
         return result
 
     conjugate.__doc__ = sp.csr_matrix.conjugate.__doc__
+
+
+def _live_refs(refs: list) -> list:
+    return [ref for ref in refs if ref() is not None]
+
+
+def _live_sharers(shared: dict) -> list:
+    return [m for m in (ref() for ref in shared["sharers"]) if m is not None]
 
 
 def _same_memory(a, b) -> bool:

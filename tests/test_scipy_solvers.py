@@ -14,11 +14,12 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import scipy.sparse.linalg as spl
-from conftest import BACKEND_NAMES, skip_unless_available
 
 import sparsegpu as sg
 from sparsegpu.datasets.synthetic import stencil_2d
 from sparsegpu.testing import CountingBackend
+
+from .conftest import BACKEND_NAMES, skip_unless_available
 
 DTYPES = [np.float64, np.complex128]
 # scipy < 1.12 calls the relative tolerance ``tol``
