@@ -113,11 +113,10 @@ def cg(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None, callback=Non
     q = xp.empty(n, dtype=system.dtype)
     active = xp.zeros((), dtype=bool)
     converged = xp.zeros((), dtype=bool)
-    iterations = xp.zeros((), dtype=np.int64)
     rho_prev = xp.zeros((), dtype=system.dtype)
     for k in range(maxiter):
         rr = ops.vdot(r, r)
-        ops.cg_check(rr, tolerance, active, converged, iterations)
+        ops.cg_check(rr, tolerance, active, converged)
         if k % every == 0 and bool(ops.to_host(converged)):
             break
         z = system.precondition(r)

@@ -28,12 +28,11 @@ def _cupy_kernels(kind: str):
         "T a, T b", "T out", f"{conj_a} * b", "a + b", "out = a", "0", "sparsegpu_vdot"
     )
     rr = _real_expression(kind, "rr")
-    # top of a CG iteration: converged when ||r|| < atol; count the iterations that ran
+    # top of a CG iteration: converged (for good) once ||r|| < atol
     cg_check = cupy.ElementwiseKernel(
         "T rr, float64 atol",
-        "bool active, bool converged, int64 iterations",
-        f"active = !converged && !(sqrt((double){rr}) < atol);"
-        "converged = converged || !active; iterations += active ? 1 : 0;",
+        "bool active, bool converged",
+        f"active = !converged && !(sqrt((double){rr}) < atol); converged = !active;",
         "sparsegpu_cg_check",
     )
     # p = z + beta p with beta = rho / rho_prev (p = z on the first iteration)
@@ -88,16 +87,17 @@ class VectorOps:
         return a.get() if self.on_device else np.asarray(a)
 
     # --------------------------------------------------------------- CG steps
-    def cg_check(self, rr, atol, active, converged, iterations):
+    def cg_check(self, rr, atol, active, converged):
+        """Set ``active`` (this iteration runs) and ``converged`` from ``rr = r . r``."""
         if self.on_device:
-            self._cg_check(rr, float(atol), active, converged, iterations)
+            self._cg_check(rr, float(atol), active, converged)
             return
         now = bool(not converged and not (np.sqrt(abs(complex(rr))) < atol))
-        converged[...] = converged or not now
+        converged[...] = not now
         active[...] = now
-        iterations[...] += int(now)
 
     def cg_direction(self, z, rho, rho_prev, active, first, p):
+        """``p = z + (rho / rho_prev) p`` (``p = z`` first), where ``active``."""
         if self.on_device:
             self._cg_direction(z, rho, rho_prev, active, first, p)
         elif active:
@@ -108,6 +108,7 @@ class VectorOps:
                 p += z
 
     def cg_update(self, p, q, rho, pq, active, x, r):
+        """``x += alpha p``, ``r -= alpha q`` with ``alpha = rho / pq``, where ``active``."""
         if self.on_device:
             self._cg_update(p, q, rho, pq, active, x, r)
         elif active:
@@ -116,6 +117,7 @@ class VectorOps:
             r -= alpha * q
 
     def keep(self, rho, active, rho_prev):
+        """``rho_prev = rho`` where ``active``."""
         if self.on_device:
             self._keep(rho, active, rho_prev)
         elif active:
