@@ -8,6 +8,8 @@ Members are copied by hand, so the rules hold whatever ``tarfile`` version is in
 
 from __future__ import annotations
 
+import bz2
+import gzip
 import posixpath
 import shutil
 import tarfile
@@ -48,6 +50,25 @@ def _check_name(member: tarfile.TarInfo, top: str, source: str) -> str:
     return posixpath.join(*parts)
 
 
+def verify_compression(archive: Path, source: str) -> None:
+    """Decompress ``archive`` to its end, so the gzip/bzip2 checksum is checked.
+
+    ``tarfile`` stops at the end-of-archive marker without reading the compressed
+    stream's trailer, so a damaged archive could otherwise extract without complaint.
+    """
+    with open(archive, "rb") as raw:
+        magic = raw.read(3)
+    module = gzip if magic[:2] == b"\x1f\x8b" else bz2 if magic == b"BZh" else None
+    if module is None:
+        return
+    try:
+        with module.open(archive, "rb") as stream:
+            while stream.read(_CHUNK):
+                pass
+    except (OSError, EOFError, zlib.error) as exc:
+        raise ValueError(f"{source}: damaged or truncated archive ({exc})") from exc
+
+
 def extraction_limit(archive: Path, destination: Path) -> int:
     """Most bytes ``archive`` may expand to: a multiple of its size, within free disk."""
     limit = max(MIN_EXTRACT_LIMIT, MAX_EXPANSION_RATIO * archive.stat().st_size)
@@ -77,10 +98,12 @@ def safe_extract(archive: Path, destination: Path, top: str, source: str | None 
     ------
     ValueError
         A member breaks a rule above, the archive expands past
-        :func:`extraction_limit`, or the archive is damaged or truncated. Files already
+        :func:`extraction_limit`, or the archive is damaged or truncated (its
+        compression checksum is verified first). Files already
         written stay under ``destination``, which the caller discards.
     """
     source = source or str(archive)
+    verify_compression(archive, source)
     limit = extraction_limit(archive, destination)
     written = 0
     try:

@@ -15,6 +15,7 @@ import gzip
 import inspect
 import os
 import re
+import shutil
 import tarfile
 import tempfile
 import zlib
@@ -341,16 +342,27 @@ def mmwrite(path, A, *, comment: str = "", field=None, precision=None, symmetry=
     if symmetry is not None:
         kwargs["symmetry"] = symmetry
     directory = os.path.dirname(os.path.abspath(path))
-    fd, temp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=directory)
+    module = _compression(path)
+    temps = []
     try:
-        with os.fdopen(fd, "wb") as raw:
-            module = _compression(path)
-            if module is None:
-                scipy.io.mmwrite(raw, A, **kwargs)
-            else:
-                with module.open(raw, "wb") as stream:
-                    scipy.io.mmwrite(stream, A, **kwargs)
-        os.replace(temp, path)
-    except BaseException:
-        os.unlink(temp)
-        raise
+        plain = _temp_beside(path, directory, temps)
+        # scipy writes a plain file (fast_matrix_market seeks while writing, which a
+        # compressed stream cannot); it is compressed afterwards.
+        scipy.io.mmwrite(plain, A, **kwargs)
+        if module is not None:
+            packed = _temp_beside(path, directory, temps)
+            with open(plain, "rb") as source, module.open(packed, "wb") as target:
+                shutil.copyfileobj(source, target, 1 << 20)
+            plain = packed
+        os.replace(plain, path)
+    finally:
+        for temp in temps:
+            if os.path.exists(temp):
+                os.unlink(temp)
+
+
+def _temp_beside(path: str, directory: str, temps: list) -> str:
+    fd, temp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".mtx", dir=directory)
+    os.close(fd)
+    temps.append(temp)
+    return temp
