@@ -91,28 +91,24 @@ def _run_matrices(args) -> int:
 
         print(json.dumps(described, indent=2))
         return 0
-    columns = ["matrix", "shape", "nnz", "field", "symmetry", "mean", "std", "min", "max"]
-    columns += ["empty rows", "class"]
-    rows = []
+    out = console()
     for d in described:
         r = d["row_lengths"]
-        rows.append(
-            [
-                d["matrix"],
-                "{}x{}".format(*d["shape"]),
-                f"{d['nnz']:,}",
-                d["field"],
-                d["symmetry"],
-                f"{r['mean']:.1f}",
-                f"{r['std']:.1f}",
-                r["min"],
-                r["max"],
-                r["empty_rows"],
-                r["row_class"],
-            ]
-        )
-    right = {"nnz", "mean", "std", "min", "max", "empty rows"}
-    console().print(table("Matrices (row lengths)", columns, rows, right))
+        rows = [
+            ["shape", "{} x {}".format(*d["shape"])],
+            ["nnz", f"{d['nnz']:,}"],
+            ["dtype", d["dtype"]],
+            ["field", d["field"]],
+            ["symmetry", d["symmetry"]],
+            ["collection", d["collection_name"]],
+            ["kind", d["kind"]],
+            ["row length mean / std", f"{r['mean']:.2f} / {r['std']:.2f}"],
+            ["row length min / max", f"{r['min']} / {r['max']}"],
+            ["empty rows", r["empty_rows"]],
+            ["imbalance (max / mean)", f"{r['imbalance']:.2f}"],
+            ["row class", r["row_class"]],
+        ]
+        out.print(table(d["matrix"], ["property", "value"], rows))
     return 0
 
 

@@ -188,7 +188,8 @@ def long_rows(
     idx_dtype = _index_dtype(max(n_rows, n_cols), nnz)
     indptr = xp.zeros(n_rows + 1, dtype=np.int64)
     indptr[1:] = xp.cumsum(lengths)
-    row_of_entry = xp.repeat(xp.arange(n_rows, dtype=np.int64), lengths)
+    # the row of each entry, by search rather than repeat (CuPy's repeat wants host counts)
+    row_of_entry = xp.searchsorted(indptr[1:], xp.arange(nnz, dtype=np.int64), side="right")
     # sorting row * n_cols + col sorts the columns within each row in one pass
     keys = xp.sort(row_of_entry * n_cols + rng.integers(0, n_cols, size=nnz, dtype=np.int64))
     cols = (keys - row_of_entry * n_cols).astype(idx_dtype)
