@@ -1,9 +1,9 @@
 """The SuiteSparse Matrix Collection: its index, a download cache, and loading in one line.
 
 >>> import sparsegpu as sg
->>> A = sg.suitesparse.load("HB/bcsstk13")            # doctest: +SKIP
->>> [m.full_name for m in sg.suitesparse.search(kind="graph", nnz=(0, 1000), limit=3)]
-... # doctest: +SKIP
+>>> A = sg.suitesparse.load("HB/bcsstk13")  # doctest: +SKIP
+>>> small_graphs = sg.suitesparse.search(kind="graph", nnz=(0, 1000), limit=3)  # doctest: +SKIP
+>>> [m.full_name for m in small_graphs]  # doctest: +SKIP
 
 Where things live
 -----------------
