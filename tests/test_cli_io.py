@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from collection_server import CollectionServer
 
 from sparsegpu import datasets, suitesparse
 from sparsegpu.cli import main
+
+from .collection_server import CollectionServer
 
 
 @pytest.fixture

@@ -6,9 +6,10 @@ from __future__ import annotations
 import tarfile
 
 import pytest
-from collection_server import file_member, link_member, tar_bytes
 
 from sparsegpu.io import _archive
+
+from .collection_server import file_member, link_member, tar_bytes
 
 
 def extract(tmp_path, members):

@@ -9,11 +9,12 @@ import warnings
 
 import numpy as np
 import pytest
-from collection_server import CollectionServer, index_text
 
 import sparsegpu as sg
 from sparsegpu import suitesparse
 from sparsegpu.io import _archive
+
+from .collection_server import CollectionServer, index_text
 
 
 @pytest.fixture
