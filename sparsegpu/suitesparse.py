@@ -22,6 +22,7 @@ already in the cache works offline.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import fnmatch
 import http.client
@@ -224,11 +225,9 @@ def _read_index(path: Path) -> list[MatrixRecord]:
 
 
 def _fetch_index(path: Path, progress: bool) -> None:
-    import filelock
-
     path.parent.mkdir(parents=True, exist_ok=True)
     url = f"{base_url()}/files/ssstats.csv"
-    with _lock(filelock, path.with_name(".ssstats.csv.lock"), url):
+    with _locked(path.with_name(".ssstats.csv.lock"), url):
         fd, temp = tempfile.mkstemp(prefix=".ssstats.", suffix=".csv", dir=path.parent)
         os.close(fd)
         try:
@@ -466,7 +465,11 @@ def _download(url: str, destination: Path, label: str, progress: bool) -> int:
     return received
 
 
-def _lock(filelock, path: Path, what: str):
+@contextlib.contextmanager
+def _locked(path: Path, what: str):
+    """Hold the file lock ``path`` (another process fetching ``what`` holds it too)."""
+    import filelock
+
     lock = filelock.FileLock(str(path), timeout=LOCK_TIMEOUT_S)
     try:
         lock.acquire()
@@ -475,20 +478,10 @@ def _lock(filelock, path: Path, what: str):
             f"waited {LOCK_TIMEOUT_S:.0f} s for another process fetching {what} (lock {path}); "
             "if none is running, delete the lock file"
         ) from None
-    return _Held(lock)
-
-
-class _Held:
-    """An acquired lock as a context manager that releases it."""
-
-    def __init__(self, lock):
-        self._lock = lock
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self._lock.release()
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def fetch(name: str, *, data_dir=None, refresh: bool = False, progress: bool = True) -> Path:
@@ -519,8 +512,6 @@ def fetch(name: str, *, data_dir=None, refresh: bool = False, progress: bool = T
     DownloadError
         No network, HTTP error (404: no such matrix), truncated download.
     """
-    import filelock
-
     root = cache_dir(data_dir)
     group, short = resolve(name, data_dir=root)
     entry = _entry(root, group, short)
@@ -529,7 +520,7 @@ def fetch(name: str, *, data_dir=None, refresh: bool = False, progress: bool = T
         return main
     entry.parent.mkdir(parents=True, exist_ok=True)
     url = archive_url(group, short)
-    with _lock(filelock, entry.parent / f".{short}.lock", f"{group}/{short}"):
+    with _locked(entry.parent / f".{short}.lock", f"{group}/{short}"):
         if main.is_file() and not refresh:
             return main  # another process fetched it while we waited
         work = Path(tempfile.mkdtemp(prefix=f".{short}.", dir=entry.parent))

@@ -131,7 +131,7 @@ def test_fetch_keeps_auxiliary_files(server):
     assert (path.parent / "lp_afiro_b.mtx").is_file()
 
 
-def test_fetch_with_progress_bar(server, capsys):
+def test_progress_bar_stays_off_stdout(server, capsys):
     suitesparse.fetch("Newman/karate", progress=True)
     assert capsys.readouterr().out == ""
 
@@ -290,3 +290,15 @@ def test_base_url_default_and_override(monkeypatch):
     assert suitesparse.base_url() == "https://sparse.tamu.edu"
     monkeypatch.setenv(suitesparse.URL_ENV, "http://127.0.0.1:8000/mirror/")
     assert suitesparse.archive_url("HB", "x") == "http://127.0.0.1:8000/mirror/MM/HB/x.tar.gz"
+
+
+def test_a_fetch_held_elsewhere_times_out_with_the_lock_named(server, tmp_path, monkeypatch):
+    import filelock
+
+    monkeypatch.setattr(suitesparse, "LOCK_TIMEOUT_S", 0.2)
+    group_dir = tmp_path / "cache" / "MM" / "HB"
+    group_dir.mkdir(parents=True)
+    held = filelock.FileLock(str(group_dir / ".bcsstk13.lock"))
+    with held, pytest.raises(suitesparse.DownloadError, match=r"\.bcsstk13\.lock"):
+        suitesparse.fetch("HB/bcsstk13", progress=False)
+    assert suitesparse.cached() == []

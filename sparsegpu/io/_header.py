@@ -164,10 +164,11 @@ class MMInfo:
 
         Coordinate files: triplets (two index arrays and the values) for the expanded
         entries, twice (the parser's arrays and the CSR conversion), plus ``indptr``.
+        Array files: the dense array plus a CSR copy with every cell nonzero.
         """
         rows, cols = self.shape
         if self.format == "array":
-            return 2 * rows * cols * self.value_bytes
+            return rows * cols * (2 * self.value_bytes + 8) + 8 * (rows + 1)
         index_bytes = 4 if max(rows, cols, self.max_nnz) < 2**31 else 8
         per_entry = 2 * index_bytes + self.value_bytes
         return 2 * self.max_nnz * per_entry + 8 * (rows + 1)
@@ -189,14 +190,12 @@ def _readline(stream, source: str, line_number: int) -> bytes:
     return line
 
 
-def _decode(line: bytes, source: str, line_number: int) -> str:
+def _decode(line: bytes) -> str:
+    # headers are ASCII by the standard; old files carry latin-1 comments
     try:
         return line.decode("utf-8")
     except UnicodeDecodeError:
-        try:
-            return line.decode("latin-1")
-        except UnicodeDecodeError:
-            raise bad_file(source, f"line {line_number} is not text") from None
+        return line.decode("latin-1")
 
 
 def _parse_banner(text: str, source: str) -> tuple[str, str, str]:
@@ -288,7 +287,7 @@ def read_header(stream, source: str, body_bytes: int | None = None) -> MMInfo:
     first = _readline(stream, source, 1)
     if not first:
         raise bad_file(source, "the file is empty; expected a '%%MatrixMarket' banner")
-    fmt, fld, sym = _parse_banner(_decode(first, source, 1), source)
+    fmt, fld, sym = _parse_banner(_decode(first), source)
     consumed = len(first)
     comments: list[str] = []
     line_number = 1
@@ -302,7 +301,7 @@ def read_header(stream, source: str, body_bytes: int | None = None) -> MMInfo:
             )
         if consumed > MAX_HEADER_BYTES:
             raise bad_file(source, f"the header is longer than {MAX_HEADER_BYTES} bytes")
-        text = _decode(raw, source, line_number)
+        text = _decode(raw)
         if text.startswith("%"):
             comments.append(text[1:].rstrip("\r\n"))
         elif text.strip():
