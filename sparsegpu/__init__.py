@@ -6,7 +6,7 @@
 True
 """
 
-from . import linalg
+from . import datasets, io, linalg, suitesparse
 from ._dispatch import (
     BackendStatus,
     BackendUnavailableError,
@@ -27,9 +27,12 @@ __all__ = [
     "csc_matrix",
     "csr_array",
     "csr_matrix",
+    "datasets",
+    "io",
     "linalg",
     "matvec",
     "register_backend",
+    "suitesparse",
     "unregister_backend",
     "use_backend",
 ]

@@ -133,6 +133,10 @@ def _invalidating(method_name):
 class _SparseGPUMixin:
     """What sparsegpu adds to scipy's CSR and CSC classes."""
 
+    # Above CuPy's ndarray priority, so that ``cupy_x @ A`` defers to our __rmatmul__
+    # (numpy already defers to scipy's 10.1; it defers to this just the same).
+    __array_priority__ = 1000.0
+
     # Class-level defaults so objects made by scipy (``__dict__`` swaps, ``_with_data``)
     # need nothing extra in their dict.
     _sg_backend: str | None = None
