@@ -5,12 +5,13 @@ Sections (each writes its part of the JSON as soon as it is done; an error in on
 recorded there and the others still run):
 
 * ``cg``: CG to ``rtol`` on the 3-D 7-point Poisson matrix (``--grid``^3 rows) and on the
-  SPD bundled matrices (bcsstk13 with a Jacobi preconditioner, as unpreconditioned CG
-  does not reach 1e-8 on it within 10 n iterations; LFAT5): ``sparsegpu.linalg.cg`` (per
-  GPU backend, CuPy vectors) vs ``cupyx.scipy.sparse.linalg.cg`` on a cupyx matrix vs
-  scipy on the CPU. Every answer's true residual is checked. scipy on the CPU is timed
-  in full where that takes under ``--cpu-budget`` seconds, else over 10 iterations and
-  scaled to the iteration count (marked ``estimated``).
+  SPD bundled matrices of ``sparsegpu.datasets`` (bcsstk13 with a Jacobi preconditioner,
+  as unpreconditioned CG does not reach 1e-8 on it within 10 n iterations; LFAT5):
+  ``sparsegpu.linalg.cg`` (per GPU backend, CuPy vectors) vs
+  ``cupyx.scipy.sparse.linalg.cg`` on a cupyx matrix vs scipy on the CPU. Every answer's
+  true residual is checked. scipy on the CPU is timed in full where that takes under
+  ``--cpu-budget`` seconds, else over 10 iterations and scaled to the iteration count
+  (marked ``estimated``).
 * ``scipy_cg``: ``scipy.sparse.linalg.cg`` with NumPy vectors on a sparsegpu matrix vs on
   scipy's own, ``--iterations`` iterations on a ~50-million-nonzero stencil.
 * ``transpose``: ``A.T @ x`` against ``A @ x`` (plans on device vectors, CUDA events), the
@@ -41,8 +42,6 @@ from sparsegpu import _cuda, _dispatch
 from sparsegpu._console import console, progress
 from sparsegpu._timing import cuda_time, gb_per_s, matrix_spmv_bytes
 from sparsegpu.datasets.synthetic import power_law, stencil_3d
-
-MATRICES = Path("/work/shared/matrices")
 
 
 def gpu_backends() -> list[str]:
@@ -83,9 +82,8 @@ def tolerance_keyword(solver) -> str:
 def cg_problems(grid: int, cupy):
     problems = {f"poisson3d_{grid}": (lambda: stencil_3d(grid, 7, xp=cupy), False)}
     for name, jacobi in (("bcsstk13", True), ("LFAT5", False)):
-        path = MATRICES / f"{name}.mtx.gz"
-        if path.exists():
-            problems[name] = (lambda p=path: sp.csr_matrix(scipy.io.mmread(p)), jacobi)
+        path = sg.datasets.path(name)
+        problems[name] = (lambda p=path: sp.csr_matrix(scipy.io.mmread(p)), jacobi)
     return problems
 
 
