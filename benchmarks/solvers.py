@@ -11,7 +11,8 @@ recorded there and the others still run):
   ``cupyx.scipy.sparse.linalg.cg`` on a cupyx matrix vs scipy on the CPU. Every answer's
   true residual is checked. scipy on the CPU is timed in full where that takes under
   ``--cpu-budget`` seconds, else over 10 iterations and scaled to the iteration count
-  (marked ``estimated``).
+  (marked ``estimated``). Also cupyx's cg driving a sparsegpu plan through a cupyx
+  LinearOperator: the "adapt cupyx" alternative to our own solvers.
 * ``scipy_cg``: ``scipy.sparse.linalg.cg`` with NumPy vectors on a sparsegpu matrix vs on
   scipy's own, ``--iterations`` iterations on a ~50-million-nonzero stencil.
 * ``transpose``: ``A.T @ x`` against ``A @ x`` (plans on device vectors, CUDA events), the
@@ -104,6 +105,16 @@ def cg_one_backend(S, M_host, b, backend, args, cupy):
     return seconds, x, len(count), info, first
 
 
+def cupyx_cg_on_plan(S, M_dev, b, backend, args, cupy):
+    """cupyx's cg driving a sparsegpu plan: the alternative to writing our own solvers."""
+    import cupyx.scipy.sparse.linalg as cuspl
+
+    plan = _dispatch.plan_for(sg.csr_matrix(S), np.float64, backend=backend)
+    operator = cuspl.LinearOperator(S.shape, matvec=plan.matvec, dtype=np.float64)
+    tol = {tolerance_keyword(cuspl.cg): args.rtol}
+    return best_of(lambda: cuspl.cg(operator, b, M=M_dev, **tol), cupy, args.repeat)
+
+
 def cg_one_problem(S, use_jacobi, args, cupy, entry, save, advance):
     import cupyx.scipy.sparse as cusp
     import cupyx.scipy.sparse.linalg as cuspl
@@ -140,6 +151,8 @@ def cg_one_problem(S, use_jacobi, args, cupy, entry, save, advance):
     cupyx_seconds = seconds
     advance()
     for backend in gpu_backends():
+        seconds, (x, info) = cupyx_cg_on_plan(S, M_dev, b, backend, args, cupy)
+        record(f"cupyx_cg_on_plan[{backend}]", seconds, x, len(count), info)
         seconds, x, iterations, info, first = cg_one_backend(S, M_host, b, backend, args, cupy)
         record(
             f"sparsegpu[{backend}]",
