@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._mirror import CUPY, DeviceMatrix, Residence
+from .._spmm import csr_spmm
 from ..tuning.policy import Policy
 
 FLOAT_AND_COMPLEX = tuple(
@@ -44,8 +45,6 @@ class Plan:
         (:mod:`sparsegpu._spmm`); on the host one matvec per column.
         """
         if self.matrix.residence.name == CUPY.name:
-            from .._spmm import csr_spmm
-
             return csr_spmm(self.matrix, X, out)
         xp = self.matrix.xp
         n_rows = self.matrix.shape[0]
