@@ -18,7 +18,7 @@ from sparsegpu.testing import (
 )
 
 MATRIX_NAMES = list(awkward_matrices())
-COLUMNS = [1, 3, 8, 32, 33, 64]
+COLUMNS = [1, 3, 32, 33, 64]
 
 
 @pytest.mark.parametrize("k", range(1, 65))
