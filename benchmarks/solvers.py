@@ -44,13 +44,17 @@ from sparsegpu._console import console, progress
 from sparsegpu._timing import cuda_time, gb_per_s, matrix_spmv_bytes
 from sparsegpu.datasets.synthetic import power_law, stencil_3d
 
+_CHOSEN_BACKENDS: list[str] = []
+
 
 def gpu_backends() -> list[str]:
-    return [
+    """The GPU backends to measure: ``--backends``, else every available one."""
+    available = [
         s.name
         for s in sg.backends()
         if s.available and _dispatch.registered()[s.name].residence.name == "cupy"
     ]
+    return [b for b in available if b in _CHOSEN_BACKENDS] if _CHOSEN_BACKENDS else available
 
 
 def wall(fn, cupy):
@@ -456,7 +460,9 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--sections", default="cg,scipy_cg,transpose,matmat", help="comma-separated sections"
     )
+    parser.add_argument("--backends", default="", help="comma-separated GPU backends (all)")
     args = parser.parse_args(argv)
+    _CHOSEN_BACKENDS[:] = [b for b in args.backends.split(",") if b]
     cupy = _cuda.cupy_or_none()
     if cupy is None:
         print(f"solvers benchmark needs a GPU: {_cuda.unavailable_reason()}", file=sys.stderr)

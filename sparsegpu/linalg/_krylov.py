@@ -244,6 +244,8 @@ def gmres(A, b, x0=None, *, rtol=1e-5, atol=0.0, restart=None, maxiter=None, M=N
     per_x = callback_type == "x"
     callback_x = system.wrap_callback(callback) if per_x else None
     basis = xp.empty((restart + 1, n), dtype=dtype)
+    # a basis row starts at any offset; products get an aligned copy (texture reads need one)
+    vector = xp.empty(n, dtype=dtype)
     beta = ops.norm(r)
     for _cycle in range(maxiter):
         if beta < tolerance:
@@ -255,7 +257,8 @@ def gmres(A, b, x0=None, *, rtol=1e-5, atol=0.0, restart=None, maxiter=None, M=N
         g[0] = beta
         used = 0
         for j in range(restart):
-            w = system.A.matvec(system.precondition(basis[j]))
+            vector[...] = basis[j]
+            w = system.A.matvec(system.precondition(vector))
             first = basis[: j + 1].conj() @ w
             w -= basis[: j + 1].T @ first
             second = basis[: j + 1].conj() @ w
