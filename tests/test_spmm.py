@@ -57,3 +57,16 @@ def test_transposed_matmat_matches_scipy(gpu_backend_name, cupy):
     A = sg.csr_matrix(S)
     A.backend = gpu_backend_name
     assert_product_close(A.T @ cupy.asarray(X), S.T @ X, np.float64, S.shape[0])
+
+
+@pytest.mark.parametrize("columns", [1, 4], ids=["vector", "4-columns"])
+def test_operand_viewed_at_an_odd_offset(gpu_backend_name, cupy, columns):
+    """x (or X) a view starting mid-allocation, as a solver's Krylov basis rows are."""
+    S = awkward_matrices(np.float64, np.int32, seed=3)["random_200x150"]
+    A = sg.csr_matrix(S)
+    A.backend = gpu_backend_name
+    storage = np.random.default_rng(4).uniform(-1, 1, (S.shape[1] + 1) * columns)
+    X = storage[columns:].reshape(S.shape[1], columns)
+    X = X[:, 0] if columns == 1 else X
+    Y = A @ cupy.asarray(storage)[columns:].reshape(X.shape)
+    assert_product_close(Y, S @ X, np.float64, 12)
