@@ -33,10 +33,15 @@ import sparsegpu as sg  # noqa: E402
 from sparsegpu import _console, _cuda, _dispatch, _timing  # noqa: E402
 from sparsegpu.datasets import synthetic  # noqa: E402
 from sparsegpu.testing import assert_product_close, random_vector, tolerance  # noqa: E402
-from sparsegpu.tuning.policy import CsrVectorPolicy, SoftwareCachePolicy  # noqa: E402
+from sparsegpu.tuning.policy import (  # noqa: E402
+    THREADS_PER_ROW_CHOICES,
+    CsrVectorPolicy,
+    SoftwareCachePolicy,
+)
 
 KERNEL_BACKENDS = ("vector", "texture", "readonly", "shuffle", "swcache")
-SWEEP_BLOCK_SIZES = (128, 256, 512)
+SWEEP_BLOCK_SIZES = (64, 128, 256)
+SWEEP_CACHE_BLOCK_SIZES = (128, 256)
 SWEEP_CACHE_SHAPES = ((32, 8), (64, 8), (128, 4), (256, 1))
 DEFAULT_OUTPUT = ROOT / "docs" / "benchmarks" / "results" / "kernel_family_h200.json"
 
@@ -70,22 +75,26 @@ def texture_object_cost_us(cupy, repeat: int = 200) -> float:
 
 
 def sweep(backend, mirror) -> list:
-    """The policies timed for one backend: block sizes x threads per row near the untuned one."""
+    """The policies timed for one backend: block sizes x threads per row around the untuned one.
+
+    Threads per row from an eighth to twice the untuned choice; the software cache keeps the
+    untuned threads per row and sweeps its cache shape instead.
+    """
     untuned = backend.untuned_policy(mirror)
-    threads = sorted({max(1, untuned.threads_per_row // 2), untuned.threads_per_row})
-    threads += [t for t in (untuned.threads_per_row * 2,) if t <= 32]
     out = [untuned]
-    for t in threads:
-        for block in SWEEP_BLOCK_SIZES:
-            if isinstance(untuned, SoftwareCachePolicy):
-                if t != untuned.threads_per_row:
-                    continue
-                for line_size, num_lines in SWEEP_CACHE_SHAPES:
-                    out.append(
-                        SoftwareCachePolicy(block, t, line_size=line_size, num_lines=num_lines)
+    if isinstance(untuned, SoftwareCachePolicy):
+        for block in SWEEP_CACHE_BLOCK_SIZES:
+            for line_size, num_lines in SWEEP_CACHE_SHAPES:
+                out.append(
+                    SoftwareCachePolicy(
+                        block, untuned.threads_per_row, line_size=line_size, num_lines=num_lines
                     )
-            else:
-                out.append(CsrVectorPolicy(block, t))
+                )
+        return list(dict.fromkeys(out))
+    t = untuned.threads_per_row
+    for threads in THREADS_PER_ROW_CHOICES:
+        if t // 8 <= threads <= 2 * t:
+            out += [CsrVectorPolicy(block, threads) for block in SWEEP_BLOCK_SIZES]
     return list(dict.fromkeys(out))
 
 

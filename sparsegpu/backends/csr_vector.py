@@ -46,8 +46,12 @@ def name_expression(value_dtype, index_dtype, threads_per_row, load_path, reduct
 
 
 def nearby_threads_per_row(threads_per_row: int) -> list[int]:
-    """``threads_per_row`` and its neighbours among the allowed choices."""
-    return [t for t in THREADS_PER_ROW_CHOICES if threads_per_row // 2 <= t <= threads_per_row * 2]
+    """The allowed choices from a quarter to twice ``threads_per_row``.
+
+    Below the mean row length pays on the H200: fewer threads per row put more rows, and so
+    more independent loads, in flight per warp (kernel_family benchmark, stencils).
+    """
+    return [t for t in THREADS_PER_ROW_CHOICES if threads_per_row // 4 <= t <= threads_per_row * 2]
 
 
 class KernelPlan(Plan):

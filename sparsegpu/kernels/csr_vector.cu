@@ -9,7 +9,7 @@
 //
 // Each group strides over the rows (grid-stride, 64-bit row ids, so any n fits any grid);
 // a warp steps through its rows together so that __syncwarp / __shfl_xor_sync always see the
-// whole warp. Inside a row, each thread keeps UNROLL independent (index, value, x) loads in
+// whole warp, and loads the extent (indptr) of its next row while it works on this one. Inside a row, each thread keeps UNROLL independent (index, value, x) loads in
 // flight, predicated on the row end, so short rows need a single trip. y is written once per
 // row, by the group's first lane. Work: O(nnz + n_rows); traffic: values + indices + indptr
 // once, x once per nonzero (mostly cached), y once.
@@ -39,27 +39,36 @@ __global__ void __launch_bounds__(1024)
   const long long warp_id = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const long long n_warps = (static_cast<long long>(gridDim.x) * blockDim.x) >> 5;
 
+  const long long row_stride = n_warps * ROWS_PER_WARP;
+  long long row = warp_id * ROWS_PER_WARP + group_in_warp;
+  long long start = 0, end = 0;
+  if (row < n_rows) {
+    start = indptr[row];
+    end = indptr[row + 1];
+  }
   for (long long first_row = warp_id * ROWS_PER_WARP; first_row < n_rows;
-       first_row += n_warps * ROWS_PER_WARP) {
-    const long long row = first_row + group_in_warp;
+       first_row += row_stride, row += row_stride) {
+    // the next row's extent is loaded now, so its latency hides behind this row's loads
+    const long long next_row = row + row_stride;
+    long long next_start = 0, next_end = 0;
+    if (next_row < n_rows) {
+      next_start = indptr[next_row];
+      next_end = indptr[next_row + 1];
+    }
     Value sum = value_zero<Value>();
-    if (row < n_rows) {
-      const long long start = indptr[row];
-      const long long end = indptr[row + 1];
-      for (long long j = start + lane; j < end; j += UNROLL * ThreadsPerRow) {
-        Index column[UNROLL];
-        Value value[UNROLL];
+    for (long long j = start + lane; j < end; j += UNROLL * ThreadsPerRow) {
+      Index column[UNROLL];
+      Value value[UNROLL];
 #pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-          const long long k = j + u * ThreadsPerRow;
-          column[u] = k < end ? indices[k] : Index(0);
-          value[u] = k < end ? data[k] : value_zero<Value>();
-        }
+      for (int u = 0; u < UNROLL; ++u) {
+        const long long k = j + u * ThreadsPerRow;
+        column[u] = k < end ? indices[k] : Index(0);
+        value[u] = k < end ? data[k] : value_zero<Value>();
+      }
 #pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-          if (j + u * ThreadsPerRow < end) {
-            sum = multiply_add(sum, value[u], load_x<LoadPath>(x, x_texture, column[u]));
-          }
+      for (int u = 0; u < UNROLL; ++u) {
+        if (j + u * ThreadsPerRow < end) {
+          sum = multiply_add(sum, value[u], load_x<LoadPath>(x, x_texture, column[u]));
         }
       }
     }
@@ -87,5 +96,7 @@ __global__ void __launch_bounds__(1024)
     if (lane == 0 && row < n_rows) {
       y[row] = sum;
     }
+    start = next_start;
+    end = next_end;
   }
 }
