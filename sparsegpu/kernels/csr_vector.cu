@@ -15,6 +15,20 @@
 // once, x once per nonzero (mostly cached), y once.
 #include "common.cuh"
 
+// Offsets into indices/data: 32-bit arithmetic for int32 matrices (fewer registers, so more
+// loads stay in flight), unsigned so that j + UNROLL * ThreadsPerRow cannot overflow it
+// (nnz < 2^31 there); 64-bit matrices keep signed 64-bit offsets.
+template <typename Index>
+struct OffsetOf;
+template <>
+struct OffsetOf<int> {
+  using type = unsigned int;
+};
+template <>
+struct OffsetOf<long long> {
+  using type = long long;
+};
+
 constexpr int REDUCE_SHARED = 0;   // partial sums reduced in shared memory (figure 22)
 constexpr int REDUCE_SHUFFLE = 1;  // __shfl_xor_sync butterfly, no shared memory
 
@@ -39,9 +53,10 @@ __global__ void __launch_bounds__(1024)
   const long long warp_id = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const long long n_warps = (static_cast<long long>(gridDim.x) * blockDim.x) >> 5;
 
+  using Offset = typename OffsetOf<Index>::type;
   const long long row_stride = n_warps * ROWS_PER_WARP;
   long long row = warp_id * ROWS_PER_WARP + group_in_warp;
-  long long start = 0, end = 0;
+  Offset start = 0, end = 0;
   if (row < n_rows) {
     start = indptr[row];
     end = indptr[row + 1];
@@ -50,18 +65,18 @@ __global__ void __launch_bounds__(1024)
        first_row += row_stride, row += row_stride) {
     // the next row's extent is loaded now, so its latency hides behind this row's loads
     const long long next_row = row + row_stride;
-    long long next_start = 0, next_end = 0;
+    Offset next_start = 0, next_end = 0;
     if (next_row < n_rows) {
       next_start = indptr[next_row];
       next_end = indptr[next_row + 1];
     }
     Value sum = value_zero<Value>();
-    for (long long j = start + lane; j < end; j += UNROLL * ThreadsPerRow) {
+    for (Offset j = start + lane; j < end; j += UNROLL * ThreadsPerRow) {
       Index column[UNROLL];
       Value value[UNROLL];
 #pragma unroll
       for (int u = 0; u < UNROLL; ++u) {
-        const long long k = j + u * ThreadsPerRow;
+        const Offset k = j + u * ThreadsPerRow;
         column[u] = k < end ? indices[k] : Index(0);
         value[u] = k < end ? data[k] : value_zero<Value>();
       }
