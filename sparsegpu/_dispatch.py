@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _cuda
+from ._mirror import CUPY
 from .backends import BUILTIN_MODULES
 from .backends.base import Backend, Plan
 
@@ -27,6 +28,17 @@ _registry: dict[str, Backend] = {}
 _registry_lock = threading.Lock()
 _loaded = False
 _scoped: ContextVar[str | None] = ContextVar("sparsegpu_backend", default=None)
+
+
+# Bumped whenever what ``auto`` or a name resolves to may change (a backend registered or
+# removed, an auto lookup plugged in); cached per-matrix choices carry the value they saw.
+_generation = 0
+
+
+def invalidate_choices() -> None:
+    """Forget every cached backend/plan choice (the next product chooses again)."""
+    global _generation
+    _generation += 1
 
 
 class BackendUnavailableError(RuntimeError):
@@ -63,12 +75,14 @@ def register_backend(backend: Backend, *, replace: bool = False) -> None:
                 f"a backend named {backend.name!r} is already registered; pass replace=True"
             )
         _registry[backend.name] = backend
+    invalidate_choices()
 
 
 def unregister_backend(name: str) -> None:
     """Remove a backend added with :func:`register_backend`."""
     with _registry_lock:
         _registry.pop(name, None)
+    invalidate_choices()
 
 
 def registered() -> dict[str, Backend]:
@@ -184,28 +198,163 @@ def _auto_candidates(value_dtype: np.dtype) -> list[Backend]:
     ]
 
 
-# Order of preference of the untuned ``auto``: the shuffle kernel reads x through the
-# read-only cache and reduces without shared memory; it is the best seed kernel on
-# regular rows (seeds/003). cuSPARSE follows; the plain vector kernel last.
-_AUTO_PREFERENCE = ("shuffle", "cusparse", "readonly", "vector")
+# Order of preference of the untuned ``auto`` on regular rows: the shuffle kernel reads x
+# through the read-only cache and reduces without shared memory; it is the best seed
+# kernel on regular rows (seeds/003). cuSPARSE follows; the merge-path kernel pays for its
+# balancing with a second pass over tile carries, so it comes after them; plain kernels last.
+_AUTO_PREFERENCE = ("shuffle", "cusparse", "adaptive", "readonly", "vector")
+
+# Irregular rows go to the load-balanced kernel. The rule follows Ginkgo's CSR strategy
+# choice ("load_balance" when the longest row is far above the mean): with max > 8 x mean
+# a row-per-(sub)warp kernel leaves most threads of a warp idle while one row finishes,
+# and one block per long row serializes it; below that the sub-warp kernels keep up.
+IRREGULAR_IMBALANCE = 8.0
+# A single row longer than this is split across blocks by the merge-path kernel even when
+# the mean is high enough to hide it (one row-per-block kernel would run it on one SM).
+LONG_ROW = 1 << 16
+_AUTO_IRREGULAR = ("adaptive",)
+
+# Plugged-in lookups (the tuning cache): fn(mirror, value_dtype, candidates) -> backend
+# name or None; the first non-None answer naming a candidate wins over the heuristics.
+_auto_lookups: list = []
+
+
+def register_auto_lookup(lookup) -> None:
+    """Let ``auto`` ask ``lookup(mirror, value_dtype, candidates)`` before its heuristics.
+
+    ``lookup`` returns the name of the backend measured fastest for this mirror (a tuning
+    cache), or None to defer. Choices made before are forgotten.
+    """
+    _auto_lookups.append(lookup)
+    invalidate_choices()
+
+
+@dataclass(frozen=True)
+class AutoChoice:
+    """What ``auto`` picks for one matrix and value dtype, and why (see :func:`explain`)."""
+
+    backend: str
+    policy: object
+    reason: str
+    stats: object
+    value_dtype: np.dtype
+    override: str | None = None
+
+    def __str__(self) -> str:
+        lines = [f"auto -> backend {self.backend!r} with {self.policy!r}", f"  why: {self.reason}"]
+        s = self.stats
+        if s is not None:
+            lines.append(
+                f"  rows: {s.n_rows:,} x {s.n_cols:,}, nnz {s.nnz:,}; row length mean "
+                f"{s.mean:.1f}, std {s.std:.1f}, min {s.min}, max {s.max}, empty rows "
+                f"{s.empty_rows:,}; imbalance (max/mean) {s.imbalance:.1f}, class {s.row_class!r}"
+            )
+        lines.append(f"  value dtype: {self.value_dtype}")
+        if self.override is not None:
+            lines.append(f"  note: {self.override}")
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+
+def _auto_decision(matrix_obj, value_dtype: np.dtype) -> tuple[Backend, str, object]:
+    """(backend, reason, stats or None) of ``auto`` for this matrix and value dtype."""
+    candidates = _auto_candidates(value_dtype)
+    if not candidates:
+        reason = (
+            f"no GPU: {_cuda.unavailable_reason()}"
+            if _cuda.unavailable_reason() is not None
+            else f"no GPU backend computes in {value_dtype}"
+        )
+        return registered()["scipy"], reason + "; the scipy CPU reference computes", None
+    by_name = {b.name: b for b in candidates}
+    ordered = [by_name[n] for n in _AUTO_PREFERENCE if n in by_name]
+    ordered += [b for b in candidates if b.name not in _AUTO_PREFERENCE]
+    mirror = matrix_obj._sg_mirror(ordered[0].residence, value_dtype)
+    usable = [b for b in ordered if b.supports(mirror)]
+    if not usable:
+        return registered()["scipy"], "no GPU backend accepts this matrix", None
+    stats = mirror.stats
+    usable_names = [b.name for b in usable]
+    for lookup in _auto_lookups:
+        name = lookup(mirror, value_dtype, usable_names)
+        if name in usable_names:
+            return usable[usable_names.index(name)], "measured fastest (tuning cache)", stats
+    name, reason = auto_rule(stats, usable_names)
+    return usable[usable_names.index(name)], reason, stats
+
+
+def auto_rule(stats, usable_names) -> tuple[str, str]:
+    """The heuristic of ``auto``: (backend name, reason) from row-length statistics.
+
+    Parameters
+    ----------
+    stats : RowLengthStats
+        Of the matrix (computed once per mirror, on the device).
+    usable_names : list of str
+        Backends that take this matrix and dtype, in preference order (not empty).
+    """
+    irregular = stats.nnz > 0 and (
+        (stats.imbalance > IRREGULAR_IMBALANCE and stats.std > stats.mean) or stats.max > LONG_ROW
+    )
+    if irregular:
+        for name in _AUTO_IRREGULAR:
+            if name in usable_names:
+                return name, (
+                    f"irregular rows (max {stats.max} > {IRREGULAR_IMBALANCE:g} x mean "
+                    f"{stats.mean:.1f} with std > mean, or a row over {LONG_ROW:,}): "
+                    "the load-balanced merge-path kernel keeps every thread busy"
+                )
+    return usable_names[0], (
+        f"regular rows (max/mean {stats.imbalance:.1f}): first usable of the preference "
+        f"order {', '.join(_AUTO_PREFERENCE)}"
+    )
 
 
 def choose_auto(matrix_obj, value_dtype: np.dtype, index_dtype: np.dtype) -> Backend:
     """The backend ``auto`` uses for this matrix and value dtype.
 
-    No GPU, or a value dtype no GPU backend takes: ``scipy``. Otherwise the preference
-    order, restricted to backends that accept the mirror's dtypes and size.
+    No GPU, or a value dtype no GPU backend takes: ``scipy``. Otherwise a plugged-in
+    lookup (the tuning cache), then the row-length rules above, restricted to backends
+    that accept the mirror's dtypes and size.
     """
-    candidates = _auto_candidates(np.dtype(value_dtype))
-    if candidates:
-        by_name = {b.name: b for b in candidates}
-        ordered = [by_name[n] for n in _AUTO_PREFERENCE if n in by_name]
-        ordered += [b for b in candidates if b.name not in _AUTO_PREFERENCE]
-        mirror = matrix_obj._sg_mirror(ordered[0].residence, value_dtype)
-        for backend in ordered:
-            if backend.supports(mirror):
-                return backend
-    return registered()["scipy"]
+    return _auto_decision(matrix_obj, np.dtype(value_dtype))[0]
+
+
+def explain(A, x_dtype=None) -> AutoChoice:
+    """Which backend and policy ``auto`` uses for ``A @ x`` (x of ``x_dtype``), and why.
+
+    Parameters
+    ----------
+    A : sparsegpu matrix
+    x_dtype : dtype, optional
+        The dtype of x; default ``A.dtype``.
+
+    Returns
+    -------
+    AutoChoice
+        Printing it shows the backend, the policy, the reason, and the row-length
+        statistics the rules looked at.
+
+    Examples
+    --------
+    >>> import scipy.sparse as sp, sparsegpu as sg
+    >>> print(sg.explain(sg.csr_matrix(sp.eye(4))).backend)  # doctest: +SKIP
+    cusparse
+    """
+    if not hasattr(A, "_sg_mirror"):
+        raise TypeError(
+            f"A must be a sparsegpu matrix, got {type(A).__name__}; wrap it with "
+            "sparsegpu.csr_matrix(A)"
+        )
+    value_dtype = result_dtype(A.dtype, x_dtype or A.dtype)
+    backend, reason, stats = _auto_decision(A, value_dtype)
+    policy = _policy_for(A, backend, value_dtype)
+    override = None
+    name = resolve_name(None, A._sg_backend)
+    if name != AUTO:
+        override = f"products of this matrix use {name!r} now (A.backend, use_backend or env)"
+    return AutoChoice(backend.name, policy, reason, stats, value_dtype, override)
 
 
 def choose(matrix_obj, name: str, value_dtype, index_dtype) -> Backend:
@@ -231,20 +380,31 @@ def result_dtype(a_dtype, x_dtype) -> np.dtype:
     return np.result_type(a_dtype, x_dtype)
 
 
+def _default_policy(matrix_obj, backend: Backend, mirror):
+    chosen = matrix_obj._sg_policy
+    if chosen is not None and isinstance(chosen, backend.policy_type):
+        return chosen
+    policy = mirror.plans.get((backend.name, "default"))
+    if policy is None:
+        policy = backend.default_policy(mirror)
+        mirror.plans[(backend.name, "default")] = policy
+    return policy
+
+
+def _policy_for(matrix_obj, backend: Backend, value_dtype):
+    """The policy a product on ``backend`` without an explicit policy uses."""
+    return _default_policy(
+        matrix_obj, backend, matrix_obj._sg_mirror(backend.residence, value_dtype)
+    )
+
+
 def _plan_for(matrix_obj, backend: Backend, value_dtype, policy) -> Plan:
     mirror = matrix_obj._sg_mirror(backend.residence, value_dtype)
     if not backend.supports(mirror):
         reason = backend.refuse_reason(mirror)
         raise ValueError(f"backend {backend.name!r} cannot take this matrix: {reason}")
     if policy is None:
-        chosen = matrix_obj._sg_policy
-        if chosen is not None and isinstance(chosen, backend.policy_type):
-            policy = chosen
-        else:
-            policy = mirror.plans.get((backend.name, "default"))
-            if policy is None:
-                policy = backend.default_policy(mirror)
-                mirror.plans[(backend.name, "default")] = policy
+        policy = _default_policy(matrix_obj, backend, mirror)
     elif not isinstance(policy, backend.policy_type):
         raise TypeError(
             f"backend {backend.name!r} takes a {backend.policy_type.__name__}, "
@@ -285,21 +445,56 @@ def _from_residence(y, want_cupy: bool):
     return y
 
 
+def _chosen_plan(matrix_obj, name: str, x_dtype, policy):
+    """(plan, value dtype, residence) for a product, cached on the matrix when no policy
+    is given: the lean path of repeated products skips choosing and plan lookup.
+
+    The cache lives beside the mirrors (dropped with them when the matrix changes) and
+    remembers the registry generation and the matrix's policy it was made under.
+    """
+    key = ("plan", name, x_dtype, _generation)
+    if policy is None:
+        cache = matrix_obj.__dict__.get("_sg_cache")
+        if cache is not None:
+            hit = cache.get(key)
+            if hit is not None and hit[3] is matrix_obj._sg_policy:
+                return hit
+    value_dtype = result_dtype(matrix_obj.dtype, x_dtype)
+    chosen = choose(matrix_obj, name, value_dtype, matrix_obj._sg_index_dtype())
+    plan = _plan_for(matrix_obj, chosen, value_dtype, policy)
+    entry = (plan, value_dtype, chosen.residence, matrix_obj._sg_policy)
+    if policy is None:
+        cache = matrix_obj.__dict__.get("_sg_cache")
+        residence = chosen.residence
+        mirror_key = (residence.name, value_dtype if residence.copies else None)
+        # only while the plan's mirror is still the matrix's (no change raced with us)
+        if cache is not None and cache.get(mirror_key) is plan.matrix:
+            cache[key] = entry
+    return entry
+
+
 def product(matrix_obj, x, *, backend: str | None = None, policy=None, out=None):
     """``A @ x`` for a 1-D or 2-D x (numpy or cupy) through the chosen backend.
 
     The result is in x's array module with scipy's dtype. Shapes are the caller's job
     (``_matrix`` checks them the way scipy does).
     """
-    value_dtype = result_dtype(matrix_obj.dtype, x.dtype)
     name = resolve_name(backend, matrix_obj._sg_backend)
-    chosen = choose(matrix_obj, name, value_dtype, matrix_obj._sg_index_dtype())
-    plan = _plan_for(matrix_obj, chosen, value_dtype, policy)
+    plan, value_dtype, residence, _ = _chosen_plan(matrix_obj, name, x.dtype, policy)
     want_cupy = _cuda.is_cupy_array(x)
-    xr = _to_residence(x, chosen.residence, value_dtype)
+    if (
+        out is None
+        and want_cupy
+        and x.ndim == 1
+        and x.dtype == value_dtype
+        and residence is CUPY
+        and x.flags.c_contiguous
+    ):
+        return plan.matvec(x)  # the lean path: a cupy vector already as the plan wants it
+    xr = _to_residence(x, residence, value_dtype)
     target = None
     if out is not None and (
-        _cuda.is_cupy_array(out) != (chosen.residence.name != "host")
+        _cuda.is_cupy_array(out) != (residence.name != "host")
         or out.dtype != value_dtype
         or not out.flags.c_contiguous
     ):

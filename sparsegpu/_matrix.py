@@ -143,7 +143,9 @@ class _SparseGPUMixin:
             if mirror is not None:
                 return mirror
         with _MIRROR_LOCK:
-            cache = self.__dict__.setdefault("_sg_cache", {})
+            cache = self.__dict__.get("_sg_cache")
+            if cache is None:  # never made, or dropped (set to None) by _sg_invalidate
+                cache = self.__dict__["_sg_cache"] = {}
             mirror = cache.get(key)
             if mirror is None:
                 mirror = self._sg_build_mirror(residence, value_dtype, cache)
@@ -260,8 +262,9 @@ class _SparseGPUMixin:
                     f"matmul: dimension mismatch with signature (n,k={N}),"
                     f"(k={other.shape[0]},1?)->(n,1?)"
                 )
-            y = _dispatch.product(self, other.ravel())
-            return y.reshape(M, 1) if other.ndim == 2 else y
+            if other.ndim == 1:
+                return _dispatch.product(self, other)
+            return _dispatch.product(self, other.ravel()).reshape(M, 1)
         if other.ndim == 2:
             if other.shape[0] != N:
                 raise ValueError(

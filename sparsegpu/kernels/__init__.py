@@ -1,0 +1,1 @@
+"""CUDA C++ kernel sources (package data), compiled at run time by :mod:`sparsegpu._compile`."""

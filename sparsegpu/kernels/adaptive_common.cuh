@@ -1,0 +1,43 @@
+// Value types for the adaptive kernel family: float, double and two small complex
+// structs with just the arithmetic SpMV needs (a multiply-add and a zero), so that the
+// sources compile the same under NVRTC (no CuPy or CUDA headers) and nvcc.
+#pragma once
+
+struct __align__(8) complex64_t {
+    float re, im;
+};
+
+struct __align__(16) complex128_t {
+    double re, im;
+};
+
+template <typename V>
+__device__ __forceinline__ V value_zero() {
+    return V(0);
+}
+template <>
+__device__ __forceinline__ complex64_t value_zero<complex64_t>() {
+    return complex64_t{0.0f, 0.0f};
+}
+template <>
+__device__ __forceinline__ complex128_t value_zero<complex128_t>() {
+    return complex128_t{0.0, 0.0};
+}
+
+__device__ __forceinline__ float value_mul(float a, float b) { return a * b; }
+__device__ __forceinline__ double value_mul(double a, double b) { return a * b; }
+__device__ __forceinline__ complex64_t value_mul(complex64_t a, complex64_t b) {
+    return complex64_t{a.re * b.re - a.im * b.im, a.re * b.im + a.im * b.re};
+}
+__device__ __forceinline__ complex128_t value_mul(complex128_t a, complex128_t b) {
+    return complex128_t{a.re * b.re - a.im * b.im, a.re * b.im + a.im * b.re};
+}
+
+__device__ __forceinline__ float value_add(float a, float b) { return a + b; }
+__device__ __forceinline__ double value_add(double a, double b) { return a + b; }
+__device__ __forceinline__ complex64_t value_add(complex64_t a, complex64_t b) {
+    return complex64_t{a.re + b.re, a.im + b.im};
+}
+__device__ __forceinline__ complex128_t value_add(complex128_t a, complex128_t b) {
+    return complex128_t{a.re + b.re, a.im + b.im};
+}
