@@ -25,9 +25,10 @@ def _stats(mean, std, lo, hi, n_rows=1000, empty=0):
     return RowLengthStats(n_rows, n_rows, int(mean * n_rows), mean, std, lo, hi, empty)
 
 
-REGULAR = _stats(5.0, 0.5, 3, 5)
-POWER_LAW = _stats(15.0, 80.0, 0, 90_000)
-ONE_LONG_ROW = _stats(200.0, 150.0, 100, 70_000)
+REGULAR = _stats(5.0, 0.5, 3, 5, n_rows=1_000_000)
+POWER_LAW = _stats(15.0, 80.0, 0, 90_000, n_rows=1_000_000)
+ONE_LONG_ROW = _stats(200.0, 150.0, 100, 70_000, n_rows=100_000)
+SMALL_REGULAR = _stats(5.0, 0.5, 3, 5, n_rows=1000)
 EMPTY = RowLengthStats(10, 10, 0, 0.0, 0.0, 0, 0, 10)
 
 
@@ -38,9 +39,19 @@ EMPTY = RowLengthStats(10, 10, 0, 0.0, 0.0, 0, 0, 10)
         (POWER_LAW, ["cusparse", "adaptive"], "adaptive"),
         (ONE_LONG_ROW, ["cusparse", "adaptive"], "adaptive"),
         (POWER_LAW, ["cusparse"], "cusparse"),
-        (EMPTY, ["cusparse", "adaptive"], "cusparse"),
+        (EMPTY, ["cusparse", "adaptive"], "adaptive"),
+        (SMALL_REGULAR, ["cusparse", "adaptive"], "adaptive"),
+        (SMALL_REGULAR, ["cusparse"], "cusparse"),
     ],
-    ids=["regular", "power_law", "long_row_over_limit", "adaptive_unusable", "empty"],
+    ids=[
+        "regular",
+        "power_law",
+        "long_row_over_limit",
+        "adaptive_unusable",
+        "empty_is_small",
+        "small",
+        "small_adaptive_unusable",
+    ],
 )
 def test_rule_picks_by_row_lengths(stats, usable, expected):
     name, reason = _dispatch.auto_rule(stats, usable)
@@ -49,7 +60,7 @@ def test_rule_picks_by_row_lengths(stats, usable, expected):
 
 
 def test_imbalance_threshold_is_strict():
-    at_threshold = _stats(10.0, 20.0, 0, 80)  # max exactly 8 x mean
+    at_threshold = _stats(10.0, 20.0, 0, 80, n_rows=1_000_000)  # max exactly 8 x mean
     assert _dispatch.auto_rule(at_threshold, ["cusparse", "adaptive"])[0] == "cusparse"
 
 
@@ -71,6 +82,8 @@ def fake_gpu(monkeypatch):
 
     def install(*backends):
         monkeypatch.setattr(_dispatch, "_auto_candidates", lambda value_dtype: list(backends))
+        # the awkward matrices are all small; the row-length rules are what is tested here
+        monkeypatch.setattr(_dispatch, "SMALL_ITEMS", 0)
         _dispatch.invalidate_choices()
         return backends
 

@@ -4,9 +4,9 @@ The kernel (``kernels/adaptive.cu``, after Merrill & Garland, SC'16) splits the 
 row ends and nonzeros into equal tiles, so a matrix whose rows follow a power law, with
 one row holding most nonzeros or with many empty rows, keeps every thread equally busy.
 Tile start coordinates are computed once per plan on the device (one ``searchsorted``);
-each product is one kernel launch plus, when rows span tiles, a small fix-up launch that
-adds the carried partial sums in tile order. No atomics: results are bitwise
-reproducible.
+each product is one kernel launch (up to ``FUSED_FIXUP_MAX_TILES`` tiles the last block to
+finish adds the carried partial sums) or two (a fix-up launch adds them). Sums run in a
+fixed order whatever the scheduling: results are bitwise reproducible.
 """
 
 from __future__ import annotations
@@ -27,6 +27,10 @@ VALUE_CTYPE = {
 }
 INDEX_CTYPE = {np.dtype(np.int32): "int", np.dtype(np.int64): "long long"}
 FIXUP_BLOCK = 256
+# Up to this many tiles the last block adds the carries itself (a few strided passes over
+# the carries, cheaper than a second launch); beyond it a separate fix-up kernel does,
+# so that one block's serial tail never shows on large matrices.
+FUSED_FIXUP_MAX_TILES = 1024
 
 
 def spmv_name(value_dtype, index_dtype, block_size: int, nnz_per_thread: int) -> str:
@@ -93,17 +97,22 @@ class AdaptivePlan(Plan):
         )
         self._fixup = _compile.get_kernel(SOURCE, fixup_name(matrix.dtype, matrix.index_dtype))
         self._fixup_grid = (-(-self.n_tiles // FIXUP_BLOCK),)
-        self._fixup_scalars = (np.int32(self.n_tiles), matrix.index_dtype.type(n_rows))
+        self._n_rows_arg = matrix.index_dtype.type(n_rows)
+        self._n_tiles_arg = np.int32(self.n_tiles)
+        self.fused_fixup = 1 < self.n_tiles <= FUSED_FIXUP_MAX_TILES
         self._carries: dict = {}
 
     def _carry_buffers(self, stream_ptr: int):
-        """(carry rows, carry values) for one stream: scratch written by every product."""
+        """(carry rows, carry values, finished-tile counter or a null pointer) for one
+        stream: scratch written by every product."""
         buffers = self._carries.get(stream_ptr)
         if buffers is None:
             cupy = self._cupy
+            counter = cupy.zeros(1, dtype=np.uint32) if self.fused_fixup else np.uint64(0)
             buffers = (
                 cupy.empty(self.n_tiles, dtype=self.matrix.index_dtype),
                 cupy.empty(self.n_tiles, dtype=self._dtype),
+                counter,
             )
             self._carries[stream_ptr] = buffers
         return buffers
@@ -114,7 +123,7 @@ class AdaptivePlan(Plan):
         if self._n_rows == 0:
             return y
         m = self.matrix
-        carry_row, carry_value = self._carry_buffers(cupy.cuda.get_current_stream().ptr)
+        carry_row, carry_value, counter = self._carry_buffers(cupy.cuda.get_current_stream().ptr)
         self._spmv(
             (self.n_tiles,),
             (self._block,),
@@ -128,14 +137,15 @@ class AdaptivePlan(Plan):
                 self._tile_nz,
                 carry_row,
                 carry_value,
+                self._n_rows_arg,
+                counter,
             ),
         )
-        if self.n_tiles > 1:  # one tile: no row spans tiles, nothing to carry
-            n_tiles, n_rows = self._fixup_scalars
+        if self.n_tiles > FUSED_FIXUP_MAX_TILES:
             self._fixup(
                 self._fixup_grid,
                 (FIXUP_BLOCK,),
-                (carry_row, carry_value, n_tiles, n_rows, y),
+                (carry_row, carry_value, self._n_tiles_arg, self._n_rows_arg, y),
             )
         return y
 

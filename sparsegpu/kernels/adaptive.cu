@@ -9,8 +9,9 @@
 // row ends are staged in shared memory with coalesced loads; each thread finds its start
 // by a binary search along its diagonal, walks its items, and writes rows that end inside
 // its segment. Partial rows are combined by a segmented (reduce-by-key) Hillis-Steele scan
-// in shared memory and, across tiles, by adaptive_spmv_fixup, which adds each row's
-// carries in tile order. No atomics: the same input gives the same bits every run.
+// in shared memory and, across tiles, by adding each row's carries in tile order: in the
+// last block to finish (few tiles; an atomic counter only elects that block) or in
+// adaptive_spmv_fixup (many tiles). No floating-point atomics: same input, same bits.
 // Work O(n_rows + nnz); each value, index and row pointer is read once.
 #include "adaptive_common.cuh"
 
@@ -19,7 +20,8 @@ __global__ void __launch_bounds__(BLOCK)
 adaptive_spmv(const I* __restrict__ indptr, const I* __restrict__ indices,
               const V* __restrict__ data, const V* __restrict__ x, V* __restrict__ y,
               const I* __restrict__ tile_row, const I* __restrict__ tile_nz,
-              I* __restrict__ carry_row, V* __restrict__ carry_value) {
+              I* __restrict__ carry_row, V* __restrict__ carry_value, I n_rows,
+              unsigned int* __restrict__ tiles_done) {
     constexpr int TILE = BLOCK * ITEMS;
     // products first, then local row ends (int, never wider than V): together at most
     // TILE entries, plus the alignment gap between them
@@ -38,12 +40,31 @@ adaptive_spmv(const I* __restrict__ indptr, const I* __restrict__ indices,
     V* products = reinterpret_cast<V*>(tile_buffer);
     int* row_end = reinterpret_cast<int*>(
         tile_buffer + ((static_cast<unsigned>(num_nz) * sizeof(V) + 15u) & ~15u));
-    for (int i = tid; i < num_nz; i += BLOCK) {
-        const I k = k0 + i;
-        products[i] = value_mul(data[k], x[indices[k]]);
+    // All loads of a thread are issued before any is used, so ITEMS gathers of x are in
+    // flight at once (the gathers, not the streaming loads, bound irregular matrices).
+    I column[ITEMS];
+    V value[ITEMS];
+#pragma unroll
+    for (int s = 0; s < ITEMS; ++s) {
+        const int i = tid + s * BLOCK;
+        if (i < num_nz) {
+            column[s] = indices[k0 + i];
+            value[s] = data[k0 + i];
+        }
     }
-    for (int i = tid; i < num_rows; i += BLOCK) {
-        row_end[i] = static_cast<int>(indptr[r0 + i + 1] - k0);  // local nonzero offset
+#pragma unroll
+    for (int s = 0; s < ITEMS; ++s) {
+        const int i = tid + s * BLOCK;
+        if (i < num_nz) {
+            products[i] = value_mul(value[s], x[column[s]]);
+        }
+    }
+#pragma unroll
+    for (int s = 0; s < ITEMS; ++s) {
+        const int i = tid + s * BLOCK;
+        if (i < num_rows) {
+            row_end[i] = static_cast<int>(indptr[r0 + i + 1] - k0);  // local nonzero offset
+        }
     }
     __syncthreads();
 
@@ -111,6 +132,38 @@ adaptive_spmv(const I* __restrict__ indptr, const I* __restrict__ indices,
     if (tid == BLOCK - 1) {
         carry_row[tile] = r0 + static_cast<I>(row);
         carry_value[tile] = scan_value[tid];
+    }
+    if (tiles_done == nullptr) {
+        return;  // many tiles: adaptive_spmv_fixup runs as a second launch
+    }
+    // Few tiles: the last block to finish adds the carries itself (one launch instead of
+    // two). The atomic only elects that block; sums keep their fixed order.
+    __shared__ bool is_last;
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) {
+        is_last = atomicAdd(tiles_done, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!is_last) {
+        return;
+    }
+    __threadfence();
+    const int n_tiles = static_cast<int>(gridDim.x);
+    const volatile I* rows = carry_row;
+    for (int t = tid; t < n_tiles; t += BLOCK) {
+        const I carry = rows[t];
+        if (carry >= n_rows || (t > 0 && rows[t - 1] == carry)) {
+            continue;
+        }
+        V sum = load_coherent(carry_value + t);
+        for (int u = t + 1; u < n_tiles && rows[u] == carry; ++u) {
+            sum = value_add(sum, load_coherent(carry_value + u));
+        }
+        y[carry] = value_add(sum, load_coherent(y + carry));
+    }
+    if (tid == 0) {
+        *tiles_done = 0u;  // ready for the next product on this buffer
     }
 }
 

@@ -41,3 +41,15 @@ __device__ __forceinline__ complex64_t value_add(complex64_t a, complex64_t b) {
 __device__ __forceinline__ complex128_t value_add(complex128_t a, complex128_t b) {
     return complex128_t{a.re + b.re, a.im + b.im};
 }
+
+// Loads that bypass L1 (other blocks of the same launch wrote these values).
+__device__ __forceinline__ float load_coherent(const float* p) { return __ldcg(p); }
+__device__ __forceinline__ double load_coherent(const double* p) { return __ldcg(p); }
+__device__ __forceinline__ complex64_t load_coherent(const complex64_t* p) {
+    const float2 v = __ldcg(reinterpret_cast<const float2*>(p));
+    return complex64_t{v.x, v.y};
+}
+__device__ __forceinline__ complex128_t load_coherent(const complex128_t* p) {
+    const double2 v = __ldcg(reinterpret_cast<const double2*>(p));
+    return complex128_t{v.x, v.y};
+}
