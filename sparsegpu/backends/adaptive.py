@@ -11,6 +11,8 @@ fixed order whatever the scheduling: results are bitwise reproducible.
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from .. import _compile, _cuda
@@ -75,6 +77,28 @@ def tile_coordinates(indptr, nnz: int, tile_items: int, xp):
     return rows.astype(indptr.dtype), (diagonals - rows).astype(indptr.dtype)
 
 
+class _KernelLauncher:
+    """Launches one compiled kernel through ``cuLaunchKernel`` from a packed argument buffer.
+
+    CuPy's generic launch converts every argument on every call (several microseconds for
+    eleven arguments, more than a whole small product); here each argument has a fixed
+    8-byte slot (pointers and integers, little-endian, so an ``int`` reads its low four
+    bytes) and a call only rewrites the slots that change.
+    """
+
+    def __init__(self, kernel, n_args: int):
+        from cupy_backends.cuda.api import driver
+
+        self._launch = driver.launchKernel
+        self._function = kernel.kernel.ptr
+        self.args = np.zeros(n_args, dtype=np.uint64)
+        self._params = self.args.ctypes.data + 8 * np.arange(n_args, dtype=np.uint64)
+        self._params_ptr = self._params.ctypes.data
+
+    def __call__(self, grid: int, block: int, stream_ptr: int) -> None:
+        self._launch(self._function, grid, 1, 1, block, 1, 1, 0, stream_ptr, self._params_ptr, 0)
+
+
 class AdaptivePlan(Plan):
     """Compiled merge-path kernels, tile coordinates and per-stream carry buffers."""
 
@@ -101,6 +125,15 @@ class AdaptivePlan(Plan):
         self._n_tiles_arg = np.int32(self.n_tiles)
         self.fused_fixup = 1 < self.n_tiles <= FUSED_FIXUP_MAX_TILES
         self._carries: dict = {}
+        # argument slots of adaptive_spmv; x, y and the per-stream scratch change per call
+        self._launcher = _KernelLauncher(self._spmv, 11)
+        args = self._launcher.args
+        args[0], args[1], args[2] = (
+            a.data.ptr for a in (matrix.indptr, matrix.indices, matrix.data)
+        )
+        args[5], args[6] = self._tile_row.data.ptr, self._tile_nz.data.ptr
+        args[9] = n_rows
+        self._launch_lock = threading.Lock()
 
     def _carry_buffers(self, stream_ptr: int):
         """(carry rows, carry values, finished-tile counter or a null pointer) for one
@@ -108,12 +141,15 @@ class AdaptivePlan(Plan):
         buffers = self._carries.get(stream_ptr)
         if buffers is None:
             cupy = self._cupy
-            counter = cupy.zeros(1, dtype=np.uint32) if self.fused_fixup else np.uint64(0)
-            buffers = (
-                cupy.empty(self.n_tiles, dtype=self.matrix.index_dtype),
-                cupy.empty(self.n_tiles, dtype=self._dtype),
-                counter,
+            counter = cupy.zeros(1, dtype=np.uint32) if self.fused_fixup else None
+            carry_row = cupy.empty(self.n_tiles, dtype=self.matrix.index_dtype)
+            carry_value = cupy.empty(self.n_tiles, dtype=self._dtype)
+            pointers = (
+                carry_row.data.ptr,
+                carry_value.data.ptr,
+                0 if counter is None else counter.data.ptr,  # null: no fused fix-up
             )
+            buffers = (carry_row, carry_value, counter, pointers)
             self._carries[stream_ptr] = buffers
         return buffers
 
@@ -122,25 +158,14 @@ class AdaptivePlan(Plan):
         y = cupy.empty(self._n_rows, dtype=self._dtype) if out is None else out
         if self._n_rows == 0:
             return y
-        m = self.matrix
-        carry_row, carry_value, counter = self._carry_buffers(cupy.cuda.get_current_stream().ptr)
-        self._spmv(
-            (self.n_tiles,),
-            (self._block,),
-            (
-                m.indptr,
-                m.indices,
-                m.data,
-                x,
-                y,
-                self._tile_row,
-                self._tile_nz,
-                carry_row,
-                carry_value,
-                self._n_rows_arg,
-                counter,
-            ),
-        )
+        stream_ptr = cupy.cuda.get_current_stream().ptr
+        carry_row, carry_value, _, pointers = self._carry_buffers(stream_ptr)
+        with self._launch_lock:  # the argument slots are shared; the launch copies them
+            args = self._launcher.args
+            args[3] = x.data.ptr
+            args[4] = y.data.ptr
+            args[7], args[8], args[10] = pointers
+            self._launcher(self.n_tiles, self._block, stream_ptr)
         if self.n_tiles > FUSED_FIXUP_MAX_TILES:
             self._fixup(
                 self._fixup_grid,

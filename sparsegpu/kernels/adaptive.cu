@@ -48,8 +48,8 @@ adaptive_spmv(const I* __restrict__ indptr, const I* __restrict__ indices,
     for (int s = 0; s < ITEMS; ++s) {
         const int i = tid + s * BLOCK;
         if (i < num_nz) {
-            column[s] = indices[k0 + i];
-            value[s] = data[k0 + i];
+            column[s] = load_streaming(indices + k0 + i);
+            value[s] = load_streaming(data + k0 + i);
         }
     }
 #pragma unroll
@@ -63,7 +63,8 @@ adaptive_spmv(const I* __restrict__ indptr, const I* __restrict__ indices,
     for (int s = 0; s < ITEMS; ++s) {
         const int i = tid + s * BLOCK;
         if (i < num_rows) {
-            row_end[i] = static_cast<int>(indptr[r0 + i + 1] - k0);  // local nonzero offset
+            // local nonzero offset of the row's end
+            row_end[i] = static_cast<int>(load_streaming(indptr + r0 + i + 1) - k0);
         }
     }
     __syncthreads();

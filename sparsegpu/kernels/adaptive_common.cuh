@@ -53,3 +53,18 @@ __device__ __forceinline__ complex128_t load_coherent(const complex128_t* p) {
     const double2 v = __ldcg(reinterpret_cast<const double2*>(p));
     return complex128_t{v.x, v.y};
 }
+
+// Streaming loads (evict-first): values and indices are read once, and keeping them out of
+// the way lets x stay resident in L2 for the gathers.
+__device__ __forceinline__ int load_streaming(const int* p) { return __ldcs(p); }
+__device__ __forceinline__ long long load_streaming(const long long* p) { return __ldcs(p); }
+__device__ __forceinline__ float load_streaming(const float* p) { return __ldcs(p); }
+__device__ __forceinline__ double load_streaming(const double* p) { return __ldcs(p); }
+__device__ __forceinline__ complex64_t load_streaming(const complex64_t* p) {
+    const float2 v = __ldcs(reinterpret_cast<const float2*>(p));
+    return complex64_t{v.x, v.y};
+}
+__device__ __forceinline__ complex128_t load_streaming(const complex128_t* p) {
+    const double2 v = __ldcs(reinterpret_cast<const double2*>(p));
+    return complex128_t{v.x, v.y};
+}
