@@ -287,7 +287,10 @@ class CusparseBackend(Backend):
         return None
 
     def untuned_policy(self, matrix):
-        return CusparsePolicy(source="default")
+        # CSR ALG1: on the H200 (docs/benchmarks/results/auto_vs_cusparse_h200.json) it was
+        # as fast as or faster than ALG2 and the library default on 11 of the 12 synthetic
+        # runs, by up to 12% (long rows, float32)
+        return CusparsePolicy(algorithm="csr_alg1", source="default")
 
     def candidates(self, matrix):
         preprocess = (False, True) if has_preprocess() else (False,)
