@@ -6,6 +6,7 @@
 True
 """
 
+from . import datasets, io, suitesparse
 from ._dispatch import (
     BackendStatus,
     BackendUnavailableError,
@@ -27,9 +28,12 @@ __all__ = [
     "csc_matrix",
     "csr_array",
     "csr_matrix",
+    "datasets",
     "explain",
+    "io",
     "matvec",
     "register_backend",
+    "suitesparse",
     "unregister_backend",
     "use_backend",
 ]
