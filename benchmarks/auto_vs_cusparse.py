@@ -213,30 +213,54 @@ def markdown(result) -> str:
 
 
 def plot(result, path) -> None:
+    """Per dtype: GB/s of auto, raw cuSPARSE and cupyx, and auto's speed-ups (log scale)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     dtypes = sorted({r["dtype"] for r in result["results"]})
-    fig, axes = plt.subplots(len(dtypes), 1, figsize=(14, 4.5 * len(dtypes)), squeeze=False)
+    fig, axes = plt.subplots(2, len(dtypes), figsize=(9 * len(dtypes), 9), squeeze=False)
     series = (
         ("auto", "sparsegpu auto"),
         ("raw_best", "raw cuSPARSE (best alg)"),
         ("cupyx", "cupyx"),
     )
-    for ax, dtype in zip(axes[:, 0], dtypes, strict=True):
+    for column, dtype in enumerate(dtypes):
         sel = [r for r in result["results"] if r["dtype"] == dtype]
         pos = np.arange(len(sel))
+        names = [r["matrix"] for r in sel]
+        ax = axes[0, column]
         for k, (key, label) in enumerate(series):
             ax.bar(pos + (k - 1) * 0.27, [r["gb_per_s"][key] for r in sel], 0.27, label=label)
         ax.axhline(result["copy_gb_per_s"], color="k", lw=0.8, ls="--", label="copy bandwidth")
-        ax.set_xticks(pos, [r["matrix"] for r in sel], rotation=40, ha="right", fontsize=8)
+        ax.set_xticks(pos, names, rotation=60, ha="right", fontsize=7)
         ax.set_ylabel("GB/s")
         ax.set_title(f"{dtype}: SpMV bandwidth on {result['device']}")
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7)
+        ax = axes[1, column]
+        ax.bar(pos - 0.2, [r["auto_vs_raw_best"] for r in sel], 0.4, label="auto / raw cuSPARSE")
+        ax.bar(pos + 0.2, [r["auto_vs_cupyx"] for r in sel], 0.4, label="auto / cupyx")
+        ax.axhline(1.0, color="k", lw=0.8)
+        ax.set_yscale("log")
+        ax.set_xticks(pos, names, rotation=60, ha="right", fontsize=7)
+        ax.set_ylabel("speed-up (higher is better)")
+        ax.set_title(f"{dtype}: speed-up of sparsegpu auto")
+        ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+
+
+def write_outputs(result, args) -> None:
+    """The JSON, markdown and plot files asked for, and the table on stdout."""
+    if args.out:
+        pathlib.Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    text = markdown(result)
+    if args.md:
+        pathlib.Path(args.md).write_text(text)
+    if args.plot:
+        plot(result, args.plot)
+    _console.console().print(text)
 
 
 def main(argv=None) -> int:
@@ -247,7 +271,13 @@ def main(argv=None) -> int:
     parser.add_argument("--out", help="JSON result file")
     parser.add_argument("--md", help="markdown table file")
     parser.add_argument("--plot", help="PNG plot file (needs matplotlib)")
+    parser.add_argument(
+        "--from-json", help="redraw --md/--plot from an earlier result file (no GPU needed)"
+    )
     args = parser.parse_args(argv)
+    if args.from_json:
+        write_outputs(json.loads(pathlib.Path(args.from_json).read_text()), args)
+        return 0
     cupy = _cuda.cupy_or_none()
     if cupy is None:
         print(f"no GPU: {_cuda.unavailable_reason()}", file=sys.stderr)
@@ -284,14 +314,7 @@ def main(argv=None) -> int:
                 pathlib.Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
             bar.advance(task)
     result["summary"] = summarize(result["results"])
-    if args.out:
-        pathlib.Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
-    text = markdown(result)
-    if args.md:
-        pathlib.Path(args.md).write_text(text)
-    if args.plot:
-        plot(result, args.plot)
-    _console.console().print(text)
+    write_outputs(result, args)
     return 0
 
 
