@@ -8,16 +8,14 @@ SuiteSparse matrices, policy validation, and the registry of instantiations (CPU
 
 from __future__ import annotations
 
-import gzip
 from pathlib import Path
 
 import numpy as np
 import pytest
-import scipy.io
 import scipy.sparse as sp
 
 import sparsegpu as sg
-from sparsegpu import _compile, _dispatch
+from sparsegpu import _compile, _dispatch, datasets
 from sparsegpu.backends import csr_vector, swcache
 from sparsegpu.testing import assert_product_close, awkward_matrices, random_vector
 from sparsegpu.tuning import occupancy
@@ -33,8 +31,7 @@ DTYPE_PAIRS = [
     pytest.param((np.complex64, np.int64), id="complex64-int64"),
 ]
 AWKWARD_NAMES = list(awkward_matrices())
-MATRIX_DIR = Path(__file__).parent / "data" / "matrices"
-MATRIX_FILES = sorted(p.name for p in MATRIX_DIR.glob("*.mtx.gz"))
+BUNDLED = datasets.names()
 
 
 def policy_for(backend_name: str, threads_per_row: int, block_size: int = 128):
@@ -174,8 +171,8 @@ def test_check_kernels_parses_ptxas_and_flags_spills():
     assert '#include "k.cu"' in unit and "(void*)&k<double, int, 8>" in unit
 
 
-def test_bundled_matrix_copies_are_present():
-    assert len(MATRIX_FILES) >= 15
+def test_every_bundled_matrix_is_tested():
+    assert len(BUNDLED) >= 15
 
 
 # ------------------------------------------------------------------------- GPU checks
@@ -325,17 +322,16 @@ def test_fifty_million_nonzeros(cupy, backend_name):
 
 
 def read_bundled(name: str) -> sp.csr_matrix:
-    with gzip.open(MATRIX_DIR / name, "rb") as f:
-        A = sp.csr_matrix(scipy.io.mmread(f))
+    A = sp.csr_matrix(datasets.load(name))
     return A.astype(np.complex128 if A.dtype.kind == "c" else np.float64)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("matrix_file", MATRIX_FILES)
+@pytest.mark.parametrize("matrix_name", BUNDLED)
 @pytest.mark.parametrize("backend_name", KERNEL_BACKENDS)
-def test_bundled_suitesparse_matrices(cupy, backend_name, matrix_file):
-    A = read_bundled(matrix_file)
+def test_bundled_suitesparse_matrices(cupy, backend_name, matrix_name):
+    A = read_bundled(matrix_name)
     x = random_vector(A.shape[1], A.dtype, seed=8)
     got = sg.matvec(sg.csr_matrix(A), cupy.asarray(x), backend=backend_name)
     max_row = int(np.diff(A.indptr).max())
-    assert_product_close(got, A @ x, A.dtype, max_row, what=f"{backend_name} {matrix_file}")
+    assert_product_close(got, A @ x, A.dtype, max_row, what=f"{backend_name} {matrix_name}")
