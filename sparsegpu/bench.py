@@ -241,6 +241,20 @@ class CupyxContender:
         )
 
 
+def contender(name: str):
+    """The contender called ``name`` (a registered backend or ``cupyx``), usable here.
+
+    Raises
+    ------
+    BenchError
+        For an unknown name, or one that cannot run here (the message says why).
+    """
+    contenders, unavailable, _skipped = _contenders([name], gpu=False)
+    if unavailable:
+        raise BenchError(f"{name!r} cannot run here: {unavailable[name]}")
+    return contenders[0]
+
+
 def _contenders(requested, gpu: bool):
     """(contenders to run, unavailable {name: reason}, skipped {name: reason})."""
     registry = _dispatch.registered()
@@ -281,6 +295,21 @@ def _wall_time(fn, warmup: int, repeat: int) -> list[float]:
         fn()
         samples.append((time.perf_counter() - start) * 1e3)
     return samples
+
+
+def measure(prepared: Prepared, repeat: int) -> list[float]:
+    """Per-call milliseconds of ``prepared.call``: CUDA events on the GPU, else wall clock."""
+    if prepared.timer == "cuda-events":
+        return list(cuda_time(prepared.call, warmup=3, repeat=repeat).samples_ms)
+    return _wall_time(prepared.call, warmup=1, repeat=repeat)
+
+
+def check(prepared: Prepared, A, dtype, expected=None) -> None:
+    """Raise AssertionError unless one product of ``prepared`` matches the scipy oracle."""
+    if expected is None:
+        expected = _oracle(A, _to_host(prepared.x), dtype)
+    max_row = int(np.diff(A.indptr).max()) if A.shape[0] else 0
+    assert_product_close(_to_host(prepared.call()), expected, dtype, max_row)
 
 
 def _to_host(a):
@@ -390,16 +419,12 @@ def _run_one(contender, source: MatrixSource, A, dtype, repeat, seed, oracle_cac
     key = (source.name, row.dtype)
     if key not in oracle_cache:
         oracle_cache[key] = _oracle(A, x_host, dtype)
-    max_row = int(np.diff(A.indptr).max()) if A.shape[0] else 0
     try:
-        assert_product_close(_to_host(prepared.call()), oracle_cache[key], dtype, max_row)
+        check(prepared, A, dtype, oracle_cache[key])
     except AssertionError as exc:
         row.status, row.message = "wrong", f"answer differs from the scipy oracle: {exc}"
         return row
-    if prepared.timer == "cuda-events":
-        samples = list(cuda_time(prepared.call, warmup=3, repeat=repeat).samples_ms)
-    else:
-        samples = _wall_time(prepared.call, warmup=1, repeat=repeat)
+    samples = measure(prepared, repeat)
     row.repeat = repeat
     row.median_ms = statistics.median(samples)
     row.min_ms = min(samples)
