@@ -314,3 +314,11 @@ def test_plot_draws_a_file(tmp_path):
     pytest.importorskip("matplotlib")
     path = bench.plot(_small_report().to_json(), tmp_path / "bench.png")
     assert path.stat().st_size > 1000
+
+
+@pytest.mark.parametrize("command", ["bench", "probe"])
+def test_cli_help_formats(command, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main([command, "--help"])
+    assert exc.value.code == 0
+    assert "--json" in capsys.readouterr().out

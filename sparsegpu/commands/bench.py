@@ -9,7 +9,7 @@ from .. import bench
 from .._console import console, progress, table
 from ..cli import CommandError
 
-HELP = "time every available backend and cuSPARSE on matrices (GB/s, % of peak, vs cuSPARSE)"
+HELP = "time every available backend and cuSPARSE on matrices: ms, GB/s, share of peak, speed-up"
 
 
 def _csv(text: str) -> list[str]:
