@@ -410,8 +410,11 @@ def _run_one(contender, source: MatrixSource, A, dtype, repeat, seed, oracle_cac
     )
     try:
         prepared = contender.prepare(A, dtype, seed)
-    except (TypeError, ValueError, MemoryError) as exc:
+    except (TypeError, ValueError, MemoryError) as exc:  # a dtype or size it does not take
         row.status, row.message = "refused", f"{type(exc).__name__}: {exc}"
+        return row
+    except Exception as exc:  # a broken backend must not stop the other rows
+        row.status, row.message = "error", f"{type(exc).__name__}: {exc}"
         return row
     row.policy, row.timer = prepared.policy, prepared.timer
     row.index_dtype = str(np.dtype(prepared.index_dtype))
@@ -421,10 +424,13 @@ def _run_one(contender, source: MatrixSource, A, dtype, repeat, seed, oracle_cac
         oracle_cache[key] = _oracle(A, x_host, dtype)
     try:
         check(prepared, A, dtype, oracle_cache[key])
+        samples = measure(prepared, repeat)
     except AssertionError as exc:
         row.status, row.message = "wrong", f"answer differs from the scipy oracle: {exc}"
         return row
-    samples = measure(prepared, repeat)
+    except Exception as exc:
+        row.status, row.message = "error", f"{type(exc).__name__}: {exc}"
+        return row
     row.repeat = repeat
     row.median_ms = statistics.median(samples)
     row.min_ms = min(samples)

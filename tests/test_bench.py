@@ -36,6 +36,21 @@ class WrongAnswerBackend(ScipyBackend):
         return _OffByOnePlan(matrix, policy)
 
 
+class _BrokenPlan(ScipyPlan):
+    def matvec(self, x, out=None):
+        raise RuntimeError("kernel launch failed")
+
+
+class BrokenBackend(ScipyBackend):
+    """A host backend whose products raise: an error row, the other rows still run."""
+
+    name = "test-broken"
+    description = "test-only: raises"
+
+    def plan(self, matrix, policy):
+        return _BrokenPlan(matrix, policy)
+
+
 class Float64OnlyBackend(ScipyBackend):
     """A host backend that takes float64 only: other dtypes are refused, not failed."""
 
@@ -145,6 +160,15 @@ def test_wrong_answer_is_reported_and_never_timed(extra_backend):
     assert all(r.median_ms is None and r.gb_per_s is None for r in wrong)
     assert "scipy oracle" in wrong[0].message
     assert report.failed == wrong
+
+
+@pytest.mark.parametrize("extra_backend", [BrokenBackend], indirect=True)
+def test_raising_backend_is_an_error_row_and_the_run_goes_on(extra_backend):
+    report = _small_report(backends=[extra_backend, "scipy"])
+    statuses = {(r.backend, r.matrix): r.status for r in report.results}
+    assert statuses[(extra_backend, "stencil2d_64")] == "error"
+    assert statuses[("scipy", "l2_10k_x20")] == "ok"
+    assert "kernel launch failed" in report.failed[0].message
 
 
 @pytest.mark.parametrize("extra_backend", [Float64OnlyBackend], indirect=True)
