@@ -42,7 +42,7 @@ class ScipyCG:
         try:
             self.A.backend = backend
         except sparsegpu.BackendUnavailableError as exc:
-            raise NotImplementedError(str(exc)) from None
+            raise NotImplementedError(str(exc).splitlines()[0]) from None
         self.b = random_vector(self.A.shape[0], np.float64, seed=0)
         self.keyword = _tolerance_keyword(scipy.sparse.linalg.cg)
 
@@ -66,7 +66,7 @@ class SparsegpuCG:
         try:
             self.A.backend = backend
         except sparsegpu.BackendUnavailableError as exc:
-            raise NotImplementedError(str(exc)) from None
+            raise NotImplementedError(str(exc).splitlines()[0]) from None
         xp = sparsegpu._dispatch.registered()[backend].residence.xp
         self.b = random_vector(self.A.shape[0], np.float64, seed=0, xp=xp)
         self.keyword = _tolerance_keyword(self.cg)
