@@ -64,3 +64,11 @@ def test_table_node_has_every_row(extension, bench_data):
     columns, rows = bench.results_table(bench_data)
     table = extension.table_node(columns, rows)
     assert len(list(table.findall(lambda n: n.tagname == "row"))) == len(rows) + 1
+
+
+@pytest.mark.parametrize(
+    ("name", "present"),
+    [("sparsegpu.bench", True), ("sparsegpu.no_such_module", False), ("no_such_pkg.mod", False)],
+)
+def test_optional_api_modules_are_detected(extension, name, present):
+    assert extension._module_present(name) is present

@@ -14,10 +14,12 @@ Plots need matplotlib; without it the page has the tables only.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
 from docutils import nodes
+from docutils.statemachine import StringList
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
@@ -161,6 +163,38 @@ class ResultsDirective(SphinxDirective):
         return [*out, block]
 
 
+class OptionalModulesDirective(SphinxDirective):
+    """``.. sparsegpu-optional-modules::`` then one module name per line: an ``automodule``
+    for each module this build has (solvers, I/O, tuning arrive as separate pieces), a
+    line saying so for each it has not."""
+
+    has_content = True
+
+    def run(self):
+        lines = []
+        for name in (line.strip() for line in self.content if line.strip()):
+            lines.append(f".. rubric:: {name}")
+            lines.append("")
+            if _module_present(name):
+                lines += [f".. automodule:: {name}", "   :members:", ""]
+            else:
+                lines.append(f"``{name}`` is not part of this build.")
+            lines.append("")
+        container = nodes.container()
+        self.state.nested_parse(
+            StringList(lines, source="sparsegpu-optional-modules"), 0, container
+        )
+        return container.children
+
+
+def _module_present(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:  # its parent package is missing too
+        return False
+
+
 def setup(app):
     app.add_directive("sparsegpu-results", ResultsDirective)
+    app.add_directive("sparsegpu-optional-modules", OptionalModulesDirective)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
