@@ -11,7 +11,7 @@ import argparse
 import importlib
 import sys
 
-COMMANDS = ("info", "bench", "probe")
+COMMANDS = ("info", "fetch", "bench", "probe")
 
 
 class CommandError(Exception):
