@@ -5,7 +5,8 @@ to the docs source) at build time:
 
 * ``sparsegpu bench --json`` files become a table and a bar plot (GB/s per backend);
 * ``sparsegpu probe --json`` files become the copy bandwidth and the offset/stride plot;
-* any other JSON (a solver benchmark, say) is shown as it is.
+* any other JSON (a solver benchmark, say) is shown through the ``.png`` and ``.md`` of the
+  same name beside it, or as it is.
 
 A folder with some or none of these files builds; a file that is not valid JSON, or a bench
 or probe file with the wrong shape, is a warning naming it (an error under ``-W``).
@@ -157,10 +158,20 @@ class ResultsDirective(SphinxDirective):
         return out
 
     def _other(self, path: Path, data) -> list:
+        """Another measurement: its own plot and Markdown summary when they sit beside it."""
         out = self._section(path, "other result file")
-        text = json.dumps(data, indent=2)
-        block = nodes.literal_block(text, text, language="json")
-        return [*out, block]
+        plot = path.with_suffix(".png")
+        if plot.exists():
+            uri = "/" + (Path(self.arguments[0]) / plot.name).as_posix()
+            out.append(nodes.image(uri=uri, alt=f"plot of {path.name}"))
+        summary = path.with_suffix(".md")
+        if summary.exists():
+            self.env.note_dependency(str(summary))
+            text, language = summary.read_text(), "markdown"
+        else:
+            text, language = json.dumps(data, indent=2), "json"
+        out.append(nodes.literal_block(text, text, language=language))
+        return out
 
 
 class OptionalModulesDirective(SphinxDirective):
