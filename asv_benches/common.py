@@ -12,8 +12,9 @@ import sparsegpu
 from sparsegpu import _cuda, bench
 from sparsegpu.datasets import synthetic
 
-# Registered backends plus CuPy's own product, the reference every backend is held to.
-CONTENDERS = [*sparsegpu._dispatch.registered(), bench.REFERENCE_NAME]
+# Registered backends, auto's choice, and CuPy's own product: the reference every backend
+# is held to.
+CONTENDERS = [*sparsegpu._dispatch.registered(), sparsegpu._dispatch.AUTO, bench.REFERENCE_NAME]
 DTYPES = ["float32", "float64"]
 
 # One matrix per row-length class; GPU sizes are tens of millions of nonzeros (far above

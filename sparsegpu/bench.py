@@ -1,7 +1,7 @@
 """``sparsegpu bench``: every backend at its best known policy, and cuSPARSE, in one run.
 
 For each matrix and value dtype, every usable backend makes its plan with its default
-policy (the tuning cache's winner once tuned), its answer is checked against the scipy
+policy (the tuning cache's winner once tuned), ``auto`` makes the plan it would pick, its answer is checked against the scipy
 oracle (computed in double precision), and only then is it timed: CUDA events on the GPU,
 ``time.perf_counter`` on the host, the median of the repeats. Each row reports the
 median time, GB/s of the bytes a product must move (:func:`sparsegpu._timing.spmv_bytes`),
@@ -209,6 +209,34 @@ class BackendContender:
         )
 
 
+class AutoContender:
+    """``auto``: the backend and policy sparsegpu picks for this matrix, as users get it."""
+
+    kind = "auto"
+    name = _dispatch.AUTO
+    on_gpu = True
+
+    def prepare(self, A, dtype, seed: int) -> Prepared:
+        import sparsegpu
+
+        matrix = sparsegpu.csr_matrix(A.astype(dtype))
+        choice = _dispatch.explain(matrix, dtype)
+        plan = _dispatch.plan_for(matrix, dtype, backend=_dispatch.AUTO)
+        xp = plan.matrix.xp
+        x = random_vector(A.shape[1], dtype, seed=seed, xp=xp)
+        out = xp.empty(A.shape[0], dtype=plan.matrix.dtype)
+        policy = {"type": type(plan.policy).__name__, "source": plan.policy.source}
+        policy.update(chosen=choice.backend, **plan.policy.knobs())
+        on_gpu = plan.matrix.residence.name == "cupy"
+        return Prepared(
+            call=lambda: plan.matvec(x, out=out),
+            x=x,
+            index_dtype=plan.matrix.index_dtype,
+            policy=policy,
+            timer="cuda-events" if on_gpu else "wall-clock",
+        )
+
+
 class CupyxContender:
     """CuPy's own ``cupyx.scipy.sparse.csr_matrix @ x`` (cuSPARSE), the reference."""
 
@@ -258,7 +286,7 @@ def contender(name: str):
 def _contenders(requested, gpu: bool):
     """(contenders to run, unavailable {name: reason}, skipped {name: reason})."""
     registry = _dispatch.registered()
-    known = list(registry) + [REFERENCE_NAME]
+    known = [*registry, _dispatch.AUTO, REFERENCE_NAME]
     if requested:
         unknown = [name for name in requested if name not in known]
         if unknown:
@@ -271,6 +299,11 @@ def _contenders(requested, gpu: bool):
         if name == REFERENCE_NAME:
             reason = CupyxContender.unavailable_reason()
             contender = CupyxContender()
+        elif name == _dispatch.AUTO:
+            reason, contender = None, AutoContender()
+            if not gpu and not requested:
+                skipped[name] = "without a GPU, auto is the scipy backend"
+                continue
         else:
             reason = registry[name].unavailable_reason()
             contender = BackendContender(registry[name])

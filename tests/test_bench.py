@@ -115,6 +115,13 @@ def test_report_rows_are_checked_and_timed():
         assert row.gb_per_s == pytest.approx(row.bytes / (row.median_ms * 1e-3) / 1e9)
 
 
+def test_auto_row_names_the_backend_it_chose():
+    report = bench.run(["stencil2d_64"], backends=["auto"], repeat=1)
+    (row,) = report.results
+    assert row.status == "ok" and row.kind == "auto"
+    assert row.policy["chosen"] == sg.explain(sg.csr_matrix(synthetic.stencil_2d(64))).backend
+
+
 def test_bytes_count_values_indices_indptr_x_y():
     report = bench.run(["stencil2d_64"], backends=["scipy"], repeat=1)
     row = report.results[0]
