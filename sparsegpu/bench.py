@@ -3,8 +3,8 @@
 For each matrix and value dtype, every usable backend makes its plan with its default
 policy (the tuning cache's winner once tuned) and ``auto`` the plan it would pick; each
 answer is checked against the scipy oracle (computed in double precision), and only then
-timed: CUDA events on the GPU, ``time.perf_counter`` on the host, the median of the repeats. Each row reports the
-median time, GB/s of the bytes a product must move (:func:`sparsegpu._timing.spmv_bytes`),
+timed: CUDA events on the GPU, ``time.perf_counter`` on the host, the median of the
+repeats. Each row reports the median time, GB/s of the bytes a product must move (:func:`sparsegpu._timing.spmv_bytes`),
 the percentage of the device's copy bandwidth (:func:`sparsegpu.probe.copy_bandwidth`) and
 the speed-up over cuSPARSE measured in the same run (the ``cusparse`` backend when it is
 registered, else CuPy's ``cupyx.scipy.sparse`` product, reported as ``cupyx``).
