@@ -4,10 +4,11 @@ For each matrix and value dtype, every usable backend makes its plan with its de
 policy (the tuning cache's winner once tuned) and ``auto`` the plan it would pick; each
 answer is checked against the scipy oracle (computed in double precision), and only then
 timed: CUDA events on the GPU, ``time.perf_counter`` on the host, the median of the
-repeats. Each row reports the median time, GB/s of the bytes a product must move (:func:`sparsegpu._timing.spmv_bytes`),
-the percentage of the device's copy bandwidth (:func:`sparsegpu.probe.copy_bandwidth`) and
-the speed-up over cuSPARSE measured in the same run (the ``cusparse`` backend when it is
-registered, else CuPy's ``cupyx.scipy.sparse`` product, reported as ``cupyx``).
+repeats. Each row reports the median time, GB/s of the bytes a product must move
+(:func:`sparsegpu._timing.spmv_bytes`), the percentage of the device's copy bandwidth
+(:func:`sparsegpu.probe.copy_bandwidth`) and the speed-up over cuSPARSE measured in the
+same run (the ``cusparse`` backend when it is registered, else CuPy's
+``cupyx.scipy.sparse`` product, reported as ``cupyx``).
 
 Matrices are given by file path (``.mtx``, ``.mtx.gz``, ``.mtx.bz2``, ``.npz``), bundled
 name, synthetic suite name or SuiteSparse ``Group/Name``; by default the synthetic
