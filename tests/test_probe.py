@@ -50,6 +50,16 @@ def test_no_gpu_is_one_line_and_nonzero(no_gpu, capsys):
     assert err.startswith("sparsegpu probe: no GPU")
 
 
+@pytest.mark.parametrize("argv", [["--cached"], ["--json"], ["--plot", "p.png"]])
+def test_no_gpu_fails_the_same_with_any_option(no_gpu, argv, capsys, tmp_path, monkeypatch):
+    if "--plot" in argv:
+        pytest.importorskip("matplotlib")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["probe", *argv]) == 1
+    assert "no GPU" in capsys.readouterr().err
+    assert not (tmp_path / "p.png").exists()
+
+
 def test_copy_bandwidth_without_gpu_raises(no_gpu):
     with pytest.raises(probe.NoGPUError, match="no GPU"):
         probe.copy_bandwidth()
