@@ -30,14 +30,16 @@ REGISTERS = re.compile(r"Used (\d+) registers")
 
 
 def families():
-    """Every registered KernelFamily (importing the backend modules registers them)."""
+    """Every registered KernelFamily: importing every sparsegpu module registers them all."""
     import importlib
+    import pkgutil
 
+    import sparsegpu
     from sparsegpu import _compile
-    from sparsegpu.backends import BUILTIN_MODULES
 
-    for module in BUILTIN_MODULES:
-        importlib.import_module(f"sparsegpu.backends.{module}")
+    for module in pkgutil.walk_packages(sparsegpu.__path__, "sparsegpu."):
+        if not module.name.endswith("__main__"):  # that one runs the command line
+            importlib.import_module(module.name)
     return list(_compile.FAMILIES)
 
 
