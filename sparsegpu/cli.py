@@ -11,7 +11,7 @@ import argparse
 import importlib
 import sys
 
-COMMANDS = ("info", "fetch")
+COMMANDS = ("info", "fetch", "bench", "probe")
 
 
 class CommandError(Exception):

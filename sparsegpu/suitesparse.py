@@ -378,26 +378,9 @@ def resolve(name: str, *, data_dir=None) -> tuple[str, str]:
 
 # ----------------------------------------------------------------------- download
 def _progress_bar(label: str, total: int | None):
-    from rich.progress import (
-        BarColumn,
-        DownloadColumn,
-        Progress,
-        TextColumn,
-        TimeRemainingColumn,
-        TransferSpeedColumn,
-    )
+    from ._console import progress
 
-    from ._console import console
-
-    bar = Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        DownloadColumn(),
-        TransferSpeedColumn(),
-        TimeRemainingColumn(),
-        console=console(stderr=True),
-        transient=True,
-    )
+    bar = progress(transient=True, transfer=True)
     return bar, bar.add_task(label, total=total)
 
 

@@ -9,16 +9,6 @@ import pytest
 from sparsegpu import datasets, suitesparse
 from sparsegpu.cli import main
 
-from .collection_server import CollectionServer
-
-
-@pytest.fixture
-def server(tmp_path, monkeypatch):
-    with CollectionServer() as running:
-        monkeypatch.setenv(suitesparse.URL_ENV, running.url)
-        monkeypatch.setenv(suitesparse.DATA_DIR_ENV, str(tmp_path / "cache"))
-        yield running
-
 
 def test_fetch_prints_the_paths(server, tmp_path, capsys):
     assert main(["fetch", "--no-progress", "HB/bcsstk13", "Newman/karate"]) == 0

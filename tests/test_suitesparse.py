@@ -14,16 +14,7 @@ import sparsegpu as sg
 from sparsegpu import suitesparse
 from sparsegpu.io import _archive
 
-from .collection_server import CollectionServer, index_text
-
-
-@pytest.fixture
-def server(tmp_path, monkeypatch):
-    """The stand-in collection, with the cache in ``tmp_path/cache``."""
-    with CollectionServer() as running:
-        monkeypatch.setenv(suitesparse.URL_ENV, running.url)
-        monkeypatch.setenv(suitesparse.DATA_DIR_ENV, str(tmp_path / "cache"))
-        yield running
+from .collection_server import index_text
 
 
 @pytest.fixture

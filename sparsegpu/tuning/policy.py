@@ -64,14 +64,35 @@ class CsrVectorPolicy(Policy):
         Threads per block, a multiple of 32 up to 1024.
     threads_per_row : int
         Threads cooperating on one row (1..32, a power of two; CUSP-style sub-warps).
+    max_registers : int or None
+        Register cap per thread given to the compiler (``--maxrregcount``), 16..255; None
+        leaves the choice to the compiler. No single cap is best for every matrix on the
+        H200 (the 27-point stencil wants 40, the 5-point one the compiler's 32), so the
+        autotuner sweeps it.
     """
 
     block_size: int = 256
     threads_per_row: int = 32
+    max_registers: int | None = None
 
     def __post_init__(self):
         _check_choice("threads_per_row", self.threads_per_row, THREADS_PER_ROW_CHOICES)
         _check_block_size(self.block_size)
+        if self.max_registers is not None and (
+            not isinstance(self.max_registers, int)
+            or isinstance(self.max_registers, bool)
+            or not 16 <= self.max_registers <= 255
+        ):
+            raise ValueError(
+                f"max_registers={self.max_registers!r} is not allowed; use None or an int "
+                "in 16..255"
+            )
+
+    def compile_options(self) -> tuple[str, ...]:
+        """NVRTC options this policy adds to its kernel's compilation."""
+        if self.max_registers is None:
+            return ()
+        return (f"--maxrregcount={self.max_registers}",)
 
 
 @dataclass(frozen=True)
@@ -83,8 +104,8 @@ class SoftwareCachePolicy(CsrVectorPolicy):
     line_size : int
         Elements of x per cache line (a power of two, 8..1024).
     num_lines : int
-        Lines in the cache (a power of two, 1..1024). Shared memory per block is
-        ``num_lines * (line_size * itemsize + index itemsize)``.
+        Lines in the cache (a power of two, 1..1024). Each warp owns its own cache, so
+        shared memory per block is ``block_size / 32 * num_lines * (line_size * itemsize + 8)``.
     """
 
     line_size: int = 128
@@ -120,16 +141,24 @@ class CusparsePolicy(Policy):
             raise TypeError(f"preprocess must be a bool, got {self.preprocess!r}")
 
 
+# (block_size, nnz_per_thread) pairs the adaptive kernel is compiled for: tiles of 512 to
+# 2048 merge items keep a complex128 tile in 48 KiB of static shared memory.
+ADAPTIVE_SHAPES = ((128, 4), (128, 8), (128, 16), (256, 4), (256, 8))
+
+
 @dataclass(frozen=True)
 class AdaptivePolicy(Policy):
-    """The load-balanced ``adaptive`` kernel.
+    """The load-balanced ``adaptive`` (merge-path) kernel.
 
     Attributes
     ----------
     block_size : int
-        Threads per block, a multiple of 32 up to 1024.
+        Threads per block; one block consumes one tile of ``block_size * nnz_per_thread``
+        merge items.
     nnz_per_thread : int
-        Nonzeros each thread consumes per step of the balanced split (1..64).
+        Merge-path items (nonzeros and row ends) each thread consumes.
+
+    ``(block_size, nnz_per_thread)`` must be one of ``ADAPTIVE_SHAPES``.
     """
 
     block_size: int = 256
@@ -137,9 +166,12 @@ class AdaptivePolicy(Policy):
 
     def __post_init__(self):
         _check_block_size(self.block_size)
-        if not isinstance(self.nnz_per_thread, int) or not 1 <= self.nnz_per_thread <= 64:
+        if not isinstance(self.nnz_per_thread, int) or isinstance(self.nnz_per_thread, bool):
+            raise TypeError(f"nnz_per_thread must be an int, got {self.nnz_per_thread!r}")
+        if (self.block_size, self.nnz_per_thread) not in ADAPTIVE_SHAPES:
             raise ValueError(
-                f"nnz_per_thread={self.nnz_per_thread!r} is not allowed; use an int in 1..64"
+                f"(block_size, nnz_per_thread) = ({self.block_size}, {self.nnz_per_thread}) "
+                f"is not compiled; choose one of {list(ADAPTIVE_SHAPES)}"
             )
 
 
