@@ -203,6 +203,10 @@ class CsrVectorPlan(KernelPlan):
         if self.textures is None or not self.launches:
             return super().matvec(x, out)
         y = self._check(x, out)
+        if x.data.ptr % _cuda.device_info().texture_alignment:
+            # a texture over linear memory must start at an aligned address; a view at an
+            # odd offset (a column of a Krylov basis, say) is read through an aligned copy
+            x = x.copy()
         texture, event = self.textures.texture_for(x)
         m = self.matrix
         self.kernel(
