@@ -147,7 +147,7 @@ class DeviceMatrix:
         self.xp = residence.xp
         self.plans: dict = {}
         self._stats: RowLengthStats | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # plans made under it may read stats
 
     @property
     def nnz(self) -> int:
@@ -167,9 +167,16 @@ class DeviceMatrix:
 
     @property
     def stats(self) -> RowLengthStats:
-        """Row-length statistics, computed on first use (on the device, one transfer)."""
+        """Row-length statistics, computed on first use (on the device, one transfer).
+
+        Computed once even when threads race for it: on a fresh machine each computation
+        also compiles CuPy's reduction kernels, and eight threads doing that at once took
+        a minute on the H200.
+        """
         if self._stats is None:
-            self._stats = RowLengthStats.from_indptr(self.indptr, self.shape[1], self.xp)
+            with self._lock:
+                if self._stats is None:
+                    self._stats = RowLengthStats.from_indptr(self.indptr, self.shape[1], self.xp)
         return self._stats
 
     def get_plan(self, key, make: Callable[[], Any]):
