@@ -19,6 +19,7 @@ import numpy as np
 from . import _cuda
 from .backends import BUILTIN_MODULES
 from .backends.base import Backend, Plan
+from .tuning.cache import rank_by_tuning
 
 AUTO = "auto"
 ENV_VAR = "SPARSEGPU_BACKEND"
@@ -193,8 +194,9 @@ _AUTO_PREFERENCE = ("shuffle", "cusparse", "readonly", "vector")
 def choose_auto(matrix_obj, value_dtype: np.dtype, index_dtype: np.dtype) -> Backend:
     """The backend ``auto`` uses for this matrix and value dtype.
 
-    No GPU, or a value dtype no GPU backend takes: ``scipy``. Otherwise the preference
-    order, restricted to backends that accept the mirror's dtypes and size.
+    No GPU, or a value dtype no GPU backend takes: ``scipy``. Otherwise the backends the
+    tuning cache measured fastest for this kind of matrix, then the preference order,
+    restricted to backends that accept the mirror's dtypes and size.
     """
     candidates = _auto_candidates(np.dtype(value_dtype))
     if candidates:
@@ -202,6 +204,7 @@ def choose_auto(matrix_obj, value_dtype: np.dtype, index_dtype: np.dtype) -> Bac
         ordered = [by_name[n] for n in _AUTO_PREFERENCE if n in by_name]
         ordered += [b for b in candidates if b.name not in _AUTO_PREFERENCE]
         mirror = matrix_obj._sg_mirror(ordered[0].residence, value_dtype)
+        ordered = rank_by_tuning(ordered, mirror)
         for backend in ordered:
             if backend.supports(mirror):
                 return backend

@@ -11,7 +11,7 @@ import argparse
 import importlib
 import sys
 
-COMMANDS = ("info",)
+COMMANDS = ("info", "autotune")
 
 
 class CommandError(Exception):
