@@ -288,9 +288,10 @@ def _dtypes(dtypes, matrix) -> list[np.dtype]:
     for d in dtypes:
         try:
             dtype = np.dtype(d)
+            known = d is not None and dtype in FLOAT_AND_COMPLEX
         except TypeError:
-            dtype = None
-        if dtype not in FLOAT_AND_COMPLEX:
+            known = False
+        if not known:
             raise ValueError(
                 f"cannot tune value dtype {d!r}; choose from "
                 f"{', '.join(str(t) for t in FLOAT_AND_COMPLEX)}"

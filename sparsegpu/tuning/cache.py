@@ -452,7 +452,7 @@ class TuningCache:
     def __init__(self, directory=None, *, defaults=None):
         self.directory = Path(directory).expanduser() if directory is not None else cache_dir()
         self.path = self.directory / CACHE_FILE
-        self.lock_path = self.directory / (CACHE_FILE + ".lock")
+        self.lock_path = self.directory / "tuning.lock"
         self._defaults = Path(defaults) if defaults is not None else None
 
     def __repr__(self) -> str:
