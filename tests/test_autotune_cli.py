@@ -206,6 +206,17 @@ def test_show_lists_the_cache_and_clear_removes_it(sweep, mtx, capsys):
     assert "no tuning cache at" in capsys.readouterr().out
 
 
+def test_cache_warnings_are_one_line(capsys):
+    cache = TuningCache()
+    cache.directory.mkdir(parents=True, exist_ok=True)
+    cache.path.write_text("{not json")
+    assert run_cli("--show") == 0
+    captured = capsys.readouterr()
+    assert captured.err.startswith("sparsegpu autotune: warning: the tuning cache")
+    assert captured.err.count("\n") == 1 and "moved it to" in captured.err
+    assert "is empty" in captured.out
+
+
 def test_plot_is_drawn(sweep, mtx, tmp_path, capsys):
     pytest.importorskip("matplotlib")
     figure = tmp_path / "sweep.png"

@@ -8,6 +8,7 @@ import json
 import multiprocessing
 import os
 import sys
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -215,6 +216,22 @@ def test_two_processes_writing_at_once_lose_nothing(tmp_path):
     assert [p.exitcode for p in workers] == [0, 0]
     names = {e.backend for _, e in TuningCache(directory).entries()}
     assert names == {f"writer{w}-{i}" for w in range(2) for i in range(count)}
+
+
+def test_threads_writing_at_once_lose_nothing(tmp_path):
+    directory = tmp_path / "threads"
+
+    def write(worker):
+        cache = TuningCache(directory)
+        for i in range(20):
+            cache.record(CONTEXT, [entry(backend=f"thread{worker}-{i}")])
+
+    threads = [threading.Thread(target=write, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(TuningCache(directory).entries()) == 80
 
 
 # ---------------------------------------------------------------- corruption / versions

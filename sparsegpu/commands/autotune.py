@@ -15,6 +15,7 @@ import math
 import os
 import re
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -296,19 +297,23 @@ def _print_reports(reports, args, cache) -> None:
         for r in report.problems():
             err.print(
                 f"{report.matrix}: {r.backend} {r.value_dtype} {_policy_text(r.policy)} "
-                f"{r.status}: {r.message} (excluded)"
+                f"{r.status}: {r.message} (excluded)",
+                soft_wrap=True,
             )
         skipped = {(r.backend, r.value_dtype, r.message) for r in report.results if not r.policy}
         for backend, dtype, message in sorted(skipped):
-            err.print(f"{report.matrix}: {backend} {dtype} skipped: {message}")
+            err.print(f"{report.matrix}: {backend} {dtype} skipped: {message}", soft_wrap=True)
         if report.budget_exhausted:
-            err.print(f"{report.matrix}: the time budget ran out before every candidate ran")
+            err.print(
+                f"{report.matrix}: the time budget ran out before every candidate ran",
+                soft_wrap=True,
+            )
         if report.cache_error:
-            err.print(f"{report.matrix}: not saved: {report.cache_error}")
+            err.print(f"{report.matrix}: not saved: {report.cache_error}", soft_wrap=True)
     if args.no_save:
         out.print("not saved (--no-save)")
     elif any(r.cache_path for r in reports):
-        out.print(f"saved to {cache.path}")
+        out.print(f"saved to {cache.path}", soft_wrap=True)
 
 
 def _show(cache, as_json: bool) -> int:
@@ -323,7 +328,7 @@ def _show(cache, as_json: bool) -> int:
         return 0
     out = console()
     if not listing:
-        out.print(f"the tuning cache {cache.path} is empty")
+        out.print(f"the tuning cache {cache.path} is empty", soft_wrap=True)
         return 0
     rows = [
         [
@@ -347,14 +352,28 @@ def _show(cache, as_json: bool) -> int:
 
 
 # ---------------------------------------------------------------------------- run
+def _one_line_warning(message, category, filename, lineno, file=None, line=None):
+    console(stderr=True).print(f"sparsegpu autotune: warning: {message}", soft_wrap=True)
+
+
 def run(args) -> int:
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")
+        warnings.showwarning = _one_line_warning
+        return _run(args)
+
+
+def _run(args) -> int:
     _check_options(args)
     cache = _cache(args)
     if args.show:
         return _show(cache, args.json)
     if args.clear:
         removed = cache.clear()
-        console().print(f"removed {cache.path}" if removed else f"no tuning cache at {cache.path}")
+        console().print(
+            f"removed {cache.path}" if removed else f"no tuning cache at {cache.path}",
+            soft_wrap=True,
+        )
         return 0
     backends = _backends(args)
     workload, budget = _workload(args)
@@ -371,11 +390,11 @@ def run(args) -> int:
 
         for i, (name, factory) in enumerate(workload):
             bar.update(task, completed=0, total=None, description=f"{name}: loading")
-            A = factory()
             share = None
-            if budget is not None:
-                share = max(budget - (time.monotonic() - start), 0.0) / (len(workload) - i)
             try:
+                A = factory()
+                if budget is not None:
+                    share = max(budget - (time.monotonic() - start), 0.0) / (len(workload) - i)
                 report = autotune(
                     A,
                     backends=backends,
@@ -388,7 +407,7 @@ def run(args) -> int:
                     save=not args.no_save,
                     name=Path(name).name if os.path.exists(name) else name,
                 )
-            except (TypeError, ValueError) as exc:
+            except (TypeError, ValueError, MemoryError) as exc:
                 raise CommandError(f"{name}: {exc}") from None
             reports.append(report)
     if args.plot:
@@ -400,5 +419,5 @@ def run(args) -> int:
     else:
         _print_reports(reports, args, cache)
         if args.plot:
-            console().print(f"plot written to {args.plot}")
+            console().print(f"plot written to {args.plot}", soft_wrap=True)
     return 0

@@ -30,6 +30,7 @@ The document (``schema`` 1)::
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import functools
 import hashlib
@@ -411,24 +412,36 @@ def _parse_defaults(text: str) -> dict[str, dict]:
 _memo_lock = threading.Lock()
 _read_memo: dict[str, tuple[tuple, dict]] = {}
 _defaults_memo: dict[str, dict] = {}
-_file_locks: dict[str, object] = {}
+_file_locks: dict[str, tuple] = {}
 
 
 def _signature(st: os.stat_result) -> tuple:
     return (st.st_mtime_ns, st.st_size, st.st_ino)
 
 
+@contextlib.contextmanager
 def _file_lock(path: Path):
-    """One FileLock object per lock file in this process (flock locks are per descriptor)."""
+    """Hold the cache's lock: a thread lock within this process, a file lock across processes.
+
+    The thread lock comes first because older filelock versions share one lock count
+    among the threads of a process.
+    """
     import filelock
 
     key = str(path)
     with _memo_lock:
-        lock = _file_locks.get(key)
-        if lock is None:
-            lock = filelock.FileLock(key, timeout=LOCK_TIMEOUT_S)
-            _file_locks[key] = lock
-        return lock
+        pair = _file_locks.get(key)
+        if pair is None:
+            pair = (threading.RLock(), filelock.FileLock(key, timeout=LOCK_TIMEOUT_S))
+            _file_locks[key] = pair
+    thread_lock, file_lock = pair
+    if not thread_lock.acquire(timeout=LOCK_TIMEOUT_S):
+        raise filelock.Timeout(key)
+    try:
+        with file_lock:
+            yield
+    finally:
+        thread_lock.release()
 
 
 class TuningCache:
