@@ -144,6 +144,13 @@ def test_rows_left_unwritten_are_caught(register):
     assert bad.status == "wrong" and "not written" in bad.message
 
 
+def test_out_array_left_alone_is_caught(register):
+    backend = register(SweepBackend("sweep-noout", ignores_out={FASTEST}))
+    report = tune(matrix(), [backend])
+    [bad] = [r for r in report.results if r.policy == FASTEST]
+    assert bad.status == "wrong" and "out= array was not filled" in bad.message
+
+
 def test_failing_candidate_is_reported_and_the_sweep_goes_on(register):
     backend = register(SweepBackend("sweep-fail", failing={FASTEST}))
     report = tune(matrix(), [backend])

@@ -39,7 +39,7 @@ class SweepPlan(Plan):
         if self.policy in self.backend.wrong_later and self.calls > 1:
             y = y.copy()
             y[0] += 1.0
-        if out is None:
+        if out is None or self.policy in self.backend.ignores_out:
             return y
         if self.policy in self.backend.skips_last_row:
             out[:-1] = y[:-1]
@@ -57,6 +57,7 @@ class SweepBackend(Backend):
     wrong : set of policies giving a wrong answer
     wrong_later : set of policies right on the first call, wrong afterwards
     skips_last_row : set of policies that leave the last row of ``out`` unwritten
+    ignores_out : set of policies that return a new array and leave ``out`` alone
     failing : set of policies whose plan raises
     """
 
@@ -65,8 +66,11 @@ class SweepBackend(Backend):
     value_dtypes = FLOAT_AND_COMPLEX
     policy_type = CsrVectorPolicy
 
-    def __init__(self, name="sweep", wrong=(), wrong_later=(), skips_last_row=(), failing=()):
+    def __init__(
+        self, name="sweep", wrong=(), wrong_later=(), skips_last_row=(), ignores_out=(), failing=()
+    ):
         self.name = name
+        self.ignores_out = set(ignores_out)
         self.wrong = set(wrong)
         self.wrong_later = set(wrong_later)
         self.skips_last_row = set(skips_last_row)
