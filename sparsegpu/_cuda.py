@@ -41,10 +41,18 @@ def unavailable_reason() -> str | None:
     return _probe()[1]
 
 
+_CUPY_ARRAY_TYPES: set[type] = set()
+
+
 def is_cupy_array(obj) -> bool:
     """True for a ``cupy.ndarray`` without importing CuPy when it is not loaded."""
     cls = type(obj)
-    return cls.__name__ == "ndarray" and cls.__module__.startswith("cupy")
+    if cls in _CUPY_ARRAY_TYPES:
+        return True
+    if cls.__name__ == "ndarray" and cls.__module__.startswith("cupy"):
+        _CUPY_ARRAY_TYPES.add(cls)
+        return True
+    return False
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _cuda
+from ._mirror import DeviceMemoryError, memory_error
 from .backends import BUILTIN_MODULES
 from .backends.base import Backend, Plan
 from .tuning.cache import rank_by_tuning
@@ -27,6 +28,8 @@ ENV_VAR = "SPARSEGPU_BACKEND"
 _registry: dict[str, Backend] = {}
 _registry_lock = threading.Lock()
 _loaded = False
+# bumped whenever the registry changes, so cached per-matrix choices are re-made
+_generation = 0
 _scoped: ContextVar[str | None] = ContextVar("sparsegpu_backend", default=None)
 
 
@@ -58,18 +61,22 @@ def register_backend(backend: Backend, *, replace: bool = False) -> None:
     _load_builtins()
     if not backend.name or backend.name == AUTO:
         raise ValueError(f"a backend cannot be named {backend.name!r}")
+    global _generation
     with _registry_lock:
         if backend.name in _registry and not replace:
             raise ValueError(
                 f"a backend named {backend.name!r} is already registered; pass replace=True"
             )
         _registry[backend.name] = backend
+        _generation += 1
 
 
 def unregister_backend(name: str) -> None:
     """Remove a backend added with :func:`register_backend`."""
+    global _generation
     with _registry_lock:
         _registry.pop(name, None)
+        _generation += 1
 
 
 def registered() -> dict[str, Backend]:
@@ -256,12 +263,22 @@ def _plan_for(matrix_obj, backend: Backend, value_dtype, policy) -> Plan:
     return mirror.get_plan((backend.name, policy), lambda: backend.plan(mirror, policy))
 
 
-def plan_for(matrix_obj, x_dtype=None, *, backend: str | None = None, policy=None) -> Plan:
-    """The plan a product ``A @ x`` with an x of ``x_dtype`` would run (made if needed)."""
-    value_dtype = result_dtype(matrix_obj.dtype, x_dtype or matrix_obj.dtype)
-    name = resolve_name(backend, matrix_obj._sg_backend)
+def _resolve(matrix_obj, name: str, x_dtype, policy):
+    """(plan, value dtype, computes on host) for one product; the slow, cached part."""
+    value_dtype = result_dtype(matrix_obj.dtype, x_dtype)
     chosen = choose(matrix_obj, name, value_dtype, matrix_obj._sg_index_dtype())
-    return _plan_for(matrix_obj, chosen, value_dtype, policy)
+    plan = _plan_for(matrix_obj, chosen, value_dtype, policy)
+    return plan, value_dtype, chosen.residence.name == "host"
+
+
+def plan_for(matrix_obj, x_dtype=None, *, backend: str | None = None, policy=None) -> Plan:
+    """The plan a product ``A @ x`` with an x of ``x_dtype`` would run (made if needed).
+
+    Solvers and benchmarks call ``plan.matvec(x, out=...)`` on device arrays directly,
+    skipping the per-call dispatch.
+    """
+    name = resolve_name(backend, matrix_obj._sg_backend)
+    return _resolve(matrix_obj, name, np.dtype(x_dtype or matrix_obj.dtype), policy)[0]
 
 
 def _to_residence(x, residence, dtype):
@@ -293,16 +310,39 @@ def product(matrix_obj, x, *, backend: str | None = None, policy=None, out=None)
 
     The result is in x's array module with scipy's dtype. Shapes are the caller's job
     (``_matrix`` checks them the way scipy does).
+
+    The choice (backend, mirror, plan) is cached in the matrix's mirror dict under the
+    name in force, x's dtype, the policy and the registry generation, so a repeated
+    product costs a few dictionary lookups; the cache goes wherever the mirror goes.
     """
-    value_dtype = result_dtype(matrix_obj.dtype, x.dtype)
-    name = resolve_name(backend, matrix_obj._sg_backend)
-    chosen = choose(matrix_obj, name, value_dtype, matrix_obj._sg_index_dtype())
-    plan = _plan_for(matrix_obj, chosen, value_dtype, policy)
+    try:
+        return _product(matrix_obj, x, backend, policy, out)
+    except DeviceMemoryError:
+        raise
+    except MemoryError as exc:  # CuPy's OutOfMemoryError is one; say what it needed
+        nbytes = sum(a.nbytes for a in (matrix_obj.data, matrix_obj.indices, matrix_obj.indptr))
+        nbytes += x.nbytes + matrix_obj.shape[0] * x.itemsize * (x.shape[1] if x.ndim == 2 else 1)
+        raise memory_error(nbytes, f"the product with this {matrix_obj.shape} matrix") from exc
+
+
+def _product(matrix_obj, x, backend, policy, out):
+    name = backend or matrix_obj._sg_backend or _scoped.get() or os.environ.get(ENV_VAR) or AUTO
+    key = ("choice", name, x.dtype, policy, matrix_obj._sg_policy, _generation)
+    cache = matrix_obj.__dict__.get("_sg_cache")
+    entry = cache.get(key) if cache is not None else None
+    if entry is None:
+        entry = _resolve(matrix_obj, name, x.dtype, policy)
+        matrix_obj.__dict__.setdefault("_sg_cache", {})[key] = entry
+    plan, value_dtype, on_host = entry
     want_cupy = _cuda.is_cupy_array(x)
-    xr = _to_residence(x, chosen.residence, value_dtype)
+    if want_cupy and not on_host and out is None and x.dtype == value_dtype and x.ndim == 1:
+        # the hot path: a device vector in the right dtype
+        return plan.matvec(x if x.flags.c_contiguous else x.copy())
+    residence = plan.matrix.residence
+    xr = _to_residence(x, residence, value_dtype)
     target = None
     if out is not None and (
-        _cuda.is_cupy_array(out) != (chosen.residence.name != "host")
+        _cuda.is_cupy_array(out) == on_host
         or out.dtype != value_dtype
         or not out.flags.c_contiguous
     ):

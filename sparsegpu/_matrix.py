@@ -19,6 +19,7 @@ like ``A.data[0] = 1`` is refused by numpy instead of going unseen; assigning a 
 
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
 
@@ -29,10 +30,60 @@ from . import _cuda, _dispatch
 from ._mirror import DeviceMatrix, Residence
 
 _MIRROR_LOCK = threading.RLock()
-# id(host array) -> {id(matrix): weakref(matrix)} of matrices holding mirrors made from it
+# A host buffer is read-only while any matrix holds a copying mirror made from it.
+# id(buffer) -> {id(matrix): weakref(matrix)}: the matrices holding it
 _holders: dict[int, dict[int, weakref.ref]] = {}
+# id(buffer) -> (buffer, [views of it that sparsegpu made read-only])
+_locked: dict[int, tuple[np.ndarray, list]] = {}
 
 _ARRAY_NAMES = ("data", "indices", "indptr")
+
+
+def _base_chain(a):
+    """``a`` and the arrays it views, innermost last (scipy hands ``A.T`` views)."""
+    chain = [a]
+    while isinstance(chain[-1].base, np.ndarray):
+        chain.append(chain[-1].base)
+    return chain
+
+
+def _root_id(a) -> int:
+    return id(_base_chain(a)[-1])
+
+
+def _unhold(root: int, matrix_id: int) -> bool:
+    """Remove one holder of a buffer; the last one out makes it writable again (True)."""
+    holders = _holders.get(root)
+    if holders is None:
+        return False
+    holders.pop(matrix_id, None)
+    if holders:
+        return False
+    del _holders[root]
+    buffer, views = _locked.pop(root, (None, ()))
+    # the buffer first: numpy lets a view be writable only when its base is
+    for arr in ([buffer] if buffer is not None else []) + list(views):
+        try:
+            arr.flags.writeable = True
+        except ValueError:  # read-only before sparsegpu saw it: not ours to unlock
+            pass
+    return True
+
+
+def _forget(root: int, matrix_id: int, _ref) -> None:
+    """weakref callback: a matrix holding a buffer was garbage-collected."""
+    with _MIRROR_LOCK:
+        _unhold(root, matrix_id)
+
+
+def _release(matrix) -> set[int]:
+    """Drop a matrix's mirrors and its holds on buffers (call under _MIRROR_LOCK).
+
+    Returns the buffers that became writable again.
+    """
+    d = matrix.__dict__
+    d.pop("_sg_cache", None)
+    return {root for root in d.pop("_sg_roots", ()) if _unhold(root, id(matrix))}
 
 
 def _cupy_to_host(arg):
@@ -54,15 +105,20 @@ def _stored(name):
         return self.__dict__[name]
 
     def fset(self, value):
-        if name in self.__dict__:
-            self._sg_invalidate()
+        # scipy re-assigns unchanged arrays and shapes (check_format): only a real change
+        # drops this matrix's mirrors. Assignment never changes a shared buffer's contents,
+        # so other matrices sharing the old array keep theirs.
+        old = self.__dict__.get(name)
+        if old is not None and old is not value and not (name == "_shape" and old == value):
+            self._sg_drop()
         self.__dict__[name] = value
 
     return property(fget, fset, doc=f"scipy's ``{name}``; assigning it drops the GPU mirror.")
 
 
 def _invalidating(method_name):
-    """Wrap scipy's in-place method ``method_name`` so that it drops the mirrors first."""
+    """Wrap scipy's method ``method_name``, which changes the arrays' contents in place, so
+    that it first drops the mirrors of every matrix sharing them."""
 
     def method(self, *args, **kwargs):
         self._sg_invalidate()
@@ -75,6 +131,10 @@ def _invalidating(method_name):
 
 class _SparseGPUMixin:
     """What sparsegpu adds to scipy's CSR and CSC classes."""
+
+    # Above CuPy's ndarray priority, so that ``cupy_x @ A`` defers to our __rmatmul__
+    # (numpy already defers to scipy's 10.1; it defers to this just the same).
+    __array_priority__ = 1000.0
 
     # Class-level defaults so objects made by scipy (``__dict__`` swaps, ``_with_data``)
     # need nothing extra in their dict.
@@ -171,36 +231,54 @@ class _SparseGPUMixin:
         return base if base.dtype == value_dtype else base.astype(value_dtype)
 
     def _sg_lock_arrays(self, arrays) -> None:
-        unlock = self.__dict__.setdefault("_sg_unlock", [])
-        me = id(self)
+        """Hold the buffers behind ``arrays`` read-only while this matrix's mirror lives."""
+        roots = self.__dict__.setdefault("_sg_roots", set())
         for a in arrays:
-            _holders.setdefault(id(a), {})[me] = weakref.ref(self)
-            if a.flags.writeable:
-                a.flags.writeable = False
-                unlock.append(a)
+            chain = _base_chain(a)
+            root = id(chain[-1])
+            holders = _holders.setdefault(root, {})
+            if id(self) not in holders:
+                holders[id(self)] = weakref.ref(self, functools.partial(_forget, root, id(self)))
+            roots.add(root)
+            buffer, views = _locked.setdefault(root, (chain[-1], []))
+            for arr in chain:
+                if arr.flags.writeable:
+                    arr.flags.writeable = False
+                    if arr is not buffer:
+                        views.append(arr)
+
+    def _sg_drop(self) -> None:
+        """Drop this matrix's own mirrors (an attribute now refers to another array)."""
+        d = self.__dict__
+        if "_sg_cache" in d or "_sg_roots" in d:
+            with _MIRROR_LOCK:
+                _release(self)
 
     def _sg_invalidate(self) -> None:
-        """Drop this matrix's mirrors and those of every matrix sharing its arrays."""
+        """The arrays' contents are about to change: drop the mirrors of every matrix that
+        shares a buffer with this one (``A.T`` shares ``A``'s), and give the buffers back."""
         d = self.__dict__
-        if d.get("_sg_cache") is None and not d.get("_sg_unlock"):
-            return
+        roots = {_root_id(d[n]) for n in _ARRAY_NAMES if n in d}
+        roots.update(d.get("_sg_roots", ()))
+        if "_sg_cache" not in d and roots.isdisjoint(_holders):
+            return  # no mirror here nor on any matrix sharing these buffers
         with _MIRROR_LOCK:
-            ids = {id(d[n]) for n in _ARRAY_NAMES if n in d}
-            ids.update(id(a) for a in d.get("_sg_unlock", ()))
-            holders = [self]
-            for array_id in ids:
-                for ref in _holders.pop(array_id, {}).values():
+            unlocked = set()
+            for root in roots:
+                for ref in list(_holders.get(root, {}).values()):
                     other = ref()
                     if other is not None:
-                        holders.append(other)
-            for m in holders:
-                md = m.__dict__
-                md["_sg_cache"] = None
-                for a in md.pop("_sg_unlock", ()):
-                    try:
-                        a.flags.writeable = True
-                    except ValueError:  # its base is read-only: it was never ours to unlock
-                        pass
+                        unlocked |= _release(other)
+            unlocked |= _release(self)
+            # views made while a buffer was locked were born read-only: free ours too
+            for name in _ARRAY_NAMES:
+                chain = _base_chain(d[name]) if name in d else []
+                if chain and id(chain[-1]) in unlocked:
+                    for arr in reversed(chain[:-1]):
+                        try:
+                            arr.flags.writeable = True
+                        except ValueError:
+                            break
 
     @property
     def shape(self):
@@ -217,14 +295,13 @@ class _SparseGPUMixin:
     def __getstate__(self):
         state = dict(self.__dict__)
         state.pop("_sg_cache", None)
-        state.pop("_sg_unlock", None)
+        state.pop("_sg_roots", None)
         return state
 
     # in-place scipy methods: each drops the mirror before changing anything
     sort_indices = _invalidating("sort_indices")
     sum_duplicates = _invalidating("sum_duplicates")
     eliminate_zeros = _invalidating("eliminate_zeros")
-    prune = _invalidating("prune")
     setdiag = _invalidating("setdiag")
     resize = _invalidating("resize")
     __setitem__ = _invalidating("__setitem__")

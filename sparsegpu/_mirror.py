@@ -297,7 +297,11 @@ def _validate(indptr, indices, n_cols: int, xp) -> None:
     )
 
 
-def memory_error(needed: int, what: str) -> MemoryError:
+class DeviceMemoryError(MemoryError):
+    """Not enough GPU memory for a mirror or a product; says how much was needed and free."""
+
+
+def memory_error(needed: int, what: str) -> DeviceMemoryError:
     """A MemoryError saying what needed how many bytes and how many are free on the GPU."""
     free = "an unknown number of"
     cupy = _cuda.cupy_or_none()
@@ -307,7 +311,7 @@ def memory_error(needed: int, what: str) -> MemoryError:
             free = f"{free_b + cupy.get_default_memory_pool().free_bytes():,}"
         except Exception:
             pass
-    return MemoryError(
+    return DeviceMemoryError(
         f"{what} needs {needed:,} bytes of GPU memory but only {free} bytes are free; "
         "free GPU memory or use the 'scipy' backend (A.backend = 'scipy')"
     )

@@ -1,0 +1,76 @@
+"""GPU-only behaviour of the foundation: streams, threads, device memory, no host copies."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import sparsegpu as sg
+from sparsegpu.testing import assert_product_close, random_vector
+
+
+@pytest.fixture
+def big(cupy):
+    S = sp.random(20_000, 20_000, density=5e-4, format="csr", random_state=11)
+    return sg.csr_matrix(S), S
+
+
+def test_cupy_in_cupy_out_without_host_copy(gpu_backend_name, cupy, big):
+    A, S = big
+    A.backend = gpu_backend_name
+    x = cupy.asarray(random_vector(S.shape[1], np.float64, 1))
+    A @ x  # warm: mirror and plan made
+    y = A @ x
+    assert type(y) is cupy.ndarray and y.dtype == np.float64 and y.shape == (S.shape[0],)
+    assert_product_close(y, S @ x.get(), np.float64, int(np.diff(S.indptr).max()))
+
+
+def test_threads_on_their_own_streams(gpu_backend_name, cupy, big):
+    A, S = big
+    A.backend = gpu_backend_name
+    xs = [random_vector(S.shape[1], np.float64, seed) for seed in range(8)]
+    expected = [S @ x for x in xs]
+    results = [None] * 8
+    errors = []
+
+    def work(i):
+        try:
+            with cupy.cuda.Stream(non_blocking=True) as stream:
+                x = cupy.asarray(xs[i])
+                for _ in range(5):
+                    y = A @ x
+                results[i] = y.get()
+                stream.synchronize()
+        except Exception as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for got, want in zip(results, expected, strict=True):
+        assert_product_close(got, want, np.float64, int(np.diff(S.indptr).max()))
+
+
+def test_out_of_memory_is_a_clear_memory_error_and_leaves_the_matrix_usable(gpu_backend_name, cupy):
+    S = sp.random(50_000, 50_000, density=2e-3, format="csr", random_state=5)  # ~60 MB
+    A = sg.csr_matrix(S)
+    pool = cupy.get_default_memory_pool()
+    pool.free_all_blocks()
+    limit = pool.get_limit()
+    pool.set_limit(size=pool.used_bytes() + (1 << 20))
+    try:
+        with pytest.raises(MemoryError, match=r"needs [\d,]+ bytes of GPU memory but only"):
+            sg.matvec(A, np.ones(S.shape[1]), backend=gpu_backend_name)
+    finally:
+        pool.set_limit(size=limit)
+    x = random_vector(S.shape[1], np.float64, 3)
+    assert_product_close(A @ x, S @ x, np.float64, int(np.diff(S.indptr).max()))
+    assert_product_close(
+        sg.matvec(A, x, backend=gpu_backend_name), S @ x, np.float64, int(np.diff(S.indptr).max())
+    )

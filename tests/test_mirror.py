@@ -1,0 +1,335 @@
+"""The device mirror is made once, validated once, shared, and never stale.
+
+Each mutation path of DESIGN.md "Data flow" is applied after a product has built a
+mirror, then a product is compared with plain scipy's on the same mutated matrix. On CI
+the host-copy backend (which copies the arrays as an upload would) stands in for the GPU;
+on a GPU machine every GPU backend runs the same tests.
+"""
+
+from __future__ import annotations
+
+import copy
+import pickle
+import threading
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import sparsegpu as sg
+from sparsegpu.testing import CountingBackend, assert_product_close, random_vector
+
+from .conftest import BACKEND_NAMES, GPU_BACKEND_NAMES, skip_unless_available
+
+COPYING_BACKENDS = ["host-copy"] + GPU_BACKEND_NAMES
+
+
+@pytest.fixture(params=COPYING_BACKENDS)
+def copying_backend(request):
+    """Backends whose mirror is a copy (the ones that could go stale)."""
+    skip_unless_available(request.param)
+    return request.param
+
+
+def _fresh(seed=0, n=60, m=50, dtype=np.float64):
+    S = sp.random(n, m, density=0.15, format="csr", random_state=seed, dtype=dtype)
+    return sg.csr_matrix(S)
+
+
+def _check(A, backend, what):
+    """A product of A on the backend equals plain scipy's product of A as it is now."""
+    plain = sp.csr_matrix((A.data.copy(), A.indices.copy(), A.indptr.copy()), shape=A.shape)
+    x = random_vector(A.shape[1], A.dtype, 42)
+    rows = int(np.diff(plain.indptr).max()) if plain.shape[0] else 1
+    assert_product_close(sg.matvec(A, x, backend=backend), plain @ x, plain.dtype, rows, what)
+    xt = random_vector(A.shape[0], A.dtype, 43)
+    assert_product_close(
+        sg.matvec(A.T, xt, backend=backend), plain.T @ xt, plain.dtype, A.shape[0], what + " (T)"
+    )
+
+
+def _set_existing(A):
+    r, c = A.nonzero()
+    A[r[0], c[0]] = 123.0
+
+
+def _set_new(A):
+    A[0, 0] = 0.0 if A[0, 0] else 7.0
+    A[A.shape[0] - 1, A.shape[1] - 1] = 5.0
+
+
+def _setdiag(A):
+    A.setdiag(3.0)
+
+
+def _unsorted_then_sort(A):
+    A.indices = A.indices.copy()  # make a row unsorted through the public attribute
+    lo, hi = A.indptr[0], A.indptr[1]
+    A.indices[lo:hi] = A.indices[lo:hi][::-1].copy()
+    A.data[lo:hi] = A.data[lo:hi][::-1].copy()
+    A.has_sorted_indices = False
+    A.sort_indices()
+
+
+def _duplicates_then_sum(A):
+    A.indices = np.concatenate([A.indices[:1], A.indices[1:]])
+    row0 = A.indptr[1] - A.indptr[0]
+    if row0 >= 2:
+        new_indices = A.indices.copy()
+        new_indices[A.indptr[0] + 1] = new_indices[A.indptr[0]]
+        A.indices = new_indices
+    A.has_canonical_format = False
+    A.sum_duplicates()
+
+
+def _eliminate_zeros(A):
+    data = A.data.copy()
+    data[::3] = 0
+    A.data = data
+    A.eliminate_zeros()
+
+
+def _prune(A):
+    A.indptr = A.indptr.copy()
+    A.prune()
+
+
+def _resize(A):
+    A.resize(A.shape[0] + 3, A.shape[1] - 2)
+
+
+def _imul(A):
+    A *= 2.5
+
+
+def _itruediv(A):
+    A /= 4.0
+
+
+def _assign_data(A):
+    A.data = A.data * -1.0
+
+
+def _assign_indices(A):
+    A.indices = (A.indices + 1) % A.shape[1]
+    A.has_sorted_indices = False
+
+
+def _assign_indptr(A):
+    indptr = A.indptr.copy()
+    indptr[1:-1] = indptr[2:]  # row 0 takes row 1's entries, the last row gets none extra
+    indptr[-2] = indptr[-1]
+    A.indptr = indptr
+
+
+def _dtype_change(A):
+    A.data = (A.data * 2).astype(np.float32)
+
+
+def _abs_hidden_sum_duplicates(A):
+    # abs() calls sum_duplicates() in place on a non-canonical matrix
+    A.has_canonical_format = False
+    abs(A)
+
+
+def _max_hidden_sum_duplicates(A):
+    A.has_canonical_format = False
+    A.max()
+
+
+def _shape_setter(A):
+    A.shape = (A.shape[1], A.shape[0]) if A.shape[0] == A.shape[1] else A.shape
+
+
+def _alias_through_transpose(A):
+    AT = A.T  # shares A's arrays
+    AT.data = AT.data  # noqa: PLW0127 - assignment through the alias must drop A's mirror
+    AT *= 3.0  # in-place through the alias
+
+
+MUTATIONS = {
+    "setitem_existing": _set_existing,
+    "setitem_new": _set_new,
+    "setdiag": _setdiag,
+    "sort_indices": _unsorted_then_sort,
+    "sum_duplicates": _duplicates_then_sum,
+    "eliminate_zeros": _eliminate_zeros,
+    "prune": _prune,
+    "resize": _resize,
+    "imul": _imul,
+    "itruediv": _itruediv,
+    "assign_data": _assign_data,
+    "assign_indices": _assign_indices,
+    "assign_indptr": _assign_indptr,
+    "dtype_change": _dtype_change,
+    "abs_sum_duplicates": _abs_hidden_sum_duplicates,
+    "max_sum_duplicates": _max_hidden_sum_duplicates,
+    "shape_setter": _shape_setter,
+    "alias_transpose": _alias_through_transpose,
+}
+
+
+@pytest.mark.filterwarnings("ignore::scipy.sparse.SparseEfficiencyWarning")
+@pytest.mark.parametrize("mutation", list(MUTATIONS))
+def test_mutation_after_product_is_seen(copying_backend, mutation):
+    A = _fresh()
+    _check(A, copying_backend, "before")
+    MUTATIONS[mutation](A)
+    _check(A, copying_backend, f"after {mutation}")
+
+
+def test_in_place_write_is_refused_while_mirrored(copying_backend):
+    A = _fresh()
+    A.data[0] = 1.0  # allowed: no mirror yet
+    sg.matvec(A, np.ones(A.shape[1]), backend=copying_backend)
+    with pytest.raises(ValueError, match="read-only"):
+        A.data[0] = 2.0
+    with pytest.raises(ValueError, match="read-only"):
+        A.indices[0] = 0
+    A.data = A.data.copy()  # the documented way: assign a new array
+    A.data[0] = 2.0
+    _check(A, copying_backend, "after assigning a new array")
+
+
+def test_mutation_unlocks_arrays(copying_backend):
+    A = _fresh()
+    sg.matvec(A, np.ones(A.shape[1]), backend=copying_backend)
+    A.sort_indices()  # any scipy mutator drops the mirror and gives the arrays back
+    A.data[0] = 9.0
+    _check(A, copying_backend, "after unlock")
+
+
+def test_user_arrays_are_given_back_writable(copying_backend):
+    S = sp.random(30, 30, density=0.2, format="csr", random_state=1)
+    data, indices, indptr = S.data.copy(), S.indices.copy(), S.indptr.copy()
+    A = sg.csr_matrix((data, indices, indptr), shape=S.shape)
+    sg.matvec(A, np.ones(30), backend=copying_backend)
+    A.data = A.data.copy()
+    A.indices = A.indices.copy()
+    A.indptr = A.indptr.copy()
+    assert data.flags.writeable and indices.flags.writeable and indptr.flags.writeable
+
+
+def test_mirror_made_once_and_reused():
+    counting = CountingBackend(name="counting-mirror")
+    sg.register_backend(counting, replace=True)
+    try:
+        A = _fresh()
+        x = np.ones(A.shape[1])
+        for _ in range(3):
+            sg.matvec(A, x, backend="counting-mirror")
+        cache = A.__dict__["_sg_cache"]
+        mirrors = [m for k, m in cache.items() if k[0] == "host-copy" and k[1] != "base"]
+        assert len(mirrors) == 1
+        assert len(mirrors[0].plans) == 2  # the default policy and its plan, made once
+        assert counting.matvecs == 3
+    finally:
+        sg.unregister_backend("counting-mirror")
+
+
+def test_threads_share_one_mirror(copying_backend):
+    A = _fresh(n=400, m=300)
+    x = random_vector(300, np.float64, 5)
+    expected = sp.csr_matrix(A) @ x
+    results, errors = [], []
+
+    def work():
+        try:
+            for _ in range(20):
+                results.append(sg.matvec(A, x, backend=copying_backend))
+        except Exception as exc:  # reported below with its traceback text
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert len(results) == 160
+    for y in results:
+        assert_product_close(y, expected, np.float64, 400)
+    keys = [k for k in A.__dict__["_sg_cache"] if k[1] == "base"]
+    assert len(keys) == 1
+
+
+@pytest.mark.parametrize("dump", ["pickle", "deepcopy", "copy"])
+def test_pickle_and_copy_drop_the_mirror(copying_backend, dump):
+    A = _fresh()
+    A.backend = "scipy"
+    sg.matvec(A, np.ones(A.shape[1]), backend=copying_backend)
+    if dump == "pickle":
+        B = pickle.loads(pickle.dumps(A))
+    elif dump == "deepcopy":
+        B = copy.deepcopy(A)
+    else:
+        B = A.copy()
+    assert type(B) is sg.csr_matrix
+    assert B.backend == "scipy"
+    assert B.__dict__.get("_sg_cache") is None
+    B.data = B.data.copy()
+    B.data[0] = 5.0
+    _check(B, copying_backend, dump)
+
+
+# ------------------------------------------------------------------- validation
+def _bad(kind):
+    data = np.array([1.0, 2.0, 3.0, 4.0])
+    indices = np.array([0, 2, 1, 3], dtype=np.int32)
+    indptr = np.array([0, 2, 3, 4], dtype=np.int32)
+    if kind == "index_too_large":
+        indices[2] = 9
+    elif kind == "negative_index":
+        indices[3] = -1
+    elif kind == "indptr_decreasing":
+        indptr[1:3] = [3, 2]
+    A = sg.csr_matrix((3, 4))
+    A.data, A.indices, A.indptr = data, indices, indptr
+    return A
+
+
+@pytest.mark.parametrize(
+    ("kind", "message"),
+    [
+        ("index_too_large", r"indices\[2\] = 9 \(row 1\).*4 columns"),
+        ("negative_index", r"indices\[3\] = -1"),
+        ("indptr_decreasing", r"indptr\[2\] = 2 < indptr\[1\] = 3"),
+    ],
+)
+@pytest.mark.parametrize("backend", BACKEND_NAMES)
+def test_invalid_arrays_are_refused_before_any_product(backend, kind, message):
+    skip_unless_available(backend)
+    A = _bad(kind)
+    with pytest.raises(ValueError, match=message):
+        sg.matvec(A, np.ones(4), backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKEND_NAMES)
+def test_wrong_lengths_are_refused(backend):
+    skip_unless_available(backend)
+    A = sg.csr_matrix((3, 4))
+    A.indptr = np.array([0, 1, 2], dtype=np.int32)  # needs 4 entries
+    with pytest.raises(ValueError, match="indptr has length 3, expected n_rows \\+ 1 = 4"):
+        sg.matvec(A, np.ones(4), backend=backend)
+    A = sg.csr_matrix((3, 4))
+    A.indptr = np.array([0, 1, 2, 3], dtype=np.int32)
+    A.indices = np.array([0, 1, 2], dtype=np.int32)
+    A.data = np.array([1.0, 2.0])
+    with pytest.raises(ValueError, match="indptr\\[-1\\] = 3 but indices has 3 and data has 2"):
+        sg.matvec(A, np.ones(4), backend=backend)
+    A = sg.csr_matrix((3, 4))
+    A.indptr = np.array([1, 1, 2, 3], dtype=np.int32)
+    A.indices = np.array([0, 1, 2], dtype=np.int32)
+    A.data = np.array([1.0, 2.0, 3.0])
+    with pytest.raises(ValueError, match="indptr\\[0\\] is 1, expected 0"):
+        sg.matvec(A, np.ones(4), backend=backend)
+
+
+def test_fixing_invalid_arrays_makes_the_matrix_usable(copying_backend):
+    A = _bad("index_too_large")
+    with pytest.raises(ValueError):
+        sg.matvec(A, np.ones(4), backend=copying_backend)
+    indices = A.indices.copy()
+    indices[2] = 1
+    A.indices = indices
+    _check(A, copying_backend, "after fixing")
