@@ -79,6 +79,17 @@ def unregister_backend(name: str) -> None:
         _generation += 1
 
 
+def choices_changed() -> None:
+    """Make every matrix re-make its cached backend and plan choice on its next product.
+
+    Called when what a choice depends on changes: the registry, or the tuning cache
+    (after :func:`sparsegpu.autotune`).
+    """
+    global _generation
+    with _registry_lock:
+        _generation += 1
+
+
 def registered() -> dict[str, Backend]:
     """Every registered backend by name, in registry order."""
     _load_builtins()

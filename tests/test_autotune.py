@@ -7,8 +7,6 @@ last test tunes the real GPU backends and skips without a GPU.
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,9 +19,7 @@ from sparsegpu.tuning import autotune as autotune_mod
 from sparsegpu.tuning.autotune import perf_counter_time
 from sparsegpu.tuning.cache import TuningCache, TuningCacheError, TuningCacheWarning, host_context
 from sparsegpu.tuning.policy import CsrVectorPolicy
-
-sys.path.insert(0, str(Path(__file__).parent))
-from tuning_backends import (  # noqa: E402
+from tests.tuning_backends import (
     CANDIDATES,
     UNTUNED,
     FakeClock,
@@ -231,6 +227,19 @@ def test_tuning_refreshes_a_matrix_s_remembered_default(register):
     assert _dispatch.plan_for(A, backend="sweep-a").policy == UNTUNED
     tune(A, [backend])
     assert _dispatch.plan_for(A, backend="sweep-a").policy == FASTEST
+
+
+def test_products_of_a_tuned_matrix_switch_to_the_tuned_policy(register):
+    backend = register(SweepBackend("sweep-a"))
+    A = matrix()
+    A.backend = "sweep-a"
+    x = np.ones(A.shape[1])
+    A @ x
+    assert backend.last_policy == UNTUNED
+    tune(A, [backend])
+    y = A @ x
+    assert backend.last_policy == FASTEST
+    np.testing.assert_allclose(y, sp.csr_matrix(A) @ x)
 
 
 def test_tuning_one_row_class_leaves_another_alone(register):

@@ -22,9 +22,7 @@ from sparsegpu.commands import autotune as command
 from sparsegpu.tuning import plot as plot_mod
 from sparsegpu.tuning.cache import TuningCache
 from sparsegpu.tuning.plot import block_size_series, reference_lines
-
-sys.path.insert(0, str(Path(__file__).parent))
-from tuning_backends import SweepBackend  # noqa: E402
+from tests.tuning_backends import CANDIDATES, ScriptedTimer, SweepBackend
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -178,8 +176,6 @@ def test_no_save_leaves_the_cache_alone(sweep, mtx, capsys):
 
 
 def test_wrong_candidates_are_listed_on_stderr(mtx, capsys):
-    from tuning_backends import CANDIDATES
-
     sg.register_backend(SweepBackend("sweep-bad", wrong={CANDIDATES[0]}), replace=True)
     try:
         assert run_cli(mtx, "--backends", "sweep-bad", "--repeat", "2") == 0
@@ -246,8 +242,6 @@ def test_default_suite_scale_is_checked():
 # ------------------------------------------------------------------------ plot data
 def test_plot_series_takes_the_best_time_per_block_size(sweep):
     A = sg.csr_matrix(sp.random(50, 50, density=0.2, random_state=0, format="csr"))
-    from tuning_backends import ScriptedTimer
-
     report = sg.autotune(A, "sweep-cli", timer=ScriptedTimer([sweep]), repeat=1, save=False)
     series = block_size_series(report, "float64")
     sizes = [p[0] for p in series["sweep-cli"]]

@@ -7,7 +7,6 @@ import dataclasses
 import json
 import multiprocessing
 import os
-import sys
 import threading
 import time
 import warnings
@@ -30,9 +29,7 @@ from sparsegpu.tuning.cache import (
     kernel_sources_digest,
 )
 from sparsegpu.tuning.policy import CsrVectorPolicy
-
-sys.path.insert(0, str(Path(__file__).parent))
-from tuning_backends import UNTUNED, SweepBackend  # noqa: E402
+from tests.tuning_backends import UNTUNED, SweepBackend
 
 CONTEXT = TuningContext(
     device="NVIDIA H200",

@@ -665,6 +665,7 @@ def autotune(
         _save(report, sweeps, cache or default_cache())
     for sweep in sweeps:
         forget_defaults(sweep.mirror, [sweep.backend.name])
+    _dispatch.choices_changed()
     report.elapsed_s = time.monotonic() - start
     return report
 
