@@ -162,6 +162,40 @@ def test_backend_with_only_wrong_candidates_has_no_winner(register):
     assert TuningCache().entries() == []
 
 
+def test_winner_that_fails_on_re_timing_is_dropped_and_never_cached(register):
+    backend = register(SweepBackend("sweep-flaky", flaky={FASTEST}))
+    report = tune(matrix(), [backend])
+    [again] = [r for r in report.problems() if r.policy == FASTEST]
+    assert again.status == "wrong" and again.message.startswith("on re-timing")
+    [winner] = report.winners
+    assert winner.best.policy == UNTUNED and winner.gain == pytest.approx(1.0)
+    [(_, e)] = TuningCache().entries()
+    assert e.knobs == UNTUNED.knobs()
+
+
+def test_winner_no_faster_than_the_default_on_re_timing_yields_to_it(register):
+    backend = register(SweepBackend("sweep-lucky"))
+    calls = []
+
+    def lucky_then_slow():
+        calls.append(1)
+        return 0.01 if len(calls) <= 2 else 100.0  # 2 timings per candidate run
+
+    timer = ScriptedTimer([backend], {FASTEST: lucky_then_slow})
+    report = tune(matrix(), [backend], timer=timer)
+    [winner] = report.winners
+    assert winner.best.policy == UNTUNED and winner.gain == pytest.approx(1.0)
+
+
+def test_gain_comes_from_the_back_to_back_re_timing(register):
+    backend = register(SweepBackend("sweep-a"))
+    report = tune(matrix(), [backend])
+    [winner] = report.winners
+    sweep_times = {r.policy: r for r in report.results}
+    assert winner.best is not sweep_times[FASTEST]  # a fresh measurement
+    assert winner.best.time_ms == pytest.approx(speed(FASTEST))
+
+
 # ----------------------------------------------------------------------------- budget
 def test_zero_budget_times_nothing_and_saves_nothing(register):
     backend = register(SweepBackend("sweep-a"))

@@ -34,7 +34,9 @@ class SweepPlan(Plan):
         self.calls += 1
         self.backend.last_policy = self.policy
         y = self.csr @ x
-        if self.policy in self.backend.wrong:
+        if self.policy in self.backend.wrong or (
+            self.policy in self.backend.flaky and self.backend.plans_made[self.policy] > 1
+        ):
             y = y * 1.5
         if self.policy in self.backend.wrong_later and self.calls > 1:
             y = y.copy()
@@ -58,6 +60,7 @@ class SweepBackend(Backend):
     wrong_later : set of policies right on the first call, wrong afterwards
     skips_last_row : set of policies that leave the last row of ``out`` unwritten
     ignores_out : set of policies that return a new array and leave ``out`` alone
+    flaky : set of policies whose second plan gives wrong answers
     failing : set of policies whose plan raises
     """
 
@@ -67,9 +70,18 @@ class SweepBackend(Backend):
     policy_type = CsrVectorPolicy
 
     def __init__(
-        self, name="sweep", wrong=(), wrong_later=(), skips_last_row=(), ignores_out=(), failing=()
+        self,
+        name="sweep",
+        wrong=(),
+        wrong_later=(),
+        skips_last_row=(),
+        ignores_out=(),
+        failing=(),
+        flaky=(),
     ):
         self.name = name
+        self.flaky = set(flaky)
+        self.plans_made: dict = {}
         self.ignores_out = set(ignores_out)
         self.wrong = set(wrong)
         self.wrong_later = set(wrong_later)
@@ -89,6 +101,7 @@ class SweepBackend(Backend):
     def plan(self, matrix, policy):
         if policy in self.failing:
             raise RuntimeError(f"cannot launch {policy}")
+        self.plans_made[policy] = self.plans_made.get(policy, 0) + 1
         return SweepPlan(self, matrix, policy)
 
 
@@ -106,8 +119,9 @@ def speed(policy) -> float:
 class ScriptedTimer:
     """A timer that calls ``fn`` once and reports the scripted time of the policy it ran.
 
-    ``times`` maps (backend name, policy) or policy to milliseconds; by default
-    :func:`speed`. ``calls`` counts timings (for budget tests).
+    ``times`` maps (backend name, policy) or policy to milliseconds (or to a callable
+    returning them, for times that change); by default :func:`speed`. ``calls`` counts
+    timings (for budget tests).
     """
 
     def __init__(self, backends, times=None, clock=None, step_s=0.0):
@@ -127,6 +141,8 @@ class ScriptedTimer:
         ran = next((b for b in self.backends if b.last_policy is not None), None)
         policy = ran.last_policy
         ms = self.times.get((ran.name, policy), self.times.get(policy, speed(policy)))
+        if callable(ms):
+            ms = ms()
         return Timing((ms,) * repeat)
 
 

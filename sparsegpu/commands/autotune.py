@@ -255,6 +255,15 @@ def _policy_text(policy) -> str:
     return " ".join(f"{k}={v}" for k, v in knobs.items()) or "-"
 
 
+def _for_tables(out):
+    """``out`` on a terminal; for logs and pipes a 200-column console (rich would use 80)."""
+    if out.is_terminal:
+        return out
+    from rich.console import Console
+
+    return Console(file=out.file, width=200, highlight=False, soft_wrap=False, markup=False)
+
+
 def _winner_rows(reports) -> list[list]:
     rows = []
     for report in reports:
@@ -284,7 +293,7 @@ def _print_reports(reports, args, cache) -> None:
     out = console()
     columns = ["matrix", "rows", "dtype", "backend", "tuned policy", "µs", "GB/s"]
     columns += ["default µs", "gain"]
-    out.print(
+    _for_tables(out).print(
         table(
             "Autotune winners (* fastest overall)",
             columns,
@@ -347,7 +356,9 @@ def _show(cache, as_json: bool) -> int:
     ]
     columns = ["device", "backend", "dtype", "index", "rows", "policy", "GB/s", "gain"]
     columns += ["tuned on", "when"]
-    out.print(table(f"Tuning cache {cache.path}", columns, rows, right={"GB/s", "gain"}))
+    _for_tables(out).print(
+        table(f"Tuning cache {cache.path}", columns, rows, right={"GB/s", "gain"})
+    )
     return 0
 
 
@@ -382,7 +393,7 @@ def _run(args) -> int:
 
     reports = []
     start = time.monotonic()
-    with progress() as bar:
+    with progress(transient=True) as bar:
         task = bar.add_task("autotune", total=None)
 
         def update(done, total, label):

@@ -16,7 +16,7 @@ import numbers
 import time
 import warnings
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import scipy.sparse as sp
@@ -148,7 +148,9 @@ class AutotuneReport:
     results : list of CandidateResult
         Every candidate, in the order they ran (skipped ones last).
     winners : list of BackendWinner
-        Per backend and value dtype, the fastest correct candidate.
+        Per backend and value dtype, the fastest correct candidate, re-checked and
+        re-timed back to back with the untuned default (so the gain is not the luck of
+        the fastest of many noisy samples).
     elapsed_s : float
     budget_s : float or None
     budget_exhausted : bool
@@ -494,6 +496,37 @@ def _winners(results: list[CandidateResult]) -> list[BackendWinner]:
     return out
 
 
+def _confirmed(
+    winners: list[BackendWinner], sweeps: list[_Sweep], results: list, warmup: int, repeat: int
+) -> list[BackendWinner]:
+    """Each winner re-checked and re-timed back to back with its untuned default.
+
+    The fastest of many noisy medians is biased low (the winner's curse); timing the
+    two again side by side gives an honest gain, and a second correctness check. A
+    winner that is no longer faster yields to the default; one that now fails is
+    reported in ``results`` and never kept.
+    """
+    by_key = {(s.backend.name, str(s.dtype)): s for s in sweeps}
+    out = []
+    for w in winners:
+        if w.untuned is None or w.best.policy == w.untuned.policy:
+            out.append(w)
+            continue
+        sweep = by_key[(w.backend, w.value_dtype)]
+        best = _run_candidate(sweep, w.best.policy, warmup, repeat)
+        untuned = _run_candidate(sweep, w.untuned.policy, warmup, repeat)
+        for again in (best, untuned):
+            if again.status != OK:
+                results.append(replace(again, message=f"on re-timing: {again.message}"))
+        if untuned.status != OK:
+            continue
+        if best.status != OK or best.time_ms >= untuned.time_ms:
+            out.append(BackendWinner(untuned, untuned))
+        else:
+            out.append(BackendWinner(best, untuned))
+    return out
+
+
 def _progress_callback(progress):
     """A ``(done, total, label)`` callback and a closer, from autotune's ``progress``."""
     if progress is None or progress is False:
@@ -534,10 +567,12 @@ def autotune(
 
     For every backend and value dtype, the backend's candidate policies (its untuned
     default first) are each checked against scipy, then timed: warm-up, then the median
-    of ``repeat`` samples (CUDA events for GPU backends). The fastest correct candidate
-    of each backend is written to the tuning cache, keyed by device, dtypes and the
-    matrix's row-length class; from then on it is that backend's default policy (and
-    ``auto`` prefers the backend measured fastest) for matrices of that class.
+    of ``repeat`` samples (CUDA events for GPU backends), then checked again. The
+    fastest correct candidate of each backend is re-checked and re-timed back to back
+    with the untuned default (it must still win), then written to the tuning cache,
+    keyed by device, dtypes and the matrix's row-length class; from then on it is that
+    backend's default policy (and ``auto`` prefers the backend measured fastest) for
+    matrices of that class.
 
     Parameters
     ----------
@@ -657,7 +692,7 @@ def autotune(
         row_class=row_class,
         index_dtype=str(np.dtype(matrix._sg_index_dtype())),
         results=results,
-        winners=_winners(results),
+        winners=_confirmed(_winners(results), sweeps, results, warmup, repeat),
         budget_s=budget,
         budget_exhausted=exhausted,
     )
