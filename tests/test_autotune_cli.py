@@ -118,6 +118,14 @@ def test_plot_without_matplotlib_fails_before_tuning(sweep, mtx, tmp_path, capsy
     assert TuningCache().entries() == []
 
 
+def test_missing_platformdirs_is_a_clear_error(capsys, monkeypatch):
+    monkeypatch.delenv("SPARSEGPU_CACHE_DIR")
+    monkeypatch.setitem(sys.modules, "platformdirs", None)
+    assert run_cli("--show") == 2
+    err = capsys.readouterr().err
+    assert "platformdirs is not installed" in err and "--cache-dir" in err
+
+
 def test_unavailable_backend_exits_non_zero_with_the_reason(capsys):
     class Off(SweepBackend):
         def unavailable_reason(self):

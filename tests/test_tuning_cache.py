@@ -7,6 +7,7 @@ import dataclasses
 import json
 import multiprocessing
 import os
+import sys
 import threading
 import time
 import warnings
@@ -421,7 +422,7 @@ def test_cache_dir_follows_the_environment(tmp_path, monkeypatch):
 
 
 def test_cache_dir_defaults_to_the_user_cache_dir(monkeypatch):
-    import platformdirs
+    platformdirs = pytest.importorskip("platformdirs")
 
     monkeypatch.delenv("SPARSEGPU_CACHE_DIR")
     expected = Path(platformdirs.user_cache_dir("sparsegpu", appauthor=False))
@@ -538,6 +539,14 @@ def test_explicit_policy_beats_the_cache(sweep_backend):
     explicit = CsrVectorPolicy(block_size=1024, threads_per_row=1)
     plan = _dispatch.plan_for(medium_matrix(), backend="sweep-lookup", policy=explicit)
     assert plan.policy is explicit
+
+
+def test_missing_platformdirs_never_breaks_a_product(sweep_backend, monkeypatch):
+    monkeypatch.delenv("SPARSEGPU_CACHE_DIR")
+    monkeypatch.setitem(sys.modules, "platformdirs", None)
+    with pytest.warns(TuningCacheWarning, match="could not be read"):
+        policy = _dispatch.plan_for(medium_matrix(), backend="sweep-lookup").policy
+    assert policy == UNTUNED
 
 
 def test_backends_without_knobs_never_read_the_cache(monkeypatch):

@@ -155,9 +155,12 @@ def _check_options(args) -> None:
 
 
 def _cache(args):
-    from ..tuning.cache import TuningCache
+    from ..tuning.cache import TuningCache, TuningCacheError
 
-    return TuningCache(args.cache_dir) if args.cache_dir else TuningCache()
+    try:
+        return TuningCache(args.cache_dir) if args.cache_dir else TuningCache()
+    except TuningCacheError as exc:
+        raise CommandError(f"{exc} (or pass --cache-dir)") from None
 
 
 def _backends(args) -> list[str]:

@@ -697,7 +697,7 @@ def autotune(
         budget_exhausted=exhausted,
     )
     if save and report.winners:
-        _save(report, sweeps, cache or default_cache())
+        _save(report, sweeps, cache)
     for sweep in sweeps:
         forget_defaults(sweep.mirror, [sweep.backend.name])
     _dispatch.choices_changed()
@@ -705,7 +705,7 @@ def autotune(
     return report
 
 
-def _save(report: AutotuneReport, sweeps: list[_Sweep], cache: TuningCache) -> None:
+def _save(report: AutotuneReport, sweeps: list[_Sweep], cache: TuningCache | None) -> None:
     """Write each winner to the cache, grouped by context; failures become a warning."""
     residence_of = {s.backend.name: s.backend.residence for s in sweeps}
     by_context: dict = {}
@@ -729,6 +729,7 @@ def _save(report: AutotuneReport, sweeps: list[_Sweep], cache: TuningCache) -> N
         )
         by_context.setdefault(context, []).append(entry)
     try:
+        cache = cache or default_cache()
         for context, entries in by_context.items():
             report.cache_path = str(cache.record(context, entries))
     except TuningCacheError as exc:

@@ -77,12 +77,23 @@ class _BadDocument(ValueError):
 
 
 def cache_dir() -> Path:
-    """The directory of the tuning cache: ``$SPARSEGPU_CACHE_DIR`` or the user cache dir."""
+    """The directory of the tuning cache: ``$SPARSEGPU_CACHE_DIR`` or the user cache dir.
+
+    Raises
+    ------
+    TuningCacheError
+        When the variable is unset and platformdirs is not installed.
+    """
     override = os.environ.get(ENV_CACHE_DIR)
     if override:
         return Path(override).expanduser()
-    import platformdirs
-
+    try:
+        import platformdirs
+    except ImportError as exc:
+        raise TuningCacheError(
+            f"platformdirs is not installed ({exc}); pip install platformdirs, or set "
+            f"{ENV_CACHE_DIR} to the directory the tuning cache should use"
+        ) from None
     return Path(platformdirs.user_cache_dir("sparsegpu", appauthor=False))
 
 
@@ -661,13 +672,13 @@ def tuned_policy(backend, matrix, cache: TuningCache | None = None):
     context = current_context(backend.residence)
     if context is None:
         return None
-    cache = cache or default_cache()
     try:
+        cache = cache or default_cache()
         entry = cache.lookup(context, backend.name, matrix.dtype, matrix.index_dtype, row_class)
         if entry is None:
             return None
         return entry.policy(backend.policy_type)
-    except OSError as exc:
+    except (OSError, TuningCacheError) as exc:
         warnings.warn(
             f"the tuning cache could not be read ({exc}); using the untuned policy",
             TuningCacheWarning,
@@ -701,7 +712,7 @@ def rank_by_tuning(backends, matrix, cache: TuningCache | None = None) -> list:
                 entry = (cache or default_cache()).lookup(
                     context, backend.name, matrix.dtype, matrix.index_dtype, row_class
                 )
-            except OSError:
+            except (OSError, TuningCacheError):  # tuned_policy reports it; auto still works
                 entry = None
             if entry is not None:
                 scores[backend.name] = entry.gb_per_s
