@@ -20,7 +20,6 @@ from . import _cuda
 from ._mirror import DeviceMemoryError, memory_error
 from .backends import BUILTIN_MODULES
 from .backends.base import Backend, Plan
-from .tuning.cache import rank_by_tuning
 
 AUTO = "auto"
 ENV_VAR = "SPARSEGPU_BACKEND"
@@ -28,9 +27,18 @@ ENV_VAR = "SPARSEGPU_BACKEND"
 _registry: dict[str, Backend] = {}
 _registry_lock = threading.Lock()
 _loaded = False
-# bumped whenever the registry changes, so cached per-matrix choices are re-made
-_generation = 0
 _scoped: ContextVar[str | None] = ContextVar("sparsegpu_backend", default=None)
+
+
+# Bumped whenever what ``auto`` or a name resolves to may change (the registry changes, an
+# auto lookup is plugged in), so cached per-matrix choices are re-made.
+_generation = 0
+
+
+def invalidate_choices() -> None:
+    """Forget every cached backend/plan choice (the next product chooses again)."""
+    global _generation
+    _generation += 1
 
 
 class BackendUnavailableError(RuntimeError):
@@ -76,17 +84,6 @@ def unregister_backend(name: str) -> None:
     global _generation
     with _registry_lock:
         _registry.pop(name, None)
-        _generation += 1
-
-
-def choices_changed() -> None:
-    """Make every matrix re-make its cached backend and plan choice on its next product.
-
-    Called when what a choice depends on changes: the registry, or the tuning cache
-    (after :func:`sparsegpu.autotune`).
-    """
-    global _generation
-    with _registry_lock:
         _generation += 1
 
 
@@ -208,13 +205,27 @@ def _auto_candidates(value_dtype: np.dtype) -> list[Backend]:
 # regular rows (seeds/003). cuSPARSE follows; the plain vector kernel last.
 _AUTO_PREFERENCE = ("shuffle", "cusparse", "readonly", "vector")
 
+# Plugged-in lookups (the tuning cache): fn(mirror, value_dtype, candidates) -> backend
+# name or None; the first non-None answer naming a candidate wins over the heuristics.
+_auto_lookups: list = []
+
+
+def register_auto_lookup(lookup) -> None:
+    """Let ``auto`` ask ``lookup(mirror, value_dtype, candidates)`` before its heuristics.
+
+    ``lookup`` returns the name of the backend measured fastest for this mirror (a tuning
+    cache), or None to defer. Choices made before are forgotten.
+    """
+    _auto_lookups.append(lookup)
+    invalidate_choices()
+
 
 def choose_auto(matrix_obj, value_dtype: np.dtype, index_dtype: np.dtype) -> Backend:
     """The backend ``auto`` uses for this matrix and value dtype.
 
-    No GPU, or a value dtype no GPU backend takes: ``scipy``. Otherwise the backends the
-    tuning cache measured fastest for this kind of matrix, then the preference order,
-    restricted to backends that accept the mirror's dtypes and size.
+    No GPU, or a value dtype no GPU backend takes: ``scipy``. Otherwise a plugged-in
+    lookup (the tuning cache), then the preference order, restricted to backends that
+    accept the mirror's dtypes and size.
     """
     candidates = _auto_candidates(np.dtype(value_dtype))
     if candidates:
@@ -222,10 +233,14 @@ def choose_auto(matrix_obj, value_dtype: np.dtype, index_dtype: np.dtype) -> Bac
         ordered = [by_name[n] for n in _AUTO_PREFERENCE if n in by_name]
         ordered += [b for b in candidates if b.name not in _AUTO_PREFERENCE]
         mirror = matrix_obj._sg_mirror(ordered[0].residence, value_dtype)
-        ordered = rank_by_tuning(ordered, mirror)
-        for backend in ordered:
-            if backend.supports(mirror):
-                return backend
+        usable = [b for b in ordered if b.supports(mirror)]
+        usable_names = [b.name for b in usable]
+        for lookup in _auto_lookups:
+            name = lookup(mirror, value_dtype, usable_names)
+            if name in usable_names:
+                return usable[usable_names.index(name)]
+        if usable:
+            return usable[0]
     return registered()["scipy"]
 
 

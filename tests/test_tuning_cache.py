@@ -560,24 +560,25 @@ def test_backends_without_knobs_never_read_the_cache(monkeypatch):
         np.testing.assert_allclose(sg.matvec(A, np.ones(4), backend="host-copy"), np.ones(4))
 
 
-def test_ranking_puts_the_fastest_measured_backend_first(tmp_path):
-    backends = [SweepBackend("rank-a"), SweepBackend("rank-b"), SweepBackend("rank-c")]
+def test_auto_lookup_names_the_fastest_measured_candidate(tmp_path):
     cache = TuningCache(tmp_path)
-    context = cache_mod.host_context()
     cache.record(
-        context,
+        cache_mod.host_context(),
         [
             entry(backend="rank-a", row_class="medium", gb_per_s=10.0),
             entry(backend="rank-c", row_class="medium", gb_per_s=30.0),
+            entry(backend="rank-d", row_class="medium", gb_per_s=50.0),
         ],
     )
     mirror = medium_matrix()._sg_mirror(HOST_COPY, np.float64)
-    ranked = cache_mod.rank_by_tuning(backends, mirror, cache)
-    assert [b.name for b in ranked] == ["rank-c", "rank-a", "rank-b"]
+    names = ["rank-a", "rank-b", "rank-c"]  # rank-d is not usable for this product
+    assert cache_mod.auto_lookup(mirror, np.float64, names, cache) == "rank-c"
 
 
-def test_ranking_keeps_the_given_order_without_entries(tmp_path):
-    backends = [SweepBackend("rank-a"), SweepBackend("rank-b")]
+def test_auto_lookup_defers_without_entries(tmp_path):
     mirror = medium_matrix()._sg_mirror(HOST_COPY, np.float64)
-    ranked = cache_mod.rank_by_tuning(backends, mirror, TuningCache(tmp_path))
-    assert [b.name for b in ranked] == ["rank-a", "rank-b"]
+    assert cache_mod.auto_lookup(mirror, np.float64, ["rank-a"], TuningCache(tmp_path)) is None
+
+
+def test_auto_lookup_is_plugged_into_auto():
+    assert cache_mod.auto_lookup in _dispatch._auto_lookups

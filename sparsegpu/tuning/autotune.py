@@ -32,6 +32,7 @@ from .cache import (
     TuningCache,
     TuningCacheError,
     TuningCacheWarning,
+    auto_lookup,
     current_context,
     default_cache,
     forget_defaults,
@@ -700,7 +701,7 @@ def autotune(
         _save(report, sweeps, cache)
     for sweep in sweeps:
         forget_defaults(sweep.mirror, [sweep.backend.name])
-    _dispatch.choices_changed()
+    _dispatch.invalidate_choices()
     report.elapsed_s = time.monotonic() - start
     return report
 
@@ -736,3 +737,7 @@ def _save(report: AutotuneReport, sweeps: list[_Sweep], cache: TuningCache | Non
         report.cache_path = None
         report.cache_error = str(exc)
         warnings.warn(str(exc), TuningCacheWarning, stacklevel=3)
+
+
+# ``auto`` asks the tuning cache first; registered here, where both modules are loaded.
+_dispatch.register_auto_lookup(auto_lookup)

@@ -694,36 +694,36 @@ def tuned_policy(backend, matrix, cache: TuningCache | None = None):
     return None
 
 
-def rank_by_tuning(backends, matrix, cache: TuningCache | None = None) -> list:
-    """``backends`` with those the cache measured fastest (GB/s) for this product first.
+def auto_lookup(matrix, value_dtype, candidates, cache: TuningCache | None = None) -> str | None:
+    """The backend among ``candidates`` the cache measured fastest (GB/s) for this mirror.
 
-    Backends without an entry keep their given order after the measured ones. Used by
-    ``auto``; the order is remembered on the mirror (the autotuner forgets it).
+    The lookup ``auto`` consults before its heuristics
+    (:func:`sparsegpu._dispatch.register_auto_lookup`): entries of the mirror's device,
+    value dtype, index dtype and row-length class, user cache first, then the shipped
+    defaults. None when no candidate has one. The scores are remembered on the mirror
+    (the autotuner forgets them).
     """
-    remembered = matrix.plans.get(("auto", "ranking"))
-    if remembered is None:
+    scores = matrix.plans.get(("auto", "tuned scores"))
+    if scores is None:
         scores = {}
-        for backend in backends:
-            context = current_context(backend.residence)
-            row_class = matrix.stats.row_class
-            if context is None or row_class not in ROW_CLASSES:
-                continue
+        context = current_context(matrix.residence)
+        row_class = matrix.stats.row_class
+        if context is not None and row_class in ROW_CLASSES:
             try:
-                entry = (cache or default_cache()).lookup(
-                    context, backend.name, matrix.dtype, matrix.index_dtype, row_class
-                )
+                cache = cache or default_cache()
+                for name in candidates:
+                    entry = cache.lookup(context, name, value_dtype, matrix.index_dtype, row_class)
+                    if entry is not None:
+                        scores[name] = entry.gb_per_s
             except (OSError, TuningCacheError):  # tuned_policy reports it; auto still works
-                entry = None
-            if entry is not None:
-                scores[backend.name] = entry.gb_per_s
-        remembered = tuple(sorted(scores, key=lambda name: -scores[name]))
-        matrix.plans[("auto", "ranking")] = remembered
-    first = [b for name in remembered for b in backends if b.name == name]
-    return first + [b for b in backends if b.name not in remembered]
+                scores = {}
+        matrix.plans[("auto", "tuned scores")] = scores
+    measured = [name for name in candidates if name in scores]
+    return max(measured, key=lambda name: scores[name]) if measured else None
 
 
 def forget_defaults(matrix, backend_names) -> None:
-    """Drop the default policies and ``auto`` ranking remembered on a mirror."""
+    """Drop the default policies and ``auto`` scores remembered on a mirror."""
     for name in backend_names:
         matrix.plans.pop((name, "default"), None)
-    matrix.plans.pop(("auto", "ranking"), None)
+    matrix.plans.pop(("auto", "tuned scores"), None)
