@@ -22,7 +22,7 @@ EXAMPLES = {
         block_size=512, threads_per_row=4, line_size=64, num_lines=16
     ),
     "CusparsePolicy": CusparsePolicy(algorithm="csr_alg2", preprocess=True),
-    "AdaptivePolicy": AdaptivePolicy(block_size=1024, nnz_per_thread=16),
+    "AdaptivePolicy": AdaptivePolicy(block_size=128, nnz_per_thread=4),
     "NoPolicy": NoPolicy(),
 }
 
