@@ -452,7 +452,7 @@ def test_gpu_backend_tunes_and_remembers(gpu_backend_name):
     from sparsegpu.datasets import stencil_2d
 
     A = stencil_2d(64)
-    report = sg.autotune(A, gpu_backend_name, repeat=3, warmup=1)
+    report = sg.autotune(A, gpu_backend_name, budget=15, repeat=3, warmup=1)
     assert [r for r in report.results if r.status == "wrong"] == []
     [winner] = report.winners
     policy = _dispatch.plan_for(A, backend=gpu_backend_name).policy
