@@ -6,10 +6,12 @@
 True
 """
 
+from . import datasets, io, suitesparse
 from ._dispatch import (
     BackendStatus,
     BackendUnavailableError,
     backends,
+    explain,
     register_backend,
     unregister_backend,
     use_backend,
@@ -29,8 +31,12 @@ __all__ = [
     "csc_matrix",
     "csr_array",
     "csr_matrix",
+    "datasets",
+    "explain",
+    "io",
     "matvec",
     "register_backend",
+    "suitesparse",
     "unregister_backend",
     "use_backend",
 ]

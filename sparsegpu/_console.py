@@ -12,11 +12,13 @@ import functools
 from rich.console import Console
 from rich.progress import (
     BarColumn,
+    DownloadColumn,
     MofNCompleteColumn,
     Progress,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
+    TransferSpeedColumn,
 )
 from rich.table import Table
 
@@ -37,14 +39,17 @@ def table(title: str | None, columns: list[str], rows: list[list], right: set[st
     return t
 
 
-def progress(transient: bool = False) -> Progress:
-    """A progress bar on stderr (count, bar, elapsed, remaining)."""
+def progress(transient: bool = False, transfer: bool = False) -> Progress:
+    """A progress bar on stderr: count, elapsed and remaining time, or, with ``transfer``,
+    bytes, speed and remaining time (downloads)."""
+    if transfer:
+        columns = (DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn())
+    else:
+        columns = (MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
     return Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
+        *columns,
         console=console(stderr=True),
         transient=transient,
     )

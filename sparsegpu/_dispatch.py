@@ -200,10 +200,27 @@ def _auto_candidates(value_dtype: np.dtype) -> list[Backend]:
     ]
 
 
-# Order of preference of the untuned ``auto``: the shuffle kernel reads x through the
-# read-only cache and reduces without shared memory; it is the best seed kernel on
-# regular rows (seeds/003). cuSPARSE follows; the plain vector kernel last.
-_AUTO_PREFERENCE = ("shuffle", "cusparse", "readonly", "vector")
+# Order of preference of the untuned ``auto`` on regular rows: the shuffle kernel reads x
+# through the read-only cache and reduces without shared memory; it is the best seed
+# kernel on regular rows (seeds/003). cuSPARSE follows; the merge-path kernel pays for its
+# balancing with a second pass over tile carries, so it comes after them; plain kernels last.
+_AUTO_PREFERENCE = ("shuffle", "cusparse", "adaptive", "readonly", "vector")
+
+# Irregular rows go to the load-balanced kernel. The rule follows Ginkgo's CSR strategy
+# choice ("load_balance" when the longest row is far above the mean): with max > 8 x mean
+# a row-per-(sub)warp kernel leaves most threads of a warp idle while one row finishes,
+# and one block per long row serializes it; below that the sub-warp kernels keep up.
+IRREGULAR_IMBALANCE = 8.0
+# A single row longer than this is split across blocks by the merge-path kernel even when
+# the mean is high enough to hide it (one row-per-block kernel would run it on one SM).
+LONG_ROW = 1 << 16
+_AUTO_IRREGULAR = ("adaptive",)
+# Up to this many merge items (rows + nonzeros) a product is latency-bound: the merge-path
+# kernel is then one launch (its last block adds the carries), cheaper on host and device
+# than cuSPARSE's SpMV call (H200, bundled SuiteSparse matrices: 11-16 us a product against
+# 15-27 us for raw cuSPARSE with descriptors reused; auto_vs_cusparse_h200.json).
+SMALL_ITEMS = 1_000_000
+_AUTO_SMALL = ("adaptive",)
 
 # Plugged-in lookups (the tuning cache): fn(mirror, value_dtype, candidates) -> backend
 # name or None; the first non-None answer naming a candidate wins over the heuristics.
@@ -220,28 +237,139 @@ def register_auto_lookup(lookup) -> None:
     invalidate_choices()
 
 
+@dataclass(frozen=True)
+class AutoChoice:
+    """What ``auto`` picks for one matrix and value dtype, and why (see :func:`explain`)."""
+
+    backend: str
+    policy: object
+    reason: str
+    stats: object
+    value_dtype: np.dtype
+    override: str | None = None
+
+    def __str__(self) -> str:
+        lines = [f"auto -> backend {self.backend!r} with {self.policy!r}", f"  why: {self.reason}"]
+        s = self.stats
+        if s is not None:
+            lines.append(
+                f"  rows: {s.n_rows:,} x {s.n_cols:,}, nnz {s.nnz:,}; row length mean "
+                f"{s.mean:.1f}, std {s.std:.1f}, min {s.min}, max {s.max}, empty rows "
+                f"{s.empty_rows:,}; imbalance (max/mean) {s.imbalance:.1f}, class {s.row_class!r}"
+            )
+        lines.append(f"  value dtype: {self.value_dtype}")
+        if self.override is not None:
+            lines.append(f"  note: {self.override}")
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+
+def _auto_decision(matrix_obj, value_dtype: np.dtype) -> tuple[Backend, str, object]:
+    """(backend, reason, stats or None) of ``auto`` for this matrix and value dtype."""
+    candidates = _auto_candidates(value_dtype)
+    if not candidates:
+        reason = (
+            f"no GPU: {_cuda.unavailable_reason()}"
+            if _cuda.unavailable_reason() is not None
+            else f"no GPU backend computes in {value_dtype}"
+        )
+        return registered()["scipy"], reason + "; the scipy CPU reference computes", None
+    by_name = {b.name: b for b in candidates}
+    ordered = [by_name[n] for n in _AUTO_PREFERENCE if n in by_name]
+    ordered += [b for b in candidates if b.name not in _AUTO_PREFERENCE]
+    mirror = matrix_obj._sg_mirror(ordered[0].residence, value_dtype)
+    usable = [b for b in ordered if b.supports(mirror)]
+    if not usable:
+        return registered()["scipy"], "no GPU backend accepts this matrix", None
+    stats = mirror.stats
+    usable_names = [b.name for b in usable]
+    for lookup in _auto_lookups:
+        name = lookup(mirror, value_dtype, usable_names)
+        if name in usable_names:
+            return usable[usable_names.index(name)], "measured fastest (tuning cache)", stats
+    name, reason = auto_rule(stats, usable_names)
+    return usable[usable_names.index(name)], reason, stats
+
+
+def auto_rule(stats, usable_names) -> tuple[str, str]:
+    """The heuristic of ``auto``: (backend name, reason) from row-length statistics.
+
+    Parameters
+    ----------
+    stats : RowLengthStats
+        Of the matrix (computed once per mirror, on the device).
+    usable_names : list of str
+        Backends that take this matrix and dtype, in preference order (not empty).
+    """
+    if stats.n_rows + stats.nnz <= SMALL_ITEMS:
+        for name in _AUTO_SMALL:
+            if name in usable_names:
+                return name, (
+                    f"small ({stats.n_rows + stats.nnz:,} rows + nonzeros <= {SMALL_ITEMS:,}): "
+                    "latency-bound, and the merge-path kernel is a single launch"
+                )
+    irregular = stats.nnz > 0 and (
+        (stats.imbalance > IRREGULAR_IMBALANCE and stats.std > stats.mean) or stats.max > LONG_ROW
+    )
+    if irregular:
+        for name in _AUTO_IRREGULAR:
+            if name in usable_names:
+                return name, (
+                    f"irregular rows (max {stats.max} > {IRREGULAR_IMBALANCE:g} x mean "
+                    f"{stats.mean:.1f} with std > mean, or a row over {LONG_ROW:,}): "
+                    "the load-balanced merge-path kernel keeps every thread busy"
+                )
+    return usable_names[0], (
+        f"regular rows (max/mean {stats.imbalance:.1f}): first usable of the preference "
+        f"order {', '.join(_AUTO_PREFERENCE)}"
+    )
+
+
 def choose_auto(matrix_obj, value_dtype: np.dtype, index_dtype: np.dtype) -> Backend:
     """The backend ``auto`` uses for this matrix and value dtype.
 
     No GPU, or a value dtype no GPU backend takes: ``scipy``. Otherwise a plugged-in
-    lookup (the tuning cache), then the preference order, restricted to backends that
-    accept the mirror's dtypes and size.
+    lookup (the tuning cache), then the row-length rules above, restricted to backends
+    that accept the mirror's dtypes and size.
     """
-    candidates = _auto_candidates(np.dtype(value_dtype))
-    if candidates:
-        by_name = {b.name: b for b in candidates}
-        ordered = [by_name[n] for n in _AUTO_PREFERENCE if n in by_name]
-        ordered += [b for b in candidates if b.name not in _AUTO_PREFERENCE]
-        mirror = matrix_obj._sg_mirror(ordered[0].residence, value_dtype)
-        usable = [b for b in ordered if b.supports(mirror)]
-        usable_names = [b.name for b in usable]
-        for lookup in _auto_lookups:
-            name = lookup(mirror, value_dtype, usable_names)
-            if name in usable_names:
-                return usable[usable_names.index(name)]
-        if usable:
-            return usable[0]
-    return registered()["scipy"]
+    return _auto_decision(matrix_obj, np.dtype(value_dtype))[0]
+
+
+def explain(A, x_dtype=None) -> AutoChoice:
+    """Which backend and policy ``auto`` uses for ``A @ x`` (x of ``x_dtype``), and why.
+
+    Parameters
+    ----------
+    A : sparsegpu matrix
+    x_dtype : dtype, optional
+        The dtype of x; default ``A.dtype``.
+
+    Returns
+    -------
+    AutoChoice
+        Printing it shows the backend, the policy, the reason, and the row-length
+        statistics the rules looked at.
+
+    Examples
+    --------
+    >>> import scipy.sparse as sp, sparsegpu as sg
+    >>> print(sg.explain(sg.csr_matrix(sp.eye(4))).backend)  # doctest: +SKIP
+    cusparse
+    """
+    if not hasattr(A, "_sg_mirror"):
+        raise TypeError(
+            f"A must be a sparsegpu matrix, got {type(A).__name__}; wrap it with "
+            "sparsegpu.csr_matrix(A)"
+        )
+    value_dtype = result_dtype(A.dtype, x_dtype or A.dtype)
+    backend, reason, stats = _auto_decision(A, value_dtype)
+    policy = _policy_for(A, backend, value_dtype)
+    override = None
+    name = resolve_name(None, A._sg_backend)
+    if name != AUTO:
+        override = f"products of this matrix use {name!r} now (A.backend, use_backend or env)"
+    return AutoChoice(backend.name, policy, reason, stats, value_dtype, override)
 
 
 def choose(matrix_obj, name: str, value_dtype, index_dtype) -> Backend:
@@ -267,20 +395,31 @@ def result_dtype(a_dtype, x_dtype) -> np.dtype:
     return np.result_type(a_dtype, x_dtype)
 
 
+def _default_policy(matrix_obj, backend: Backend, mirror):
+    chosen = matrix_obj._sg_policy
+    if chosen is not None and isinstance(chosen, backend.policy_type):
+        return chosen
+    policy = mirror.plans.get((backend.name, "default"))
+    if policy is None:
+        policy = backend.default_policy(mirror)
+        mirror.plans[(backend.name, "default")] = policy
+    return policy
+
+
+def _policy_for(matrix_obj, backend: Backend, value_dtype):
+    """The policy a product on ``backend`` without an explicit policy uses."""
+    return _default_policy(
+        matrix_obj, backend, matrix_obj._sg_mirror(backend.residence, value_dtype)
+    )
+
+
 def _plan_for(matrix_obj, backend: Backend, value_dtype, policy) -> Plan:
     mirror = matrix_obj._sg_mirror(backend.residence, value_dtype)
     if not backend.supports(mirror):
         reason = backend.refuse_reason(mirror)
         raise ValueError(f"backend {backend.name!r} cannot take this matrix: {reason}")
     if policy is None:
-        chosen = matrix_obj._sg_policy
-        if chosen is not None and isinstance(chosen, backend.policy_type):
-            policy = chosen
-        else:
-            policy = mirror.plans.get((backend.name, "default"))
-            if policy is None:
-                policy = backend.default_policy(mirror)
-                mirror.plans[(backend.name, "default")] = policy
+        policy = _default_policy(matrix_obj, backend, mirror)
     elif not isinstance(policy, backend.policy_type):
         raise TypeError(
             f"backend {backend.name!r} takes a {backend.policy_type.__name__}, "

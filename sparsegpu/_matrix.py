@@ -203,7 +203,9 @@ class _SparseGPUMixin:
             if mirror is not None:
                 return mirror
         with _MIRROR_LOCK:
-            cache = self.__dict__.setdefault("_sg_cache", {})
+            cache = self.__dict__.get("_sg_cache")
+            if cache is None:  # never made, or dropped (set to None) by _sg_invalidate
+                cache = self.__dict__["_sg_cache"] = {}
             mirror = cache.get(key)
             if mirror is None:
                 mirror = self._sg_build_mirror(residence, value_dtype, cache)
@@ -337,8 +339,9 @@ class _SparseGPUMixin:
                     f"matmul: dimension mismatch with signature (n,k={N}),"
                     f"(k={other.shape[0]},1?)->(n,1?)"
                 )
-            y = _dispatch.product(self, other.ravel())
-            return y.reshape(M, 1) if other.ndim == 2 else y
+            if other.ndim == 1:
+                return _dispatch.product(self, other)
+            return _dispatch.product(self, other.ravel()).reshape(M, 1)
         if other.ndim == 2:
             if other.shape[0] != N:
                 raise ValueError(
@@ -347,6 +350,12 @@ class _SparseGPUMixin:
                 )
             return _dispatch.product(self, other)
         raise ValueError(f"could not interpret dimensions: operand has shape {other.shape}")
+
+    def __matmul__(self, other):
+        # a CuPy x skips scipy's scalar checks: this is the per-call path solvers hit
+        if _cuda.is_cupy_array(other) and self.ndim == 2:
+            return self._sg_cupy_matmul(other)
+        return super().__matmul__(other)
 
     def _matmul_dispatch(self, other):
         if _cuda.is_cupy_array(other) and self.ndim == 2:

@@ -11,7 +11,7 @@ import argparse
 import importlib
 import sys
 
-COMMANDS = ("info", "autotune")
+COMMANDS = ("info", "fetch", "bench", "probe", "autotune")
 
 
 class CommandError(Exception):

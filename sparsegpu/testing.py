@@ -113,7 +113,7 @@ def _to_numpy(a):
 
 
 def assert_product_close(actual, desired, dtype, max_row_length=1, what="product"):
-    """Assert ``actual`` matches ``desired`` within :func:`tolerance`, scaled by |desired|.
+    """Assert ``actual`` matches ``desired`` within :func:`tolerance`, scaled by ``|desired|``.
 
     Compares ``|actual - desired| <= tol * (|A| |x|)``-like bound using the max norm of
     ``desired`` (and 1) so that cancellation in a row does not make the test flaky.

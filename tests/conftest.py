@@ -7,8 +7,10 @@ import numpy as np
 import pytest
 
 import sparsegpu as sg
-from sparsegpu import _cuda
+from sparsegpu import _cuda, suitesparse
 from sparsegpu.testing import HostCopyBackend
+
+from .collection_server import CollectionServer
 
 # The host-copy backend runs the mirror/invalidation machinery of the GPU backends on
 # the CPU, so CI exercises it; register it before collection parametrizes over backends.
@@ -67,3 +69,12 @@ def xp(request):
     if mod is None:
         pytest.skip(f"no GPU: {_cuda.unavailable_reason()}")
     return mod
+
+
+@pytest.fixture
+def server(tmp_path, monkeypatch):
+    """A stand-in SuiteSparse collection on 127.0.0.1, with the cache in ``tmp_path/cache``."""
+    with CollectionServer() as running:
+        monkeypatch.setenv(suitesparse.URL_ENV, running.url)
+        monkeypatch.setenv(suitesparse.DATA_DIR_ENV, str(tmp_path / "cache"))
+        yield running

@@ -94,20 +94,35 @@ def test_unparsable_arguments_exit_with_usage(argv, capsys):
 
 def test_missing_matrix_file_is_a_clear_error(sweep, capsys):
     assert run_cli("no_such_matrix.mtx", "--backends", "sweep-cli") == 2
-    assert "no such file: 'no_such_matrix.mtx'" in capsys.readouterr().err
+    assert "matrix file 'no_such_matrix.mtx' does not exist" in capsys.readouterr().err
+
+
+def test_unknown_matrix_name_is_a_clear_error(sweep, capsys):
+    assert run_cli("nosuchmatrix", "--backends", "sweep-cli") == 2
+    err = capsys.readouterr().err
+    assert "no matrix 'nosuchmatrix'" in err and err.count("\n") == 1
 
 
 def test_unreadable_matrix_file_is_a_clear_error(sweep, tmp_path, capsys):
     bad = tmp_path / "bad.mtx"
     bad.write_text("this is not matrix market\n")
     assert run_cli(str(bad), "--backends", "sweep-cli") == 2
-    assert f"cannot read {bad} as Matrix Market" in capsys.readouterr().err
+    assert f"cannot read matrix file {str(bad)!r}" in capsys.readouterr().err
 
 
 def test_suitesparse_name_without_the_module_says_so(sweep, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "sparsegpu.suitesparse", None)
     assert run_cli("HB/bcsstk13", "--backends", "sweep-cli") == 2
     assert "has no sparsegpu.suitesparse" in capsys.readouterr().err
+
+
+def test_suitesparse_names_are_loaded_through_sparsegpu_suitesparse(sweep, capsys, monkeypatch):
+    module = type(sys)("sparsegpu.suitesparse")
+    module.load = lambda name: sp.random(50, 50, density=0.2, random_state=0, format="csr")
+    monkeypatch.setitem(sys.modules, "sparsegpu.suitesparse", module)
+    assert run_cli("HB/fake", "--backends", "sweep-cli", "--repeat", "2", "--json") == 0
+    [report] = json.loads(capsys.readouterr().out)
+    assert report["matrix"] == "HB/fake" and report["shape"] == [50, 50]
 
 
 def test_plot_without_matplotlib_fails_before_tuning(sweep, mtx, tmp_path, capsys, monkeypatch):
@@ -163,11 +178,11 @@ def test_json_run_reports_and_saves(sweep, mtx, tmp_path, capsys):
     argv = [mtx, "--backends", "sweep-cli", "--repeat", "2", "--json"]
     assert run_cli(*argv, "--cache-dir", str(cache_dir)) == 0
     [report] = json.loads(capsys.readouterr().out)
-    assert report["matrix"] == "small.mtx" and report["shape"] == [80, 80]
+    assert report["matrix"] == "small" and report["shape"] == [80, 80]
     assert report["overall"]["float64"]["backend"] == "sweep-cli"
     assert {r["status"] for r in report["results"]} == {"ok"}
     [(_, entry)] = TuningCache(cache_dir).entries()
-    assert entry.backend == "sweep-cli" and entry.matrix.startswith("small.mtx")
+    assert entry.backend == "sweep-cli" and entry.matrix.startswith("small (80x80")
 
 
 def test_table_run_lists_the_winner_and_its_gain(sweep, mtx, capsys):

@@ -114,10 +114,12 @@ def test_cusparse_preprocess_must_be_a_bool():
         CusparsePolicy(preprocess=1)
 
 
-@pytest.mark.parametrize("nnz_per_thread", [0, 65, -1])
-def test_adaptive_nnz_per_thread_out_of_range_is_refused(nnz_per_thread):
-    with pytest.raises(ValueError, match="nnz_per_thread"):
-        AdaptivePolicy(nnz_per_thread=nnz_per_thread)
+@pytest.mark.parametrize(
+    "shape", [(256, 16), (1024, 8), (128, 0), (128, 65)], ids=lambda s: f"{s[0]}x{s[1]}"
+)
+def test_adaptive_shape_that_is_not_compiled_is_refused(shape):
+    with pytest.raises(ValueError, match=r"\(block_size, nnz_per_thread\) = .* is not compiled"):
+        AdaptivePolicy(block_size=shape[0], nnz_per_thread=shape[1])
 
 
 @pytest.mark.parametrize("nnz_per_thread", [2.5, True])

@@ -1,19 +1,17 @@
 """``sparsegpu autotune``: find the fastest policy of every backend on this GPU.
 
-Tunes the matrices given (Matrix Market files, bundled dataset names, SuiteSparse names
-like ``HB/bcsstk13``) or, when none is given, a default suite with one synthetic matrix
-per row-length class, and writes the winners to the tuning cache that every backend's
-default policy and ``auto`` consult. Prints a table of the winners (GB/s, gain over the
-untuned default); ``--plot FILE`` draws time versus block size per backend (seeds/003).
+Tunes the matrices given (Matrix Market files, bundled or synthetic names, SuiteSparse
+names like ``HB/bcsstk13``, resolved as ``sparsegpu bench`` does) or, when none is
+given, a default suite with one synthetic matrix per row-length class, and writes the
+winners to the tuning cache that every backend's default policy and ``auto`` consult.
+Prints a table of the winners (GB/s, gain over the untuned default); ``--plot FILE``
+draws time versus block size per backend (seeds/003).
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
-import os
-import re
 import time
 import warnings
 from pathlib import Path
@@ -28,7 +26,6 @@ HELP = "tune every backend's launch policy on this GPU and remember the winners"
 
 # The default run must finish within two minutes on an H200, matrix generation included.
 DEFAULT_SUITE_BUDGET_S = 90.0
-SUITESPARSE_NAME = re.compile(r"^[A-Za-z0-9_.+-]+/[A-Za-z0-9_.+-]+$")
 
 
 def default_suite(scale: str = "full") -> dict:
@@ -71,8 +68,8 @@ def add_arguments(parser) -> None:
         "matrices",
         nargs="*",
         metavar="MATRIX",
-        help="Matrix Market file, bundled dataset name or SuiteSparse name (Group/Name); "
-        "default: a synthetic matrix per row-length class",
+        help="Matrix Market file, bundled or synthetic matrix name, or SuiteSparse name "
+        "(Group/Name), as for `sparsegpu bench`; default: a synthetic matrix per row-length class",
     )
     parser.add_argument(
         "--backends",
@@ -189,64 +186,20 @@ def _backends(args) -> list[str]:
 
 
 # ------------------------------------------------------------------------- matrices
-def _optional_module(name: str):
-    """Import ``sparsegpu.<name>``, or None when this installation lacks it."""
-    try:
-        return importlib.import_module(f"sparsegpu.{name}")
-    except ModuleNotFoundError as exc:
-        if exc.name in (f"sparsegpu.{name}", f"sparsegpu.{name.split('.')[0]}"):
-            return None
-        raise
-
-
-def _read_file(path: str):
-    io = _optional_module("io")
-    try:
-        if io is not None and hasattr(io, "mmread"):
-            return io.mmread(path)
-        import scipy.io
-
-        return scipy.io.mmread(path)
-    except (OSError, ValueError, TypeError, EOFError) as exc:
-        raise CommandError(f"cannot read {path} as Matrix Market: {exc}") from None
-
-
-def _load(spec: str):
-    """A matrix from a file path, a bundled dataset name or a SuiteSparse name."""
-    import scipy.sparse as sp
-
-    if os.path.exists(spec):
-        matrix = _read_file(spec)
-    else:
-        datasets = importlib.import_module("sparsegpu.datasets")
-        names = datasets.names() if hasattr(datasets, "names") else ()
-        if spec in names:
-            matrix = datasets.load(spec)
-        elif SUITESPARSE_NAME.match(spec) and not spec.endswith((".mtx", ".gz", ".bz2")):
-            suitesparse = _optional_module("suitesparse")
-            if suitesparse is None:
-                raise CommandError(
-                    f"{spec!r} looks like a SuiteSparse name, but this installation has no "
-                    "sparsegpu.suitesparse; pass a Matrix Market file path instead"
-                )
-            try:
-                matrix = suitesparse.load(spec)
-            except (OSError, ValueError, LookupError) as exc:
-                raise CommandError(f"cannot load SuiteSparse matrix {spec!r}: {exc}") from None
-        else:
-            raise CommandError(
-                f"no such file: {spec!r}; give a Matrix Market file, a bundled dataset "
-                "name or a SuiteSparse name such as HB/bcsstk13"
-            )
-    if not sp.issparse(matrix):
-        matrix = sp.csr_matrix(np.atleast_2d(np.asarray(matrix)))
-    return matrix
-
-
 def _workload(args):
-    """[(name, factory)] to tune, and the total budget (None for no limit)."""
+    """[(name, loader)] to tune, and the total budget (None for no limit).
+
+    Matrices given are resolved like ``sparsegpu bench`` resolves them (file path,
+    synthetic or bundled name, SuiteSparse ``Group/Name``); none given: the default suite.
+    """
     if args.matrices:
-        return [(spec, (lambda s=spec: _load(s))) for spec in args.matrices], args.budget
+        from .. import _cuda, bench
+
+        try:
+            sources = bench.resolve_matrices(args.matrices, gpu=_cuda.cupy_or_none() is not None)
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+        return [(source.name, source.load) for source in sources], args.budget
     suite = default_suite("full")
     budget = args.budget if args.budget is not None else DEFAULT_SUITE_BUDGET_S
     return [(name, factory) for name, (_, factory) in suite.items()], budget
@@ -402,11 +355,11 @@ def _run(args) -> int:
         def update(done, total, label):
             bar.update(task, completed=done, total=total, description=label)
 
-        for i, (name, factory) in enumerate(workload):
+        for i, (name, load) in enumerate(workload):
             bar.update(task, completed=0, total=None, description=f"{name}: loading")
             share = None
             try:
-                A = factory()
+                A = load()
                 if budget is not None:
                     share = max(budget - (time.monotonic() - start), 0.0) / (len(workload) - i)
                 report = autotune(
@@ -419,9 +372,9 @@ def _run(args) -> int:
                     progress=update,
                     cache=cache,
                     save=not args.no_save,
-                    name=Path(name).name if os.path.exists(name) else name,
+                    name=name,
                 )
-            except (TypeError, ValueError, MemoryError) as exc:
+            except (OSError, TypeError, ValueError, MemoryError) as exc:
                 raise CommandError(f"{name}: {exc}") from None
             reports.append(report)
     if args.plot:

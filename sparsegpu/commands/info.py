@@ -1,7 +1,9 @@
-"""``sparsegpu info``: versions, GPUs and backends of this machine."""
+"""``sparsegpu info``: versions, GPUs and backends of this machine; with arguments, what
+each given matrix is (shape, nnz, field, symmetry, row-length statistics)."""
 
 from __future__ import annotations
 
+import os
 import platform
 
 import numpy as np
@@ -9,12 +11,105 @@ import scipy
 
 from .. import __version__, _cuda, _dispatch
 from .._console import console, table
+from ..cli import CommandError
 
-HELP = "show versions, GPUs and which backends can run here"
+HELP = "show versions, GPUs and backends; or, given matrices, their shape and row lengths"
 
 
 def add_arguments(parser) -> None:
+    parser.add_argument(
+        "matrices",
+        nargs="*",
+        metavar="FILE|NAME",
+        help="a Matrix Market file or archive, a bundled dataset (bcsstk13), or a cached "
+        "SuiteSparse matrix (HB/bcsstk13)",
+    )
+    parser.add_argument("--data-dir", help="SuiteSparse cache directory (as for 'fetch')")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+
+
+def _open_matrix(target: str, data_dir):
+    """(matrix, header path) for a file, a bundled dataset or a cached SuiteSparse name."""
+    from .. import datasets, suitesparse
+    from ..io import mmread
+
+    if os.path.exists(target):
+        return mmread(target), target
+    if target in datasets.names():
+        return datasets.load(target), datasets.path(target)
+    cached = suitesparse.cached(data_dir)
+    full = target if "/" in target else next((c for c in cached if c.endswith(f"/{target}")), None)
+    if full in cached:
+        return suitesparse.load(full, data_dir=data_dir, download=False), suitesparse.path(
+            full, data_dir=data_dir
+        )
+    raise CommandError(
+        f"{target!r} is not a file, a bundled dataset ({', '.join(datasets.names())}) or a "
+        f"SuiteSparse matrix in the cache {suitesparse.cache_dir(data_dir)}; "
+        f"fetch it first: sparsegpu fetch {target}",
+        status=1,
+    )
+
+
+def describe(target: str, data_dir=None) -> dict:
+    """Shape, nnz, field, symmetry and row-length statistics of one matrix, as plain data."""
+    from .._mirror import RowLengthStats
+    from ..io import mminfo
+
+    try:
+        matrix, header_path = _open_matrix(target, data_dir)
+        header = mminfo(header_path)
+    except (ValueError, OSError) as exc:
+        raise CommandError(str(exc), status=1) from None
+    stats = RowLengthStats.from_indptr(matrix.indptr, matrix.shape[1], np)
+    collection = header.suitesparse
+    return {
+        "matrix": target,
+        "shape": list(matrix.shape),
+        "nnz": int(matrix.nnz),
+        "dtype": str(matrix.dtype),
+        "field": header.field,
+        "symmetry": header.symmetry,
+        "collection_name": collection.full_name if collection else None,
+        "kind": collection.kind if collection else None,
+        "row_lengths": {
+            "mean": stats.mean,
+            "std": stats.std,
+            "min": stats.min,
+            "max": stats.max,
+            "empty_rows": stats.empty_rows,
+            "imbalance": stats.imbalance,
+            "row_class": stats.row_class,
+        },
+    }
+
+
+def _run_matrices(args) -> int:
+    described = [describe(target, args.data_dir) for target in args.matrices]
+    if args.json:
+        import json
+
+        print(json.dumps(described, indent=2))
+        return 0
+    out = console()
+    for d in described:
+        r = d["row_lengths"]
+        rows = [
+            ["shape", "{} x {}".format(*d["shape"])],
+            ["nnz", f"{d['nnz']:,}"],
+            ["dtype", d["dtype"]],
+            ["field", d["field"]],
+            ["symmetry", d["symmetry"]],
+            ["collection", d["collection_name"]],
+            ["kind", d["kind"]],
+            ["row length mean / std", f"{r['mean']:.2f} / {r['std']:.2f}"],
+            ["row length min / max", f"{r['min']} / {r['max']}"],
+            ["empty rows", r["empty_rows"]],
+            ["imbalance (max / mean)", f"{r['imbalance']:.2f}"],
+            ["row class", r["row_class"]],
+        ]
+        out.print(table(d["matrix"], ["property", "value"], rows))
+    return 0
 
 
 def collect() -> dict:
@@ -54,6 +149,8 @@ def collect() -> dict:
 
 
 def run(args) -> int:
+    if getattr(args, "matrices", None):
+        return _run_matrices(args)
     data = collect()
     if args.json:
         import json

@@ -158,6 +158,44 @@ def power_law(
     )
 
 
+def long_rows(
+    n_rows: int,
+    n_cols: int | None = None,
+    short: int = 4,
+    long: int = 10_000,
+    n_long: int = 8,
+    dtype=np.float64,
+    seed=0,
+    xp=np,
+) -> csr_matrix:
+    """Short rows with ``n_long`` very long rows spread evenly among them.
+
+    The shape that stalls a kernel giving each row the same number of threads: a few
+    rows of ``long`` nonzeros (clipped to ``n_cols``) among rows of ``short``. Columns
+    are uniform (with replacement) and sorted within each row.
+    """
+    n_cols = n_rows if n_cols is None else n_cols
+    if n_rows < 0 or n_cols <= 0 or short < 0 or long < 0 or not 0 <= n_long <= n_rows:
+        raise ValueError(
+            f"invalid sizes n_rows={n_rows}, n_cols={n_cols}, short={short}, long={long}, "
+            f"n_long={n_long}"
+        )
+    rng = _rng(xp, seed)
+    lengths = xp.full(n_rows, min(short, n_cols), dtype=np.int64)
+    if n_long:
+        lengths[xp.linspace(0, n_rows - 1, n_long).astype(np.int64)] = min(long, n_cols)
+    nnz = int(lengths.sum())
+    idx_dtype = _index_dtype(max(n_rows, n_cols), nnz)
+    indptr = xp.zeros(n_rows + 1, dtype=np.int64)
+    indptr[1:] = xp.cumsum(lengths)
+    # the row of each entry, by search rather than repeat (CuPy's repeat wants host counts)
+    row_of_entry = xp.searchsorted(indptr[1:], xp.arange(nnz, dtype=np.int64), side="right")
+    # sorting row * n_cols + col sorts the columns within each row in one pass
+    keys = xp.sort(row_of_entry * n_cols + rng.integers(0, n_cols, size=nnz, dtype=np.int64))
+    cols = (keys - row_of_entry * n_cols).astype(idx_dtype)
+    return _finish(_values(xp, rng, nnz, dtype), cols, indptr.astype(idx_dtype), (n_rows, n_cols))
+
+
 def suite(scale: str = "full", dtype=np.float64, xp=np) -> dict:
     """The benchmark suite of DESIGN.md as ``{name: callable -> csr_matrix}``.
 

@@ -160,16 +160,24 @@ class CusparsePolicy(Policy):
             raise TypeError(f"preprocess must be a bool, got {self.preprocess!r}")
 
 
+# (block_size, nnz_per_thread) pairs the adaptive kernel is compiled for: tiles of 512 to
+# 2048 merge items keep a complex128 tile in 48 KiB of static shared memory.
+ADAPTIVE_SHAPES = ((128, 4), (128, 8), (128, 16), (256, 4), (256, 8))
+
+
 @dataclass(frozen=True)
 class AdaptivePolicy(Policy):
-    """The load-balanced ``adaptive`` kernel.
+    """The load-balanced ``adaptive`` (merge-path) kernel.
 
     Attributes
     ----------
     block_size : int
-        Threads per block, a multiple of 32 up to 1024.
+        Threads per block; one block consumes one tile of ``block_size * nnz_per_thread``
+        merge items.
     nnz_per_thread : int
-        Nonzeros each thread consumes per step of the balanced split (1..64).
+        Merge-path items (nonzeros and row ends) each thread consumes.
+
+    ``(block_size, nnz_per_thread)`` must be one of ``ADAPTIVE_SHAPES``.
     """
 
     block_size: int = 256
@@ -178,9 +186,11 @@ class AdaptivePolicy(Policy):
     def __post_init__(self):
         super().__post_init__()
         _check_block_size(self)
-        if not 1 <= _as_int(self, "nnz_per_thread", self.nnz_per_thread) <= 64:
+        _as_int(self, "nnz_per_thread", self.nnz_per_thread)
+        if (self.block_size, self.nnz_per_thread) not in ADAPTIVE_SHAPES:
             raise ValueError(
-                f"nnz_per_thread={self.nnz_per_thread!r} is not allowed; use an int in 1..64"
+                f"(block_size, nnz_per_thread) = ({self.block_size}, {self.nnz_per_thread}) "
+                f"is not compiled; choose one of {list(ADAPTIVE_SHAPES)}"
             )
 
 

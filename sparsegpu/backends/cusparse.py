@@ -1,0 +1,307 @@
+"""The ``cusparse`` backend: cuSPARSE generic SpMV/SpMM without per-call set-up.
+
+cupyx's ``A @ x`` creates the sparse and dense descriptors, asks for the workspace size
+and allocates the workspace on every product. Here all of that happens once per plan:
+the CSR descriptor, the x/y dense-vector descriptors (re-pointed per call with
+``cusparseDnVecSetValues``, two cheap host calls), the workspace (one per CUDA stream, so
+concurrent products on different streams never share scratch memory) and, when the
+policy asks and the installed bindings have it, ``cusparseSpMV_preprocess``. Products
+run on CuPy's current stream (the handle's stream is set on every call).
+
+CuPy's low-level bindings (``cupy_backends.cuda.libs.cusparse``) are used directly, the
+way ``cupyx/cusparse.py`` uses them.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from .. import _cuda
+from .._mirror import DeviceMatrix
+from ..tuning.policy import CUSPARSE_ALGORITHMS, CusparsePolicy
+from .base import Backend, Plan
+
+# cusparseSpMVAlg_t / cusparseSpMMAlg_t values (cusparse.h, CUDA 12 and 13); the names
+# moved between CuPy releases, so the numbers are spelled out once here.
+SPMV_ALGORITHM = {"default": 0, "csr_alg1": 2, "csr_alg2": 3}
+SPMM_ALGORITHM_DEFAULT = 0
+OPERATION_NON_TRANSPOSE = 0
+INDEX_BASE_ZERO = 0
+ORDER_ROW = 2
+INDEX_TYPE = {np.dtype(np.int32): 2, np.dtype(np.int64): 3}  # CUSPARSE_INDEX_32I / _64I
+# cudaDataType_t of each value dtype
+CUDA_DATA_TYPE = {
+    np.dtype(np.float32): 0,
+    np.dtype(np.float64): 1,
+    np.dtype(np.complex64): 4,
+    np.dtype(np.complex128): 5,
+}
+
+
+def _bindings():
+    from cupy_backends.cuda.libs import cusparse
+
+    return cusparse
+
+
+def has_preprocess() -> bool:
+    """True when the installed CuPy exposes ``cusparseSpMV_preprocess``."""
+    try:
+        return hasattr(_bindings(), "spMV_preprocess")
+    except ImportError:
+        return False
+
+
+class _Descriptor:
+    """Owns one cuSPARSE descriptor handle and destroys it with the plan."""
+
+    __slots__ = ("handle", "_destroy")
+
+    def __init__(self, handle: int, destroy):
+        self.handle = handle
+        self._destroy = destroy
+
+    def __del__(self):
+        try:
+            self._destroy(self.handle)
+        except Exception:  # interpreter shutdown: the library may already be gone
+            pass
+
+
+class CusparsePlan(Plan):
+    """cuSPARSE SpMV/SpMM on one mirror with descriptors and workspaces made once.
+
+    Attributes
+    ----------
+    workspace_bytes : int
+        Size of the SpMV workspace cuSPARSE asked for.
+    preprocessed : bool
+        Whether ``cusparseSpMV_preprocess`` ran for this plan.
+    """
+
+    def __init__(self, matrix: DeviceMatrix, policy: CusparsePolicy):
+        super().__init__(matrix, policy)
+        cupy = _cuda.cupy_or_none()
+        self._cupy = cupy
+        self._lib = lib = _bindings()
+        self._device = cupy.cuda.Device()
+        self._get_handle = cupy.cuda.device.get_cusparse_handle
+        n_rows, n_cols = matrix.shape
+        self._n_rows = n_rows
+        self._dtype = matrix.dtype
+        self._cuda_type = CUDA_DATA_TYPE[matrix.dtype]
+        self._algorithm = SPMV_ALGORITHM[policy.algorithm]
+        # alpha = 1, beta = 0 as host scalars (the handle's default pointer mode)
+        self._alpha = np.ones(1, dtype=matrix.dtype)
+        self._beta = np.zeros(1, dtype=matrix.dtype)
+        self._lock = threading.Lock()
+        self._workspaces: dict = {}
+        self._spmm: dict = {}
+        self.workspace_bytes = 0
+        self.preprocessed = False
+        # cuSPARSE refuses empty operands; a product with no nonzeros is zeros anyway
+        self._empty = matrix.nnz == 0
+        if self._empty:
+            return
+        index_type = INDEX_TYPE[matrix.index_dtype]
+        self._mat = _Descriptor(
+            lib.createCsr(
+                n_rows,
+                n_cols,
+                matrix.nnz,
+                matrix.indptr.data.ptr,
+                matrix.indices.data.ptr,
+                matrix.data.data.ptr,
+                index_type,
+                index_type,
+                INDEX_BASE_ZERO,
+                self._cuda_type,
+            ),
+            lib.destroySpMat,
+        )
+        # placeholder vectors bind the dense descriptors; each product re-points them
+        x0 = cupy.zeros(n_cols, dtype=matrix.dtype)
+        y0 = cupy.zeros(n_rows, dtype=matrix.dtype)
+        self._vec_x = _Descriptor(
+            lib.createDnVec(n_cols, x0.data.ptr, self._cuda_type), lib.destroyDnVec
+        )
+        self._vec_y = _Descriptor(
+            lib.createDnVec(n_rows, y0.data.ptr, self._cuda_type), lib.destroyDnVec
+        )
+        handle = self._get_handle()
+        stream = cupy.cuda.get_current_stream()
+        lib.setStream(handle, stream.ptr)
+        self.workspace_bytes = int(
+            lib.spMV_bufferSize(
+                handle,
+                OPERATION_NON_TRANSPOSE,
+                self._alpha.ctypes.data,
+                self._mat.handle,
+                self._vec_x.handle,
+                self._beta.ctypes.data,
+                self._vec_y.handle,
+                self._cuda_type,
+                self._algorithm,
+            )
+        )
+        workspace = self._workspace(stream.ptr)
+        if policy.preprocess:
+            if not has_preprocess():
+                raise ValueError(
+                    "CusparsePolicy(preprocess=True) needs cusparseSpMV_preprocess, which "
+                    f"this CuPy ({_cuda.versions()['cupy']}) does not expose; "
+                    "use preprocess=False"
+                )
+            lib.spMV_preprocess(
+                handle,
+                OPERATION_NON_TRANSPOSE,
+                self._alpha.ctypes.data,
+                self._mat.handle,
+                self._vec_x.handle,
+                self._beta.ctypes.data,
+                self._vec_y.handle,
+                self._cuda_type,
+                self._algorithm,
+                workspace.data.ptr,
+            )
+            self.preprocessed = True
+        stream.synchronize()  # the placeholders may go once set-up has run
+
+    def _workspace(self, stream_ptr: int):
+        """The workspace for one stream (made once; a preprocessed plan shares its own)."""
+        if self.preprocessed:
+            return next(iter(self._workspaces.values()))
+        workspace = self._workspaces.get(stream_ptr)
+        if workspace is None:
+            workspace = self._cupy.empty(max(self.workspace_bytes, 1), dtype=np.int8)
+            self._workspaces[stream_ptr] = workspace
+        return workspace
+
+    def matvec(self, x, out=None):
+        y = self._cupy.empty(self._n_rows, dtype=self._dtype) if out is None else out
+        if self._empty:
+            y.fill(0)
+            return y
+        lib = self._lib
+        handle = self._get_handle()
+        stream_ptr = self._cupy.cuda.get_current_stream().ptr
+        with self._lock:  # the dense descriptors are re-pointed: one product at a time
+            lib.setStream(handle, stream_ptr)
+            lib.dnVecSetValues(self._vec_x.handle, x.data.ptr)
+            lib.dnVecSetValues(self._vec_y.handle, y.data.ptr)
+            lib.spMV(
+                handle,
+                OPERATION_NON_TRANSPOSE,
+                self._alpha.ctypes.data,
+                self._mat.handle,
+                self._vec_x.handle,
+                self._beta.ctypes.data,
+                self._vec_y.handle,
+                self._cuda_type,
+                self._algorithm,
+                self._workspace(stream_ptr).data.ptr,
+            )
+        return y
+
+    def matmat(self, X, out=None):
+        """``A @ X`` through cuSPARSE SpMM on row-major (C-contiguous) X and result."""
+        cupy = self._cupy
+        k = int(X.shape[1])
+        Y = cupy.empty((self._n_rows, k), dtype=self._dtype) if out is None else out
+        if self._empty or k == 0:
+            Y.fill(0)
+            return Y
+        lib = self._lib
+        handle = self._get_handle()
+        stream_ptr = cupy.cuda.get_current_stream().ptr
+        with self._lock:
+            lib.setStream(handle, stream_ptr)
+            mat_b, mat_c, workspace = self._spmm_state(handle, k, X, Y, stream_ptr)
+            lib.dnMatSetValues(mat_b.handle, X.data.ptr)
+            lib.dnMatSetValues(mat_c.handle, Y.data.ptr)
+            lib.spMM(
+                handle,
+                OPERATION_NON_TRANSPOSE,
+                OPERATION_NON_TRANSPOSE,
+                self._alpha.ctypes.data,
+                self._mat.handle,
+                mat_b.handle,
+                self._beta.ctypes.data,
+                mat_c.handle,
+                self._cuda_type,
+                SPMM_ALGORITHM_DEFAULT,
+                workspace.data.ptr,
+            )
+        return Y
+
+    def _spmm_state(self, handle, k: int, X, Y, stream_ptr: int):
+        """Dense-matrix descriptors and workspace for k right-hand sides (made once per k)."""
+        key = (k, stream_ptr)
+        state = self._spmm.get(key)
+        if state is None:
+            lib = self._lib
+            n_cols = self.matrix.shape[1]
+            mat_b = _Descriptor(
+                lib.createDnMat(n_cols, k, k, X.data.ptr, self._cuda_type, ORDER_ROW),
+                lib.destroyDnMat,
+            )
+            mat_c = _Descriptor(
+                lib.createDnMat(self._n_rows, k, k, Y.data.ptr, self._cuda_type, ORDER_ROW),
+                lib.destroyDnMat,
+            )
+            size = lib.spMM_bufferSize(
+                handle,
+                OPERATION_NON_TRANSPOSE,
+                OPERATION_NON_TRANSPOSE,
+                self._alpha.ctypes.data,
+                self._mat.handle,
+                mat_b.handle,
+                self._beta.ctypes.data,
+                mat_c.handle,
+                self._cuda_type,
+                SPMM_ALGORITHM_DEFAULT,
+            )
+            workspace = self._cupy.empty(max(int(size), 1), dtype=np.int8)
+            state = (mat_b, mat_c, workspace)
+            self._spmm[key] = state
+        return state
+
+
+class CusparseBackend(Backend):
+    """cuSPARSE generic SpMV (CSR ALG1/ALG2, optional preprocessing) and SpMM."""
+
+    name = "cusparse"
+    description = "cuSPARSE generic SpMV/SpMM; descriptors and workspace made once per plan"
+    policy_type = CusparsePolicy
+
+    def unavailable_reason(self):
+        reason = _cuda.unavailable_reason()
+        if reason is not None:
+            return reason
+        try:
+            _bindings()
+        except ImportError as exc:
+            return f"CuPy's cuSPARSE bindings cannot be imported: {exc}"
+        return None
+
+    def untuned_policy(self, matrix):
+        # CSR ALG1: on the H200 (docs/benchmarks/results/auto_vs_cusparse_h200.json) it was
+        # as fast as or faster than ALG2 and the library default on 11 of the 12 synthetic
+        # runs, by up to 12% (long rows, float32)
+        return CusparsePolicy(algorithm="csr_alg1", source="default")
+
+    def candidates(self, matrix):
+        preprocess = (False, True) if has_preprocess() else (False,)
+        return [
+            CusparsePolicy(algorithm=algorithm, preprocess=p, source="candidate")
+            for algorithm in CUSPARSE_ALGORITHMS
+            for p in preprocess
+        ]
+
+    def plan(self, matrix, policy):
+        return CusparsePlan(matrix, policy)
+
+
+BACKENDS = [CusparseBackend()]

@@ -1,0 +1,110 @@
+"""``sparsegpu bench [MATRIX ...]``: every backend and cuSPARSE, timed in one run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from .. import bench
+from .._console import console, progress, table
+from ..cli import CommandError
+
+HELP = "time every available backend and cuSPARSE on matrices: ms, GB/s, share of peak, speed-up"
+
+
+def _csv(text: str) -> list[str]:
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list, got {text!r}")
+    return items
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument(
+        "matrices",
+        nargs="*",
+        metavar="MATRIX",
+        help="a .mtx/.mtx.gz/.npz path, a bundled or synthetic name, or a SuiteSparse "
+        "Group/Name (default: the synthetic suite on a GPU, the bundled matrices on a CPU)",
+    )
+    parser.add_argument(
+        "--backends",
+        type=_csv,
+        metavar="NAMES",
+        help="comma-separated backends to time ('cupyx' is CuPy's own product); "
+        "default: every available one",
+    )
+    parser.add_argument(
+        "--dtypes",
+        type=_csv,
+        default=["float64"],
+        metavar="DTYPES",
+        help=f"comma-separated value dtypes from {', '.join(bench.DTYPE_CHOICES)} "
+        "(default: float64)",
+    )
+    parser.add_argument(
+        "--repeat", type=_positive_int, default=20, help="timed samples per row (median kept)"
+    )
+    parser.add_argument("--json", metavar="FILE", help="write every result to FILE as JSON")
+    parser.add_argument("--plot", metavar="FILE", help="draw GB/s per backend per matrix")
+
+
+def _print(report: bench.BenchReport) -> None:
+    out = console()
+    columns, rows = bench.results_table(report.to_json())
+    gpu = report.machine.get("gpu")
+    title = f"sparsegpu bench on {gpu['name'] if gpu else 'the CPU (wall-clock, median)'}"
+    out.print(table(title, columns, rows, set(columns[3:]) - {"note"}))
+    if report.peak_gb_per_s:
+        out.print(f"100% of peak = {report.peak_gb_per_s:,.0f} GB/s ({report.peak_source})")
+    for name, reason in report.unavailable.items():
+        out.print(f"{name}: unavailable ({reason})")
+    for name, reason in report.skipped.items():
+        out.print(f"{name}: skipped ({reason})")
+
+
+def _require_matplotlib() -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as exc:
+        raise CommandError(f"--plot needs matplotlib ({exc}); pip install matplotlib") from None
+
+
+def run(args) -> int:
+    if args.plot:
+        _require_matplotlib()
+    try:
+        with progress(transient=True) as bar:
+            report = bench.run(
+                args.matrices,
+                dtypes=args.dtypes,
+                backends=args.backends,
+                repeat=args.repeat,
+                progress=bar,
+            )
+    except bench.BenchError as exc:
+        raise CommandError(str(exc)) from None
+    _print(report)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report.to_json(), f, indent=2)
+            f.write("\n")
+        console().print(f"results written to {args.json}")
+    if args.plot:
+        bench.plot(report.to_json(), args.plot)
+        console().print(f"plot written to {args.plot}")
+    for row in report.failed:
+        console(stderr=True).print(
+            f"FAILED: {row.backend} on {row.matrix} ({row.dtype}): {row.message}"
+        )
+    return 1 if report.failed else 0

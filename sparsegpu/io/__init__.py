@@ -1,0 +1,12 @@
+"""Matrix Market files: read (plain, gzip, bzip2, SuiteSparse archives), check, write.
+
+>>> import sparsegpu as sg
+>>> info = sg.io.mminfo(sg.datasets.path("bcsstk13"))
+>>> info.symmetry, info.suitesparse.full_name, info.suitesparse.kind
+('symmetric', 'HB/bcsstk13', 'computational fluid dynamics problem')
+"""
+
+from ._header import MMInfo, SuiteSparseMetadata
+from ._matrix_market import is_archive, mminfo, mmread, mmwrite
+
+__all__ = ["MMInfo", "SuiteSparseMetadata", "is_archive", "mminfo", "mmread", "mmwrite"]

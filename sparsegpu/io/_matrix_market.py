@@ -1,0 +1,368 @@
+"""Matrix Market read and write: ``.mtx``, ``.mtx.gz``, ``.mtx.bz2`` and SuiteSparse archives.
+
+The body is parsed by :func:`scipy.io.mmread` (fast_matrix_market on scipy >= 1.12, its
+own parser before), never by hand. Around it: the header is read and checked first
+(:mod:`._header`), so a bad file gets a ValueError naming the file and nothing is
+allocated before the declared sizes are known to fit; after it, the symmetric triangle is
+checked and the result becomes a :class:`sparsegpu.csr_matrix`.
+"""
+
+from __future__ import annotations
+
+import bz2
+import functools
+import gzip
+import inspect
+import os
+import re
+import shutil
+import tarfile
+import tempfile
+import zlib
+
+import numpy as np
+import scipy.io
+import scipy.sparse as sp
+
+from .._matrix import _cupy_to_host, csr_array, csr_matrix
+from ._header import MMInfo, bad_file, check_memory, read_header
+
+ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.bz2", ".tar")
+_COMPRESSED = {".gz": gzip, ".bz2": bz2}
+# What a damaged compressed stream or archive raises while being read.
+_STREAM_ERRORS = (OSError, EOFError, zlib.error, tarfile.TarError)
+
+
+def _compression(path: str):
+    """gzip, bz2 or None, from the file name."""
+    for suffix, module in _COMPRESSED.items():
+        if path.endswith(suffix):
+            return module
+    return None
+
+
+def is_archive(path) -> bool:
+    """Whether ``path`` names a tar archive (SuiteSparse ships ``<Name>.tar.gz``)."""
+    return os.fspath(path).endswith(ARCHIVE_SUFFIXES)
+
+
+def _open_binary(path: str):
+    module = _compression(path)
+    return module.open(path, "rb") if module is not None else open(path, "rb")
+
+
+def _check_exists(path: str) -> None:
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"{path}: is a directory, not a Matrix Market file")
+
+
+def _header_of_file(path: str) -> MMInfo:
+    plain_size = os.path.getsize(path) if _compression(path) is None else None
+    try:
+        with _open_binary(path) as stream:
+            return read_header(stream, path, plain_size)
+    except _STREAM_ERRORS as exc:
+        raise bad_file(path, f"cannot be read ({exc})") from exc
+
+
+# ------------------------------------------------------------------------ archives
+_MAIN_MEMBER = re.compile(r"^(?:\./)?([^/]+)/\1\.mtx$")
+
+
+def _archive_stem(path: str) -> str:
+    base = os.path.basename(path)
+    for suffix in ARCHIVE_SUFFIXES:
+        if base.endswith(suffix):
+            return base[: -len(suffix)]
+    return base
+
+
+def _open_archive(path: str) -> tarfile.TarFile:
+    try:
+        return tarfile.open(path, "r:*")
+    except _STREAM_ERRORS as exc:
+        raise bad_file(path, f"is not a readable tar archive ({exc})") from exc
+
+
+def archive_members(tar: tarfile.TarFile, path: str):
+    """The main ``<Name>/<Name>.mtx`` member and ``{suffix: member}`` for ``<Name>_*.mtx``.
+
+    The archive's file name picks ``<Name>`` when it holds several candidates.
+    """
+    try:
+        members = tar.getmembers()
+    except _STREAM_ERRORS as exc:
+        raise bad_file(path, f"is a damaged or truncated archive ({exc})") from exc
+    candidates = {}
+    for member in members:
+        match = _MAIN_MEMBER.match(member.name)
+        if match and member.isfile():
+            candidates[match.group(1)] = member
+    stem = _archive_stem(path)
+    if stem in candidates:
+        name, main = stem, candidates[stem]
+    elif len(candidates) == 1:
+        name, main = next(iter(candidates.items()))
+    else:
+        found = ", ".join(sorted(candidates)) or "none"
+        raise bad_file(
+            path,
+            f"holds no single '<Name>/<Name>.mtx' member (candidates: {found}); "
+            "a SuiteSparse archive holds exactly one",
+        )
+    directory = main.name.rsplit("/", 1)[0]
+    prefix = f"{directory}/{name}_"
+    aux = {
+        member.name[len(prefix) : -len(".mtx")]: member
+        for member in members
+        if member.isfile() and member.name.startswith(prefix) and member.name.endswith(".mtx")
+    }
+    return main, dict(sorted(aux.items()))
+
+
+def _member_source(path: str, member: tarfile.TarInfo) -> str:
+    return f"{path}:{member.name}"
+
+
+def _header_of_member(tar, path: str, member: tarfile.TarInfo) -> MMInfo:
+    source = _member_source(path, member)
+    try:
+        return read_header(tar.extractfile(member), source, member.size)
+    except _STREAM_ERRORS as exc:
+        raise bad_file(source, f"cannot be read ({exc})") from exc
+
+
+# ------------------------------------------------------------------------- reading
+@functools.cache
+def _mmread_kwargs() -> dict:
+    # scipy >= 1.12 can return a coo_array; asking for it avoids the spmatrix default
+    # that newer releases deprecate.
+    return (
+        {"spmatrix": False} if "spmatrix" in inspect.signature(scipy.io.mmread).parameters else {}
+    )
+
+
+def _parse_body(source, info: MMInfo):
+    """scipy's parse of ``source`` (a path or a binary stream), errors named by file."""
+    check_memory(info)
+    try:
+        return scipy.io.mmread(source, **_mmread_kwargs())
+    except MemoryError:
+        raise
+    except Exception as exc:  # the parser's message (line, problem) is the useful part
+        raise bad_file(info.source, f"bad entries: {exc}") from exc
+
+
+def _check_triangle(coo, info: MMInfo) -> None:
+    """A symmetric file stores one triangle; scipy mirrors it without checking.
+
+    scipy returns the file's own entries first (in file order), then the mirrored
+    off-diagonal ones; the first ``info.entries`` are checked.
+    """
+    if info.symmetry == "general":
+        return
+    n = info.entries
+    rows, cols = coo.row[:n], coo.col[:n]
+    strict = info.symmetry == "skew-symmetric"
+    bad = rows <= cols if strict else rows < cols
+    if bad.any():
+        k = int(np.argmax(bad))
+        row, col = int(rows[k]) + 1, int(cols[k]) + 1
+        where = "on" if row == col else "above"
+        rule = "strictly below" if strict else "on or below"
+        raise bad_file(
+            info.source,
+            f"entry {k + 1} (row {row}, column {col}) is {where} the diagonal, but a "
+            f"{info.symmetry} file stores only the triangle {rule} the diagonal",
+        )
+    if info.symmetry == "hermitian":
+        diagonal = coo.data[:n][rows == cols]
+        if np.any(diagonal.imag != 0):
+            value = diagonal[np.argmax(diagonal.imag != 0)]
+            raise bad_file(
+                info.source,
+                f"a hermitian matrix has a real diagonal, but the file has diagonal value {value}",
+            )
+
+
+def _to_csr(result, info: MMInfo, array: bool):
+    cls = csr_array if array else csr_matrix
+    if isinstance(result, np.ndarray):
+        return cls(sp.csr_matrix(result))
+    _check_triangle(result, info)
+    csr = sp.csr_matrix(result)
+    if info.field == "pattern" and csr.dtype != np.float64:
+        csr = csr.astype(np.float64)
+    return cls(csr, copy=False)
+
+
+def _read_aux(result, info: MMInfo, array: bool):
+    """Auxiliary matrices: dense ones stay numpy arrays, sparse ones become CSR."""
+    if isinstance(result, np.ndarray):
+        return result
+    return _to_csr(result, info, array)
+
+
+def mminfo(path) -> MMInfo:
+    """The checked header of a Matrix Market file, without reading its entries.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A ``.mtx``, ``.mtx.gz`` or ``.mtx.bz2`` file, or a SuiteSparse ``.tar.gz``
+        archive (its ``<Name>/<Name>.mtx`` member is described).
+
+    Returns
+    -------
+    MMInfo
+        Format, field, symmetry, shape, stored entries, comments and, for files from
+        the SuiteSparse collection, :class:`SuiteSparseMetadata` (group, name, id, kind...).
+
+    Raises
+    ------
+    ValueError
+        The header is malformed; the message names the file and the problem.
+    """
+    path = os.fspath(path)
+    _check_exists(path)
+    if is_archive(path):
+        with _open_archive(path) as tar:
+            main, _ = archive_members(tar, path)
+            return _header_of_member(tar, path, main)
+    return _header_of_file(path)
+
+
+def mmread(path, *, array: bool = False, aux: bool = False):
+    """Read a Matrix Market file into a :class:`sparsegpu.csr_matrix`.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A ``.mtx``, ``.mtx.gz`` or ``.mtx.bz2`` file, or a SuiteSparse archive
+        (``.tar.gz``, ``.tgz``, ``.tar.bz2``, ``.tar``) holding ``<Name>/<Name>.mtx``.
+    array : bool, optional
+        Return a :class:`sparsegpu.csr_array` instead of a ``csr_matrix``.
+    aux : bool, optional
+        Also return the archive's auxiliary matrices (``<Name>_b.mtx`` ...) as a dict
+        ``{"b": ...}``: sparse ones as CSR, dense ones as numpy arrays. Empty for a
+        plain file.
+
+    Returns
+    -------
+    csr_matrix or csr_array, or (matrix, dict) when ``aux`` is true
+        Symmetric, skew-symmetric and hermitian files are expanded (the diagonal once);
+        ``pattern`` files get float64 ones; ``integer`` files int64 values; duplicate
+        entries are summed; ``array`` files are stored without their zeros.
+
+    Raises
+    ------
+    FileNotFoundError
+        ``path`` does not exist.
+    ValueError
+        The file is malformed (banner, field/format/symmetry combination, size line,
+        entry count, indices out of range, non-numeric or truncated entries, entries
+        above the diagonal of a symmetric file) or declares sizes needing more memory
+        than this machine has. The message names the file and the problem.
+
+    Examples
+    --------
+    >>> import sparsegpu as sg
+    >>> A = sg.io.mmread(sg.datasets.path("bcsstk13"))
+    >>> A.shape, A.nnz
+    ((2003, 2003), 83883)
+    """
+    path = os.fspath(path)
+    _check_exists(path)
+    if is_archive(path):
+        return _read_archive(path, array, aux)
+    info = _header_of_file(path)
+    matrix = _to_csr(_parse_body(path, info), info, array)
+    return (matrix, {}) if aux else matrix
+
+
+def _read_archive(path: str, array: bool, aux: bool):
+    with _open_archive(path) as tar:
+        main, aux_members = archive_members(tar, path)
+        info = _header_of_member(tar, path, main)
+        matrix = _to_csr(_parse_member(tar, main, info), info, array)
+        if not aux:
+            return matrix
+        extra = {}
+        for suffix, member in aux_members.items():
+            member_info = _header_of_member(tar, path, member)
+            extra[suffix] = _read_aux(_parse_member(tar, member, member_info), member_info, array)
+        return matrix, extra
+
+
+def _parse_member(tar, member, info: MMInfo):
+    try:
+        stream = tar.extractfile(member)
+    except _STREAM_ERRORS as exc:
+        raise bad_file(info.source, f"cannot be read ({exc})") from exc
+    return _parse_body(stream, info)
+
+
+# ------------------------------------------------------------------------- writing
+def mmwrite(path, A, *, comment: str = "", field=None, precision=None, symmetry=None) -> None:
+    """Write ``A`` as a Matrix Market file (``.mtx``, ``.mtx.gz`` or ``.mtx.bz2``).
+
+    The file is written beside its destination and renamed into place, so a failed
+    write never leaves a partial file under ``path``.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        Destination; the suffix chooses the compression.
+    A : sparse matrix or array, dense array (numpy or CuPy)
+        Sparse input is written in ``coordinate`` format, dense in ``array`` format.
+    comment : str, optional
+        Comment lines for the header.
+    field : {"real", "integer", "complex", "pattern"}, optional
+        Defaults to the dtype's field.
+    precision : int, optional
+        Significant digits of the values (scipy's default otherwise).
+    symmetry : {"general", "symmetric", "skew-symmetric", "hermitian"}, optional
+        Defaults to what scipy detects.
+
+    Raises
+    ------
+    ValueError
+        ``path`` names an archive (write the ``.mtx`` and pack it yourself).
+    """
+    path = os.fspath(path)
+    if is_archive(path):
+        raise ValueError(
+            f"{path}: mmwrite writes .mtx, .mtx.gz or .mtx.bz2 files, not tar archives"
+        )
+    A = _cupy_to_host(A)
+    A = sp.coo_matrix(A) if sp.issparse(A) else np.asarray(A)
+    kwargs = {"comment": comment, "field": field, "precision": precision}
+    if symmetry is not None:
+        kwargs["symmetry"] = symmetry
+    directory = os.path.dirname(os.path.abspath(path))
+    module = _compression(path)
+    temps = []
+    try:
+        plain = _temp_beside(path, directory, temps)
+        # scipy writes a plain file (fast_matrix_market seeks while writing, which a
+        # compressed stream cannot); it is compressed afterwards.
+        scipy.io.mmwrite(plain, A, **kwargs)
+        if module is not None:
+            packed = _temp_beside(path, directory, temps)
+            with open(plain, "rb") as source, module.open(packed, "wb") as target:
+                shutil.copyfileobj(source, target, 1 << 20)
+            plain = packed
+        os.replace(plain, path)
+    finally:
+        for temp in temps:
+            if os.path.exists(temp):
+                os.unlink(temp)
+
+
+def _temp_beside(path: str, directory: str, temps: list) -> str:
+    fd, temp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".mtx", dir=directory)
+    os.close(fd)
+    temps.append(temp)
+    return temp

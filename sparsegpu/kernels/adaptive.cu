@@ -1,0 +1,190 @@
+// adaptive: merge-path CSR SpMV, y = A x, load-balanced for any row-length distribution.
+//
+// Follows Merrill & Garland, "Merge-based Parallel Sparse Matrix-Vector Multiplication"
+// (SC'16): the "merge path" of the row-end offsets (indptr[1:]) and the nonzero indices
+// (0..nnz-1) has n_rows + nnz items; every block consumes one tile of BLOCK * ITEMS
+// consecutive items and every thread ITEMS of them, so work per thread is the same
+// whether rows are empty, short, or one row holds most nonzeros. Tile start coordinates
+// are computed once per plan (host side). Per tile: products data[k] * x[indices[k]] and
+// row ends are staged in shared memory with coalesced loads; each thread finds its start
+// by a binary search along its diagonal, walks its items, and writes rows that end inside
+// its segment. Partial rows are combined by a segmented (reduce-by-key) Hillis-Steele scan
+// in shared memory and, across tiles, by adding each row's carries in tile order: in the
+// last block to finish (few tiles; an atomic counter only elects that block) or in
+// adaptive_spmv_fixup (many tiles). No floating-point atomics: same input, same bits.
+// Work O(n_rows + nnz); each value, index and row pointer is read once.
+#include "adaptive_common.cuh"
+
+template <typename V, typename I, int BLOCK, int ITEMS>
+__global__ void __launch_bounds__(BLOCK)
+adaptive_spmv(const I* __restrict__ indptr, const I* __restrict__ indices,
+              const V* __restrict__ data, const V* __restrict__ x, V* __restrict__ y,
+              const I* __restrict__ tile_row, const I* __restrict__ tile_nz,
+              I* __restrict__ carry_row, V* __restrict__ carry_value, I n_rows,
+              unsigned int* __restrict__ tiles_done) {
+    constexpr int TILE = BLOCK * ITEMS;
+    // products first, then local row ends (int, never wider than V): together at most
+    // TILE entries, plus the alignment gap between them
+    __shared__ __align__(16) unsigned char tile_buffer[TILE * sizeof(V) + 16];
+    __shared__ int scan_row[BLOCK];
+    __shared__ V scan_value[BLOCK];
+
+    const int tile = blockIdx.x;
+    const int tid = threadIdx.x;
+    const I r0 = tile_row[tile];
+    const I k0 = tile_nz[tile];
+    const int num_rows = static_cast<int>(tile_row[tile + 1] - r0);
+    const int num_nz = static_cast<int>(tile_nz[tile + 1] - k0);
+    const int num_items = num_rows + num_nz;
+
+    V* products = reinterpret_cast<V*>(tile_buffer);
+    int* row_end = reinterpret_cast<int*>(
+        tile_buffer + ((static_cast<unsigned>(num_nz) * sizeof(V) + 15u) & ~15u));
+    // All loads of a thread are issued before any is used, so ITEMS gathers of x are in
+    // flight at once (the gathers, not the streaming loads, bound irregular matrices).
+    I column[ITEMS];
+    V value[ITEMS];
+#pragma unroll
+    for (int s = 0; s < ITEMS; ++s) {
+        const int i = tid + s * BLOCK;
+        if (i < num_nz) {
+            column[s] = load_streaming(indices + k0 + i);
+            value[s] = load_streaming(data + k0 + i);
+        }
+    }
+#pragma unroll
+    for (int s = 0; s < ITEMS; ++s) {
+        const int i = tid + s * BLOCK;
+        if (i < num_nz) {
+            products[i] = value_mul(value[s], x[column[s]]);
+        }
+    }
+#pragma unroll
+    for (int s = 0; s < ITEMS; ++s) {
+        const int i = tid + s * BLOCK;
+        if (i < num_rows) {
+            // local nonzero offset of the row's end
+            row_end[i] = static_cast<int>(load_streaming(indptr + r0 + i + 1) - k0);
+        }
+    }
+    __syncthreads();
+
+    // Merge-path search: rows whose end comes before this thread's diagonal.
+    const int diagonal = min(tid * ITEMS, num_items);
+    int lo = max(diagonal - num_nz, 0);
+    int hi = min(diagonal, num_rows);
+    while (lo < hi) {
+        const int mid = (lo + hi) >> 1;
+        if (row_end[mid] + mid + 1 <= diagonal) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    int row = lo;
+    int nz = diagonal - lo;
+    const int first_row = row;
+    V running = value_zero<V>();
+    V first_partial = value_zero<V>();
+    bool ends_a_row = false;
+#pragma unroll
+    for (int step = 0; step < ITEMS; ++step) {
+        if (diagonal + step < num_items) {
+            if (row < num_rows && row_end[row] <= nz) {
+                // the first row this thread ends may have begun in earlier threads:
+                // it is written after the scan adds their partial sums
+                if (ends_a_row) {
+                    y[r0 + row] = running;
+                } else {
+                    first_partial = running;
+                    ends_a_row = true;
+                }
+                running = value_zero<V>();
+                ++row;
+            } else {
+                running = value_add(running, products[nz]);
+                ++nz;
+            }
+        }
+    }
+
+    // Segmented inclusive scan of the threads' carries (row, partial), keyed by row.
+    scan_row[tid] = row;
+    scan_value[tid] = running;
+    __syncthreads();
+#pragma unroll
+    for (int offset = 1; offset < BLOCK; offset <<= 1) {
+        const bool add = tid >= offset && scan_row[tid - offset] == row;
+        V combined = scan_value[tid];
+        if (add) {
+            combined = value_add(scan_value[tid - offset], combined);
+        }
+        __syncthreads();
+        scan_value[tid] = combined;
+        __syncthreads();
+    }
+    if (ends_a_row) {
+        V total = first_partial;
+        if (tid > 0 && scan_row[tid - 1] == first_row) {
+            total = value_add(scan_value[tid - 1], first_partial);
+        }
+        y[r0 + first_row] = total;
+    }
+    if (tid == BLOCK - 1) {
+        carry_row[tile] = r0 + static_cast<I>(row);
+        carry_value[tile] = scan_value[tid];
+    }
+    if (tiles_done == nullptr) {
+        return;  // many tiles: adaptive_spmv_fixup runs as a second launch
+    }
+    // Few tiles: the last block to finish adds the carries itself (one launch instead of
+    // two). The atomic only elects that block; sums keep their fixed order.
+    __shared__ bool is_last;
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) {
+        is_last = atomicAdd(tiles_done, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!is_last) {
+        return;
+    }
+    __threadfence();
+    const int n_tiles = static_cast<int>(gridDim.x);
+    const volatile I* rows = carry_row;
+    for (int t = tid; t < n_tiles; t += BLOCK) {
+        const I carry = rows[t];
+        if (carry >= n_rows || (t > 0 && rows[t - 1] == carry)) {
+            continue;
+        }
+        V sum = load_coherent(carry_value + t);
+        for (int u = t + 1; u < n_tiles && rows[u] == carry; ++u) {
+            sum = value_add(sum, load_coherent(carry_value + u));
+        }
+        y[carry] = value_add(sum, load_coherent(y + carry));
+    }
+    if (tid == 0) {
+        *tiles_done = 0u;  // ready for the next product on this buffer
+    }
+}
+
+// Adds to y the partial sums of rows that span tiles, in tile order (deterministic).
+// One thread per tile; the first tile of each run of equal carry rows sums the run.
+template <typename V, typename I>
+__global__ void adaptive_spmv_fixup(const I* __restrict__ carry_row,
+                                    const V* __restrict__ carry_value, int n_tiles,
+                                    I n_rows, V* __restrict__ y) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= n_tiles) {
+        return;
+    }
+    const I row = carry_row[t];
+    if (row >= n_rows || (t > 0 && carry_row[t - 1] == row)) {
+        return;
+    }
+    V sum = carry_value[t];
+    for (int u = t + 1; u < n_tiles && carry_row[u] == row; ++u) {
+        sum = value_add(sum, carry_value[u]);
+    }
+    y[row] = value_add(sum, y[row]);
+}

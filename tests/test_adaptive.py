@@ -1,0 +1,111 @@
+"""The ``adaptive`` (merge-path) backend: partition, oracle, awkward matrices, determinism."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import sparsegpu as sg
+from sparsegpu.backends.adaptive import FAMILY, tile_coordinates
+from sparsegpu.testing import (
+    INDEX_DTYPES,
+    VALUE_DTYPES,
+    assert_product_close,
+    awkward_matrices,
+    from_row_lengths,
+    random_vector,
+)
+from sparsegpu.tuning.policy import ADAPTIVE_SHAPES, AdaptivePolicy
+
+AWKWARD_NAMES = list(awkward_matrices())
+DTYPE_IDS = [np.dtype(d).name for d in VALUE_DTYPES]
+INDEX_IDS = [np.dtype(d).name for d in INDEX_DTYPES]
+SHAPE_IDS = [f"{b}x{i}" for b, i in ADAPTIVE_SHAPES]
+
+
+def _max_row(A) -> int:
+    return int(np.diff(A.indptr).max()) if A.shape[0] else 1
+
+
+def _long_row_and_empty_rows(dtype, index_dtype):
+    """One row holding most nonzeros (spanning many tiles) among mostly empty rows."""
+    rng = np.random.default_rng(7)
+    lengths = np.zeros(5000, dtype=np.int64)
+    lengths[rng.choice(5000, 300, replace=False)] = rng.integers(1, 4, 300)
+    lengths[2500] = 40_000
+    return sg.csr_matrix(from_row_lengths(lengths, 50_000, dtype, index_dtype, rng))
+
+
+# ------------------------------------------------------------------ CPU: the partition
+@pytest.mark.parametrize("tile_items", [1, 7, 64, 2048])
+@pytest.mark.parametrize("name", AWKWARD_NAMES)
+def test_tiles_follow_the_merge_path(name, tile_items):
+    A = awkward_matrices(np.float64, np.int64, seed=0)[name]
+    ends = A.indptr[1:]
+    rows, nzs = tile_coordinates(A.indptr, A.nnz, tile_items, np)
+    total = A.shape[0] + A.nnz
+    assert rows[0] == 0 and nzs[0] == 0
+    assert rows[-1] == A.shape[0] and nzs[-1] == A.nnz
+    assert np.all(np.diff(rows + nzs) <= tile_items)
+    for i, j in zip(rows, nzs, strict=True):
+        assert i + j <= total
+        assert np.all(ends[:i] <= j), "a row counted as ended before all its nonzeros"
+        if i < A.shape[0]:
+            assert ends[i] >= j, "a nonzero consumed past the end of its row"
+
+
+def test_every_instantiation_is_registered():
+    names = set(FAMILY.instantiations)
+    assert "adaptive_spmv<complex128_t, long long, 128, 16>" in names
+    assert "adaptive_spmv_fixup<float, int>" in names
+    assert len(names) == 4 * 2 * len(ADAPTIVE_SHAPES) + 4 * 2
+
+
+@pytest.mark.parametrize("shape", [(64, 8), (256, 16), (512, 4)])
+def test_uncompiled_shapes_are_refused(shape):
+    with pytest.raises(ValueError, match="not compiled"):
+        AdaptivePolicy(block_size=shape[0], nnz_per_thread=shape[1])
+
+
+# --------------------------------------------------------------------- GPU: products
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=INDEX_IDS)
+@pytest.mark.parametrize("dtype", VALUE_DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("name", AWKWARD_NAMES)
+def test_matvec_matches_scipy(cupy, name, dtype, index_dtype):
+    A = sg.csr_matrix(awkward_matrices(dtype, index_dtype, seed=1)[name])
+    x = random_vector(A.shape[1], dtype, seed=2)
+    y = sg.matvec(A, cupy.asarray(x), backend="adaptive")
+    assert isinstance(y, cupy.ndarray)
+    assert_product_close(y, sp.csr_matrix(A) @ x, dtype, _max_row(A), what=name)
+
+
+@pytest.mark.parametrize("shape", ADAPTIVE_SHAPES, ids=SHAPE_IDS)
+@pytest.mark.parametrize("dtype", VALUE_DTYPES, ids=DTYPE_IDS)
+def test_every_shape_on_a_row_spanning_many_tiles(cupy, dtype, shape):
+    A = _long_row_and_empty_rows(dtype, np.int32)
+    x = random_vector(A.shape[1], dtype, seed=3)
+    policy = AdaptivePolicy(block_size=shape[0], nnz_per_thread=shape[1])
+    y = sg.matvec(A, cupy.asarray(x), backend="adaptive", policy=policy)
+    assert_product_close(y, sp.csr_matrix(A) @ x, dtype, _max_row(A))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.complex128], ids=["float32", "complex128"])
+def test_results_are_bitwise_reproducible(cupy, dtype):
+    A = _long_row_and_empty_rows(dtype, np.int64)
+    x = cupy.asarray(random_vector(A.shape[1], dtype, seed=4))
+    first = sg.matvec(A, x, backend="adaptive")
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        again = [sg.matvec(A, x, backend="adaptive") for _ in range(5)]
+    stream.synchronize()
+    for y in again:
+        assert cupy.array_equal(first.view(np.uint8), y.view(np.uint8))
+
+
+def test_out_argument_is_written(cupy):
+    A = sg.csr_matrix(awkward_matrices(np.float64, np.int32, seed=1)["power_law"])
+    x = cupy.asarray(random_vector(A.shape[1], np.float64, seed=5))
+    out = cupy.full(A.shape[0], np.nan)
+    assert sg.matvec(A, x, backend="adaptive", out=out) is out
+    assert_product_close(out, sp.csr_matrix(A) @ x.get(), np.float64, _max_row(A))

@@ -1,0 +1,202 @@
+"""``auto``: the row-length rules, plugged-in lookups, refusals, ``explain``, cached choices.
+
+The rules run on CPU through fake GPU backends (host-copy backends under GPU names).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import sparsegpu as sg
+from sparsegpu import _dispatch
+from sparsegpu._mirror import RowLengthStats
+from sparsegpu.testing import (
+    CountingBackend,
+    HostCopyBackend,
+    assert_product_close,
+    awkward_matrices,
+    random_vector,
+)
+
+
+def _stats(mean, std, lo, hi, n_rows=1000, empty=0):
+    return RowLengthStats(n_rows, n_rows, int(mean * n_rows), mean, std, lo, hi, empty)
+
+
+REGULAR = _stats(5.0, 0.5, 3, 5, n_rows=1_000_000)
+POWER_LAW = _stats(15.0, 80.0, 0, 90_000, n_rows=1_000_000)
+ONE_LONG_ROW = _stats(200.0, 150.0, 100, 70_000, n_rows=100_000)
+SMALL_REGULAR = _stats(5.0, 0.5, 3, 5, n_rows=1000)
+EMPTY = RowLengthStats(10, 10, 0, 0.0, 0.0, 0, 0, 10)
+
+
+@pytest.mark.parametrize(
+    ("stats", "usable", "expected"),
+    [
+        (REGULAR, ["cusparse", "adaptive"], "cusparse"),
+        (POWER_LAW, ["cusparse", "adaptive"], "adaptive"),
+        (ONE_LONG_ROW, ["cusparse", "adaptive"], "adaptive"),
+        (POWER_LAW, ["cusparse"], "cusparse"),
+        (EMPTY, ["cusparse", "adaptive"], "adaptive"),
+        (SMALL_REGULAR, ["cusparse", "adaptive"], "adaptive"),
+        (SMALL_REGULAR, ["cusparse"], "cusparse"),
+    ],
+    ids=[
+        "regular",
+        "power_law",
+        "long_row_over_limit",
+        "adaptive_unusable",
+        "empty_is_small",
+        "small",
+        "small_adaptive_unusable",
+    ],
+)
+def test_rule_picks_by_row_lengths(stats, usable, expected):
+    name, reason = _dispatch.auto_rule(stats, usable)
+    assert name == expected
+    assert reason
+
+
+def test_imbalance_threshold_is_strict():
+    at_threshold = _stats(10.0, 20.0, 0, 80, n_rows=1_000_000)  # max exactly 8 x mean
+    assert _dispatch.auto_rule(at_threshold, ["cusparse", "adaptive"])[0] == "cusparse"
+
+
+class _FakeGpu(HostCopyBackend):
+    """A host-copy backend registered under a GPU backend's name, for auto's rules."""
+
+    def __init__(self, name, refuse=None):
+        self.name = name
+        self.description = f"test-only stand-in for {name}"
+        self.refuse = refuse
+
+    def refuse_reason(self, matrix):
+        return self.refuse
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """Pretend the GPU has the given stand-in backends; yields a setter."""
+
+    def install(*backends):
+        monkeypatch.setattr(_dispatch, "_auto_candidates", lambda value_dtype: list(backends))
+        # the awkward matrices are all small; the row-length rules are what is tested here
+        monkeypatch.setattr(_dispatch, "SMALL_ITEMS", 0)
+        _dispatch.invalidate_choices()
+        return backends
+
+    yield install
+    _dispatch.invalidate_choices()
+
+
+def _awkward(name):
+    return sg.csr_matrix(awkward_matrices(np.float64, np.int32, seed=3)[name])
+
+
+@pytest.mark.parametrize(
+    ("matrix", "expected"),
+    [("power_law", "adaptive"), ("one_long_row", "adaptive"), ("random_200x150", "cusparse")],
+)
+def test_auto_chooses_from_the_mirror_statistics(fake_gpu, matrix, expected):
+    fake_gpu(_FakeGpu("adaptive"), _FakeGpu("cusparse"))
+    A = _awkward(matrix)
+    assert _dispatch.choose_auto(A, np.dtype(np.float64), np.dtype(np.int32)).name == expected
+
+
+def test_auto_never_picks_a_backend_that_refuses_the_matrix(fake_gpu):
+    fake_gpu(_FakeGpu("adaptive", refuse="too large"), _FakeGpu("cusparse"))
+    A = _awkward("power_law")
+    assert _dispatch.choose_auto(A, np.dtype(np.float64), np.dtype(np.int32)).name == "cusparse"
+
+
+def test_auto_falls_back_to_scipy_when_every_gpu_backend_refuses(fake_gpu):
+    fake_gpu(_FakeGpu("adaptive", refuse="no"), _FakeGpu("cusparse", refuse="no"))
+    A = _awkward("power_law")
+    assert _dispatch.choose_auto(A, np.dtype(np.float64), np.dtype(np.int32)).name == "scipy"
+
+
+def test_plugged_in_lookup_wins_over_the_rules(fake_gpu, monkeypatch):
+    fake_gpu(_FakeGpu("adaptive"), _FakeGpu("cusparse"))
+    monkeypatch.setattr(_dispatch, "_auto_lookups", [])
+    _dispatch.register_auto_lookup(lambda mirror, dtype, names: "cusparse")
+    A = _awkward("power_law")
+    choice = sg.explain(A)
+    assert choice.backend == "cusparse"
+    assert "tuning cache" in choice.reason
+
+
+def test_lookup_naming_an_unusable_backend_is_ignored(fake_gpu, monkeypatch):
+    fake_gpu(_FakeGpu("adaptive"), _FakeGpu("cusparse"))
+    monkeypatch.setattr(_dispatch, "_auto_lookups", [])
+    _dispatch.register_auto_lookup(lambda mirror, dtype, names: "shuffle")
+    assert sg.explain(_awkward("power_law")).backend == "adaptive"
+
+
+def test_explain_shows_backend_policy_reason_and_statistics(fake_gpu):
+    fake_gpu(_FakeGpu("adaptive"), _FakeGpu("cusparse"))
+    text = str(sg.explain(_awkward("power_law")))
+    assert "auto -> backend 'adaptive'" in text
+    assert "NoPolicy" in text
+    assert "irregular rows" in text
+    assert "imbalance (max/mean)" in text
+
+
+def test_explain_notes_an_override(fake_gpu):
+    fake_gpu(_FakeGpu("adaptive"), _FakeGpu("cusparse"))
+    A = _awkward("power_law")
+    A.backend = "scipy"
+    assert "use 'scipy'" in str(sg.explain(A))
+
+
+def test_explain_without_gpu_says_scipy_and_why(monkeypatch):
+    monkeypatch.setattr(_dispatch, "_auto_candidates", lambda value_dtype: [])
+    choice = sg.explain(_awkward("random_200x150"))
+    assert choice.backend == "scipy"
+    assert choice.stats is None
+
+
+def test_explain_of_a_plain_scipy_matrix_is_a_type_error():
+    with pytest.raises(TypeError, match="sparsegpu.csr_matrix"):
+        sg.explain(sp.eye(3, format="csr"))
+
+
+def test_auto_products_reach_the_chosen_backend(fake_gpu):
+    counting = CountingBackend(HostCopyBackend(), name="adaptive")
+    fake_gpu(counting, _FakeGpu("cusparse"))
+    A = _awkward("power_law")
+    x = random_vector(A.shape[1], np.float64, seed=1)
+    for _ in range(3):
+        y = A @ x
+    assert counting.matvecs == 3
+    assert_product_close(y, sp.csr_matrix(A) @ x, np.float64, 2000)
+
+
+@pytest.mark.filterwarnings("ignore::scipy.sparse.SparseEfficiencyWarning")
+def test_cached_choice_is_dropped_when_the_matrix_changes(fake_gpu):
+    fake_gpu(_FakeGpu("adaptive"), _FakeGpu("cusparse"))
+    A = _awkward("random_200x150")
+    x = random_vector(A.shape[1], np.float64, seed=2)
+    before = A @ x
+    A.data = A.data * 2
+    assert_product_close(A @ x, 2 * before, np.float64, 20)
+    A.sort_indices()
+    A[0, 0] = 5.0
+    assert_product_close(A @ x, sp.csr_matrix(A) @ x, np.float64, 20)
+
+
+def test_cached_choice_follows_use_backend_and_policy(fake_gpu):
+    counting = CountingBackend(HostCopyBackend(), name="cusparse")
+    fake_gpu(_FakeGpu("adaptive"), counting)
+    sg.register_backend(CountingBackend(HostCopyBackend(), name="counting-test"))
+    try:
+        A = _awkward("random_200x150")
+        x = random_vector(A.shape[1], np.float64, seed=3)
+        A @ x
+        with sg.use_backend("counting-test"):
+            A @ x
+        A @ x
+        assert counting.matvecs == 2
+    finally:
+        sg.unregister_backend("counting-test")

@@ -1,0 +1,334 @@
+"""sparsegpu.io: Matrix Market reading (fields, symmetries, compressions, archives),
+writing, and a ValueError naming the file for every kind of bad file."""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import io
+import tarfile
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import sparsegpu as sg
+from sparsegpu.io import _header
+
+
+def write_text(path, text: str):
+    path.write_text(text)
+    return path
+
+
+def dense(A):
+    return A.toarray() if sp.issparse(A) else np.asarray(A)
+
+
+# ------------------------------------------------------------------ fields, symmetry
+SYMMETRY_CASES = {
+    # name: (file text, expected dense matrix)
+    "real-general": (
+        "%%MatrixMarket matrix coordinate real general\n2 3 3\n1 1 1.5\n2 3 -2\n1 3 4e1\n",
+        [[1.5, 0, 40], [0, 0, -2]],
+    ),
+    "integer-general": (
+        "%%MatrixMarket matrix coordinate integer general\n2 2 2\n1 2 7\n2 1 -3\n",
+        [[0, 7], [-3, 0]],
+    ),
+    "pattern-general": (
+        "%%MatrixMarket matrix coordinate pattern general\n2 2 2\n1 2\n2 2\n",
+        [[0, 1], [0, 1]],
+    ),
+    "complex-general": (
+        "%%MatrixMarket matrix coordinate complex general\n2 2 2\n1 1 1 2\n2 1 0 -1\n",
+        [[1 + 2j, 0], [-1j, 0]],
+    ),
+    "real-symmetric": (
+        "%%MatrixMarket matrix coordinate real symmetric\n3 3 4\n1 1 2\n2 1 3\n3 2 4\n3 3 5\n",
+        [[2, 3, 0], [3, 0, 4], [0, 4, 5]],
+    ),
+    "pattern-symmetric": (
+        "%%MatrixMarket matrix coordinate pattern symmetric\n3 3 3\n1 1\n3 1\n2 2\n",
+        [[1, 0, 1], [0, 1, 0], [1, 0, 0]],
+    ),
+    "real-skew-symmetric": (
+        "%%MatrixMarket matrix coordinate real skew-symmetric\n3 3 2\n2 1 3\n3 2 -4\n",
+        [[0, -3, 0], [3, 0, 4], [0, -4, 0]],
+    ),
+    "complex-hermitian": (
+        "%%MatrixMarket matrix coordinate complex hermitian\n2 2 2\n1 1 2 0\n2 1 1 1\n",
+        [[2, 1 - 1j], [1 + 1j, 0]],
+    ),
+    "array-real-general": (
+        "%%MatrixMarket matrix array real general\n2 2\n1\n0\n3\n4\n",
+        [[1, 3], [0, 4]],
+    ),
+    "array-real-symmetric": (
+        "%%MatrixMarket matrix array real symmetric\n2 2\n1\n2\n3\n",
+        [[1, 2], [2, 3]],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", SYMMETRY_CASES, ids=list(SYMMETRY_CASES))
+def test_fields_and_symmetries_expand_like_dense(tmp_path, case):
+    text, expected = SYMMETRY_CASES[case]
+    A = sg.io.mmread(write_text(tmp_path / "m.mtx", text))
+    assert isinstance(A, sg.csr_matrix)
+    np.testing.assert_array_equal(A.toarray(), np.array(expected))
+
+
+def test_symmetric_diagonal_is_stored_once(tmp_path):
+    text = "%%MatrixMarket matrix coordinate real symmetric\n2 2 3\n1 1 5\n2 1 1\n2 2 7\n"
+    A = sg.io.mmread(write_text(tmp_path / "m.mtx", text))
+    assert A.nnz == 4
+    assert A[0, 0] == 5 and A[1, 1] == 7
+
+
+def test_pattern_values_are_float64_ones(tmp_path):
+    A = sg.io.mmread(write_text(tmp_path / "m.mtx", SYMMETRY_CASES["pattern-general"][0]))
+    assert A.dtype == np.float64
+
+
+def test_array_option_returns_csr_array(tmp_path):
+    A = sg.io.mmread(write_text(tmp_path / "m.mtx", SYMMETRY_CASES["real-general"][0]), array=True)
+    assert isinstance(A, sg.csr_array)
+
+
+def test_matches_scipy_on_a_bundled_matrix():
+    import scipy.io
+
+    path = sg.datasets.path("bcsstk13")
+    ours = sg.io.mmread(path)
+    reference = sp.csr_matrix(scipy.io.mmread(str(path)))
+    assert ours.shape == reference.shape and ours.nnz == reference.nnz == 83_883
+    assert abs(ours - reference).max() == 0
+
+
+# ---------------------------------------------------------------------- compression
+def _compressors():
+    return {
+        ".mtx": lambda data: data,
+        ".mtx.gz": gzip.compress,
+        ".mtx.bz2": bz2.compress,
+    }
+
+
+@pytest.mark.parametrize("suffix", list(_compressors()))
+def test_reads_each_compression(tmp_path, suffix):
+    text, expected = SYMMETRY_CASES["real-symmetric"]
+    path = tmp_path / f"m{suffix}"
+    path.write_bytes(_compressors()[suffix](text.encode()))
+    np.testing.assert_array_equal(sg.io.mmread(path).toarray(), expected)
+
+
+# ------------------------------------------------------------------------- archives
+def make_archive(path, members: dict[str, bytes]):
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def _afiro_archive(tmp_path):
+    main = gzip.decompress(sg.datasets.path("lp_afiro").read_bytes())
+    rhs = b"%%MatrixMarket matrix array real general\n27 1\n" + b"1.0\n" * 27
+    aux = b"%%MatrixMarket matrix coordinate real general\n51 1 1\n3 1 2.5\n"
+    return make_archive(
+        tmp_path / "lp_afiro.tar.gz",
+        {
+            "lp_afiro/lp_afiro.mtx": main,
+            "lp_afiro/lp_afiro_b.mtx": rhs,
+            "lp_afiro/lp_afiro_c.mtx": aux,
+        },
+    )
+
+
+def test_archive_reads_the_main_member(tmp_path):
+    A = sg.io.mmread(_afiro_archive(tmp_path))
+    assert A.shape == (27, 51) and A.nnz == 102
+
+
+def test_archive_aux_only_when_asked(tmp_path):
+    A, aux = sg.io.mmread(_afiro_archive(tmp_path), aux=True)
+    assert sorted(aux) == ["b", "c"]
+    np.testing.assert_array_equal(aux["b"], np.ones((27, 1)))
+    assert isinstance(aux["c"], sg.csr_matrix) and aux["c"][2, 0] == 2.5
+
+
+def test_archive_metadata(tmp_path):
+    info = sg.io.mminfo(_afiro_archive(tmp_path))
+    assert info.suitesparse.full_name == "LPnetlib/lp_afiro"
+    assert info.suitesparse.id == 597
+    assert info.suitesparse.kind == "linear programming problem"
+    assert info.suitesparse.aux == ("c", "lo", "hi", "z0")
+    assert info.source.endswith("lp_afiro.tar.gz:lp_afiro/lp_afiro.mtx")
+
+
+def test_archive_without_main_member_names_the_problem(tmp_path):
+    path = make_archive(tmp_path / "x.tar.gz", {"other/readme.txt": b"hi"})
+    with pytest.raises(ValueError, match=r"x\.tar\.gz.*<Name>/<Name>\.mtx"):
+        sg.io.mmread(path)
+
+
+def test_archive_that_is_not_a_tar(tmp_path):
+    path = tmp_path / "x.tar.gz"
+    path.write_bytes(gzip.compress(b"not a tar at all" * 100))
+    with pytest.raises(ValueError, match=r"x\.tar\.gz"):
+        sg.io.mmread(path)
+
+
+# ------------------------------------------------------------------------- metadata
+def test_suitesparse_metadata_of_a_bundled_file():
+    info = sg.io.mminfo(sg.datasets.path("bcsstk13"))
+    meta = info.suitesparse
+    assert (meta.group, meta.name, meta.id) == ("HB", "bcsstk13", 35)
+    assert meta.kind == "computational fluid dynamics problem"
+    assert meta.title.startswith("SYMMETRIC STIFFNESS MATRIX")
+    assert meta.author == "J. Lewis" and meta.date == "1982"
+    assert (info.shape, info.entries, info.symmetry) == ((2003, 2003), 42_943, "symmetric")
+
+
+def test_no_metadata_in_a_plain_header(tmp_path):
+    info = sg.io.mminfo(write_text(tmp_path / "m.mtx", SYMMETRY_CASES["real-general"][0]))
+    assert info.suitesparse is None
+
+
+# -------------------------------------------------------------------------- writing
+@pytest.mark.parametrize("suffix", list(_compressors()))
+def test_write_read_round_trip(tmp_path, suffix):
+    rng = np.random.default_rng(0)
+    A = sp.random(30, 20, density=0.2, random_state=rng, format="csr")
+    path = tmp_path / f"out{suffix}"
+    sg.io.mmwrite(path, sg.csr_matrix(A))
+    B = sg.io.mmread(path)
+    np.testing.assert_allclose(B.toarray(), A.toarray(), rtol=1e-15)
+
+
+def test_write_symmetric_round_trip(tmp_path):
+    A = sg.datasets.load("LFAT5")
+    path = tmp_path / "lfat5.mtx"
+    sg.io.mmwrite(path, A, symmetry="symmetric", precision=17)  # 17 digits round-trip float64
+    assert sg.io.mminfo(path).symmetry == "symmetric"
+    np.testing.assert_array_equal(sg.io.mmread(path).toarray(), A.toarray())
+
+
+def test_write_refuses_archives(tmp_path):
+    with pytest.raises(ValueError, match="tar"):
+        sg.io.mmwrite(tmp_path / "x.tar.gz", sp.eye(2))
+
+
+def test_failed_write_keeps_the_old_file(tmp_path):
+    path = tmp_path / "keep.mtx"
+    path.write_text("old")
+    with pytest.raises(ValueError):
+        sg.io.mmwrite(path, sp.eye(3), symmetry="sideways")
+    assert path.read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.mtx"]
+
+
+# ------------------------------------------------------------------------ bad files
+BANNER = "%%MatrixMarket matrix coordinate real general\n"
+BAD_FILES = {
+    "empty": ("", "empty"),
+    "no-banner": ("3 3 1\n1 1 1\n", "not a Matrix Market banner"),
+    "short-banner": ("%%MatrixMarket matrix coordinate real\n1 1 1\n1 1 1\n", "5"),
+    "vector-object": ("%%MatrixMarket vector coordinate real general\n", "object 'vector'"),
+    "unknown-format": ("%%MatrixMarket matrix sparse real general\n", "unknown format 'sparse'"),
+    "unknown-field": ("%%MatrixMarket matrix coordinate quaternion general\n", "unknown field"),
+    "unknown-symmetry": (
+        "%%MatrixMarket matrix coordinate real sideways\n",
+        "unknown symmetry 'sideways'",
+    ),
+    "array-pattern": ("%%MatrixMarket matrix array pattern general\n2 2\n", "array.*pattern"),
+    "real-hermitian": ("%%MatrixMarket matrix coordinate real hermitian\n2 2 1\n", "hermitian"),
+    "pattern-skew": (
+        "%%MatrixMarket matrix coordinate pattern skew-symmetric\n2 2 1\n",
+        "skew-symmetric",
+    ),
+    "no-size-line": (BANNER + "% only a comment\n", "before the size line"),
+    "size-line-words": (BANNER + "3 3\n", "needs 'rows columns entries'"),
+    "size-line-text": (BANNER + "3 three 1\n", "must be integers"),
+    "negative-size": (BANNER + "-3 3 1\n", "negative"),
+    "symmetric-not-square": (
+        "%%MatrixMarket matrix coordinate real symmetric\n2 3 1\n1 1 1\n",
+        "must be square",
+    ),
+    "too-many-declared": (BANNER + "2 2 5\n" + "1 1 1\n" * 5, "more than a general 2x2"),
+    "fewer-entries": (BANNER + "3 3 3\n1 1 1\n2 2 2\n", "truncated|larger|Expected"),
+    "more-entries": (BANNER + "3 3 1\n1 1 1\n2 2 2\n", "too long|smaller"),
+    "row-out-of-range": (BANNER + "3 3 2\n1 1 1\n4 1 2\n", "out of bounds|exceeds|index"),
+    "column-out-of-range": (BANNER + "3 3 2\n1 1 1\n1 9 2\n", "out of bounds|exceeds|index"),
+    "zero-index": (BANNER + "3 3 2\n1 1 1\n0 1 2\n", "out of bounds|negative|index"),
+    "non-numeric-value": (BANNER + "3 3 2\n1 1 1\n2 2 abc\n", "bad entries"),
+    "non-numeric-index": (BANNER + "3 3 2\n1 1 1\nx 2 2\n", "bad entries"),
+    "truncated-last-line": (BANNER + "3 3 2\n1 1 1.0\n2 2", "bad entries|truncated"),
+    "above-diagonal": (
+        "%%MatrixMarket matrix coordinate real symmetric\n3 3 2\n1 1 1\n1 3 2\n",
+        r"entry 2 \(row 1, column 3\) is above the diagonal",
+    ),
+    "skew-diagonal": (
+        "%%MatrixMarket matrix coordinate real skew-symmetric\n3 3 1\n2 2 1\n",
+        "on the diagonal",
+    ),
+    "hermitian-complex-diagonal": (
+        "%%MatrixMarket matrix coordinate complex hermitian\n2 2 1\n1 1 1 1\n",
+        "real diagonal",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", BAD_FILES, ids=list(BAD_FILES))
+def test_bad_file_is_a_value_error_naming_the_file(tmp_path, case):
+    text, problem = BAD_FILES[case]
+    path = write_text(tmp_path / f"{case}.mtx", text)
+    with pytest.raises(ValueError, match=problem) as excinfo:
+        sg.io.mmread(path)
+    assert str(excinfo.value).startswith(str(path))
+
+
+def test_header_line_without_newline_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(_header, "MAX_HEADER_LINE_BYTES", 64)
+    path = tmp_path / "blob.mtx"
+    path.write_bytes(b"%%MatrixMarket matrix coordinate real general\n%" + b"\x00" * 500)
+    with pytest.raises(ValueError, match="longer than 64 bytes"):
+        sg.io.mmread(path)
+
+
+def test_truncated_gzip_is_a_value_error(tmp_path):
+    data = sg.datasets.path("bcsstk13").read_bytes()
+    path = tmp_path / "cut.mtx.gz"
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match=r"cut\.mtx\.gz"):
+        sg.io.mmread(path)
+
+
+def test_declared_entries_beyond_the_file_size_are_refused_before_parsing(tmp_path, monkeypatch):
+    import scipy.io
+
+    def must_not_parse(*args, **kwargs):
+        raise AssertionError("the parser was called on a file that cannot hold its entries")
+
+    monkeypatch.setattr(scipy.io, "mmread", must_not_parse)
+    path = write_text(tmp_path / "liar.mtx", BANNER + "100000 100000 50000000\n1 1 1\n")
+    with pytest.raises(ValueError, match="only .* bytes follow the size line"):
+        sg.io.mmread(path)
+
+
+def test_absurd_sizes_in_a_compressed_file_are_refused_with_the_bytes(tmp_path, monkeypatch):
+    import scipy.io
+
+    monkeypatch.setattr(scipy.io, "mmread", lambda *a, **k: pytest.fail("parser called"))
+    path = tmp_path / "huge.mtx.gz"
+    path.write_bytes(gzip.compress((BANNER + "4000000000 4000000000 900000000000\n").encode()))
+    with pytest.raises(ValueError, match=r"needs about \d+ bytes") as excinfo:
+        sg.io.mmread(path)
+    assert str(excinfo.value).startswith(str(path))
+
+
+def test_missing_file_is_file_not_found(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope.mtx"):
+        sg.io.mmread(tmp_path / "nope.mtx")
