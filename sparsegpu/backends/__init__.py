@@ -4,4 +4,4 @@ The registry in :mod:`sparsegpu._dispatch` loads the modules named in ``BUILTIN_
 in this order; the order is also the order of ``sparsegpu.backends()``.
 """
 
-BUILTIN_MODULES = ("cpu", "cusparse", "adaptive")
+BUILTIN_MODULES = ("cpu", "csr_vector", "swcache", "cusparse", "adaptive")

@@ -118,8 +118,8 @@ class SoftwareCachePolicy(CsrVectorPolicy):
     line_size : int
         Elements of x per cache line (a power of two, 8..1024).
     num_lines : int
-        Lines in the cache (a power of two, 1..1024). Shared memory per block is
-        ``num_lines * (line_size * itemsize + index itemsize)``.
+        Lines in the cache (a power of two, 1..1024). Each warp owns its own cache, so
+        shared memory per block is ``block_size / 32 * num_lines * (line_size * itemsize + 8)``.
     """
 
     line_size: int = 128

@@ -1,0 +1,333 @@
+"""The CSR vector kernel family: the ``vector``, ``texture``, ``readonly`` and ``shuffle`` backends.
+
+One templated CUDA source (``kernels/csr_vector.cu``, Bell & Garland's CSR vector kernel as
+tuned in seeds/003); the four backends differ only in two template arguments, the x-load
+path (plain global load, texture object, read-only ``__ldg``) and the reduction of a row's
+partial sums (shared memory or warp shuffles). Block size and threads per row come from a
+:class:`~sparsegpu.tuning.policy.CsrVectorPolicy`.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from .. import _compile, _cuda
+from .._mirror import DeviceMatrix
+from ..tuning import occupancy
+from ..tuning.policy import THREADS_PER_ROW_CHOICES, CsrVectorPolicy
+from .base import Backend, Plan
+
+SOURCE = "csr_vector.cu"
+
+# C++ spellings of the value and index types, as in the name expressions.
+CXX_VALUE_TYPES = {
+    np.dtype(np.float32): "float",
+    np.dtype(np.float64): "double",
+    np.dtype(np.complex64): "complex64",
+    np.dtype(np.complex128): "complex128",
+}
+CXX_INDEX_TYPES = {np.dtype(np.int32): "int", np.dtype(np.int64): "long long"}
+
+# Template arguments; the same numbers as the constants in kernels/common.cuh and csr_vector.cu.
+LOAD_PLAIN, LOAD_TEXTURE, LOAD_READONLY = 0, 1, 2
+REDUCE_SHARED, REDUCE_SHUFFLE = 0, 1
+
+MAX_GRID_BLOCKS = 2**31 - 1
+CANDIDATE_BLOCK_SIZES = (64, 128, 256, 512, 1024)
+
+
+def name_expression(value_dtype, index_dtype, threads_per_row, load_path, reduction) -> str:
+    """The C++ name of one instantiation, e.g. ``csr_vector<double, int, 8, 2, 1>``."""
+    value = CXX_VALUE_TYPES[np.dtype(value_dtype)]
+    index = CXX_INDEX_TYPES[np.dtype(index_dtype)]
+    return f"csr_vector<{value}, {index}, {threads_per_row}, {load_path}, {reduction}>"
+
+
+def nearby_threads_per_row(threads_per_row: int) -> list[int]:
+    """The allowed choices from a quarter to twice ``threads_per_row``.
+
+    Below the mean row length pays on the H200: fewer threads per row put more rows, and so
+    more independent loads, in flight per warp (kernel_family benchmark, stencils).
+    """
+    return [t for t in THREADS_PER_ROW_CHOICES if threads_per_row // 4 <= t <= threads_per_row * 2]
+
+
+class KernelPlan(Plan):
+    """What the kernel plans share: argument checks, the no-launch cases, the launch shape.
+
+    Subclasses set ``kernel``, ``grid``, ``block`` and ``shared_bytes`` (when the matrix has
+    nonzeros) and implement :meth:`_arguments`.
+    """
+
+    def __init__(self, matrix: DeviceMatrix, policy):
+        super().__init__(matrix, policy)
+        # nothing to compute: no rows, or no nonzeros (all of y is zero)
+        self.launches = matrix.shape[0] > 0 and matrix.nnz > 0
+        self.kernel = None
+        self.grid = 0
+        self.block = policy.block_size
+        self.shared_bytes = 0
+
+    def _set_grid(self, rows_per_block: int) -> None:
+        """One wave of resident blocks, fewer when the matrix is small (grid-stride kernels)."""
+        resident = occupancy.resident_blocks(self.kernel, self.block, self.shared_bytes)
+        if resident == 0:
+            raise ValueError(
+                f"{self.policy} cannot launch on this device (0 resident blocks of "
+                f"{self.block} threads with {self.shared_bytes:,} bytes of shared memory); "
+                "use a smaller block_size"
+            )
+        needed = -(-self.matrix.shape[0] // rows_per_block)
+        self.grid = max(1, min(needed, resident, MAX_GRID_BLOCKS))
+
+    def _check(self, x, out):
+        xp = self.matrix.xp
+        n_rows, n_cols = self.matrix.shape
+        dtype = self.matrix.dtype
+        if not isinstance(x, xp.ndarray) or x.shape != (n_cols,) or x.dtype != dtype:
+            raise ValueError(
+                f"x must be a {xp.__name__} array of shape ({n_cols},) and dtype {dtype}, got "
+                f"{type(x).__name__} {getattr(x, 'shape', '?')} {getattr(x, 'dtype', '?')}"
+            )
+        if not x.flags.c_contiguous:
+            raise ValueError("x must be C-contiguous; pass cupy.ascontiguousarray(x)")
+        if out is None:
+            return xp.empty(n_rows, dtype=dtype)
+        if (
+            not isinstance(out, xp.ndarray)
+            or out.shape != (n_rows,)
+            or out.dtype != dtype
+            or not out.flags.c_contiguous
+        ):
+            raise ValueError(
+                f"out must be a C-contiguous {xp.__name__} array of shape ({n_rows},) and dtype "
+                f"{dtype}, got {type(out).__name__} {getattr(out, 'shape', '?')} "
+                f"{getattr(out, 'dtype', '?')}"
+            )
+        return out
+
+    def _arguments(self, x, y) -> tuple:
+        raise NotImplementedError
+
+    def matvec(self, x, out=None):
+        y = self._check(x, out)
+        if not self.launches:
+            y.fill(0)
+            return y
+        self.kernel(
+            (self.grid,),
+            (self.block,),
+            self._arguments(x, y),
+            shared_mem=self.shared_bytes,
+        )
+        return y
+
+
+class TextureCache:
+    """Texture objects over recent x buffers, keyed by (pointer, bytes).
+
+    Solvers call a plan with the same few x buffers; keeping their texture objects saves
+    creating one per call. An entry holds its x (the texture reads that memory) and the event
+    of its last launch, so an evicted texture is destroyed only after its kernels finished.
+    """
+
+    def __init__(self, value_dtype, capacity: int = 2):
+        self.value_dtype = np.dtype(value_dtype)
+        self.capacity = capacity
+        self._entries: dict = {}
+        self._lock = threading.Lock()
+
+    def _channel(self, cupy):
+        runtime = cupy.cuda.runtime
+        # textures have no 64-bit channels: double as int2, complex128 as int4
+        signed, floating = runtime.cudaChannelFormatKindSigned, runtime.cudaChannelFormatKindFloat
+        channels = {
+            np.dtype(np.float32): (32, 0, 0, 0, floating),
+            np.dtype(np.float64): (32, 32, 0, 0, signed),
+            np.dtype(np.complex64): (32, 32, 0, 0, floating),
+            np.dtype(np.complex128): (32, 32, 32, 32, signed),
+        }
+        return cupy.cuda.texture.ChannelFormatDescriptor(*channels[self.value_dtype])
+
+    def texture_for(self, x):
+        """The texture object reading ``x``, made on first use; marks it used by a launch."""
+        cupy = _cuda.cupy_or_none()
+        key = (x.data.ptr, x.nbytes, x.device.id)
+        with self._lock:
+            entry = self._entries.pop(key, None)
+            if entry is None:
+                texture_module = cupy.cuda.texture
+                resource = texture_module.ResourceDescriptor(
+                    cupy.cuda.runtime.cudaResourceTypeLinear,
+                    arr=x,
+                    chDesc=self._channel(cupy),
+                    sizeInBytes=x.nbytes,
+                )
+                texture = texture_module.TextureObject(resource, texture_module.TextureDescriptor())
+                entry = [x, texture, None]
+            while len(self._entries) >= self.capacity:
+                old = self._entries.pop(next(iter(self._entries)))  # the least recently used
+                if old[2] is not None:
+                    old[2].synchronize()
+            event = cupy.cuda.Event(disable_timing=True)
+            entry[2] = event
+            self._entries[key] = entry
+            return entry[1], event
+
+
+class CsrVectorPlan(KernelPlan):
+    """A compiled ``csr_vector`` instantiation and its launch shape for one mirror."""
+
+    def __init__(self, matrix: DeviceMatrix, policy: CsrVectorPolicy, backend: CsrVectorBackend):
+        super().__init__(matrix, policy)
+        self.load_path = backend.load_path
+        self.reduction = backend.reduction
+        self.textures = TextureCache(matrix.dtype) if backend.load_path == LOAD_TEXTURE else None
+        if not self.launches:
+            return
+        self.kernel = _compile.get_kernel(
+            SOURCE,
+            name_expression(
+                matrix.dtype,
+                matrix.index_dtype,
+                policy.threads_per_row,
+                backend.load_path,
+                backend.reduction,
+            ),
+        )
+        self.shared_bytes = backend.shared_bytes(policy.block_size, matrix.dtype)
+        occupancy.allow_shared_memory(self.kernel, self.shared_bytes)
+        self._set_grid(policy.block_size // policy.threads_per_row)
+
+    def _arguments(self, x, y):
+        m = self.matrix
+        return (m.indptr, m.indices, m.data, x, np.uint64(0), y, np.int64(m.shape[0]))
+
+    def matvec(self, x, out=None):
+        if self.textures is None or not self.launches:
+            return super().matvec(x, out)
+        y = self._check(x, out)
+        texture, event = self.textures.texture_for(x)
+        m = self.matrix
+        self.kernel(
+            (self.grid,),
+            (self.block,),
+            (m.indptr, m.indices, m.data, x, texture, y, np.int64(m.shape[0])),
+            shared_mem=self.shared_bytes,
+        )
+        event.record()
+        return y
+
+
+class CsrVectorBackend(Backend):
+    """One member of the CSR vector family: an x-load path and a reduction.
+
+    Parameters
+    ----------
+    name, description : str
+    load_path : int
+        ``LOAD_PLAIN``, ``LOAD_TEXTURE`` or ``LOAD_READONLY``.
+    reduction : int
+        ``REDUCE_SHARED`` or ``REDUCE_SHUFFLE``.
+    """
+
+    policy_type = CsrVectorPolicy
+
+    def __init__(self, name: str, description: str, load_path: int, reduction: int):
+        self.name = name
+        self.description = description
+        self.load_path = load_path
+        self.reduction = reduction
+
+    def shared_bytes(self, block_size: int, value_dtype) -> int:
+        """Dynamic shared memory of one block: a partial sum per thread for the shared reduction."""
+        if self.reduction == REDUCE_SHARED:
+            return block_size * np.dtype(value_dtype).itemsize
+        return 0
+
+    def refuse_reason(self, matrix: DeviceMatrix) -> str | None:
+        if self.load_path != LOAD_TEXTURE or _cuda.cupy_or_none() is None:
+            return None
+        limit = _cuda.device_info().max_texture_1d_linear
+        if matrix.shape[1] > limit:
+            return (
+                f"x has {matrix.shape[1]:,} elements but a 1-D texture over linear memory holds "
+                f"at most {limit:,} on this device; use the 'readonly' or 'shuffle' backend"
+            )
+        return None
+
+    def _kernel(self, matrix: DeviceMatrix, threads_per_row: int):
+        return _compile.get_kernel(
+            SOURCE,
+            name_expression(
+                matrix.dtype, matrix.index_dtype, threads_per_row, self.load_path, self.reduction
+            ),
+        )
+
+    def untuned_policy(self, matrix: DeviceMatrix) -> CsrVectorPolicy:
+        """Threads per row from the mean row length; block size from the occupancy API."""
+        if matrix.shape[0] == 0 or matrix.nnz == 0:
+            return CsrVectorPolicy(source="default")
+        threads_per_row = occupancy.threads_per_row_for(matrix.stats.mean)
+        block_size = occupancy.occupancy_block_size(
+            self._kernel(matrix, threads_per_row),
+            lambda block: self.shared_bytes(block, matrix.dtype),
+        )
+        return CsrVectorPolicy(block_size, threads_per_row, source="occupancy")
+
+    def candidates(self, matrix: DeviceMatrix) -> list[CsrVectorPolicy]:
+        """Block sizes 64..1024 times threads per row next to the untuned choice."""
+        untuned = self.untuned_policy(matrix)
+        out = [untuned]
+        for threads_per_row in nearby_threads_per_row(untuned.threads_per_row):
+            for block_size in CANDIDATE_BLOCK_SIZES:
+                policy = CsrVectorPolicy(block_size, threads_per_row, source="candidate")
+                if policy != untuned:
+                    out.append(policy)
+        return out
+
+    def plan(self, matrix: DeviceMatrix, policy: CsrVectorPolicy) -> CsrVectorPlan:
+        return CsrVectorPlan(matrix, policy, self)
+
+
+BACKENDS = [
+    CsrVectorBackend(
+        "vector",
+        "CSR vector kernel: plain loads, shared-memory reduction (Bell & Garland)",
+        LOAD_PLAIN,
+        REDUCE_SHARED,
+    ),
+    CsrVectorBackend(
+        "texture",
+        "CSR vector kernel, x through a texture object, shared-memory reduction",
+        LOAD_TEXTURE,
+        REDUCE_SHARED,
+    ),
+    CsrVectorBackend(
+        "readonly",
+        "CSR vector kernel, x through the read-only cache (__ldg), shared-memory reduction",
+        LOAD_READONLY,
+        REDUCE_SHARED,
+    ),
+    CsrVectorBackend(
+        "shuffle",
+        "CSR vector kernel, x through the read-only cache, warp-shuffle reduction",
+        LOAD_READONLY,
+        REDUCE_SHUFFLE,
+    ),
+]
+
+FAMILY = _compile.register_family(
+    _compile.KernelFamily(
+        SOURCE,
+        tuple(
+            name_expression(value, index, threads_per_row, backend.load_path, backend.reduction)
+            for backend in BACKENDS
+            for value in CXX_VALUE_TYPES
+            for index in CXX_INDEX_TYPES
+            for threads_per_row in THREADS_PER_ROW_CHOICES
+        ),
+    )
+)

@@ -1,0 +1,149 @@
+"""The ``swcache`` backend: x read through a software-managed cache in shared memory.
+
+Hirasawa et al.'s direct-mapped software cache (seeds/001) in a CSR SpMV kernel
+(``kernels/swcache.cu``): each warp keeps ``num_lines`` lines of ``line_size`` elements of
+x in shared memory, with a tag per line; a miss fills the whole line cooperatively. The
+knobs live in a :class:`~sparsegpu.tuning.policy.SoftwareCachePolicy`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _compile
+from .._mirror import DeviceMatrix
+from ..tuning import occupancy
+from ..tuning.policy import THREADS_PER_ROW_CHOICES, SoftwareCachePolicy
+from .base import Backend
+from .csr_vector import CXX_INDEX_TYPES, CXX_VALUE_TYPES, KernelPlan, nearby_threads_per_row
+
+SOURCE = "swcache.cu"
+TAG_BYTES = 8
+WARP_SIZE = 32
+
+# Untuned cache shape: 8 lines of 64 elements per warp keeps a block of 256 threads of
+# float64 at 33 KiB of shared memory, so several blocks stay resident per SM (seeds/001:
+# too much shared memory per block cuts resident blocks).
+UNTUNED_LINE_SIZE = 64
+UNTUNED_NUM_LINES = 8
+# (line_size, num_lines) the autotuner sweeps: from one long line (the paper's best on its
+# GPUs) to many short ones.
+CANDIDATE_CACHE_SHAPES = ((256, 1), (128, 2), (128, 4), (64, 8), (32, 8), (32, 16), (16, 32))
+CANDIDATE_BLOCK_SIZES = (128, 256, 512)
+
+
+def name_expression(value_dtype, index_dtype, threads_per_row) -> str:
+    """The C++ name of one ``csr_swcache`` instantiation, e.g. ``csr_swcache<double, int, 8>``."""
+    value = CXX_VALUE_TYPES[np.dtype(value_dtype)]
+    index = CXX_INDEX_TYPES[np.dtype(index_dtype)]
+    return f"csr_swcache<{value}, {index}, {threads_per_row}>"
+
+
+def shared_bytes(block_size: int, line_size: int, num_lines: int, value_dtype) -> int:
+    """Shared memory of one block: per warp, ``num_lines`` lines and their tags."""
+    per_warp = num_lines * (line_size * np.dtype(value_dtype).itemsize + TAG_BYTES)
+    return (block_size // WARP_SIZE) * per_warp
+
+
+class SoftwareCachePlan(KernelPlan):
+    """A compiled ``csr_swcache`` instantiation and its launch shape for one mirror."""
+
+    def __init__(self, matrix: DeviceMatrix, policy: SoftwareCachePolicy):
+        super().__init__(matrix, policy)
+        if not self.launches:
+            return
+        self.kernel = _compile.get_kernel(
+            SOURCE, name_expression(matrix.dtype, matrix.index_dtype, policy.threads_per_row)
+        )
+        self.shared_bytes = shared_bytes(
+            policy.block_size, policy.line_size, policy.num_lines, matrix.dtype
+        )
+        occupancy.allow_shared_memory(self.kernel, self.shared_bytes)
+        self._set_grid(policy.block_size // policy.threads_per_row)
+
+    def _arguments(self, x, y):
+        m = self.matrix
+        p = self.policy
+        return (
+            m.indptr,
+            m.indices,
+            m.data,
+            x,
+            y,
+            np.int64(m.shape[0]),
+            np.int64(m.shape[1]),
+            np.int32(p.line_size.bit_length() - 1),
+            np.int32(p.num_lines.bit_length() - 1),
+        )
+
+
+class SoftwareCacheBackend(Backend):
+    name = "swcache"
+    description = "CSR kernel, x through a direct-mapped software cache in shared memory"
+    policy_type = SoftwareCachePolicy
+
+    def _kernel(self, matrix: DeviceMatrix, threads_per_row: int):
+        return _compile.get_kernel(
+            SOURCE, name_expression(matrix.dtype, matrix.index_dtype, threads_per_row)
+        )
+
+    def untuned_policy(self, matrix: DeviceMatrix) -> SoftwareCachePolicy:
+        """Threads per row from the mean row length; block size from the occupancy API."""
+        if matrix.shape[0] == 0 or matrix.nnz == 0:
+            return SoftwareCachePolicy(source="default")
+        threads_per_row = occupancy.threads_per_row_for(matrix.stats.mean)
+        block_size = occupancy.occupancy_block_size(
+            self._kernel(matrix, threads_per_row),
+            lambda block: shared_bytes(block, UNTUNED_LINE_SIZE, UNTUNED_NUM_LINES, matrix.dtype),
+        )
+        return SoftwareCachePolicy(
+            block_size,
+            threads_per_row,
+            line_size=UNTUNED_LINE_SIZE,
+            num_lines=UNTUNED_NUM_LINES,
+            source="occupancy",
+        )
+
+    def candidates(self, matrix: DeviceMatrix) -> list[SoftwareCachePolicy]:
+        """Cache shapes x block sizes x threads per row near the untuned choice.
+
+        Shapes whose shared memory a block cannot get on this device are left out.
+        """
+        from .. import _cuda
+
+        untuned = self.untuned_policy(matrix)
+        limit = _cuda.device_info().shared_memory_per_block_optin
+        out = [untuned]
+        for threads_per_row in nearby_threads_per_row(untuned.threads_per_row):
+            for block_size in CANDIDATE_BLOCK_SIZES:
+                for line_size, num_lines in CANDIDATE_CACHE_SHAPES:
+                    if shared_bytes(block_size, line_size, num_lines, matrix.dtype) > limit:
+                        continue
+                    policy = SoftwareCachePolicy(
+                        block_size,
+                        threads_per_row,
+                        line_size=line_size,
+                        num_lines=num_lines,
+                        source="candidate",
+                    )
+                    if policy != untuned:
+                        out.append(policy)
+        return out
+
+    def plan(self, matrix: DeviceMatrix, policy: SoftwareCachePolicy) -> SoftwareCachePlan:
+        return SoftwareCachePlan(matrix, policy)
+
+
+FAMILY = _compile.register_family(
+    _compile.KernelFamily(
+        SOURCE,
+        tuple(
+            name_expression(value, index, threads_per_row)
+            for value in CXX_VALUE_TYPES
+            for index in CXX_INDEX_TYPES
+            for threads_per_row in THREADS_PER_ROW_CHOICES
+        ),
+    )
+)
+
+BACKENDS = [SoftwareCacheBackend()]
