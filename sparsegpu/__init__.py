@@ -6,7 +6,7 @@
 True
 """
 
-from . import datasets, io, suitesparse
+from . import datasets, io, linalg, suitesparse
 from ._dispatch import (
     BackendStatus,
     BackendUnavailableError,
@@ -34,6 +34,7 @@ __all__ = [
     "datasets",
     "explain",
     "io",
+    "linalg",
     "matvec",
     "register_backend",
     "suitesparse",

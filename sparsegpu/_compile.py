@@ -69,21 +69,25 @@ def register_family(family: KernelFamily) -> KernelFamily:
 NVRTC_OPTIONS = ("-std=c++17",)
 
 
-def get_kernel(source: str, name_expression: str):
-    """The compiled ``cupy.RawKernel`` for one instantiation on the current device."""
+def get_kernel(source: str, name_expression: str, options: tuple[str, ...] = ()):
+    """The compiled ``cupy.RawKernel`` for one instantiation on the current device.
+
+    ``options`` are extra NVRTC options (a policy's register cap, say); each distinct set
+    is its own compilation, memoized like the rest.
+    """
     cupy = _cuda.cupy_or_none()
     if cupy is None:
         raise RuntimeError(f"no GPU: {_cuda.unavailable_reason()}")
-    return _get_kernel(cupy.cuda.Device().id, source, name_expression)
+    return _get_kernel(cupy.cuda.Device().id, source, name_expression, tuple(options))
 
 
 @functools.cache
-def _get_kernel(device_id: int, source: str, name_expression: str):
+def _get_kernel(device_id: int, source: str, name_expression: str, options: tuple[str, ...]):
     cupy = _cuda.cupy_or_none()
     with _lock:
         module = cupy.RawModule(
             code=source_text(source),
-            options=NVRTC_OPTIONS,
+            options=NVRTC_OPTIONS + options,
             name_expressions=[name_expression],
         )
         return module.get_function(name_expression)

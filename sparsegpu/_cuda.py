@@ -67,6 +67,7 @@ class DeviceInfo:
     l2_cache_bytes: int
     shared_memory_per_block_optin: int
     max_texture_1d_linear: int
+    texture_alignment: int
 
     @property
     def arch(self) -> str:
@@ -100,6 +101,7 @@ def _device_info(index: int) -> DeviceInfo:
         l2_cache_bytes=int(props["l2CacheSize"]),
         shared_memory_per_block_optin=int(props.get("sharedMemPerBlockOptin", 49152)),
         max_texture_1d_linear=int(props.get("maxTexture1DLinear", 2**27)),
+        texture_alignment=int(props.get("textureAlignment", 512)),
     )
 
 

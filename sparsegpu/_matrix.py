@@ -83,6 +83,7 @@ def _release(matrix) -> set[int]:
     """
     d = matrix.__dict__
     d.pop("_sg_cache", None)
+    d.pop("_sg_shared", None)
     return {root for root in d.pop("_sg_roots", ()) if _unhold(root, id(matrix))}
 
 
@@ -222,15 +223,72 @@ class _SparseGPUMixin:
             mirror.layout = "csc" if transposed else "csr"
             mirror.shape = self.shape
             return mirror
-        base_key = (residence.name, "base")
-        base = cache.get(base_key)
-        if base is None:
-            base = DeviceMatrix.from_host(*arrays, csr_shape, residence)
-            if transposed:
-                base = base.transpose()
-            cache[base_key] = base
-            self._sg_lock_arrays(arrays)
+        # "stored" (the arrays as CSR) and "transposed" live in a dict shared with the
+        # views holding the same arrays (A, every A.T, A.T.T): A.T is a new object each
+        # time it is evaluated, and this way it uploads and transposes only once.
+        shared = self._sg_shared_arrays()
+        stored = shared.get((residence.name, "stored"))
+        if stored is None:
+            stored = DeviceMatrix.from_host(*arrays, csr_shape, residence)
+            shared[(residence.name, "stored")] = stored
+            for sharer in _live_sharers(shared):
+                sharer._sg_lock_arrays([sharer.__dict__[n] for n in _ARRAY_NAMES])
+        base = stored
+        if transposed:
+            base = shared.get((residence.name, "transposed"))
+            if base is None:
+                base = shared[(residence.name, "transposed")] = stored.transpose()
         return base if base.dtype == value_dtype else base.astype(value_dtype)
+
+    def _sg_shared_arrays(self) -> dict:
+        """The device arrays this matrix shares with views of the same arrays."""
+        shared = self.__dict__.get("_sg_shared")
+        if shared is None:
+            shared = self.__dict__["_sg_shared"] = {"sharers": [weakref.ref(self)]}
+        return shared
+
+    def _sg_share_with(self, view) -> None:
+        """Let ``view``, holding the same memory as this matrix, share its device arrays.
+
+        Invariant: while the shared dict holds a device copy, every live sharer holds the
+        buffers (read-only, registered), so a change through any of them drops them all.
+        """
+        arrays = [self.__dict__.get(n) for n in _ARRAY_NAMES]
+        theirs = [view.__dict__.get(n) for n in _ARRAY_NAMES]
+        if any(
+            a is None or b is None or not _same_memory(a, b)
+            for a, b in zip(arrays, theirs, strict=True)
+        ):
+            return
+        with _MIRROR_LOCK:
+            shared = self._sg_shared_arrays()
+            shared["sharers"] = _live_refs(shared["sharers"]) + [weakref.ref(view)]
+            view.__dict__["_sg_shared"] = shared
+            if any(key != "sharers" for key in shared):
+                view._sg_lock_arrays(theirs)
+
+    def _sg_seed_copy(self, other, conjugate: bool) -> None:
+        """Give ``other``, a fresh copy (or conjugate) of this matrix, the device arrays
+        this matrix already has, so that ``A.copy()`` and ``A.conj()`` (hence ``A.H`` and
+        scipy's adjoint operators) upload and transpose nothing again.
+
+        ``other``'s arrays equal this matrix's now and this matrix's device arrays are
+        never stale, so the seeded ones are exact; ``other``'s arrays are then held like
+        those of any matrix whose mirror was built from them.
+        """
+        shared = self.__dict__.get("_sg_shared")
+        if not shared or not isinstance(other, _SparseGPUMixin):
+            return
+        with _MIRROR_LOCK:
+            seeded = {
+                key: (mirror.conj() if conjugate else mirror)
+                for key, mirror in shared.items()
+                if key != "sharers"
+            }
+            if not seeded:
+                return
+            other.__dict__["_sg_shared"] = {"sharers": [weakref.ref(other)], **seeded}
+            other._sg_lock_arrays([other.__dict__[n] for n in _ARRAY_NAMES])
 
     def _sg_lock_arrays(self, arrays) -> None:
         """Hold the buffers behind ``arrays`` read-only while this matrix's mirror lives."""
@@ -297,6 +355,7 @@ class _SparseGPUMixin:
     def __getstate__(self):
         state = dict(self.__dict__)
         state.pop("_sg_cache", None)
+        state.pop("_sg_shared", None)
         state.pop("_sg_roots", None)
         return state
 
@@ -375,14 +434,55 @@ class _SparseGPUMixin:
         return super().__rmatmul__(other)
 
     def transpose(self, axes=None, copy=False):
-        return self._sg_inherit(super().transpose(axes=axes, copy=copy))
+        result = self._sg_inherit(super().transpose(axes=axes, copy=copy))
+        if not copy and isinstance(result, _SparseGPUMixin):
+            self._sg_share_with(result)
+        return result
 
     transpose.__doc__ = sp.csr_matrix.transpose.__doc__
 
     def copy(self):
-        return self._sg_inherit(super().copy())
+        result = self._sg_inherit(super().copy())
+        self._sg_seed_copy(result, conjugate=False)
+        return result
 
     copy.__doc__ = sp.csr_matrix.copy.__doc__
+
+    # scipy builds derived matrices (``A * 2``, ``A - mu * I``, ``A.astype``, ``abs(A)``)
+    # through these two hooks: the result keeps this matrix's backend choice, so code
+    # like expm_multiply that shifts A still runs its products where the user asked.
+    def _with_data(self, data, copy=True):
+        return self._sg_inherit(super()._with_data(data, copy=copy))
+
+    def _binopt(self, other, op):
+        return self._sg_inherit(super()._binopt(other, op))
+
+    def conjugate(self, copy=True):
+        result = super().conjugate(copy=copy)
+        if result is not self and self.dtype.kind == "c":
+            self._sg_seed_copy(result, conjugate=True)
+        return result
+
+    conjugate.__doc__ = sp.csr_matrix.conjugate.__doc__
+
+
+def _live_refs(refs: list) -> list:
+    return [ref for ref in refs if ref() is not None]
+
+
+def _live_sharers(shared: dict) -> list:
+    return [m for m in (ref() for ref in shared["sharers"]) if m is not None]
+
+
+def _same_memory(a, b) -> bool:
+    """True when two arrays are the same elements of the same buffer (a view of it all)."""
+    ia, ib = a.__array_interface__, b.__array_interface__
+    return (
+        a.dtype == b.dtype
+        and a.shape == b.shape
+        and ia["data"][0] == ib["data"][0]
+        and ia.get("strides") == ib.get("strides")
+    )
 
 
 class _CSRMixin(_SparseGPUMixin):

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import threading
+from collections import Counter
 
 import numpy as np
 import scipy.sparse as sp
@@ -147,7 +148,11 @@ class HostCopyBackend(ScipyBackend):
 
 
 class CountingBackend(Backend):
-    """Wraps another backend and counts products (``matvecs`` and ``matmats``)."""
+    """Wraps another backend and counts products (``matvecs`` and ``matmats``).
+
+    ``shapes`` counts the products per shape of the mirror they ran on, so that a test can
+    tell products with A (m, n) from products with its transpose (n, m).
+    """
 
     def __init__(self, inner: Backend | None = None, name: str = "counting"):
         self.inner = inner or HostCopyBackend()
@@ -159,6 +164,7 @@ class CountingBackend(Backend):
         self.policy_type = self.inner.policy_type
         self.matvecs = 0
         self.matmats = 0
+        self.shapes: Counter = Counter()
         self._lock = threading.Lock()
 
     def unavailable_reason(self):
@@ -177,11 +183,13 @@ class _CountingPlan(Plan):
     def matvec(self, x, out=None):
         with self.owner._lock:
             self.owner.matvecs += 1
+            self.owner.shapes[self.matrix.shape] += 1
         return self.inner.matvec(x, out=out)
 
     def matmat(self, X, out=None):
         with self.owner._lock:
             self.owner.matmats += 1
+            self.owner.shapes[self.matrix.shape] += 1
         return self.inner.matmat(X, out=out)
 
 

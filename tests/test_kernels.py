@@ -114,6 +114,9 @@ def test_swcache_shared_bytes_per_warp():
         ({"block_size": 100}, "block_size=100"),
         ({"block_size": 2048}, "block_size=2048"),
         ({"block_size": 16}, "block_size=16"),
+        ({"max_registers": 8}, "max_registers=8"),
+        ({"max_registers": 300}, "max_registers=300"),
+        ({"max_registers": 40.0}, "max_registers=40.0"),
     ],
 )
 def test_csr_vector_policy_rejects_bad_knobs(kwargs, message):
@@ -206,6 +209,25 @@ def test_swcache_cache_shapes(cupy, dtype, line_size, num_lines):
     A = awkward_matrices(dtype, np.int32, seed=3)["power_law"]
     policy = SoftwareCachePolicy(64, 8, line_size=line_size, num_lines=num_lines)
     check_product(A, "swcache", policy, cupy)
+
+
+def test_register_cap_becomes_a_compile_option():
+    assert CsrVectorPolicy().compile_options() == ()
+    assert CsrVectorPolicy(max_registers=40).compile_options() == ("--maxrregcount=40",)
+    assert SoftwareCachePolicy(max_registers=64).compile_options() == ("--maxrregcount=64",)
+    knobs = CsrVectorPolicy(128, 2, 48).knobs()
+    assert knobs == {"block_size": 128, "threads_per_row": 2, "max_registers": 48}
+    assert CsrVectorPolicy.from_knobs(knobs) == CsrVectorPolicy(128, 2, 48)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("max_registers", [32, 40, 64])
+@pytest.mark.parametrize("backend_name", KERNEL_BACKENDS)
+def test_register_caps(cupy, backend_name, max_registers):
+    A = awkward_matrices(np.complex128, np.int64, seed=4)["power_law"]
+    policy = policy_for(backend_name, 4)
+    policy = type(policy)(**{**policy.knobs(), "max_registers": max_registers})
+    check_product(A, backend_name, policy, cupy)
 
 
 @pytest.mark.gpu

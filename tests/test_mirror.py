@@ -249,7 +249,7 @@ def test_threads_share_one_mirror(copying_backend):
     assert len(results) == 160
     for y in results:
         assert_product_close(y, expected, np.float64, 400)
-    keys = [k for k in A.__dict__["_sg_cache"] if k[1] == "base"]
+    keys = [k for k in A.__dict__["_sg_shared"] if k != "sharers" and k[1] == "stored"]
     assert len(keys) == 1
 
 

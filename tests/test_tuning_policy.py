@@ -17,7 +17,7 @@ from sparsegpu.tuning.policy import (
 )
 
 EXAMPLES = {
-    "CsrVectorPolicy": CsrVectorPolicy(block_size=128, threads_per_row=8),
+    "CsrVectorPolicy": CsrVectorPolicy(block_size=128, threads_per_row=8, max_registers=40),
     "SoftwareCachePolicy": SoftwareCachePolicy(
         block_size=512, threads_per_row=4, line_size=64, num_lines=16
     ),
@@ -51,6 +51,7 @@ def test_knob_names_leave_out_source():
     assert SoftwareCachePolicy.knob_names() == (
         "block_size",
         "threads_per_row",
+        "max_registers",
         "line_size",
         "num_lines",
     )
@@ -129,9 +130,18 @@ def test_adaptive_nnz_per_thread_of_wrong_type_is_refused(nnz_per_thread):
 
 
 def test_numpy_integers_are_accepted_and_stored_as_int():
-    policy = CsrVectorPolicy(block_size=np.int64(128), threads_per_row=np.int32(4))
+    policy = CsrVectorPolicy(
+        block_size=np.int64(128), threads_per_row=np.int32(4), max_registers=np.int64(40)
+    )
     assert type(policy.block_size) is int and type(policy.threads_per_row) is int
+    assert type(policy.max_registers) is int
     json.dumps(policy.knobs())
+
+
+@pytest.mark.parametrize("max_registers", [8, 256, 40.0, True, "40"])
+def test_register_cap_out_of_range_or_type_is_refused(max_registers):
+    with pytest.raises(ValueError, match="max_registers=.* is not allowed"):
+        CsrVectorPolicy(max_registers=max_registers)
 
 
 def test_source_must_be_a_string():

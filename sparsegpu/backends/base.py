@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._mirror import CUPY, DeviceMatrix, Residence
+from .._spmm import csr_spmm
 from ..tuning.policy import Policy
 
 FLOAT_AND_COMPLEX = tuple(
@@ -38,7 +39,13 @@ class Plan:
         raise NotImplementedError
 
     def matmat(self, X, out=None):
-        """``A @ X`` for a 2-D X of shape (n_cols, k); default: one matvec per column."""
+        """``A @ X`` for a 2-D C-contiguous X of shape (n_cols, k).
+
+        Default: on the GPU one CSR kernel that reads A once for all k columns
+        (:mod:`sparsegpu._spmm`); on the host one matvec per column.
+        """
+        if self.matrix.residence.name == CUPY.name:
+            return csr_spmm(self.matrix, X, out)
         xp = self.matrix.xp
         n_rows = self.matrix.shape[0]
         if out is None:

@@ -53,7 +53,9 @@ class SoftwareCachePlan(KernelPlan):
         if not self.launches:
             return
         self.kernel = _compile.get_kernel(
-            SOURCE, name_expression(matrix.dtype, matrix.index_dtype, policy.threads_per_row)
+            SOURCE,
+            name_expression(matrix.dtype, matrix.index_dtype, policy.threads_per_row),
+            policy.compile_options(),
         )
         self.shared_bytes = shared_bytes(
             policy.block_size, policy.line_size, policy.num_lines, matrix.dtype

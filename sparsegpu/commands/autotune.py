@@ -206,9 +206,13 @@ def _workload(args):
 
 
 # --------------------------------------------------------------------------- output
+def _knobs_text(knobs: dict) -> str:
+    """``block_size=128 threads_per_row=8``; knobs left to the default (None) are omitted."""
+    return " ".join(f"{k}={v}" for k, v in knobs.items() if v is not None) or "-"
+
+
 def _policy_text(policy) -> str:
-    knobs = policy.knobs() if policy is not None else {}
-    return " ".join(f"{k}={v}" for k, v in knobs.items()) or "-"
+    return _knobs_text(policy.knobs()) if policy is not None else "-"
 
 
 def _for_tables(out):
@@ -302,7 +306,7 @@ def _show(cache, as_json: bool) -> int:
             e.value_dtype,
             e.index_dtype,
             e.row_class,
-            " ".join(f"{k}={v}" for k, v in e.knobs.items()) or "-",
+            _knobs_text(e.knobs),
             f"{e.gb_per_s:.0f}",
             f"{e.gain:.2f}x" if e.gain is not None else None,
             e.matrix,

@@ -98,15 +98,38 @@ class CsrVectorPolicy(Policy):
         Threads per block, a multiple of 32 up to 1024.
     threads_per_row : int
         Threads cooperating on one row (1..32, a power of two; CUSP-style sub-warps).
+    max_registers : int or None
+        Register cap per thread given to the compiler (``--maxrregcount``), 16..255; None
+        leaves the choice to the compiler. No single cap is best for every matrix on the
+        H200 (the 27-point stencil wants 40, the 5-point one the compiler's 32), so the
+        autotuner sweeps it.
     """
 
     block_size: int = 256
     threads_per_row: int = 32
+    max_registers: int | None = None
 
     def __post_init__(self):
         super().__post_init__()
         _check_int_choice(self, "threads_per_row", THREADS_PER_ROW_CHOICES)
         _check_block_size(self)
+        cap = self.max_registers
+        if cap is not None:
+            if (
+                isinstance(cap, bool)
+                or not isinstance(cap, numbers.Integral)
+                or not 16 <= cap <= 255
+            ):
+                raise ValueError(
+                    f"max_registers={cap!r} is not allowed; use None or an int in 16..255"
+                )
+            object.__setattr__(self, "max_registers", int(cap))
+
+    def compile_options(self) -> tuple[str, ...]:
+        """NVRTC options this policy adds to its kernel's compilation."""
+        if self.max_registers is None:
+            return ()
+        return (f"--maxrregcount={self.max_registers}",)
 
 
 @dataclass(frozen=True)

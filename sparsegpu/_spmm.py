@@ -1,0 +1,106 @@
+"""``Y = A @ X`` on the GPU for a CSR mirror and a dense X of k columns, reading A once.
+
+The default :meth:`sparsegpu.backends.base.Plan.matmat` of every GPU backend that does not
+bring its own (cuSPARSE brings SpMM) runs this kernel (``kernels/csr_spmm.cu``): k
+separate products read the matrix k times, this reads it once per ``column_lanes``
+columns (once for k <= 32).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._compile import KernelFamily, get_kernel, register_family
+
+_VALUE_TYPES = {
+    np.dtype(np.float32): "float",
+    np.dtype(np.float64): "double",
+    np.dtype(np.complex64): "float2",
+    np.dtype(np.complex128): "double2",
+}
+_INDEX_TYPES = {np.dtype(np.int32): "int", np.dtype(np.int64): "long long"}
+_POWERS_OF_TWO = (1, 2, 4, 8, 16, 32)
+BLOCK_SIZE = 256
+
+
+def _name(value: str, index: str, threads_per_row: int, column_lanes: int) -> str:
+    return f"csr_spmm<{value}, {index}, {threads_per_row}, {column_lanes}>"
+
+
+SPMM_FAMILY = register_family(
+    KernelFamily(
+        "csr_spmm.cu",
+        tuple(
+            _name(v, i, t, c)
+            for v in _VALUE_TYPES.values()
+            for i in _INDEX_TYPES.values()
+            for t in _POWERS_OF_TWO
+            for c in _POWERS_OF_TWO
+            if c <= t
+        ),
+    )
+)
+
+
+def _power_of_two_at_least(n: int) -> int:
+    return next(p for p in _POWERS_OF_TWO if p >= n) if n <= 32 else 32
+
+
+def launch_shape(mean_row_length: float, k: int) -> tuple[int, int]:
+    """(threads_per_row, column_lanes) for k columns and the mean row length.
+
+    Lanes across columns cover k (up to a warp); the rest of the warp splits the row's
+    nonzeros, as many lanes as the mean row length fills (the CSR-vector rule of seeds/003).
+    """
+    column_lanes = _power_of_two_at_least(max(k, 1))
+    nonzero_lanes = 1
+    while nonzero_lanes * 2 <= mean_row_length and column_lanes * nonzero_lanes * 2 <= 32:
+        nonzero_lanes *= 2
+    return column_lanes * nonzero_lanes, column_lanes
+
+
+def csr_spmm(matrix, X, out=None):
+    """``A @ X`` for a device mirror ``matrix`` and a C-contiguous (n_cols, k) CuPy X.
+
+    Parameters
+    ----------
+    matrix : DeviceMatrix
+        A validated CSR mirror on the GPU.
+    X : cupy.ndarray
+        Shape (n_cols, k), C-contiguous, in the mirror's dtype.
+    out : cupy.ndarray, optional
+        Shape (n_rows, k), C-contiguous, in the mirror's dtype.
+
+    Returns
+    -------
+    cupy.ndarray of shape (n_rows, k).
+    """
+    xp = matrix.xp
+    n_rows, n_cols = matrix.shape
+    k = int(X.shape[1])
+    if X.shape[0] != n_cols or X.dtype != matrix.dtype or not X.flags.c_contiguous:
+        raise ValueError(
+            f"X must be a C-contiguous ({n_cols}, k) array of {matrix.dtype}, got "
+            f"{X.shape} {X.dtype}"
+        )
+    if out is None:
+        out = xp.empty((n_rows, k), dtype=matrix.dtype)
+    if n_rows == 0 or k == 0:
+        return out
+    threads_per_row, column_lanes = launch_shape(matrix.stats.mean, k)
+    kernel = get_kernel(
+        SPMM_FAMILY.source,
+        _name(
+            _VALUE_TYPES[matrix.dtype],
+            _INDEX_TYPES[matrix.index_dtype],
+            threads_per_row,
+            column_lanes,
+        ),
+    )
+    grid = (n_rows * threads_per_row + BLOCK_SIZE - 1) // BLOCK_SIZE
+    kernel(
+        (grid,),
+        (BLOCK_SIZE,),
+        (matrix.data, matrix.indices, matrix.indptr, X, out, np.int64(n_rows), np.int32(k)),
+    )
+    return out

@@ -1,0 +1,20 @@
+"""GPU-resident Krylov solvers with scipy's signatures, built on sparsegpu's plans.
+
+``cg``, ``bicgstab``, ``gmres``, ``minres`` and ``lsqr`` take a sparsegpu matrix (its
+plan is chosen once per solve; every product is ``plan.matvec`` on device arrays), a
+LinearOperator, or any matrix with ``@``, and right-hand sides as CuPy arrays (solved on
+the GPU, result on the GPU) or NumPy arrays (solved where the matrix's backend computes;
+the result comes back as NumPy). See each solver for how often it synchronises.
+
+>>> import numpy as np, sparsegpu as sg
+>>> from sparsegpu.datasets.synthetic import stencil_3d
+>>> A = stencil_3d(8)
+>>> x, info = sg.linalg.cg(A, np.ones(A.shape[0]), rtol=1e-8)
+>>> info
+0
+"""
+
+from ._krylov import bicgstab, cg, gmres, minres
+from ._lsqr import lsqr
+
+__all__ = ["bicgstab", "cg", "gmres", "lsqr", "minres"]

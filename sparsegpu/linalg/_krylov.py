@@ -1,0 +1,417 @@
+"""Krylov solvers for square systems: ``cg``, ``bicgstab``, ``gmres``, ``minres``.
+
+scipy's signatures and conventions (``x, info``; ``rtol``, ``atol``: stop when
+``||b - A x|| <= max(atol, rtol ||b||)``; ``x0``; ``maxiter``; ``M`` approximating
+``inv(A)``; ``callback(xk)``), computed in the array module of the operator: CuPy arrays
+in, CuPy arrays out, and the iteration never leaves the GPU.
+
+Host synchronisation (the choice, per solver)
+---------------------------------------------
+* ``cg`` keeps every scalar on the device (fused kernels, see ``_vector``). The
+  convergence flag is computed on the device every iteration; the host reads it (one
+  scalar transfer) every ``check_every`` iterations (default 8; 1 with a callback). An
+  iteration that finds the residual converged freezes x and r on the device, so the
+  answer and ``info`` are those of scipy's iteration, and at most ``check_every - 1``
+  launched iterations are no-ops.
+* ``bicgstab``, ``gmres`` and ``minres`` have scalar recurrences whose breakdown and
+  convergence tests decide the next step: each iteration transfers the few scalars those
+  tests need (batched: bicgstab 2, gmres 1, minres 2 transfers of at most a handful of
+  numbers per iteration); vectors never leave the device.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._operator import System
+from ._vector import VectorOps
+
+
+def _check_iterations(name: str, maxiter, default: int) -> int:
+    if maxiter is None:
+        return default
+    if isinstance(maxiter, bool) or not isinstance(maxiter, (int, np.integer)) or maxiter < 0:
+        raise ValueError(f"{name}: maxiter must be a non-negative integer, got {maxiter!r}")
+    return int(maxiter)
+
+
+def _check_tolerances(name: str, rtol, atol) -> None:
+    for label, value in (("rtol", rtol), ("atol", atol)):
+        if not np.isscalar(value) or not np.isfinite(value) or value < 0:
+            raise ValueError(f"{name}: {label} must be a finite number >= 0, got {value!r}")
+
+
+def _start(name, A, b, x0, M, rtol, atol):
+    _check_tolerances(name, rtol, atol)
+    system = System(name, A, b, x0, M)
+    ops = VectorOps(system.xp, system.dtype)
+    bnorm = ops.norm(system.b)
+    if system.x0_given:
+        r = system.b - system.A.matvec(system.x)
+    else:
+        r = system.b.copy()
+    return system, ops, bnorm, max(float(atol), float(rtol) * bnorm), r
+
+
+def cg(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None, callback=None,
+       check_every=None):  # fmt: skip
+    """Conjugate gradients for a Hermitian positive definite ``A``, on the GPU for CuPy.
+
+    Parameters
+    ----------
+    A : sparsegpu matrix, LinearOperator, or anything with ``matvec`` or ``@``
+        The (n, n) matrix. A sparsegpu matrix runs on the plan the dispatcher picks
+        (``A.backend``, ``use_backend``, ...), chosen once per call.
+    b : numpy.ndarray or cupy.ndarray
+        Right-hand side, shape (n,) or (n, 1).
+    x0 : array, optional
+        Starting guess (default zeros).
+    rtol, atol : float
+        Stop when ``||b - A x|| < max(atol, rtol * ||b||)``.
+    maxiter : int, optional
+        Iteration limit (default ``10 * n``).
+    M : matrix or operator, optional
+        Preconditioner approximating ``inv(A)`` (Hermitian positive definite).
+    callback : callable, optional
+        ``callback(xk)`` after every iteration (forces a convergence check each iteration).
+    check_every : int, optional
+        Read the device-side convergence flag every this many iterations (default 8, or
+        1 with a callback). Larger values synchronise less; the answer does not change.
+
+    Returns
+    -------
+    x : array
+        The solution, shape (n,), in b's array module.
+    info : int
+        0 when converged, else the iteration limit reached (scipy's convention).
+
+    Examples
+    --------
+    >>> import numpy as np, sparsegpu as sg
+    >>> from sparsegpu.datasets.synthetic import stencil_2d
+    >>> A = stencil_2d(20)
+    >>> b = np.ones(A.shape[0])
+    >>> x, info = sg.linalg.cg(A, b, rtol=1e-10)
+    >>> info, bool(np.linalg.norm(A @ x - b) <= 1e-10 * np.linalg.norm(b))
+    (0, True)
+    """
+    system, ops, bnorm, tolerance, r = _start("cg", A, b, x0, M, rtol, atol)
+    n = system.A.shape[0]
+    maxiter = _check_iterations("cg", maxiter, 10 * n)
+    every = 1 if callback is not None else 8
+    if check_every is not None:
+        if isinstance(check_every, bool) or not isinstance(check_every, (int, np.integer)):
+            raise ValueError(f"cg: check_every must be a positive integer, got {check_every!r}")
+        if check_every < 1:
+            raise ValueError(f"cg: check_every must be a positive integer, got {check_every!r}")
+        every = int(check_every)
+    if bnorm == 0:
+        return system.result(system.b), 0
+    xp, x = system.xp, system.x
+    callback = system.wrap_callback(callback)
+    p = xp.zeros(n, dtype=system.dtype)
+    q = xp.empty(n, dtype=system.dtype)
+    active = xp.zeros((), dtype=bool)
+    converged = xp.zeros((), dtype=bool)
+    rho_prev = xp.zeros((), dtype=system.dtype)
+    for k in range(maxiter):
+        rr = ops.vdot(r, r)
+        ops.cg_check(rr, tolerance, active, converged)
+        if k % every == 0 and bool(ops.to_host(converged)):
+            break
+        z = system.precondition(r)
+        rho = rr if system.M is None else ops.vdot(r, z)
+        ops.cg_direction(z, rho, rho_prev, active, k == 0, p)
+        system.A.matvec(p, out=q)
+        pq = ops.vdot(p, q)
+        ops.cg_update(p, q, rho, pq, active, x, r)
+        ops.keep(rho, active, rho_prev)
+        if callback is not None:
+            callback(x)
+    info = 0 if bool(ops.to_host(converged)) else maxiter
+    return system.result(x), info
+
+
+def bicgstab(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None, callback=None):
+    """BiCGSTAB for a general square ``A`` (scipy's algorithm and breakdown codes).
+
+    Parameters and returns as :func:`cg` (without ``check_every``); ``info`` is 0 when
+    converged, the iteration limit when not, -10 or -11 on a breakdown (``rho`` or
+    ``omega`` vanished), as scipy reports them.
+    """
+    system, ops, bnorm, tolerance, r = _start("bicgstab", A, b, x0, M, rtol, atol)
+    n = system.A.shape[0]
+    maxiter = _check_iterations("bicgstab", maxiter, 10 * n)
+    if bnorm == 0:
+        return system.result(system.b), 0
+    xp, x = system.xp, system.x
+    callback = system.wrap_callback(callback)
+    eps = np.finfo(system.dtype).eps
+    rhotol = omegatol = eps**2
+    rtilde = r.copy()
+    p = v = alpha = omega = rho_prev = None
+    for iteration in range(maxiter):
+        rho = ops.vdot(rtilde, r)
+        scalars = [ops.vdot(r, r), rho] + ([omega] if omega is not None else [])
+        host = ops.to_host(xp.stack(scalars))
+        if np.sqrt(abs(host[0])) < tolerance:
+            return system.result(x), 0
+        rho_h = complex(host[1])
+        if abs(rho_h) < rhotol:
+            return system.result(x), -10
+        if iteration > 0:
+            omega_h = complex(host[2])
+            if abs(omega_h) < omegatol:
+                return system.result(x), -11
+            beta = (rho / rho_prev) * (alpha / omega)
+            p -= omega * v
+            p *= beta
+            p += r
+        else:
+            p = r.copy()
+        phat = system.precondition(p)
+        v = system.A.matvec(phat)
+        rv = ops.vdot(rtilde, v)
+        # s = r - alpha v on the device; rv (breakdown) and ||s|| come back together
+        alpha = rho / xp.where(rv == 0, xp.ones_like(rv), rv)
+        r -= alpha * v
+        rv_h, ss = ops.to_host(xp.stack([rv, ops.vdot(r, r)]))
+        if rv_h == 0:
+            return system.result(x), -11
+        if np.sqrt(abs(ss)) < tolerance:
+            x += alpha * phat
+            return system.result(x), 0
+        shat = system.precondition(r)
+        t = system.A.matvec(shat)
+        omega = ops.vdot(t, r) / ops.vdot(t, t)
+        x += alpha * phat
+        x += omega * shat
+        r -= omega * t
+        rho_prev = rho
+        if callback is not None:
+            callback(x)
+    return system.result(x), maxiter
+
+
+def _scalar(value, dtype):
+    """A host scalar in the solver's dtype (real part only for real dtypes)."""
+    dtype = np.dtype(dtype)
+    return dtype.type(value if dtype.kind == "c" else complex(value).real)
+
+
+def gmres(A, b, x0=None, *, rtol=1e-5, atol=0.0, restart=None, maxiter=None, M=None,
+          callback=None, callback_type=None):  # fmt: skip
+    """Restarted GMRES for a general square ``A`` (right preconditioning).
+
+    Parameters
+    ----------
+    A, b, x0, rtol, atol, M
+        As :func:`cg`; convergence is on the true residual ``||b - A x||``.
+    restart : int, optional
+        Krylov vectors per cycle (default 20, at most n).
+    maxiter : int, optional
+        Restart cycles (default ``10 * n``), scipy's meaning.
+    callback : callable, optional
+        Called after every inner iteration with the relative residual estimate
+        (``callback_type`` "pr_norm" or "legacy", the default) or after every cycle with
+        x (``callback_type`` "x").
+
+    Returns
+    -------
+    x : array
+    info : int
+        0 when converged, else the number of cycles run.
+
+    Notes
+    -----
+    Orthogonalisation is classical Gram-Schmidt done twice (two matrix-vector products
+    with the basis on the device); each inner iteration transfers one Hessenberg column
+    (at most ``restart + 1`` numbers) for the Givens rotations and the residual estimate.
+    """
+    system, ops, bnorm, tolerance, r = _start("gmres", A, b, x0, M, rtol, atol)
+    n = system.A.shape[0]
+    maxiter = _check_iterations("gmres", maxiter, 10 * n)
+    restart = min(20 if restart is None else int(restart), max(n, 1))
+    if restart < 1:
+        raise ValueError(f"gmres: restart must be a positive integer, got {restart!r}")
+    if callback_type not in (None, "legacy", "pr_norm", "x"):
+        raise ValueError(
+            f"gmres: callback_type must be 'legacy', 'pr_norm' or 'x', got {callback_type!r}"
+        )
+    if bnorm == 0:
+        return system.result(system.b), 0
+    xp, x, dtype = system.xp, system.x, system.dtype
+    per_x = callback_type == "x"
+    callback_x = system.wrap_callback(callback) if per_x else None
+    basis = xp.empty((restart + 1, n), dtype=dtype)
+    # a basis row starts at any offset; products get an aligned copy (texture reads need one)
+    vector = xp.empty(n, dtype=dtype)
+    beta = ops.norm(r)
+    for _cycle in range(maxiter):
+        if beta < tolerance:
+            return system.result(x), 0
+        basis[0] = r / _scalar(beta, dtype)
+        hessenberg = np.zeros((restart + 1, restart), dtype=dtype)
+        givens = np.zeros((restart, 2), dtype=dtype)
+        g = np.zeros(restart + 1, dtype=dtype)
+        g[0] = beta
+        used = 0
+        for j in range(restart):
+            vector[...] = basis[j]
+            w = system.A.matvec(system.precondition(vector))
+            first = basis[: j + 1].conj() @ w
+            w -= basis[: j + 1].T @ first
+            second = basis[: j + 1].conj() @ w
+            w -= basis[: j + 1].T @ second
+            column = ops.to_host(xp.concatenate([first + second, ops.vdot(w, w).reshape(1)]))
+            h_next = float(np.sqrt(abs(column[-1])))
+            hessenberg[: j + 1, j] = column[:-1]
+            hessenberg[j + 1, j] = h_next
+            for i in range(j):
+                c, s = givens[i]
+                upper, lower = hessenberg[i, j], hessenberg[i + 1, j]
+                hessenberg[i, j] = c * upper + s * lower
+                hessenberg[i + 1, j] = -np.conj(s) * upper + c * lower
+            c, s, rho = _givens(hessenberg[j, j], hessenberg[j + 1, j])
+            givens[j] = (c, s)
+            hessenberg[j, j], hessenberg[j + 1, j] = rho, 0
+            g[j + 1] = -np.conj(s) * g[j]
+            g[j] = c * g[j]
+            used = j + 1
+            estimate = abs(g[j + 1])
+            if callback is not None and not per_x:
+                callback(estimate / bnorm)
+            if estimate < tolerance or h_next == 0:
+                break
+            basis[j + 1] = w / _scalar(h_next, dtype)
+        y = np.linalg.solve(np.triu(hessenberg[:used, :used]), g[:used])
+        update = basis[:used].T @ xp.asarray(y)
+        x += system.precondition(update)
+        r = system.b - system.A.matvec(x)
+        beta = ops.norm(r)
+        if callback_x is not None:
+            callback_x(x)
+        if beta < tolerance:
+            return system.result(x), 0
+    return system.result(x), maxiter
+
+
+def _givens(a, b):
+    """(c, s, rho), c real, with [[c, s], [-conj(s), c]] @ [a, b] = [rho, 0]."""
+    if b == 0:
+        return 1.0, 0.0, a
+    if a == 0:
+        return 0.0, 1.0, b
+    scale = np.hypot(abs(a), abs(b))
+    phase = a / abs(a)
+    return abs(a) / scale, phase * np.conj(b) / scale, phase * scale
+
+
+def minres(A, b, x0=None, *, shift=0.0, rtol=1e-5, maxiter=None, M=None, callback=None):
+    """MINRES for a Hermitian (possibly indefinite) ``A`` (scipy's algorithm).
+
+    Solves ``(A - shift I) x = b``. Parameters as :func:`cg` (``M`` Hermitian positive
+    definite); ``maxiter`` defaults to ``5 * n``. Returns ``x, info`` with scipy's
+    ``info``: 0 converged, the iteration limit when it was reached.
+
+    Each iteration transfers two scalars (the Lanczos norm and ||x||) for scipy's
+    stopping tests.
+    """
+    _check_tolerances("minres", rtol, 0.0)
+    system = System("minres", A, b, x0, M)
+    ops = VectorOps(system.xp, system.dtype)
+    xp, dtype = system.xp, system.dtype
+    n = system.A.shape[0]
+    maxiter = _check_iterations("minres", maxiter, 5 * n)
+    x = system.x
+    callback = system.wrap_callback(callback)
+    eps = np.finfo(dtype).eps
+    r1 = system.b - system.A.matvec(x) if system.x0_given else system.b.copy()
+    y = system.precondition(r1)
+    beta1 = float(ops.to_host(ops.vdot(r1, y)).real)
+    if beta1 < 0:
+        raise ValueError("minres: the preconditioner M is not positive definite")
+    if beta1 == 0:
+        return system.result(x), 0
+    bnorm = ops.norm(system.b)
+    if bnorm == 0:
+        return system.result(system.b), 0
+    beta1 = np.sqrt(beta1)
+    oldb = 0.0
+    beta = beta1
+    dbar = epsln = 0.0
+    phibar = rhs1 = beta1
+    rhs2 = tnorm2 = gmax = 0.0
+    gmin = np.finfo(dtype).max
+    cs, sn = -1.0, 0.0
+    w = xp.zeros(n, dtype=dtype)
+    w2 = xp.zeros(n, dtype=dtype)
+    r2 = r1
+    istop = itn = 0
+    while itn < maxiter:
+        itn += 1
+        v = y * _scalar(1.0 / beta, dtype)
+        y = system.A.matvec(v)
+        if shift:
+            y = y - _scalar(shift, dtype) * v
+        if itn >= 2:
+            y = y - _scalar(beta / oldb, dtype) * r1
+        alfa = float(ops.to_host(ops.vdot(v, y)).real)
+        y = y - _scalar(alfa / beta, dtype) * r2
+        r1, r2 = r2, y
+        y = system.precondition(r2)
+        oldb = beta
+        beta = float(ops.to_host(ops.vdot(r2, y)).real)
+        if beta < 0:
+            raise ValueError("minres: A (or M) does not define a Hermitian matrix")
+        beta = np.sqrt(beta)
+        tnorm2 += alfa**2 + oldb**2 + beta**2
+        if itn == 1 and beta / beta1 <= 10 * eps:
+            istop = -1
+        oldeps = epsln
+        delta = cs * dbar + sn * alfa
+        gbar = sn * dbar - cs * alfa
+        epsln = sn * beta
+        dbar = -cs * beta
+        root = np.hypot(gbar, dbar)
+        gamma = max(np.hypot(gbar, beta), eps)
+        cs, sn = gbar / gamma, beta / gamma
+        phi = cs * phibar
+        phibar = sn * phibar
+        w1, w2 = w2, w
+        w = (v - _scalar(oldeps, dtype) * w1 - _scalar(delta, dtype) * w2) * _scalar(
+            1.0 / gamma, dtype
+        )
+        x += _scalar(phi, dtype) * w
+        gmax, gmin = max(gmax, gamma), min(gmin, gamma)
+        z = rhs1 / gamma
+        rhs1 = rhs2 - delta * z
+        rhs2 = -epsln * z
+        anorm = np.sqrt(tnorm2)
+        ynorm = ops.norm(x)
+        epsx = anorm * ynorm * eps
+        rnorm = phibar
+        test1 = np.inf if ynorm == 0 or anorm == 0 else rnorm / (anorm * ynorm)
+        test2 = np.inf if anorm == 0 else root / anorm
+        acond = gmax / gmin
+        if istop == 0:
+            if 1 + test2 <= 1:
+                istop = 2
+            if 1 + test1 <= 1:
+                istop = 1
+            if itn >= maxiter:
+                istop = 6
+            if acond >= 0.1 / eps:
+                istop = 4
+            if epsx >= beta1:
+                istop = 3
+            if test2 <= rtol:
+                istop = 2
+            if test1 <= rtol:
+                istop = 1
+        if callback is not None:
+            callback(x)
+        if istop != 0:
+            break
+    info = maxiter if istop == 6 else 0
+    return system.result(x), info
