@@ -18,11 +18,14 @@ from ._dispatch import (
 )
 from ._matrix import csc_array, csc_matrix, csr_array, csr_matrix, matvec
 from ._version import __version__
+from .tuning.autotune import AutotuneReport, autotune
 
 __all__ = [
+    "AutotuneReport",
     "BackendStatus",
     "BackendUnavailableError",
     "__version__",
+    "autotune",
     "backends",
     "csc_array",
     "csc_matrix",

@@ -11,7 +11,7 @@ import argparse
 import importlib
 import sys
 
-COMMANDS = ("info", "fetch", "bench", "probe")
+COMMANDS = ("info", "fetch", "bench", "probe", "autotune")
 
 
 class CommandError(Exception):

@@ -28,6 +28,12 @@ def skip_unless_available(name: str) -> None:
         pytest.skip(f"backend {name!r} unavailable: {status.reason}")
 
 
+@pytest.fixture(autouse=True)
+def _isolated_tuning_cache(tmp_path_factory, monkeypatch):
+    """Tests never read or write the user's tuning cache: each gets an empty one."""
+    monkeypatch.setenv("SPARSEGPU_CACHE_DIR", str(tmp_path_factory.mktemp("tuning-cache")))
+
+
 @pytest.fixture(params=BACKEND_NAMES)
 def backend_name(request) -> str:
     """Each registered backend by name; unavailable ones skip with their reason."""

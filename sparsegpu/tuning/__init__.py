@@ -1,5 +1,10 @@
-"""Launch policies, their defaults, the autotuner and its on-disk cache."""
+"""Launch policies, their defaults, the autotuner and its on-disk cache.
 
+:func:`sparsegpu.autotune` lives in :mod:`sparsegpu.tuning.autotune`; the cache in
+:mod:`sparsegpu.tuning.cache`.
+"""
+
+from .cache import TunedEntry, TuningCache, TuningCacheError, TuningCacheWarning, TuningContext
 from .policy import (
     AdaptivePolicy,
     CsrVectorPolicy,
@@ -16,4 +21,9 @@ __all__ = [
     "NoPolicy",
     "Policy",
     "SoftwareCachePolicy",
+    "TunedEntry",
+    "TuningCache",
+    "TuningCacheError",
+    "TuningCacheWarning",
+    "TuningContext",
 ]

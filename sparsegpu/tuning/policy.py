@@ -8,6 +8,8 @@ a compiled plan.
 
 from __future__ import annotations
 
+import numbers
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 
 THREADS_PER_ROW_CHOICES = (1, 2, 4, 8, 16, 32)
@@ -15,14 +17,24 @@ MAX_BLOCK_SIZE = 1024
 WARP_SIZE = 32
 
 
-def _check_choice(name: str, value, choices) -> None:
+def _as_int(owner, name: str, value) -> int:
+    """``value`` as a plain int (numpy integers accepted, bools and floats refused)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    value = int(value)
+    # frozen dataclass: normalize numpy integers so knobs() is plain JSON
+    object.__setattr__(owner, name, value)
+    return value
+
+
+def _check_int_choice(owner, name: str, choices) -> None:
+    value = _as_int(owner, name, getattr(owner, name))
     if value not in choices:
         raise ValueError(f"{name}={value!r} is not allowed; choose one of {list(choices)}")
 
 
-def _check_block_size(block_size, threads_per_row: int = 1) -> None:
-    if not isinstance(block_size, int) or isinstance(block_size, bool):
-        raise TypeError(f"block_size must be an int, got {type(block_size).__name__}")
+def _check_block_size(owner) -> None:
+    block_size = _as_int(owner, "block_size", owner.block_size)
     if block_size < WARP_SIZE or block_size > MAX_BLOCK_SIZE or block_size % WARP_SIZE:
         raise ValueError(
             f"block_size={block_size} is not allowed; use a multiple of {WARP_SIZE} "
@@ -36,6 +48,15 @@ class Policy:
 
     source: str = field(default="explicit", compare=False, kw_only=True)
 
+    def __post_init__(self):
+        if not isinstance(self.source, str):
+            raise TypeError(f"source must be a str, got {type(self.source).__name__}")
+
+    @classmethod
+    def knob_names(cls) -> tuple[str, ...]:
+        """The names of the tuning knobs (every field but ``source``), in field order."""
+        return tuple(f.name for f in fields(cls) if f.name != "source")
+
     def knobs(self) -> dict:
         """The tuning knobs as a dict (``source`` left out), e.g. for JSON."""
         out = asdict(self)
@@ -43,13 +64,26 @@ class Policy:
         return out
 
     @classmethod
-    def from_knobs(cls, knobs: dict, source: str = "explicit"):
-        """Build from :meth:`knobs` output; unknown keys are an error."""
-        names = {f.name for f in fields(cls)} - {"source"}
+    def from_knobs(cls, knobs: Mapping, source: str = "explicit"):
+        """Build from :meth:`knobs` output; unknown keys are an error, missing ones default.
+
+        Raises
+        ------
+        TypeError
+            When ``knobs`` is not a mapping or a knob has the wrong type.
+        ValueError
+            For an unknown knob name or a value out of range.
+        """
+        if not isinstance(knobs, Mapping):
+            raise TypeError(
+                f"{cls.__name__}.from_knobs takes a dict of knobs, got {type(knobs).__name__}"
+            )
+        names = set(cls.knob_names())
         unknown = set(knobs) - names
         if unknown:
             raise ValueError(
-                f"{cls.__name__} has no field(s) {sorted(unknown)}; its fields are {sorted(names)}"
+                f"{cls.__name__} has no field(s) {sorted(map(str, unknown))}; "
+                f"its fields are {sorted(names)}"
             )
         return cls(**knobs, source=source)
 
@@ -76,17 +110,20 @@ class CsrVectorPolicy(Policy):
     max_registers: int | None = None
 
     def __post_init__(self):
-        _check_choice("threads_per_row", self.threads_per_row, THREADS_PER_ROW_CHOICES)
-        _check_block_size(self.block_size)
-        if self.max_registers is not None and (
-            not isinstance(self.max_registers, int)
-            or isinstance(self.max_registers, bool)
-            or not 16 <= self.max_registers <= 255
-        ):
-            raise ValueError(
-                f"max_registers={self.max_registers!r} is not allowed; use None or an int "
-                "in 16..255"
-            )
+        super().__post_init__()
+        _check_int_choice(self, "threads_per_row", THREADS_PER_ROW_CHOICES)
+        _check_block_size(self)
+        cap = self.max_registers
+        if cap is not None:
+            if (
+                isinstance(cap, bool)
+                or not isinstance(cap, numbers.Integral)
+                or not 16 <= cap <= 255
+            ):
+                raise ValueError(
+                    f"max_registers={cap!r} is not allowed; use None or an int in 16..255"
+                )
+            object.__setattr__(self, "max_registers", int(cap))
 
     def compile_options(self) -> tuple[str, ...]:
         """NVRTC options this policy adds to its kernel's compilation."""
@@ -113,8 +150,8 @@ class SoftwareCachePolicy(CsrVectorPolicy):
 
     def __post_init__(self):
         super().__post_init__()
-        _check_choice("line_size", self.line_size, tuple(2**k for k in range(3, 11)))
-        _check_choice("num_lines", self.num_lines, tuple(2**k for k in range(0, 11)))
+        _check_int_choice(self, "line_size", tuple(2**k for k in range(3, 11)))
+        _check_int_choice(self, "num_lines", tuple(2**k for k in range(0, 11)))
 
 
 CUSPARSE_ALGORITHMS = ("default", "csr_alg1", "csr_alg2")
@@ -136,7 +173,12 @@ class CusparsePolicy(Policy):
     preprocess: bool = False
 
     def __post_init__(self):
-        _check_choice("algorithm", self.algorithm, CUSPARSE_ALGORITHMS)
+        super().__post_init__()
+        if self.algorithm not in CUSPARSE_ALGORITHMS:
+            raise ValueError(
+                f"algorithm={self.algorithm!r} is not allowed; "
+                f"choose one of {list(CUSPARSE_ALGORITHMS)}"
+            )
         if not isinstance(self.preprocess, bool):
             raise TypeError(f"preprocess must be a bool, got {self.preprocess!r}")
 
@@ -165,9 +207,9 @@ class AdaptivePolicy(Policy):
     nnz_per_thread: int = 8
 
     def __post_init__(self):
-        _check_block_size(self.block_size)
-        if not isinstance(self.nnz_per_thread, int) or isinstance(self.nnz_per_thread, bool):
-            raise TypeError(f"nnz_per_thread must be an int, got {self.nnz_per_thread!r}")
+        super().__post_init__()
+        _check_block_size(self)
+        _as_int(self, "nnz_per_thread", self.nnz_per_thread)
         if (self.block_size, self.nnz_per_thread) not in ADAPTIVE_SHAPES:
             raise ValueError(
                 f"(block_size, nnz_per_thread) = ({self.block_size}, {self.nnz_per_thread}) "
