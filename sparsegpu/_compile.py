@@ -69,25 +69,30 @@ def register_family(family: KernelFamily) -> KernelFamily:
 NVRTC_OPTIONS = ("-std=c++17",)
 
 
+# (device id, source, name expression, options) -> compiled kernel
+_kernels: dict[tuple, object] = {}
+
+
 def get_kernel(source: str, name_expression: str, options: tuple[str, ...] = ()):
     """The compiled ``cupy.RawKernel`` for one instantiation on the current device.
 
     ``options`` are extra NVRTC options (a policy's register cap, say); each distinct set
-    is its own compilation, memoized like the rest.
+    is its own compilation. Compiled once per process even when threads race for it
+    (a plain memo would let each racing thread compile it again, one after another).
     """
     cupy = _cuda.cupy_or_none()
     if cupy is None:
         raise RuntimeError(f"no GPU: {_cuda.unavailable_reason()}")
-    return _get_kernel(cupy.cuda.Device().id, source, name_expression, tuple(options))
-
-
-@functools.cache
-def _get_kernel(device_id: int, source: str, name_expression: str, options: tuple[str, ...]):
-    cupy = _cuda.cupy_or_none()
-    with _lock:
-        module = cupy.RawModule(
-            code=source_text(source),
-            options=NVRTC_OPTIONS + options,
-            name_expressions=[name_expression],
-        )
-        return module.get_function(name_expression)
+    key = (cupy.cuda.Device().id, source, name_expression, tuple(options))
+    kernel = _kernels.get(key)
+    if kernel is None:
+        with _lock:
+            kernel = _kernels.get(key)
+            if kernel is None:
+                module = cupy.RawModule(
+                    code=source_text(source),
+                    options=NVRTC_OPTIONS + key[3],
+                    name_expressions=[name_expression],
+                )
+                kernel = _kernels[key] = module.get_function(name_expression)
+    return kernel

@@ -200,11 +200,12 @@ def _auto_candidates(value_dtype: np.dtype) -> list[Backend]:
     ]
 
 
-# Order of preference of the untuned ``auto`` on regular rows: the shuffle kernel reads x
-# through the read-only cache and reduces without shared memory; it is the best seed
-# kernel on regular rows (seeds/003). cuSPARSE follows; the merge-path kernel pays for its
-# balancing with a second pass over tile carries, so it comes after them; plain kernels last.
-_AUTO_PREFERENCE = ("shuffle", "cusparse", "adaptive", "readonly", "vector")
+# Order of preference of ``auto`` on regular rows when no tuning entry decides: on the
+# H200 the tuned shuffle kernel was within 3% of the best backend on every regular class
+# and 1.4-2.1x cuSPARSE (autotune_h200.json: 5-point 3715 vs 2126 GB/s, 27-point 3535 vs
+# 2600, 400 per row 3023 vs 1413); the merge-path kernel beat cuSPARSE there too; the
+# texture path and the software cache trail, so they come last.
+_AUTO_PREFERENCE = ("shuffle", "vector", "readonly", "adaptive", "cusparse", "texture", "swcache")
 
 # Irregular rows go to the load-balanced kernel. The rule follows Ginkgo's CSR strategy
 # choice ("load_balance" when the longest row is far above the mean): with max > 8 x mean

@@ -30,8 +30,12 @@ def skip_unless_available(name: str) -> None:
 
 @pytest.fixture(autouse=True)
 def _isolated_tuning_cache(tmp_path_factory, monkeypatch):
-    """Tests never read or write the user's tuning cache: each gets an empty one."""
+    """Tests never read or write the user's tuning cache: each gets an empty one, and the
+    package's shipped defaults read as empty (tests of them pass their path explicitly)."""
+    from sparsegpu.tuning import cache
+
     monkeypatch.setenv("SPARSEGPU_CACHE_DIR", str(tmp_path_factory.mktemp("tuning-cache")))
+    monkeypatch.setitem(cache._defaults_memo, "<package>", {})
 
 
 @pytest.fixture(params=BACKEND_NAMES)

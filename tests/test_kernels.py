@@ -88,14 +88,14 @@ def test_name_expression_spelling():
 
 @pytest.mark.parametrize(
     ("mean", "expected"),
-    [(0.0, 1), (1.0, 1), (1.5, 2), (5.0, 8), (16.0, 16), (26.0, 32), (5000.0, 32)],
+    [(0.0, 1), (1.0, 1), (3.9, 1), (4.0, 2), (5.0, 2), (16.0, 8), (26.0, 8), (64.0, 32), (5e3, 32)],
 )
 def test_threads_per_row_from_mean_row_length(mean, expected):
     assert occupancy.threads_per_row_for(mean) == expected
 
 
 @pytest.mark.parametrize(
-    ("threads", "expected"), [(1, [1, 2]), (8, [2, 4, 8, 16]), (32, [8, 16, 32])]
+    ("threads", "expected"), [(1, [1, 2]), (2, [1, 2, 4]), (8, [4, 8, 16]), (32, [16, 32])]
 )
 def test_nearby_threads_per_row(threads, expected):
     assert csr_vector.nearby_threads_per_row(threads) == expected

@@ -49,12 +49,9 @@ def name_expression(value_dtype, index_dtype, threads_per_row, load_path, reduct
 
 
 def nearby_threads_per_row(threads_per_row: int) -> list[int]:
-    """The allowed choices from a quarter to twice ``threads_per_row``.
-
-    Below the mean row length pays on the H200: fewer threads per row put more rows, and so
-    more independent loads, in flight per warp (kernel_family benchmark, stencils).
-    """
-    return [t for t in THREADS_PER_ROW_CHOICES if threads_per_row // 4 <= t <= threads_per_row * 2]
+    """The allowed choices from half to twice ``threads_per_row`` (the untuned choice,
+    which sits near the H200's winners: see ``occupancy.threads_per_row_for``)."""
+    return [t for t in THREADS_PER_ROW_CHOICES if threads_per_row // 2 <= t <= threads_per_row * 2]
 
 
 class KernelPlan(Plan):

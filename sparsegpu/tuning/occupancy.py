@@ -108,8 +108,15 @@ def occupancy_block_size(
 
 
 def threads_per_row_for(mean_row_length: float) -> int:
-    """The smallest power of two >= the mean row length, capped at a warp (1..32)."""
+    """The largest power of two <= half the mean row length, in 1..32.
+
+    Fewer threads than nonzeros per row keeps more rows, hence more independent loads, in
+    flight per warp. On the H200 the autotuner's winners sat at about half the mean
+    (5-point stencil, mean 5: 2 threads, 2.5x faster than 8; 27-point, mean 26: 8, 2.4x
+    faster than 32; docs/benchmarks/results/autotune_h200.json), where CUSP's rule of the
+    power of two above the mean lost.
+    """
     threads = 1
-    while threads < mean_row_length and threads < 32:
+    while threads * 2 <= mean_row_length / 2 and threads < 32:
         threads *= 2
     return threads
