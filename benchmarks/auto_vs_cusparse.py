@@ -18,6 +18,7 @@ Usage (on a GPU machine)::
 from __future__ import annotations
 
 import argparse
+import importlib.resources
 import json
 import math
 import pathlib
@@ -33,7 +34,8 @@ from sparsegpu.backends.cusparse import CusparsePlan
 from sparsegpu.datasets import synthetic
 from sparsegpu.tuning.policy import CusparsePolicy
 
-DEFAULT_MATRICES = "/work/shared/matrices"
+# the SuiteSparse matrices bundled with sparsegpu (sparsegpu.datasets)
+DEFAULT_MATRICES = str(importlib.resources.files("sparsegpu.datasets") / "data")
 COPY_BYTES = 1 << 30
 HOST_CALLS = 3000
 
