@@ -19,6 +19,7 @@ like ``A.data[0] = 1`` is refused by numpy instead of going unseen; assigning a 
 
 from __future__ import annotations
 
+import collections
 import functools
 import threading
 import weakref
@@ -70,10 +71,30 @@ def _unhold(root: int, matrix_id: int) -> bool:
     return True
 
 
+# holds released by garbage-collected matrices, applied under _MIRROR_LOCK
+_forgotten: collections.deque = collections.deque()
+
+
 def _forget(root: int, matrix_id: int, _ref) -> None:
-    """weakref callback: a matrix holding a buffer was garbage-collected."""
-    with _MIRROR_LOCK:
-        _unhold(root, matrix_id)
+    """weakref callback: a matrix holding a buffer was garbage-collected.
+
+    It never waits for _MIRROR_LOCK: the garbage collector runs it in whatever thread
+    allocated, which may hold another lock (CuPy's memory pool, say) that the lock's
+    owner needs. The release is queued and applied now if the lock is free, else by the
+    next mirror operation.
+    """
+    _forgotten.append((root, matrix_id))
+    if _MIRROR_LOCK.acquire(blocking=False):
+        try:
+            _apply_forgotten()
+        finally:
+            _MIRROR_LOCK.release()
+
+
+def _apply_forgotten() -> None:
+    """Apply the queued releases of collected matrices (call under _MIRROR_LOCK)."""
+    while _forgotten:
+        _unhold(*_forgotten.popleft())
 
 
 def _release(matrix) -> set[int]:
@@ -292,6 +313,7 @@ class _SparseGPUMixin:
 
     def _sg_lock_arrays(self, arrays) -> None:
         """Hold the buffers behind ``arrays`` read-only while this matrix's mirror lives."""
+        _apply_forgotten()
         roots = self.__dict__.setdefault("_sg_roots", set())
         for a in arrays:
             chain = _base_chain(a)
@@ -312,6 +334,7 @@ class _SparseGPUMixin:
         d = self.__dict__
         if "_sg_cache" in d or "_sg_roots" in d:
             with _MIRROR_LOCK:
+                _apply_forgotten()
                 _release(self)
 
     def _sg_invalidate(self) -> None:
@@ -323,6 +346,7 @@ class _SparseGPUMixin:
         if "_sg_cache" not in d and roots.isdisjoint(_holders):
             return  # no mirror here nor on any matrix sharing these buffers
         with _MIRROR_LOCK:
+            _apply_forgotten()
             unlocked = set()
             for root in roots:
                 for ref in list(_holders.get(root, {}).values()):

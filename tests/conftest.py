@@ -3,6 +3,8 @@ the test-only host-copy backend, and the array modules x can live in."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -28,13 +30,19 @@ def skip_unless_available(name: str) -> None:
         pytest.skip(f"backend {name!r} unavailable: {status.reason}")
 
 
+_CACHE_DIRS = itertools.count()
+
+
 @pytest.fixture(autouse=True)
 def _isolated_tuning_cache(tmp_path_factory, monkeypatch):
     """Tests never read or write the user's tuning cache: each gets an empty one, and the
     package's shipped defaults read as empty (tests of them pass their path explicitly)."""
     from sparsegpu.tuning import cache
 
-    monkeypatch.setenv("SPARSEGPU_CACHE_DIR", str(tmp_path_factory.mktemp("tuning-cache")))
+    # a fresh path, not created: the cache makes its directory when it first writes, and
+    # making ~30,000 directories (one per test, most of them skips) cost minutes
+    fresh = tmp_path_factory.getbasetemp() / f"tuning-cache-{next(_CACHE_DIRS)}"
+    monkeypatch.setenv("SPARSEGPU_CACHE_DIR", str(fresh))
     monkeypatch.setitem(cache._defaults_memo, "<package>", {})
 
 

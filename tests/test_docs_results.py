@@ -18,7 +18,10 @@ def extension():
     pytest.importorskip("sphinx")
     spec = importlib.util.spec_from_file_location("sparsegpu_results", EXTENSION)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except ImportError as exc:  # a Sphinx whose docutils layer does not import here
+        pytest.skip(f"the docs extension's Sphinx dependencies do not import here: {exc}")
     return module
 
 

@@ -333,3 +333,35 @@ def test_fixing_invalid_arrays_makes_the_matrix_usable(copying_backend):
     indices[2] = 1
     A.indices = indices
     _check(A, copying_backend, "after fixing")
+
+
+def test_a_collected_holder_never_waits_for_the_mirror_lock():
+    """The GC runs weakref callbacks in any thread; one that waited for the mirror lock
+    could deadlock against a thread holding it. The release is queued instead."""
+    import gc
+
+    from sparsegpu import _matrix
+
+    A = _fresh(seed=9)
+    data = A.data
+    sg.matvec(A, np.ones(A.shape[1]), backend="host-copy")
+    assert not data.flags.writeable
+    held, release = threading.Event(), threading.Event()
+
+    def hold_the_lock():
+        with _matrix._MIRROR_LOCK:
+            held.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold_the_lock)
+    holder.start()
+    assert held.wait(30)
+    try:
+        del A
+        gc.collect()  # runs the callback here, while the other thread holds the lock
+        assert not data.flags.writeable  # queued, not yet applied
+    finally:
+        release.set()
+        holder.join()
+    sg.matvec(_fresh(seed=10), np.ones(50), backend="host-copy")  # applies the queue
+    assert data.flags.writeable
