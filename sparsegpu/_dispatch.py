@@ -285,10 +285,14 @@ def _auto_decision(matrix_obj, value_dtype: np.dtype) -> tuple[Backend, str, obj
         return registered()["scipy"], "no GPU backend accepts this matrix", None
     stats = mirror.stats
     usable_names = [b.name for b in usable]
-    for lookup in _auto_lookups:
-        name = lookup(mirror, value_dtype, usable_names)
-        if name in usable_names:
-            return usable[usable_names.index(name)], "measured fastest (tuning cache)", stats
+    # Tuning entries are measured on large matrices (GB/s); a small product is
+    # latency-bound and follows the small-matrix rule (H200, bundled float64 matrices:
+    # the tuned shuffle kernel 12.6 us, the merge-path kernel 9.2; auto_vs_cusparse_h200).
+    if stats.n_rows + stats.nnz > SMALL_ITEMS:
+        for lookup in _auto_lookups:
+            name = lookup(mirror, value_dtype, usable_names)
+            if name in usable_names:
+                return usable[usable_names.index(name)], "measured fastest (tuning cache)", stats
     name, reason = auto_rule(stats, usable_names)
     return usable[usable_names.index(name)], reason, stats
 

@@ -200,3 +200,15 @@ def test_cached_choice_follows_use_backend_and_policy(fake_gpu):
         assert counting.matvecs == 2
     finally:
         sg.unregister_backend("counting-test")
+
+
+def test_tuning_lookups_do_not_decide_small_latency_bound_products(fake_gpu, monkeypatch):
+    fake_gpu(_FakeGpu("adaptive"), _FakeGpu("cusparse"))
+    monkeypatch.setattr(_dispatch, "_auto_lookups", [lambda mirror, dtype, names: "cusparse"])
+    A = _awkward("random_200x150")
+    monkeypatch.setattr(_dispatch, "SMALL_ITEMS", 10**9)  # A is small: the rule decides
+    assert _dispatch.choose_auto(A, np.dtype(np.float64), np.dtype(np.int32)).name == "adaptive"
+    monkeypatch.setattr(_dispatch, "SMALL_ITEMS", 0)  # A is large: the lookup decides
+    _dispatch.invalidate_choices()
+    B = _awkward("random_200x150")
+    assert _dispatch.choose_auto(B, np.dtype(np.float64), np.dtype(np.int32)).name == "cusparse"
