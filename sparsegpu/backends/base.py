@@ -20,6 +20,11 @@ FLOAT_AND_COMPLEX = tuple(
 INT32_AND_INT64 = (np.dtype(np.int32), np.dtype(np.int64))
 
 
+# From this many columns the one-pass SpMM kernel beats k matvecs (H200, 3-D Poisson 128^3,
+# float64: 0.6x at k = 1..8, 1.05x at 16, 2.5x at 32, 3.1x at 64; solvers_h200.json).
+SPMM_MIN_COLUMNS = 16
+
+
 class Plan:
     """A ready-to-run product ``y = A @ x`` for one mirror and one policy.
 
@@ -41,10 +46,11 @@ class Plan:
     def matmat(self, X, out=None):
         """``A @ X`` for a 2-D C-contiguous X of shape (n_cols, k).
 
-        Default: on the GPU one CSR kernel that reads A once for all k columns
-        (:mod:`sparsegpu._spmm`); on the host one matvec per column.
+        Default: on the GPU, from ``SPMM_MIN_COLUMNS`` columns on, one CSR kernel that
+        reads A once for all k columns (:mod:`sparsegpu._spmm`); below that, and on the
+        host, one matvec per column.
         """
-        if self.matrix.residence.name == CUPY.name:
+        if self.matrix.residence.name == CUPY.name and X.shape[1] >= SPMM_MIN_COLUMNS:
             return csr_spmm(self.matrix, X, out)
         xp = self.matrix.xp
         n_rows = self.matrix.shape[0]
