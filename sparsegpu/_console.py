@@ -8,6 +8,8 @@ degrade to plain text when the output is not a terminal (CI logs, pipes).
 from __future__ import annotations
 
 import functools
+import os
+import sys
 
 from rich.console import Console
 from rich.progress import (
@@ -22,11 +24,17 @@ from rich.progress import (
 )
 from rich.table import Table
 
+# Width when the output is a file or a pipe (CI logs, `| tee`): rich would use 80 and cut
+# the benchmark tables' columns; COLUMNS, when set, wins as usual.
+PIPED_WIDTH = 160
+
 
 @functools.cache
 def console(stderr: bool = False) -> Console:
     """The shared console (stdout) or error console (stderr)."""
-    return Console(stderr=stderr, highlight=False, soft_wrap=False, markup=False)
+    stream = sys.stderr if stderr else sys.stdout
+    width = None if os.environ.get("COLUMNS") or stream.isatty() else PIPED_WIDTH
+    return Console(stderr=stderr, highlight=False, soft_wrap=False, markup=False, width=width)
 
 
 def table(title: str | None, columns: list[str], rows: list[list], right: set[str] = ()):
