@@ -22,6 +22,16 @@ class CommandError(Exception):
         self.status = status
 
 
+def require_matplotlib() -> None:
+    """For ``--plot``: a one-line error when matplotlib is missing."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as exc:
+        raise CommandError(
+            f"--plot needs matplotlib ({exc}); pip install 'sparsegpu[bench]' or matplotlib"
+        ) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 

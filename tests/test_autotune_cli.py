@@ -129,7 +129,7 @@ def test_plot_without_matplotlib_fails_before_tuning(sweep, mtx, tmp_path, capsy
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     assert run_cli(mtx, "--backends", "sweep-cli", "--plot", str(tmp_path / "f.png")) == 2
     err = capsys.readouterr().err
-    assert "--plot: drawing the plot needs matplotlib" in err
+    assert "--plot needs matplotlib" in err
     assert TuningCache().entries() == []
 
 

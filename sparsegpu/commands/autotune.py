@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import _dispatch
 from .._console import console, progress, table
-from ..cli import CommandError
+from ..cli import CommandError, require_matplotlib
 
 HELP = "tune every backend's launch policy on this GPU and remember the winners"
 
@@ -140,12 +140,7 @@ def _check_options(args) -> None:
                     "float32, float64, complex64, complex128"
                 )
     if args.plot:
-        from ..tuning.plot import require_matplotlib
-
-        try:
-            require_matplotlib()
-        except ImportError as exc:
-            raise CommandError(f"--plot: {exc}") from None
+        require_matplotlib()
         parent = Path(args.plot).expanduser().resolve().parent
         if not parent.is_dir():
             raise CommandError(f"--plot {args.plot}: the directory {parent} does not exist")

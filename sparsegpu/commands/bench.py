@@ -7,7 +7,7 @@ import json
 
 from .. import bench
 from .._console import console, progress, table
-from ..cli import CommandError
+from ..cli import CommandError, require_matplotlib
 
 HELP = "time every available backend and cuSPARSE on matrices: ms, GB/s, share of peak, speed-up"
 
@@ -73,16 +73,9 @@ def _print(report: bench.BenchReport) -> None:
         out.print(f"{name}: skipped ({reason})")
 
 
-def _require_matplotlib() -> None:
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError as exc:
-        raise CommandError(f"--plot needs matplotlib ({exc}); pip install matplotlib") from None
-
-
 def run(args) -> int:
     if args.plot:
-        _require_matplotlib()
+        require_matplotlib()
     try:
         with progress(transient=True) as bar:
             report = bench.run(

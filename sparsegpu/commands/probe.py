@@ -6,7 +6,7 @@ import json
 
 from .. import probe
 from .._console import console, progress, table
-from ..cli import CommandError
+from ..cli import CommandError, require_matplotlib
 
 HELP = "measure the GPU's memory bandwidth (copy, misaligned offset, stride); cached per device"
 
@@ -90,16 +90,9 @@ def _print_tables(result: probe.ProbeResult) -> None:
         )
 
 
-def _require_matplotlib() -> None:
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError as exc:
-        raise CommandError(f"--plot needs matplotlib ({exc}); pip install matplotlib") from None
-
-
 def run(args) -> int:
     if args.plot:
-        _require_matplotlib()
+        require_matplotlib()
     try:
         result = _measure(args)
     except probe.NoGPUError as exc:
