@@ -22,6 +22,17 @@ class CommandError(Exception):
         self.status = status
 
 
+def positive_int(text: str) -> int:
+    """argparse type: an int >= 1, with a message naming the bad value."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
 def require_matplotlib() -> None:
     """For ``--plot``: a one-line error when matplotlib is missing."""
     try:

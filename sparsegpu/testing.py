@@ -64,6 +64,15 @@ def from_row_lengths(lengths, n_cols, dtype, index_dtype, rng, sort=True):
     return _csr(_values(rng, nnz, dtype), cols, indptr, (len(lengths), n_cols), index_dtype)
 
 
+def random_sparse(shape, density, seed, dtype) -> sp.csr_matrix:
+    """A seeded ``scipy.sparse.random`` CSR matrix; complex dtypes get a random imaginary part."""
+    rng = np.random.default_rng(seed)
+    K = sp.random(*shape, density=density, random_state=rng, format="csr")
+    if np.dtype(dtype).kind == "c":
+        K = K + 1j * sp.random(*shape, density=density, random_state=rng, format="csr")
+    return K.astype(dtype)
+
+
 def awkward_matrices(dtype=np.float64, index_dtype=np.int32, seed=0) -> dict[str, sp.csr_matrix]:
     """Seeded scipy CSR matrices covering the shapes and structures that break kernels.
 
@@ -202,6 +211,7 @@ __all__ = [
     "assert_product_close",
     "awkward_matrices",
     "from_row_lengths",
+    "random_sparse",
     "random_vector",
     "tolerance",
 ]

@@ -13,6 +13,7 @@ import scipy.sparse.linalg as spl
 
 import sparsegpu as sg
 from sparsegpu.datasets.synthetic import stencil_2d, stencil_3d
+from sparsegpu.testing import random_sparse
 
 TOL = "rtol" if "rtol" in inspect.signature(spl.cg).parameters else "tol"
 DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
@@ -27,24 +28,20 @@ def _to_numpy(a):
     return a.get() if hasattr(a, "get") and not isinstance(a, np.ndarray) else np.asarray(a)
 
 
-def _random(shape, density, seed, dtype):
-    rng = np.random.default_rng(seed)
-    K = sp.random(*shape, density=density, random_state=rng, format="csr")
-    if np.dtype(dtype).kind == "c":
-        K = K + 1j * sp.random(*shape, density=density, random_state=rng, format="csr")
-    return K.astype(dtype)
-
-
 def hpd(dtype, n=12):
     """Hermitian positive definite: a shifted 2-D Laplacian plus a small Hermitian part."""
     L = sp.csr_matrix(stencil_2d(n)) + sp.identity(n * n)
-    K = _random((n * n, n * n), 0.02, 1, dtype)
+    K = random_sparse((n * n, n * n), 0.02, 1, dtype)
     return (L.astype(dtype) + 0.1 * (K + K.conj().T)).astype(dtype).tocsr()
 
 
 def general(dtype, n=12):
     L = sp.csr_matrix(stencil_2d(n)) + sp.identity(n * n)
-    return (L.astype(dtype) + 0.3 * _random((n * n, n * n), 0.02, 2, dtype)).astype(dtype).tocsr()
+    return (
+        (L.astype(dtype) + 0.3 * random_sparse((n * n, n * n), 0.02, 2, dtype))
+        .astype(dtype)
+        .tocsr()
+    )
 
 
 def rhs(n, dtype, seed=0, xp=np):
@@ -262,7 +259,7 @@ def test_preconditioner_as_linear_operator(backend_name):
 @pytest.mark.parametrize("dtype", [np.float64, np.complex128], ids=["float64", "complex128"])
 @pytest.mark.parametrize("damp", [0.0, 0.5], ids=["undamped", "damped"])
 def test_lsqr_matches_scipy(backend_name, dtype, damp, xp):
-    S = (_random((90, 60), 0.1, 3, dtype) + sp.eye(90, 60, dtype=dtype)).tocsr()
+    S = (random_sparse((90, 60), 0.1, 3, dtype) + sp.eye(90, 60, dtype=dtype)).tocsr()
     b = rhs(90, dtype, xp=xp)
     got = sg.linalg.lsqr(ours(S, backend_name), b, damp=damp, atol=1e-12, btol=1e-12)
     want = spl.lsqr(S, _to_numpy(b), damp=damp, atol=1e-12, btol=1e-12)
@@ -276,7 +273,7 @@ def test_lsqr_matches_scipy(backend_name, dtype, damp, xp):
 
 
 def test_lsqr_x0_and_calc_var(backend_name):
-    S = (_random((90, 60), 0.1, 3, np.float64) + sp.eye(90, 60)).tocsr()
+    S = (random_sparse((90, 60), 0.1, 3, np.float64) + sp.eye(90, 60)).tocsr()
     b = rhs(90, np.float64)
     x0 = rhs(60, np.float64, seed=9)
     got = sg.linalg.lsqr(ours(S, backend_name), b, x0=x0, calc_var=True, atol=1e-12, btol=1e-12)
@@ -289,7 +286,7 @@ def test_lsqr_x0_and_calc_var(backend_name):
 # ---------------------------------------------------------------------------- errors
 @pytest.mark.parametrize("solver", ["cg", "bicgstab", "gmres", "minres"])
 def test_non_square_is_refused(solver):
-    S = sg.csr_matrix(_random((5, 4), 0.5, 0, np.float64))
+    S = sg.csr_matrix(random_sparse((5, 4), 0.5, 0, np.float64))
     with pytest.raises(ValueError, match=r"square matrix, got shape \(5, 4\).*lsqr"):
         getattr(sg.linalg, solver)(S, np.ones(5))
 
@@ -340,7 +337,7 @@ def test_bad_tolerance_is_refused(rtol):
 
 
 def test_lsqr_needs_an_adjoint():
-    S = _random((9, 6), 0.5, 0, np.float64)
+    S = random_sparse((9, 6), 0.5, 0, np.float64)
     op = spl.LinearOperator(S.shape, matvec=lambda v: S @ v, dtype=np.float64)
     with pytest.raises((TypeError, NotImplementedError), match="rmatvec"):
         sg.linalg.lsqr(op, np.ones(9))

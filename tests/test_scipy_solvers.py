@@ -17,7 +17,7 @@ import scipy.sparse.linalg as spl
 
 import sparsegpu as sg
 from sparsegpu.datasets.synthetic import stencil_2d
-from sparsegpu.testing import CountingBackend
+from sparsegpu.testing import CountingBackend, random_sparse
 
 from .conftest import BACKEND_NAMES, skip_unless_available
 
@@ -42,28 +42,20 @@ def dtype(request):
     return np.dtype(request.param)
 
 
-def _random(shape, density, seed, dtype):
-    rng = np.random.default_rng(seed)
-    K = sp.random(*shape, density=density, random_state=rng, format="csr")
-    if np.dtype(dtype).kind == "c":
-        K = K + 1j * sp.random(*shape, density=density, random_state=rng, format="csr")
-    return K.astype(dtype)
-
-
 def hermitian_positive_definite(dtype, n=16):
     """A shifted 2-D Laplacian plus a small skew-Hermitian-times-i part: HPD, well posed."""
     L = sp.csr_matrix(stencil_2d(n)) + sp.identity(n * n)
-    K = _random((n * n, n * n), 0.01, 1, dtype)
+    K = random_sparse((n * n, n * n), 0.01, 1, dtype)
     return (L.astype(dtype) + 0.1 * (K + K.conj().T)).tocsr()
 
 
 def nonsymmetric(dtype, n=16):
     L = sp.csr_matrix(stencil_2d(n)) + sp.identity(n * n)
-    return (L.astype(dtype) + 0.2 * _random((n * n, n * n), 0.01, 2, dtype)).tocsr()
+    return (L.astype(dtype) + 0.2 * random_sparse((n * n, n * n), 0.01, 2, dtype)).tocsr()
 
 
 def rectangular(dtype):
-    A = _random((90, 60), 0.1, 3, dtype)
+    A = random_sparse((90, 60), 0.1, 3, dtype)
     return (A + sp.eye(90, 60, dtype=dtype)).tocsr()
 
 

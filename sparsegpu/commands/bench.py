@@ -7,7 +7,7 @@ import json
 
 from .. import bench
 from .._console import console, progress, table
-from ..cli import CommandError, require_matplotlib
+from ..cli import CommandError, positive_int, require_matplotlib
 
 HELP = "time every available backend and cuSPARSE on matrices: ms, GB/s, share of peak, speed-up"
 
@@ -17,16 +17,6 @@ def _csv(text: str) -> list[str]:
     if not items:
         raise argparse.ArgumentTypeError(f"expected a comma-separated list, got {text!r}")
     return items
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
 
 
 def add_arguments(parser) -> None:
@@ -53,7 +43,7 @@ def add_arguments(parser) -> None:
         "(default: float64)",
     )
     parser.add_argument(
-        "--repeat", type=_positive_int, default=20, help="timed samples per row (median kept)"
+        "--repeat", type=positive_int, default=20, help="timed samples per row (median kept)"
     )
     parser.add_argument("--json", metavar="FILE", help="write every result to FILE as JSON")
     parser.add_argument("--plot", metavar="FILE", help="draw GB/s per backend per matrix")

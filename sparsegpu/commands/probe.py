@@ -6,7 +6,7 @@ import json
 
 from .. import probe
 from .._console import console, progress, table
-from ..cli import CommandError, require_matplotlib
+from ..cli import CommandError, positive_int, require_matplotlib
 
 HELP = "measure the GPU's memory bandwidth (copy, misaligned offset, stride); cached per device"
 
@@ -21,25 +21,13 @@ def add_arguments(parser) -> None:
         help="element type of the offset and stride kernels (default: float32)",
     )
     parser.add_argument(
-        "--repeat", type=_positive_int, default=20, help="timed samples per point (median kept)"
+        "--repeat", type=positive_int, default=20, help="timed samples per point (median kept)"
     )
     parser.add_argument(
         "--cached",
         action="store_true",
         help="show the cached result for this device instead of measuring again",
     )
-
-
-def _positive_int(text: str) -> int:
-    import argparse
-
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
 
 
 def _measure(args) -> probe.ProbeResult:
