@@ -18,8 +18,8 @@ import sparsegpu as sg
 from sparsegpu import _cuda, cli
 from sparsegpu._console import console
 from sparsegpu._mirror import RowLengthStats
+from sparsegpu.commands import autotune as autotune_command
 from sparsegpu.commands import autotune as command
-from sparsegpu.tuning import plot as plot_mod
 from sparsegpu.tuning.cache import TuningCache
 from sparsegpu.tuning.plot import block_size_series, reference_lines
 from tests.tuning_backends import CANDIDATES, ScriptedTimer, SweepBackend
@@ -73,7 +73,7 @@ ERRORS = {
 @pytest.mark.parametrize("argv,message", ERRORS.values(), ids=ERRORS.keys())
 def test_argument_errors_are_one_line(argv, message, capsys, monkeypatch):
     # matplotlib is optional: the plot-directory check must not depend on it
-    monkeypatch.setattr(plot_mod, "require_matplotlib", lambda: None)
+    monkeypatch.setattr(autotune_command, "require_matplotlib", lambda: None)
     assert run_cli(*argv) == 2
     err = capsys.readouterr().err
     assert message in err
