@@ -29,23 +29,14 @@ import numpy as np
 import scipy.io
 
 import sparsegpu as sg
-from sparsegpu import _console, _cuda, _dispatch, _timing
+from sparsegpu import _console, _cuda, _dispatch, _timing, probe
 from sparsegpu.backends.cusparse import CusparsePlan
 from sparsegpu.datasets import synthetic
 from sparsegpu.tuning.policy import CusparsePolicy
 
 # the SuiteSparse matrices bundled with sparsegpu (sparsegpu.datasets)
 DEFAULT_MATRICES = str(importlib.resources.files("sparsegpu.datasets") / "data")
-COPY_BYTES = 1 << 30
 HOST_CALLS = 3000
-
-
-def copy_bandwidth(cupy) -> float:
-    """Device-to-device copy bandwidth in GB/s (read + write of 1 GiB)."""
-    src = cupy.ones(COPY_BYTES // 8, dtype=np.float64)
-    dst = cupy.empty_like(src)
-    t = _timing.cuda_time(lambda: cupy.copyto(dst, src), warmup=3, repeat=20)
-    return _timing.gb_per_s(2 * src.nbytes, t.median_ms)
 
 
 def host_overhead_us(fn, cupy, calls=HOST_CALLS) -> float:
@@ -287,7 +278,7 @@ def main(argv=None) -> int:
     import cupyx.scipy.sparse as cupyx_sparse
 
     info = _cuda.device_info()
-    copy_gbs = copy_bandwidth(cupy)
+    copy_gbs = probe.measure_copy()[2]  # the 100% of "% copy", measured in this run
     result = {
         "device": info.name,
         "versions": _cuda.versions(),

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import sparsegpu as sg  # noqa: E402
-from sparsegpu import _console, _cuda, _dispatch, _timing  # noqa: E402
+from sparsegpu import _console, _cuda, _dispatch, _timing, probe  # noqa: E402
 from sparsegpu.datasets import synthetic  # noqa: E402
 from sparsegpu.testing import assert_product_close, random_vector, tolerance  # noqa: E402
 from sparsegpu.tuning.policy import (  # noqa: E402
@@ -46,19 +46,11 @@ SWEEP_CACHE_SHAPES = ((32, 8), (64, 8), (128, 4), (256, 1))
 DEFAULT_OUTPUT = ROOT / "docs" / "benchmarks" / "results" / "kernel_family_h200.json"
 
 
-def copy_bandwidth(cupy, nbytes: int = 2**31) -> dict:
-    """Device-to-device copy of ``nbytes``: GB/s counting bytes read plus bytes written."""
-    src = cupy.ones(nbytes // 8, dtype=np.float64)
-    dst = cupy.empty_like(src)
-    stream = cupy.cuda.get_current_stream()
-    timing = _timing.cuda_time(
-        lambda: dst.data.copy_from_device_async(src.data, nbytes, stream), warmup=3, repeat=20
-    )
-    return {
-        "bytes": nbytes,
-        "median_ms": timing.median_ms,
-        "gb_per_s": _timing.gb_per_s(2 * nbytes, timing.median_ms),
-    }
+def copy_bandwidth(nbytes: int = 2**31) -> dict:
+    """``sparsegpu.probe``'s device-to-device copy, in this run: GB/s counting bytes read
+    plus bytes written (the 100% of every "% of copy")."""
+    copied, median_ms, gbs = probe.measure_copy(nbytes)
+    return {"bytes": copied, "median_ms": median_ms, "gb_per_s": gbs}
 
 
 def texture_object_cost_us(cupy, repeat: int = 200) -> float:
@@ -245,7 +237,7 @@ def main(argv=None) -> int:
     import cupyx.scipy.sparse as cupyx_sparse
 
     info = _cuda.device_info()
-    copy = copy_bandwidth(cupy)
+    copy = copy_bandwidth()
     result = {
         "benchmark": "kernel_family",
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
