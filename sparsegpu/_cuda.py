@@ -8,6 +8,7 @@ backend works) on a machine with no GPU and no CuPy.
 from __future__ import annotations
 
 import functools
+import threading
 from dataclasses import dataclass
 
 
@@ -39,6 +40,27 @@ def cupy_or_none():
 def unavailable_reason() -> str | None:
     """Why the GPU cannot be used here, or None when it can."""
     return _probe()[1]
+
+
+_thread_state = threading.local()
+
+
+def ensure_context() -> None:
+    """Make the current device's CUDA context current on this thread (once per thread).
+
+    CuPy launches kernels through the driver API, which needs a context bound to the
+    calling thread; only runtime API calls bind one, and a thread whose device memory all
+    came from CuPy's pool may never have made one. Its first launch then fails with
+    CUDA_ERROR_INVALID_CONTEXT (cupy/cupy#72; eight threads sharing one matrix hit it on the
+    H200). A harmless runtime call binds the context; a thread-local flag makes later
+    calls cost one attribute lookup.
+    """
+    if getattr(_thread_state, "bound", False):
+        return
+    cupy = cupy_or_none()
+    if cupy is not None:
+        cupy.cuda.runtime.free(0)
+    _thread_state.bound = True
 
 
 _CUPY_ARRAY_TYPES: set[type] = set()

@@ -496,6 +496,7 @@ def product(matrix_obj, x, *, backend: str | None = None, policy=None, out=None)
 
 
 def _product(matrix_obj, x, backend, policy, out):
+    _cuda.ensure_context()
     name = backend or matrix_obj._sg_backend or _scoped.get() or os.environ.get(ENV_VAR) or AUTO
     key = ("choice", name, x.dtype, policy, matrix_obj._sg_policy, _generation)
     cache = matrix_obj.__dict__.get("_sg_cache")

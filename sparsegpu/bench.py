@@ -613,7 +613,11 @@ def _fmt(value, spec: str, suffix: str = "") -> str | None:
 def _policy_note(policy: dict | None) -> str:
     if not policy:
         return ""
-    knobs = " ".join(f"{k}={v}" for k, v in policy.items() if k not in ("type", "source"))
+    knobs = " ".join(
+        f"{k}={v}"
+        for k, v in policy.items()
+        if k not in ("type", "source") and v is not None and v is not False
+    )
     return f"{knobs} ({policy.get('source')})" if knobs else f"{policy.get('source')} policy"
 
 

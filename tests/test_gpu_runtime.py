@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import traceback
 
 import numpy as np
 import pytest
@@ -55,6 +56,32 @@ def test_threads_on_their_own_streams(gpu_backend_name, cupy, big):
     assert not errors, errors
     for got, want in zip(results, expected, strict=True):
         assert_product_close(got, want, np.float64, int(np.diff(S.indptr).max()))
+
+
+def test_fresh_thread_with_a_vector_made_elsewhere(gpu_backend_name, cupy, big):
+    """A thread whose first CUDA work is sparsegpu's launch (no context bound yet)."""
+    A, S = big
+    A.backend = gpu_backend_name
+    x_host = random_vector(S.shape[1], np.float64, 2)
+    x = cupy.asarray(x_host)
+    A @ x  # plan made on this thread
+    cupy.cuda.get_current_stream().synchronize()
+    results, errors = [], []
+
+    def work(vector):
+        try:
+            results.append(A @ vector)
+            cupy.cuda.get_current_stream().synchronize()
+        except Exception:
+            errors.append(traceback.format_exc())
+
+    for vector in (x, x_host):  # the device hot path, then the host-vector path
+        thread = threading.Thread(target=work, args=(vector,))
+        thread.start()
+        thread.join()
+    assert not errors, "\n".join(errors)
+    for y in results:
+        assert_product_close(y, S @ x_host, np.float64, int(np.diff(S.indptr).max()))
 
 
 def test_out_of_memory_is_a_clear_memory_error_and_leaves_the_matrix_usable(gpu_backend_name, cupy):

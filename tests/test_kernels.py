@@ -216,8 +216,48 @@ def test_register_cap_becomes_a_compile_option():
     assert CsrVectorPolicy(max_registers=40).compile_options() == ("--maxrregcount=40",)
     assert SoftwareCachePolicy(max_registers=64).compile_options() == ("--maxrregcount=64",)
     knobs = CsrVectorPolicy(128, 2, 48).knobs()
-    assert knobs == {"block_size": 128, "threads_per_row": 2, "max_registers": 48}
+    assert knobs == {
+        "block_size": 128,
+        "threads_per_row": 2,
+        "max_registers": 48,
+        "unroll": 4,
+        "stream_matrix": False,
+        "block_rows": False,
+        "vector_loads": False,
+    }
     assert CsrVectorPolicy.from_knobs(knobs) == CsrVectorPolicy(128, 2, 48)
+    # entries written before the unroll / stream_matrix knobs existed still load
+    assert CsrVectorPolicy.from_knobs({"block_size": 128, "threads_per_row": 2}).unroll == 4
+
+
+def test_unroll_and_streaming_become_compile_options():
+    assert CsrVectorPolicy(unroll=8).compile_options() == ("-DSPARSEGPU_UNROLL=8",)
+    policy = CsrVectorPolicy(
+        max_registers=40, unroll=2, stream_matrix=True, block_rows=True, vector_loads=True
+    )
+    assert policy.compile_options() == (
+        "--maxrregcount=40",
+        "-DSPARSEGPU_UNROLL=2",
+        "-DSPARSEGPU_STREAM_MATRIX=1",
+        "-DSPARSEGPU_BLOCK_ROWS=1",
+        "-DSPARSEGPU_VECTOR_LOADS=1",
+    )
+    # the software cache has neither knob
+    assert "unroll" not in SoftwareCachePolicy.knob_names()
+
+
+@pytest.mark.parametrize(
+    ("knobs", "error", "match"),
+    [
+        ({"unroll": 3}, ValueError, r"unroll=3 is not allowed; choose one of \[1, 2, 4, 8\]"),
+        ({"unroll": 4.0}, TypeError, "unroll must be an int"),
+        ({"stream_matrix": 1}, TypeError, "stream_matrix must be a bool, got int 1"),
+        ({"block_rows": "yes"}, TypeError, "block_rows must be a bool, got str 'yes'"),
+    ],
+)
+def test_bad_unroll_and_streaming_are_clear_errors(knobs, error, match):
+    with pytest.raises(error, match=match):
+        CsrVectorPolicy(**knobs)
 
 
 @pytest.mark.gpu
@@ -228,6 +268,53 @@ def test_register_caps(cupy, backend_name, max_registers):
     policy = policy_for(backend_name, 4)
     policy = type(policy)(**{**policy.knobs(), "max_registers": max_registers})
     check_product(A, backend_name, policy, cupy)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("unroll", "stream_matrix", "block_rows", "vector_loads"),
+    [
+        (1, False, True, False),
+        (2, True, False, False),
+        (8, False, False, False),
+        (8, True, True, False),
+        (1, False, False, True),
+        (2, True, True, True),
+        (4, False, False, True),
+    ],
+)
+@pytest.mark.parametrize("backend_name", [b for b in KERNEL_BACKENDS if b != "swcache"])
+@pytest.mark.parametrize(
+    "matrix_name",
+    ["power_law", "one_long_row", "half_rows_empty", "unsorted_indices", "row_1x300", "col_300x1"],
+)
+def test_launch_knob_variants(
+    cupy, backend_name, unroll, stream_matrix, block_rows, vector_loads, matrix_name
+):
+    pairs = [(np.float32, np.int32), (np.float64, np.int64), (np.complex128, np.int32)]
+    for value_dtype, index_dtype in pairs:
+        A = awkward_matrices(value_dtype, index_dtype, seed=5)[matrix_name]
+        for threads_per_row in (1, 8, 32):
+            policy = CsrVectorPolicy(
+                128,
+                threads_per_row,
+                unroll=unroll,
+                stream_matrix=stream_matrix,
+                block_rows=block_rows,
+                vector_loads=vector_loads,
+            )
+            check_product(A, backend_name, policy, cupy)
+
+
+@pytest.mark.gpu
+def test_vector_loads_refuse_a_misaligned_array(cupy):
+    from sparsegpu._mirror import CUPY, DeviceMatrix
+
+    A = awkward_matrices(np.float32, np.int32)["random_200x150"]
+    shifted = cupy.asarray(np.concatenate([[0], A.data]).astype(np.float32))[1:]  # 4 bytes in
+    mirror = DeviceMatrix(shifted, cupy.asarray(A.indices), cupy.asarray(A.indptr), A.shape, CUPY)
+    with pytest.raises(ValueError, match=r"16-byte aligned, but it starts at 0x[0-9a-f]+4"):
+        _dispatch.get_backend("shuffle").plan(mirror, CsrVectorPolicy(vector_loads=True))
 
 
 @pytest.mark.gpu

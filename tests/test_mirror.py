@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import pickle
 import threading
+import traceback
 
 import numpy as np
 import pytest
@@ -237,15 +238,15 @@ def test_threads_share_one_mirror(copying_backend):
         try:
             for _ in range(20):
                 results.append(sg.matvec(A, x, backend=copying_backend))
-        except Exception as exc:  # reported below with its traceback text
-            errors.append(exc)
+        except Exception:  # reported below with its traceback text
+            errors.append(traceback.format_exc())
 
     threads = [threading.Thread(target=work) for _ in range(8)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert not errors, errors
+    assert not errors, "\n".join(errors)
     assert len(results) == 160
     for y in results:
         assert_product_close(y, expected, np.float64, 400)

@@ -187,6 +187,14 @@ class CsrVectorPlan(KernelPlan):
         self.textures = TextureCache(matrix.dtype) if backend.load_path == LOAD_TEXTURE else None
         if not self.launches:
             return
+        if policy.vector_loads:
+            for name in ("data", "indices"):
+                pointer = getattr(matrix, name).data.ptr
+                if pointer % 16:
+                    raise ValueError(
+                        f"vector_loads=True needs the matrix's {name} array 16-byte aligned, "
+                        f"but it starts at {pointer:#x}; use vector_loads=False"
+                    )
         self.kernel = backend._kernel(matrix, policy)
         self.shared_bytes = backend.shared_bytes(policy.block_size, matrix.dtype)
         occupancy.allow_shared_memory(self.kernel, self.shared_bytes)

@@ -202,12 +202,12 @@ def _workload(args):
 
 # --------------------------------------------------------------------------- output
 def _knobs_text(knobs: dict) -> str:
-    """``block_size=128 threads_per_row=8``; knobs left to the default (None) are omitted."""
-    return " ".join(f"{k}={v}" for k, v in knobs.items() if v is not None) or "-"
+    """``block_size=128 threads_per_row=8``; knobs that are None or False are omitted."""
+    return " ".join(f"{k}={v}" for k, v in knobs.items() if v is not None and v is not False) or "-"
 
 
 def _policy_text(policy) -> str:
-    return _knobs_text(policy.knobs()) if policy is not None else "-"
+    return _knobs_text(policy.shown_knobs()) if policy is not None else "-"
 
 
 def _for_tables(out):

@@ -86,6 +86,21 @@ __device__ __forceinline__ complex128 load_readonly(const complex128* p) {
   return complex128{v.x, v.y};
 }
 
+// Loads of data read once per product (the matrix's values and indices): __ldcs marks the
+// lines evict-first in L1 and L2, so the streamed matrix does not push x out of the caches.
+__device__ __forceinline__ int load_streaming(const int* p) { return __ldcs(p); }
+__device__ __forceinline__ long long load_streaming(const long long* p) { return __ldcs(p); }
+__device__ __forceinline__ float load_streaming(const float* p) { return __ldcs(p); }
+__device__ __forceinline__ double load_streaming(const double* p) { return __ldcs(p); }
+__device__ __forceinline__ complex64 load_streaming(const complex64* p) {
+  const float2 v = __ldcs(reinterpret_cast<const float2*>(p));
+  return complex64{v.x, v.y};
+}
+__device__ __forceinline__ complex128 load_streaming(const complex128* p) {
+  const double2 v = __ldcs(reinterpret_cast<const double2*>(p));
+  return complex128{v.x, v.y};
+}
+
 // Textures cannot hold 64-bit channels: double is fetched as int2, complex128 as int4.
 template <typename Value>
 __device__ __forceinline__ Value load_texture(cudaTextureObject_t texture, long long i);

@@ -11,6 +11,7 @@ from .policy import (
     CusparsePolicy,
     NoPolicy,
     Policy,
+    RowGroupPolicy,
     SoftwareCachePolicy,
 )
 
@@ -20,6 +21,7 @@ __all__ = [
     "CusparsePolicy",
     "NoPolicy",
     "Policy",
+    "RowGroupPolicy",
     "SoftwareCachePolicy",
     "TunedEntry",
     "TuningCache",

@@ -42,6 +42,10 @@ def _check_block_size(owner) -> None:
         )
 
 
+# field metadata of knobs that tables leave out while they hold their default
+_SECONDARY = {"secondary": True}
+
+
 @dataclass(frozen=True)
 class Policy:
     """Base of every policy; ``source`` says where the numbers came from."""
@@ -62,6 +66,15 @@ class Policy:
         out = asdict(self)
         out.pop("source")
         return out
+
+    def shown_knobs(self) -> dict:
+        """:meth:`knobs` less the secondary ones still at their default (for tables)."""
+        hidden = {
+            f.name
+            for f in fields(self)
+            if f.metadata.get("secondary") and getattr(self, f.name) == f.default
+        }
+        return {k: v for k, v in self.knobs().items() if k not in hidden}
 
     @classmethod
     def from_knobs(cls, knobs: Mapping, source: str = "explicit"):
@@ -89,8 +102,8 @@ class Policy:
 
 
 @dataclass(frozen=True)
-class CsrVectorPolicy(Policy):
-    """The CSR vector kernel family (``vector``, ``texture``, ``readonly``, ``shuffle``).
+class RowGroupPolicy(Policy):
+    """Knobs of every kernel that gives each row a group of threads (``csr_vector``, ``swcache``).
 
     Attributes
     ----------
@@ -132,8 +145,69 @@ class CsrVectorPolicy(Policy):
         return (f"--maxrregcount={self.max_registers}",)
 
 
+UNROLL_CHOICES = (1, 2, 4, 8)
+
+
 @dataclass(frozen=True)
-class SoftwareCachePolicy(CsrVectorPolicy):
+class CsrVectorPolicy(RowGroupPolicy):
+    """The CSR vector kernel family (``vector``, ``texture``, ``readonly``, ``shuffle``).
+
+    Attributes
+    ----------
+    block_size, threads_per_row, max_registers
+        As in :class:`RowGroupPolicy`.
+    unroll : int
+        Independent (index, value, x) loads each thread keeps in flight per trip through a
+        row (1, 2, 4 or 8). More hides more latency on long or scattered rows, at the price
+        of registers and of predicated-off loads on short rows.
+    stream_matrix : bool
+        Read the matrix's values and indices with evict-first (``__ldcs``) loads, so that
+        the streamed matrix does not push x out of L1 and L2.
+    block_rows : bool
+        Give each block one contiguous range of rows (its warps step through it together)
+        instead of striding the whole grid over the rows, so that x lines a block loaded
+        are still in its SM's L1 when rows further on (a stencil's neighbouring grid lines)
+        need them.
+    vector_loads : bool
+        Read values and indices as quads of 4 entries with 16-byte loads (each lane takes
+        whole aligned quads, skipping entries of the neighbouring rows): a quarter of the
+        load instructions and fewer L1 wavefronts for rows of a few dozen entries, where
+        the scalar loads of 4 sub-warp groups touch 4 misaligned segments each.
+
+    ``unroll`` (quads per trip with ``vector_loads``), ``stream_matrix``, ``block_rows`` and
+    ``vector_loads`` are compile-time macros of the kernel; a policy that changes them
+    compiles its own variant (once, memoized).
+    """
+
+    unroll: int = field(default=4, metadata=_SECONDARY)
+    stream_matrix: bool = field(default=False, metadata=_SECONDARY)
+    block_rows: bool = field(default=False, metadata=_SECONDARY)
+    vector_loads: bool = field(default=False, metadata=_SECONDARY)
+
+    def __post_init__(self):
+        super().__post_init__()
+        _check_int_choice(self, "unroll", UNROLL_CHOICES)
+        for name in ("stream_matrix", "block_rows", "vector_loads"):
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
+
+    def compile_options(self) -> tuple[str, ...]:
+        """NVRTC options this policy adds to its kernel's compilation."""
+        options = super().compile_options()
+        if self.unroll != 4:
+            options += (f"-DSPARSEGPU_UNROLL={self.unroll}",)
+        if self.stream_matrix:
+            options += ("-DSPARSEGPU_STREAM_MATRIX=1",)
+        if self.block_rows:
+            options += ("-DSPARSEGPU_BLOCK_ROWS=1",)
+        if self.vector_loads:
+            options += ("-DSPARSEGPU_VECTOR_LOADS=1",)
+        return options
+
+
+@dataclass(frozen=True)
+class SoftwareCachePolicy(RowGroupPolicy):
     """The ``swcache`` kernel: a direct-mapped cache of x in shared memory.
 
     Attributes
