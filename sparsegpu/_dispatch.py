@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _cuda
-from ._mirror import DeviceMemoryError, memory_error
+from ._mirror import SCATTERED_SPREAD, DeviceMemoryError, memory_error
 from .backends import BUILTIN_MODULES
 from .backends.base import Backend, Plan
 
@@ -222,6 +222,12 @@ _AUTO_IRREGULAR = ("adaptive",)
 # 15-27 us for raw cuSPARSE with descriptors reused; auto_vs_cusparse_h200.json).
 SMALL_ITEMS = 1_000_000
 _AUTO_SMALL = ("adaptive",)
+# Short or medium rows whose columns are scattered over x (RowLengthStats.row_class
+# "scattered") are bound by one 32-byte L2 sector per gather whatever the kernel: on the
+# H200 (knob_sweep_h200.jsonl, uniform 4M x 16) cuSPARSE and the merge-path kernel run
+# within 1% of each other and 25% above a kernel that only gathers, while the tuned
+# row-per-sub-warp kernel trails by 5% in float64. Without a tuning entry: merge path.
+_AUTO_SCATTERED = ("adaptive", "cusparse")
 
 # Plugged-in lookups (the tuning cache): fn(mirror, value_dtype, candidates) -> backend
 # name or None; the first non-None answer naming a candidate wins over the heuristics.
@@ -256,7 +262,8 @@ class AutoChoice:
             lines.append(
                 f"  rows: {s.n_rows:,} x {s.n_cols:,}, nnz {s.nnz:,}; row length mean "
                 f"{s.mean:.1f}, std {s.std:.1f}, min {s.min}, max {s.max}, empty rows "
-                f"{s.empty_rows:,}; imbalance (max/mean) {s.imbalance:.1f}, class {s.row_class!r}"
+                f"{s.empty_rows:,}; imbalance (max/mean) {s.imbalance:.1f}, column spread "
+                f"{s.column_spread:.3f}, class {s.row_class!r}"
             )
         lines.append(f"  value dtype: {self.value_dtype}")
         if self.override is not None:
@@ -324,6 +331,15 @@ def auto_rule(stats, usable_names) -> tuple[str, str]:
                     f"irregular rows (max {stats.max} > {IRREGULAR_IMBALANCE:g} x mean "
                     f"{stats.mean:.1f} with std > mean, or a row over {LONG_ROW:,}): "
                     "the load-balanced merge-path kernel keeps every thread busy"
+                )
+    if stats.row_class == "scattered":
+        for name in _AUTO_SCATTERED:
+            if name in usable_names:
+                return name, (
+                    f"scattered columns (mean distance from the diagonal "
+                    f"{stats.column_spread:.2f} of the columns, over {SCATTERED_SPREAD:g}) on "
+                    f"rows of {stats.mean:.1f} on average: x reads are random gathers, and the "
+                    "merge-path kernel keeps the most of them in flight"
                 )
     return usable_names[0], (
         f"regular rows (max/mean {stats.imbalance:.1f}): first usable of the preference "

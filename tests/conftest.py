@@ -3,7 +3,10 @@ the test-only host-copy backend, and the array modules x can live in."""
 
 from __future__ import annotations
 
+import faulthandler
 import itertools
+import os
+import signal
 
 import numpy as np
 import pytest
@@ -13,6 +16,12 @@ from sparsegpu import _cuda, suitesparse
 from sparsegpu.testing import HostCopyBackend
 
 from .collection_server import CollectionServer
+
+# A hung GPU run can be asked where every thread is: with SPARSEGPU_TEST_STACKS=1, SIGUSR1
+# prints all Python stacks (faulthandler works while a thread holds the GIL in C code), e.g.
+# `timeout -s USR1 -k 30 600 python -m pytest ...` (CONTRIBUTING.md, "The GPU suite").
+if os.environ.get("SPARSEGPU_TEST_STACKS") == "1" and hasattr(signal, "SIGUSR1"):
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 # The host-copy backend runs the mirror/invalidation machinery of the GPU backends on
 # the CPU, so CI exercises it; register it before collection parametrizes over backends.

@@ -59,6 +59,49 @@ def test_rule_picks_by_row_lengths(stats, usable, expected):
     assert reason
 
 
+SCATTERED = RowLengthStats(1_000_000, 1_000_000, 16_000_000, 16.0, 0.0, 16, 16, 0, 0.33)
+
+
+@pytest.mark.parametrize(
+    ("usable", "expected"),
+    [(["shuffle", "adaptive", "cusparse"], "adaptive"), (["shuffle", "cusparse"], "cusparse")],
+)
+def test_scattered_columns_go_to_the_gather_friendly_kernels(usable, expected):
+    name, reason = _dispatch.auto_rule(SCATTERED, usable)
+    assert name == expected
+    assert "scattered columns (mean distance from the diagonal 0.33" in reason
+
+
+def _column_stats(A):
+    return RowLengthStats.from_indptr(A.indptr, A.shape[1], np, indices=A.indices)
+
+
+def test_column_spread_tells_a_stencil_from_random_columns():
+    from sparsegpu.datasets import synthetic
+
+    stencil = _column_stats(synthetic.stencil_3d(20, points=27))
+    # rows reach n^2 + n + 1 = 421 columns either side of the diagonal of 8,000
+    assert stencil.column_spread <= 421 / 8000 and stencil.row_class == "medium"
+    random_rows = _column_stats(synthetic.uniform_random(20_000, 16, seed=1))
+    # the first and last of 16 uniform columns: E|u - 1/17| + E|u - 16/17| over 2, about 0.44
+    assert random_rows.column_spread == pytest.approx(0.44, abs=0.03)
+    assert random_rows.row_class == "scattered"
+    # long rows keep their class: a row-per-warp kernel hides its gathers behind the row
+    long_rows = _column_stats(synthetic.uniform_random(500, 2000, n_cols=4000, seed=1))
+    assert long_rows.column_spread > 0.1 and long_rows.row_class == "long"
+
+
+@pytest.mark.parametrize("name", list(awkward_matrices()))
+def test_column_spread_of_awkward_matrices(name):
+    A = awkward_matrices(np.float64, np.int64, seed=2)[name]
+    spread = _column_stats(A).column_spread
+    assert 0.0 <= spread <= 1.0
+    if A.nnz == 0:
+        assert spread == 0.0
+    # without the indices there is no spread to measure
+    assert RowLengthStats.from_indptr(A.indptr, A.shape[1], np).column_spread == 0.0
+
+
 def test_imbalance_threshold_is_strict():
     at_threshold = _stats(10.0, 20.0, 0, 80, n_rows=1_000_000)  # max exactly 8 x mean
     assert _dispatch.auto_rule(at_threshold, ["cusparse", "adaptive"])[0] == "cusparse"
@@ -141,6 +184,7 @@ def test_explain_shows_backend_policy_reason_and_statistics(fake_gpu):
     assert "NoPolicy" in text
     assert "irregular rows" in text
     assert "imbalance (max/mean)" in text
+    assert "column spread 0." in text
 
 
 def test_explain_notes_an_override(fake_gpu):

@@ -14,7 +14,7 @@ import scipy.sparse as sp
 
 import sparsegpu as sg
 from sparsegpu import _dispatch
-from sparsegpu.testing import HOST_COPY, from_row_lengths
+from sparsegpu.testing import HOST_COPY
 from sparsegpu.tuning import autotune as autotune_mod
 from sparsegpu.tuning.autotune import perf_counter_time
 from sparsegpu.tuning.cache import TuningCache, TuningCacheError, TuningCacheWarning, host_context
@@ -33,9 +33,14 @@ FASTEST = CsrVectorPolicy(block_size=64, threads_per_row=4)  # smallest speed()
 
 
 def matrix(row_length=10, n=60, dtype=np.float64, index_dtype=np.int32, seed=0):
-    """A sparsegpu matrix with ``row_length`` entries in every row."""
+    """A sparsegpu matrix with ``row_length`` entries in every row, in a band about the
+    diagonal (so its row class follows the row length, not ``scattered``)."""
     rng = np.random.default_rng(seed)
-    A = from_row_lengths(np.full(n, row_length), n, dtype, index_dtype, rng)
+    first = np.clip(np.arange(n) - row_length // 2, 0, n - row_length)
+    indices = (first[:, None] + np.arange(row_length)).ravel()
+    indptr = np.arange(n + 1) * row_length
+    data = rng.uniform(1, 2, n * row_length).astype(dtype)
+    A = sp.csr_matrix((data, indices.astype(index_dtype), indptr.astype(index_dtype)), shape=(n, n))
     return sg.csr_matrix(A)
 
 

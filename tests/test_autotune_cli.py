@@ -248,13 +248,13 @@ def test_plot_is_drawn(sweep, mtx, tmp_path, capsys):
 def test_default_suite_covers_its_row_class(name):
     row_class, factory = command.default_suite("small")[name]
     A = factory()
-    stats = RowLengthStats.from_indptr(A.indptr, A.shape[1], np)
+    stats = RowLengthStats.from_indptr(A.indptr, A.shape[1], np, indices=A.indices)
     assert stats.row_class == row_class
 
 
 def test_default_suite_has_one_matrix_per_row_class():
     classes = [c for c, _ in command.default_suite("full").values()]
-    assert sorted(classes) == ["irregular", "long", "medium", "short"]
+    assert sorted(classes) == ["irregular", "long", "medium", "scattered", "short"]
 
 
 def test_default_suite_scale_is_checked():

@@ -490,11 +490,12 @@ def sweep_backend():
 
 
 def medium_matrix():
-    """A 40x40 matrix with 10 entries per row: row class 'medium'."""
+    """A 100x100 matrix with 10 entries per row near the diagonal: row class 'medium'."""
     rng = np.random.default_rng(0)
-    dense = np.zeros((40, 40))
-    for i in range(40):
-        dense[i, rng.choice(40, 10, replace=False)] = rng.uniform(1, 2, 10)
+    dense = np.zeros((100, 100))
+    for i in range(100):
+        first = min(max(i - 5, 0), 90)
+        dense[i, first + rng.choice(10, 10, replace=False)] = rng.uniform(1, 2, 10)
     return sg.csr_matrix(dense)
 
 

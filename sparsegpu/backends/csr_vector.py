@@ -39,6 +39,19 @@ CANDIDATE_BLOCK_SIZES = (64, 128, 256, 512, 1024)
 # Register caps the autotuner tries (kernel_family_h200_register_budget.txt: 40 lifted the
 # 27-point stencil from 79% to 93% of copy bandwidth; the compiler's own 32 suits 5-point).
 CANDIDATE_REGISTER_CAPS = (40, 48, 64)
+# Load-shape knobs the autotuner tries (each at block size 512 and every nearby threads per
+# row): on the H200 quad loads took the 27-point stencil in float32 from 83% to 94% of copy
+# bandwidth (with a cap of 40), two loads per trip took it to 89% in float64, streamed
+# loads helped scattered columns (knob_sweep_h200.jsonl).
+LOAD_SHAPE_CANDIDATES = (
+    {"unroll": 1},
+    {"unroll": 2},
+    {"unroll": 1, "vector_loads": True},
+    {"unroll": 2, "vector_loads": True},
+    {"unroll": 1, "vector_loads": True, "max_registers": 40},
+    {"unroll": 1, "stream_matrix": True},
+    {"unroll": 2, "stream_matrix": True, "vector_loads": True},
+)
 
 
 def name_expression(value_dtype, index_dtype, threads_per_row, load_path, reduction) -> str:
@@ -286,9 +299,11 @@ class CsrVectorBackend(Backend):
         return CsrVectorPolicy(block_size, threads_per_row, source="occupancy")
 
     def candidates(self, matrix: DeviceMatrix) -> list[CsrVectorPolicy]:
-        """Block sizes 64..1024 times threads per row next to the untuned choice, and
-        register caps (CANDIDATE_REGISTER_CAPS) at block size 256 for the smaller threads
-        per row, where the H200 measurements found them to matter."""
+        """Block sizes 64..1024 times threads per row next to the untuned choice; register
+        caps (CANDIDATE_REGISTER_CAPS) at block size 256 for the smaller threads per row;
+        and, at block size 512, the load-shape knobs that won somewhere in the H200 sweep
+        (knob_sweep_h200.jsonl): fewer loads per trip, quad loads (with and without a cap
+        of 40 registers), and streamed matrix loads."""
         untuned = self.untuned_policy(matrix)
         out = [untuned]
         nearby = nearby_threads_per_row(untuned.threads_per_row)
@@ -300,6 +315,9 @@ class CsrVectorBackend(Backend):
         for threads_per_row in nearby[:2]:
             for cap in CANDIDATE_REGISTER_CAPS:
                 out.append(CsrVectorPolicy(256, threads_per_row, cap, source="candidate"))
+        for threads_per_row in nearby:
+            for knobs in LOAD_SHAPE_CANDIDATES:
+                out.append(CsrVectorPolicy(512, threads_per_row, source="candidate", **knobs))
         return out
 
     def plan(self, matrix: DeviceMatrix, policy: CsrVectorPolicy) -> CsrVectorPlan:

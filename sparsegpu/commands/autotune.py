@@ -38,8 +38,20 @@ def default_suite(scale: str = "full") -> dict:
     from ..datasets import synthetic
 
     sizes = {
-        "full": {"grid2d": 2048, "grid3d": 96, "long_rows": 40_000, "power_rows": 2_000_000},
-        "small": {"grid2d": 64, "grid3d": 12, "long_rows": 500, "power_rows": 20_000},
+        "full": {
+            "grid2d": 2048,
+            "grid3d": 96,
+            "long_rows": 40_000,
+            "scattered_rows": 1_000_000,
+            "power_rows": 2_000_000,
+        },
+        "small": {
+            "grid2d": 64,
+            "grid3d": 12,
+            "long_rows": 500,
+            "scattered_rows": 10_000,
+            "power_rows": 20_000,
+        },
     }
     if scale not in sizes:
         raise ValueError(f"scale={scale!r}; use 'full' or 'small'")
@@ -53,6 +65,10 @@ def default_suite(scale: str = "full") -> dict:
         f"uniform_{n['long_rows']}_x400": (
             "long",
             lambda: synthetic.uniform_random(n["long_rows"], 400, n_cols=max(n["long_rows"], 4000)),
+        ),
+        f"uniform_{n['scattered_rows']}_x16": (
+            "scattered",
+            lambda: synthetic.uniform_random(n["scattered_rows"], 16),
         ),
         f"powerlaw_{n['power_rows']}": (
             "irregular",

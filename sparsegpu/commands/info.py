@@ -61,7 +61,7 @@ def describe(target: str, data_dir=None) -> dict:
         header = mminfo(header_path)
     except (ValueError, OSError) as exc:
         raise CommandError(str(exc), status=1) from None
-    stats = RowLengthStats.from_indptr(matrix.indptr, matrix.shape[1], np)
+    stats = RowLengthStats.from_indptr(matrix.indptr, matrix.shape[1], np, indices=matrix.indices)
     collection = header.suitesparse
     return {
         "matrix": target,
@@ -79,6 +79,7 @@ def describe(target: str, data_dir=None) -> dict:
             "max": stats.max,
             "empty_rows": stats.empty_rows,
             "imbalance": stats.imbalance,
+            "column_spread": stats.column_spread,
             "row_class": stats.row_class,
         },
     }

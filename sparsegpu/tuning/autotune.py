@@ -649,7 +649,9 @@ def autotune(
     label = name or f"{matrix.shape[0]}x{matrix.shape[1]}, {matrix.nnz:,} nnz"
 
     host_csr = sp.csr_matrix(matrix)
-    row_class = RowLengthStats.from_indptr(host_csr.indptr, matrix.shape[1], np).row_class
+    row_class = RowLengthStats.from_indptr(
+        host_csr.indptr, matrix.shape[1], np, indices=host_csr.indices
+    ).row_class
     results: list[CandidateResult] = []
     sweeps: list[_Sweep] = []
     for dtype in value_dtypes:

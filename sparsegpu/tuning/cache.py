@@ -57,7 +57,7 @@ CACHE_FILE = "tuning.json"
 ENV_CACHE_DIR = "SPARSEGPU_CACHE_DIR"
 LOCK_TIMEOUT_S = 60.0
 
-ROW_CLASSES = ("short", "medium", "long", "irregular")
+ROW_CLASSES = ("short", "medium", "long", "irregular", "scattered")
 
 
 class TuningCacheWarning(UserWarning):
