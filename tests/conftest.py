@@ -17,11 +17,12 @@ from sparsegpu.testing import HostCopyBackend
 
 from .collection_server import CollectionServer
 
-# A hung GPU run can be asked where every thread is: with SPARSEGPU_TEST_STACKS=1, SIGUSR1
-# prints all Python stacks (faulthandler works while a thread holds the GIL in C code), e.g.
-# `timeout -s USR1 -k 30 600 python -m pytest ...` (CONTRIBUTING.md, "The GPU suite").
-if os.environ.get("SPARSEGPU_TEST_STACKS") == "1" and hasattr(signal, "SIGUSR1"):
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
+# A hung GPU run can be asked where every thread is: with SPARSEGPU_TEST_STACKS=FILE, SIGUSR1
+# writes all Python stacks to FILE (faulthandler works while a thread holds the GIL in C
+# code), e.g. `timeout -s USR1 -k 30 600 python -m pytest ...` (CONTRIBUTING.md, the GPU suite).
+_STACKS = os.environ.get("SPARSEGPU_TEST_STACKS")
+if _STACKS and hasattr(signal, "SIGUSR1"):
+    faulthandler.register(signal.SIGUSR1, file=open(_STACKS, "w"), all_threads=True)  # noqa: SIM115
 
 # The host-copy backend runs the mirror/invalidation machinery of the GPU backends on
 # the CPU, so CI exercises it; register it before collection parametrizes over backends.
