@@ -22,7 +22,7 @@ from .collection_server import CollectionServer
 # code), e.g. `timeout -s USR1 -k 30 600 python -m pytest ...` (CONTRIBUTING.md, the GPU suite).
 _STACKS = os.environ.get("SPARSEGPU_TEST_STACKS")
 if _STACKS and hasattr(signal, "SIGUSR1"):
-    faulthandler.register(signal.SIGUSR1, file=open(_STACKS, "w"), all_threads=True)  # noqa: SIM115
+    faulthandler.register(signal.SIGUSR1, file=open(_STACKS, "a"), all_threads=True)  # noqa: SIM115
 
 # The host-copy backend runs the mirror/invalidation machinery of the GPU backends on
 # the CPU, so CI exercises it; register it before collection parametrizes over backends.
