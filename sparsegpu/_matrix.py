@@ -231,6 +231,7 @@ class _SparseGPUMixin:
             mirror = cache.get(key)
             if mirror is None:
                 mirror = self._sg_build_mirror(residence, value_dtype, cache)
+                mirror.settle()  # usable from any stream once published
                 cache[key] = mirror
             return mirror
 

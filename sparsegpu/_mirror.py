@@ -224,8 +224,17 @@ class DeviceMatrix:
                 plan = self.plans.get(key)
                 if plan is None:
                     plan = make()
+                    self.settle()
                     self.plans[key] = plan
         return plan
+
+    def settle(self) -> None:
+        """Wait for the work just queued on the current stream (building this mirror or a
+        plan on it). Other streams do not wait for it: a product on a non-blocking stream
+        right after a plan was made on the default one read the merge-path tile table
+        before it was written (an illegal address on the H200)."""
+        if self.xp is not np:
+            self.xp.cuda.get_current_stream().synchronize()
 
     # ------------------------------------------------------------------ building
     @classmethod

@@ -62,6 +62,23 @@ def test_threads_on_their_own_streams(gpu_backend_name, cupy, big):
         assert_product_close(got, want, np.float64, int(np.diff(S.indptr).max()))
 
 
+def test_plan_made_on_one_stream_is_ready_on_another(gpu_backend_name, cupy):
+    """Mirrors and plans (A's and A.T's) made on the default stream, used at once from a
+    non-blocking stream that does not wait for the default one."""
+    S = sp.csr_matrix(synthetic.power_law(200_000, seed=3))
+    A = sg.csr_matrix(S)
+    A.backend = gpu_backend_name
+    x = cupy.asarray(random_vector(S.shape[1], np.float64, 4))
+    A @ x, A.T @ x  # mirrors and plans queued on the default stream, not waited for
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        y, z = A @ x, A.T @ x
+    stream.synchronize()
+    longest = int(np.diff(S.indptr).max())
+    assert_product_close(y, S @ x.get(), np.float64, longest)
+    assert_product_close(z, S.T @ x.get(), np.float64, int(np.diff(S.tocsc().indptr).max()))
+
+
 def test_fresh_thread_with_a_vector_made_elsewhere(gpu_backend_name, cupy, big):
     """A thread whose first CUDA work is sparsegpu's launch (no context bound yet)."""
     A, S = big
