@@ -12,9 +12,10 @@ one 32-byte sector from L2 to the SM, whatever the kernel.
 Every policy's answer is checked against the cuSPARSE answer before it is timed. Results
 are written after every matrix (JSON lines), so a run cut short keeps what it measured.
 
-Usage (GPU machine)::
+Usage (GPU machine), then the summary the docs show (any machine)::
 
     python benchmarks/knob_sweep.py --out sweep.jsonl [--matrices stencil3d27_150,...]
+    python benchmarks/knob_sweep.py --summarize sweep.jsonl --out summary.json --md summary.md
 """
 
 from __future__ import annotations
@@ -151,13 +152,82 @@ def sweep_matrix(name, build, dtype, cupy, copy_gbs, repeat, emit):
         timed("shuffle", policy)
 
 
+def summarize(jsonl_path) -> tuple[dict, str]:
+    """(JSON summary, markdown) of a sweep: per matrix and dtype, the floors, cuSPARSE, and
+    each backend's fastest policy (for shuffle also the fastest without quad loads)."""
+    records = [json.loads(line) for line in open(jsonl_path)]
+    header, rows = records[0], [r for r in records[1:] if "matrix" in r]
+    groups: dict = {}
+    for r in rows:
+        groups.setdefault((r["matrix"], r["dtype"]), []).append(r)
+    out = {"device": header.get("device"), "copy_gb_per_s": header["copy_gb_per_s"], "rows": []}
+    lines = [
+        f"# Launch-knob sweep on {header.get('device')}",
+        "",
+        f"Copy bandwidth {header['copy_gb_per_s']:.0f} GB/s; median of CUDA-event timings; "
+        "raw records in `knob_sweep_h200.jsonl` (`benchmarks/knob_sweep.py`). The gather "
+        "floor reads the column indices and gathers x once each, nothing else.",
+        "",
+        "| matrix | dtype | gather floor ms | cuSPARSE ms | adaptive ms | shuffle ms | % copy "
+        "| shuffle/cuSPARSE | best shuffle policy | best without quad loads |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|---|",
+    ]
+    for (matrix, dtype), group in groups.items():
+
+        def best(backend, keep=lambda r: True, group=group):
+            chosen = [r for r in group if r["backend"] == backend and keep(r)]
+            return min(chosen, key=lambda r: r["ms"]) if chosen else None
+
+        floor, cus, ada = best("gather_floor"), best("cusparse"), best("adaptive")
+        shu = best("shuffle")
+        scalar = best("shuffle", lambda r: not r["knobs"].get("vector_loads"))
+        row = {
+            "matrix": matrix,
+            "dtype": dtype,
+            "gather_floor_ms": floor["ms"],
+            "cusparse": cus,
+            "adaptive": ada,
+            "shuffle": shu,
+            "shuffle_scalar_loads": scalar,
+        }
+        out["rows"].append(row)
+        if shu is None:
+            lines.append(
+                f"| {matrix} | {dtype} | {floor['ms']:.4f} | {cus['ms']:.4f} | {ada['ms']:.4f} "
+                "| - | - | - | - | - |"
+            )
+            continue
+
+        def knobs(r):
+            return " ".join(f"{k}={v}" for k, v in r["knobs"].items() if v not in (None, False))
+
+        lines.append(
+            f"| {matrix} | {dtype} | {floor['ms']:.4f} | {cus['ms']:.4f} | {ada['ms']:.4f} | "
+            f"{shu['ms']:.4f} | {shu['pct_copy']:.1f} | {cus['ms'] / shu['ms']:.2f}x | "
+            f"{knobs(shu)} | {knobs(scalar)} ({scalar['pct_copy']:.1f}%) |"
+        )
+    return out, "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--summarize", metavar="JSONL", help="write --out (JSON) and --md from a sweep"
+    )
+    parser.add_argument("--md", help="markdown summary (with --summarize)")
     parser.add_argument("--out", required=True, help="JSON-lines file to append results to")
     parser.add_argument("--matrices", default=",".join(SWEEPS))
     parser.add_argument("--dtypes", default="float64,float32")
     parser.add_argument("--repeat", type=int, default=15)
     args = parser.parse_args(argv)
+    if args.summarize:
+        summary, markdown = summarize(args.summarize)
+        with open(args.out, "w") as f:
+            json.dump(summary, f, indent=1)
+        if args.md:
+            with open(args.md, "w") as f:
+                f.write(markdown)
+        return 0
     cupy = _cuda.cupy_or_none()
     if cupy is None:
         print(f"no GPU: {_cuda.unavailable_reason()}", file=sys.stderr)
