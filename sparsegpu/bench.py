@@ -37,6 +37,7 @@ from ._timing import cuda_time, gb_per_s, spmv_bytes
 from ._version import __version__
 from .datasets import synthetic
 from .testing import assert_product_close, random_vector
+from .tuning.policy import format_knobs
 
 SCHEMA = "sparsegpu-bench/1"
 DTYPE_CHOICES = ("float32", "float64", "complex64", "complex128")
@@ -613,11 +614,7 @@ def _fmt(value, spec: str, suffix: str = "") -> str | None:
 def _policy_note(policy: dict | None) -> str:
     if not policy:
         return ""
-    knobs = " ".join(
-        f"{k}={v}"
-        for k, v in policy.items()
-        if k not in ("type", "source") and v is not None and v is not False
-    )
+    knobs = format_knobs({k: v for k, v in policy.items() if k not in ("type", "source")})
     return f"{knobs} ({policy.get('source')})" if knobs else f"{policy.get('source')} policy"
 
 

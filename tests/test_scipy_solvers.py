@@ -118,21 +118,12 @@ def test_general_solvers(solver, counting, dtype):
     assert counting.matvecs > 0
 
 
-def test_lsqr(counting, dtype):
+@pytest.mark.parametrize("solver", ["lsqr", "lsmr"])
+def test_least_squares(counting, dtype, solver):
     S = rectangular(dtype)
     b = rhs(S.shape[0], dtype)
-    want = spl.lsqr(S, b, atol=1e-12, btol=1e-12)
-    got = spl.lsqr(ours(S, counting), b, atol=1e-12, btol=1e-12)
-    assert got[1] == want[1]
-    assert_close(got[0], want[0], 1e-8)
-    assert_adjoint_routed(counting, S.shape)
-
-
-def test_lsmr(counting, dtype):
-    S = rectangular(dtype)
-    b = rhs(S.shape[0], dtype)
-    want = spl.lsmr(S, b, atol=1e-12, btol=1e-12)
-    got = spl.lsmr(ours(S, counting), b, atol=1e-12, btol=1e-12)
+    want = getattr(spl, solver)(S, b, atol=1e-12, btol=1e-12)
+    got = getattr(spl, solver)(ours(S, counting), b, atol=1e-12, btol=1e-12)
     assert got[1] == want[1]
     assert_close(got[0], want[0], 1e-8)
     assert_adjoint_routed(counting, S.shape)

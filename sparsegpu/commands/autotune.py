@@ -21,6 +21,7 @@ import numpy as np
 from .. import _dispatch
 from .._console import console, progress, table
 from ..cli import CommandError, require_matplotlib
+from ..tuning.policy import format_knobs
 
 HELP = "tune every backend's launch policy on this GPU and remember the winners"
 
@@ -218,8 +219,7 @@ def _workload(args):
 
 # --------------------------------------------------------------------------- output
 def _knobs_text(knobs: dict) -> str:
-    """``block_size=128 threads_per_row=8``; knobs that are None or False are omitted."""
-    return " ".join(f"{k}={v}" for k, v in knobs.items() if v is not None and v is not False) or "-"
+    return format_knobs(knobs) or "-"
 
 
 def _policy_text(policy) -> str:

@@ -42,6 +42,12 @@ def _check_block_size(owner) -> None:
         )
 
 
+def format_knobs(knobs: Mapping) -> str:
+    """``block_size=128 threads_per_row=8`` for tables; knobs that are None or False (off,
+    or left to the compiler) are left out."""
+    return " ".join(f"{k}={v}" for k, v in knobs.items() if v is not None and v is not False)
+
+
 # field metadata of knobs that tables leave out while they hold their default
 _SECONDARY = {"secondary": True}
 
