@@ -518,13 +518,17 @@ def _product(matrix_obj, x, backend, policy, out):
     cache = matrix_obj.__dict__.get("_sg_cache")
     entry = cache.get(key) if cache is not None else None
     if entry is None:
-        entry = _resolve(matrix_obj, name, x.dtype, policy)
-        matrix_obj.__dict__.setdefault("_sg_cache", {})[key] = entry
+        # Into the dict that holds the mirrors this choice was made from: if another thread
+        # drops them meanwhile (``A.data = new``), the choice goes with them.
+        cache = matrix_obj._sg_cache_dict()
+        entry = cache[key] = _resolve(matrix_obj, name, x.dtype, policy)
     plan, value_dtype, on_host = entry
     want_cupy = _cuda.is_cupy_array(x)
-    if want_cupy and not on_host and out is None and x.dtype == value_dtype and x.ndim == 1:
+    if out is None and want_cupy and not on_host and x.dtype == value_dtype and x.ndim == 1:
         # the hot path: a device vector in the right dtype
         return plan.matvec(x if x.flags.c_contiguous else x.copy())
+    if out is not None:
+        _check_out(out, x, matrix_obj.shape[0], value_dtype)
     residence = plan.matrix.residence
     xr = _to_residence(x, residence, value_dtype)
     target = None
@@ -532,11 +536,39 @@ def _product(matrix_obj, x, backend, policy, out):
         _cuda.is_cupy_array(out) == on_host
         or out.dtype != value_dtype
         or not out.flags.c_contiguous
+        or _shares_memory(out, xr)
     ):
-        target, out = out, None  # the caller's buffer is elsewhere; copy into it below
+        target, out = out, None  # the caller's buffer can't be written directly; copy below
     y = plan.matvec(xr, out=out) if xr.ndim == 1 else plan.matmat(xr, out=out)
     y = _from_residence(y, want_cupy)
     if target is not None:
-        target[...] = y
+        target[...] = _from_residence(y, _cuda.is_cupy_array(target))
         return target
     return y
+
+
+def _check_out(out, x, n_rows: int, value_dtype: np.dtype) -> None:
+    """Refuse an ``out`` the result cannot go into, before anything is computed.
+
+    Like numpy's ``out=``: the shape must be the result's exactly (no broadcasting), and
+    the result's dtype must cast to out's under ``same_kind`` (no float into int).
+    """
+    if not (isinstance(out, np.ndarray) or _cuda.is_cupy_array(out)):
+        raise TypeError(f"out must be a numpy or cupy array, got {type(out).__name__}")
+    want = (n_rows,) if x.ndim == 1 else (n_rows, x.shape[1])
+    if out.shape != want:
+        raise ValueError(f"out has shape {out.shape} but the product has shape {want}")
+    if not np.can_cast(value_dtype, out.dtype, "same_kind"):
+        raise TypeError(
+            f"cannot write the {value_dtype} product into an out of dtype {out.dtype} "
+            "(casting rule 'same_kind'); pass an out of dtype "
+            f"{value_dtype}"
+        )
+
+
+def _shares_memory(a, b) -> bool:
+    """True when ``a`` and ``b`` (numpy or cupy) may share memory."""
+    if _cuda.is_cupy_array(a) != _cuda.is_cupy_array(b):
+        return False
+    xp = np if isinstance(a, np.ndarray) else _cuda.cupy_or_none()
+    return bool(xp.may_share_memory(a, b))

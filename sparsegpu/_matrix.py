@@ -34,8 +34,10 @@ _MIRROR_LOCK = threading.RLock()
 # A host buffer is read-only while any matrix holds a copying mirror made from it.
 # id(buffer) -> {id(matrix): weakref(matrix)}: the matrices holding it
 _holders: dict[int, dict[int, weakref.ref]] = {}
-# id(buffer) -> (buffer, [views of it that sparsegpu made read-only])
-_locked: dict[int, tuple[np.ndarray, list]] = {}
+# id(buffer) -> the arrays of it (the buffer itself first, when it was writable) that
+# sparsegpu made read-only; only these are made writable again, so a user's read-only
+# array stays read-only
+_locked: dict[int, list] = {}
 
 _ARRAY_NAMES = ("data", "indices", "indptr")
 
@@ -61,9 +63,8 @@ def _unhold(root: int, matrix_id: int) -> bool:
     if holders:
         return False
     del _holders[root]
-    buffer, views = _locked.pop(root, (None, ()))
-    # the buffer first: numpy lets a view be writable only when its base is
-    for arr in ([buffer] if buffer is not None else []) + list(views):
+    # in locking order, the buffer first: numpy lets a view be writable only when its base is
+    for arr in _locked.pop(root, ()):
         try:
             arr.flags.writeable = True
         except ValueError:  # read-only before sparsegpu saw it: not ours to unlock
@@ -108,6 +109,23 @@ def _release(matrix) -> set[int]:
     return {root for root in d.pop("_sg_roots", ()) if _unhold(root, id(matrix))}
 
 
+def _free_born_locked(a, unlocked: set[int]) -> None:
+    """Make writable the views in ``a``'s chain made while its buffer was locked.
+
+    A view of a read-only buffer is born read-only (``A.data[:nnz]`` taken after a product,
+    scipy's ``prune``): once sparsegpu gives the buffer back (its id in ``unlocked``), such
+    views follow it.
+    """
+    chain = _base_chain(a)
+    if id(chain[-1]) not in unlocked or not chain[-1].flags.writeable:
+        return
+    for arr in reversed(chain[:-1]):
+        try:
+            arr.flags.writeable = True
+        except ValueError:
+            break
+
+
 def _cupy_to_host(arg):
     """Turn CuPy / cupyx inputs into their host equivalents for scipy's constructors."""
     if _cuda.is_cupy_array(arg):
@@ -131,9 +149,16 @@ def _stored(name):
         # drops this matrix's mirrors. Assignment never changes a shared buffer's contents,
         # so other matrices sharing the old array keep theirs.
         old = self.__dict__.get(name)
-        if old is not None and old is not value and not (name == "_shape" and old == value):
-            self._sg_drop()
-        self.__dict__[name] = value
+        if old is None or old is value or (name == "_shape" and old == value):
+            self.__dict__[name] = value
+            return
+        # Assign, then drop, under the lock a mirror build holds: a build in another thread
+        # either finished before (and is dropped here) or reads the new array.
+        with _MIRROR_LOCK:
+            self.__dict__[name] = value
+            unlocked = self._sg_drop()
+        if name != "_shape":
+            _free_born_locked(value, unlocked)
 
     return property(fget, fset, doc=f"scipy's ``{name}``; assigning it drops the GPU mirror.")
 
@@ -323,20 +348,28 @@ class _SparseGPUMixin:
             if id(self) not in holders:
                 holders[id(self)] = weakref.ref(self, functools.partial(_forget, root, id(self)))
             roots.add(root)
-            buffer, views = _locked.setdefault(root, (chain[-1], []))
-            for arr in chain:
+            flipped = _locked.setdefault(root, [])
+            for arr in reversed(chain):  # the buffer first
                 if arr.flags.writeable:
                     arr.flags.writeable = False
-                    if arr is not buffer:
-                        views.append(arr)
+                    flipped.append(arr)
 
-    def _sg_drop(self) -> None:
-        """Drop this matrix's own mirrors (an attribute now refers to another array)."""
+    def _sg_drop(self) -> set[int]:
+        """Drop this matrix's own mirrors (an attribute now refers to another array).
+
+        Returns the buffers that became writable again.
+        """
         d = self.__dict__
         if "_sg_cache" in d or "_sg_roots" in d:
             with _MIRROR_LOCK:
                 _apply_forgotten()
-                _release(self)
+                return _release(self)
+        return set()
+
+    def _sg_cache_dict(self) -> dict:
+        """The dict holding this matrix's mirrors and choices (made under the lock)."""
+        with _MIRROR_LOCK:
+            return self.__dict__.setdefault("_sg_cache", {})
 
     def _sg_invalidate(self) -> None:
         """The arrays' contents are about to change: drop the mirrors of every matrix that
@@ -355,15 +388,9 @@ class _SparseGPUMixin:
                     if other is not None:
                         unlocked |= _release(other)
             unlocked |= _release(self)
-            # views made while a buffer was locked were born read-only: free ours too
             for name in _ARRAY_NAMES:
-                chain = _base_chain(d[name]) if name in d else []
-                if chain and id(chain[-1]) in unlocked:
-                    for arr in reversed(chain[:-1]):
-                        try:
-                            arr.flags.writeable = True
-                        except ValueError:
-                            break
+                if name in d:
+                    _free_born_locked(d[name], unlocked)
 
     @property
     def shape(self):

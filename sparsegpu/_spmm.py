@@ -59,8 +59,10 @@ def launch_shape(mean_row_length: float, k: int) -> tuple[int, int]:
     return column_lanes * nonzero_lanes, column_lanes
 
 
-def csr_spmm(matrix, X, out=None):
+def csr_spmm(matrix, X, out):
     """``A @ X`` for a device mirror ``matrix`` and a C-contiguous (n_cols, k) CuPy X.
+
+    The operands are checked by the caller (:meth:`sparsegpu.backends.base.Plan.operands`).
 
     Parameters
     ----------
@@ -68,23 +70,15 @@ def csr_spmm(matrix, X, out=None):
         A validated CSR mirror on the GPU.
     X : cupy.ndarray
         Shape (n_cols, k), C-contiguous, in the mirror's dtype.
-    out : cupy.ndarray, optional
+    out : cupy.ndarray
         Shape (n_rows, k), C-contiguous, in the mirror's dtype.
 
     Returns
     -------
     cupy.ndarray of shape (n_rows, k).
     """
-    xp = matrix.xp
-    n_rows, n_cols = matrix.shape
+    n_rows = matrix.shape[0]
     k = int(X.shape[1])
-    if X.shape[0] != n_cols or X.dtype != matrix.dtype or not X.flags.c_contiguous:
-        raise ValueError(
-            f"X must be a C-contiguous ({n_cols}, k) array of {matrix.dtype}, got "
-            f"{X.shape} {X.dtype}"
-        )
-    if out is None:
-        out = xp.empty((n_rows, k), dtype=matrix.dtype)
     if n_rows == 0 or k == 0:
         return out
     threads_per_row, column_lanes = launch_shape(matrix.stats.mean, k)

@@ -153,9 +153,8 @@ class AdaptivePlan(Plan):
             self._carries[stream_ptr] = buffers
         return buffers
 
-    def matvec(self, x, out=None):
+    def _matvec(self, x, y):
         cupy = self._cupy
-        y = cupy.empty(self._n_rows, dtype=self._dtype) if out is None else out
         if self._n_rows == 0:
             return y
         stream_ptr = cupy.cuda.get_current_stream().ptr

@@ -29,36 +29,110 @@ class Plan:
     """A ready-to-run product ``y = A @ x`` for one mirror and one policy.
 
     Immutable once made: compiled kernels, launch shape, descriptors, workspaces.
-    Subclasses implement :meth:`matvec`; :meth:`matmat` defaults to one matvec per column.
+    :meth:`matvec` and :meth:`matmat` check ``x`` and ``out`` (:meth:`operands`) before any
+    pointer reaches a kernel; subclasses implement :meth:`_matvec` (and may implement
+    :meth:`_matmat`), which receive checked operands and a result buffer to fill.
     """
 
     def __init__(self, matrix: DeviceMatrix, policy: Policy):
         self.matrix = matrix
         self.policy = policy
 
+    def operands(self, x, out, ndim: int):
+        """``(x, y)`` checked for a product: ``y`` is ``out`` or a new result buffer.
+
+        ``x`` must be an array of the mirror's module and dtype, C-contiguous, of shape
+        ``(n_cols,)`` (``ndim`` 1) or ``(n_cols, k)`` (``ndim`` 2); ``out`` likewise of shape
+        ``(n_rows,)`` or ``(n_rows, k)``, and sharing no memory with ``x`` (a kernel would
+        read what it has already overwritten). Anything else is a ValueError that says what
+        was expected and what came.
+        """
+        m = self.matrix
+        xp = m.xp
+        n_rows, n_cols = m.shape
+        dtype = m.dtype
+        k = x.shape[-1] if ndim == 2 and getattr(x, "ndim", 0) == 2 else None
+        want = (n_cols,) if ndim == 1 else (n_cols, k if k is not None else "k")
+        if (
+            type(x) is not xp.ndarray
+            or x.shape != want
+            or x.dtype != dtype
+            or not x.flags.c_contiguous
+        ):
+            raise ValueError(
+                f"x must be a C-contiguous {xp.__name__} array of shape {_shape_text(want)} "
+                f"and dtype {dtype}, got {_describe(x)}"
+            )
+        want = (n_rows,) if ndim == 1 else (n_rows, k)
+        if out is None:
+            return x, xp.empty(want, dtype=dtype)
+        if (
+            type(out) is not xp.ndarray
+            or out.shape != want
+            or out.dtype != dtype
+            or not out.flags.c_contiguous
+        ):
+            raise ValueError(
+                f"out must be a C-contiguous {xp.__name__} array of shape {_shape_text(want)} "
+                f"and dtype {dtype}, got {_describe(out)}"
+            )
+        if out.size and x.size and _overlap(x, out, xp):
+            raise ValueError(
+                "out shares memory with x; a product cannot overwrite its own input: pass a "
+                "separate out (or out=None)"
+            )
+        return x, out
+
     def matvec(self, x, out=None):
         """``A @ x`` for a 1-D x of length n_cols in the mirror's dtype, on the current stream.
 
-        ``out``, when given, is a 1-D array of length n_rows and the mirror's dtype.
+        ``out``, when given, is a C-contiguous 1-D array of length n_rows in the mirror's
+        dtype, sharing no memory with ``x``; it is filled and returned.
         """
-        raise NotImplementedError
+        x, y = self.operands(x, out, 1)
+        return self._matvec(x, y)
 
     def matmat(self, X, out=None):
-        """``A @ X`` for a 2-D C-contiguous X of shape (n_cols, k).
+        """``A @ X`` for a 2-D C-contiguous X of shape (n_cols, k); ``out`` is (n_rows, k)."""
+        X, Y = self.operands(X, out, 2)
+        return self._matmat(X, Y)
+
+    def _matvec(self, x, y):
+        """Fill ``y`` with ``A @ x`` (both checked by :meth:`operands`) and return it."""
+        raise NotImplementedError
+
+    def _matmat(self, X, Y):
+        """Fill ``Y`` with ``A @ X`` (both checked).
 
         Default: on the GPU, from ``SPMM_MIN_COLUMNS`` columns on, one CSR kernel that
         reads A once for all k columns (:mod:`sparsegpu._spmm`); below that, and on the
         host, one matvec per column.
         """
         if self.matrix.residence.name == CUPY.name and X.shape[1] >= SPMM_MIN_COLUMNS:
-            return csr_spmm(self.matrix, X, out)
+            return csr_spmm(self.matrix, X, Y)
         xp = self.matrix.xp
-        n_rows = self.matrix.shape[0]
-        if out is None:
-            out = xp.empty((n_rows, X.shape[1]), dtype=self.matrix.dtype)
         for j in range(X.shape[1]):
-            out[:, j] = self.matvec(xp.ascontiguousarray(X[:, j]))
-        return out
+            Y[:, j] = self._matvec(xp.ascontiguousarray(X[:, j]), xp.empty_like(Y[:, 0]))
+        return Y
+
+
+def _shape_text(shape) -> str:
+    return "(" + ", ".join(str(n) for n in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def _describe(a) -> str:
+    if not hasattr(a, "shape") or not hasattr(a, "dtype"):
+        return f"a {type(a).__name__}"
+    layout = "C-contiguous" if a.flags.c_contiguous else "not C-contiguous"
+    return f"a {type(a).__module__.split('.')[0]} {type(a).__name__} {a.shape} {a.dtype} ({layout})"
+
+
+def _overlap(a, b, xp) -> bool:
+    """True when two C-contiguous arrays of one module share bytes."""
+    if xp is np:
+        return np.may_share_memory(a, b)
+    start_a, start_b = a.data.ptr, b.data.ptr
+    return start_a < start_b + b.nbytes and start_b < start_a + a.nbytes
 
 
 class Backend:

@@ -68,7 +68,7 @@ def nearby_threads_per_row(threads_per_row: int) -> list[int]:
 
 
 class KernelPlan(Plan):
-    """What the kernel plans share: argument checks, the no-launch cases, the launch shape.
+    """What the kernel plans share: the no-launch cases and the launch shape.
 
     Subclasses set ``kernel``, ``grid``, ``block`` and ``shared_bytes`` (when the matrix has
     nonzeros) and implement :meth:`_arguments`.
@@ -95,37 +95,10 @@ class KernelPlan(Plan):
         needed = -(-self.matrix.shape[0] // rows_per_block)
         self.grid = max(1, min(needed, resident, MAX_GRID_BLOCKS))
 
-    def _check(self, x, out):
-        xp = self.matrix.xp
-        n_rows, n_cols = self.matrix.shape
-        dtype = self.matrix.dtype
-        if not isinstance(x, xp.ndarray) or x.shape != (n_cols,) or x.dtype != dtype:
-            raise ValueError(
-                f"x must be a {xp.__name__} array of shape ({n_cols},) and dtype {dtype}, got "
-                f"{type(x).__name__} {getattr(x, 'shape', '?')} {getattr(x, 'dtype', '?')}"
-            )
-        if not x.flags.c_contiguous:
-            raise ValueError("x must be C-contiguous; pass cupy.ascontiguousarray(x)")
-        if out is None:
-            return xp.empty(n_rows, dtype=dtype)
-        if (
-            not isinstance(out, xp.ndarray)
-            or out.shape != (n_rows,)
-            or out.dtype != dtype
-            or not out.flags.c_contiguous
-        ):
-            raise ValueError(
-                f"out must be a C-contiguous {xp.__name__} array of shape ({n_rows},) and dtype "
-                f"{dtype}, got {type(out).__name__} {getattr(out, 'shape', '?')} "
-                f"{getattr(out, 'dtype', '?')}"
-            )
-        return out
-
     def _arguments(self, x, y) -> tuple:
         raise NotImplementedError
 
-    def matvec(self, x, out=None):
-        y = self._check(x, out)
+    def _matvec(self, x, y):
         if not self.launches:
             y.fill(0)
             return y
@@ -217,10 +190,9 @@ class CsrVectorPlan(KernelPlan):
         m = self.matrix
         return (m.indptr, m.indices, m.data, x, np.uint64(0), y, np.int64(m.shape[0]))
 
-    def matvec(self, x, out=None):
+    def _matvec(self, x, y):
         if self.textures is None or not self.launches:
-            return super().matvec(x, out)
-        y = self._check(x, out)
+            return super()._matvec(x, y)
         if x.data.ptr % _cuda.device_info().texture_alignment:
             # a texture over linear memory must start at an aligned address; a view at an
             # odd offset (a column of a Krylov basis, say) is read through an aligned copy

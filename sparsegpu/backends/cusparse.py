@@ -179,8 +179,7 @@ class CusparsePlan(Plan):
             self._workspaces[stream_ptr] = workspace
         return workspace
 
-    def matvec(self, x, out=None):
-        y = self._cupy.empty(self._n_rows, dtype=self._dtype) if out is None else out
+    def _matvec(self, x, y):
         if self._empty:
             y.fill(0)
             return y
@@ -205,11 +204,10 @@ class CusparsePlan(Plan):
             )
         return y
 
-    def matmat(self, X, out=None):
+    def _matmat(self, X, Y):
         """``A @ X`` through cuSPARSE SpMM on row-major (C-contiguous) X and result."""
         cupy = self._cupy
         k = int(X.shape[1])
-        Y = cupy.empty((self._n_rows, k), dtype=self._dtype) if out is None else out
         if self._empty or k == 0:
             Y.fill(0)
             return Y
