@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _cuda
-from ._mirror import SCATTERED_SPREAD, DeviceMemoryError, memory_error
+from ._mirror import SCATTERED_SPREAD, DeviceMemoryError, is_out_of_memory, memory_error
 from .backends import BUILTIN_MODULES
 from .backends.base import Backend, Plan
 
@@ -437,7 +437,10 @@ def _policy_for(matrix_obj, backend: Backend, value_dtype):
 def _plan_for(matrix_obj, backend: Backend, value_dtype, policy) -> Plan:
     mirror = matrix_obj._sg_mirror(backend.residence, value_dtype)
     if not backend.supports(mirror):
-        reason = backend.refuse_reason(mirror)
+        reason = backend.refuse_reason(mirror) or (
+            f"its dtypes ({mirror.dtype} values, {mirror.index_dtype} indices) are not among "
+            f"those it supports ({', '.join(map(str, backend.value_dtypes))})"
+        )
         raise ValueError(f"backend {backend.name!r} cannot take this matrix: {reason}")
     if policy is None:
         policy = _default_policy(matrix_obj, backend, mirror)
@@ -506,6 +509,12 @@ def product(matrix_obj, x, *, backend: str | None = None, policy=None, out=None)
     except DeviceMemoryError:
         raise
     except MemoryError as exc:  # CuPy's OutOfMemoryError is one; say what it needed
+        if not is_out_of_memory(exc) or type(exc) is MemoryError:
+            raise MemoryError(
+                f"the product with this {matrix_obj.shape} matrix ran out of host memory "
+                f"({exc or 'numpy could not allocate'}); free memory, or multiply fewer "
+                "columns at a time"
+            ) from exc
         nbytes = sum(a.nbytes for a in (matrix_obj.data, matrix_obj.indices, matrix_obj.indptr))
         nbytes += x.nbytes + matrix_obj.shape[0] * x.itemsize * (x.shape[1] if x.ndim == 2 else 1)
         raise memory_error(nbytes, f"the product with this {matrix_obj.shape} matrix") from exc

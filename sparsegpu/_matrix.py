@@ -29,6 +29,7 @@ import scipy.sparse as sp
 
 from . import _cuda, _dispatch
 from ._mirror import DeviceMatrix, Residence
+from ._write_through import write_through
 
 _MIRROR_LOCK = threading.RLock()
 # A host buffer is read-only while any matrix holds a copying mirror made from it.
@@ -142,7 +143,11 @@ def _stored(name):
     """A property storing ``name`` in the instance dict; assignment drops the mirrors."""
 
     def fget(self):
-        return self.__dict__[name]
+        value = self.__dict__[name]
+        # while a mirror holds the buffer, hand out a view whose writes drop the mirror
+        if "_sg_roots" in self.__dict__ and type(value) is np.ndarray and not value.flags.writeable:
+            return write_through(value, self)
+        return value
 
     def fset(self, value):
         # scipy re-assigns unchanged arrays and shapes (check_format): only a real change
@@ -160,7 +165,11 @@ def _stored(name):
         if name != "_shape":
             _free_born_locked(value, unlocked)
 
-    return property(fget, fset, doc=f"scipy's ``{name}``; assigning it drops the GPU mirror.")
+    return property(
+        fget,
+        fset,
+        doc=f"scipy's ``{name}``; assigning it, or writing into it, drops the GPU mirror.",
+    )
 
 
 def _invalidating(method_name):
@@ -262,13 +271,16 @@ class _SparseGPUMixin:
 
     def _sg_build_mirror(self, residence, value_dtype, cache) -> DeviceMatrix:
         csr_shape, transposed = self._sg_layout()
-        arrays = (self.data, self.indices, self.indptr)
+        arrays = [self.__dict__[n] for n in _ARRAY_NAMES]
         if not residence.copies:
             # The host mirror aliases the arrays (scipy computes on them, also in CSC
-            # layout), so it can never be stale and nothing is locked.
+            # layout), so it is never stale; they are still held, so that a write through
+            # A.data/A.indices drops the mirror and the next product validates them again
+            # (an index written out of range is a ValueError, not a crash in scipy's kernel).
             mirror = DeviceMatrix.from_host(*arrays, csr_shape, residence)
             mirror.layout = "csc" if transposed else "csr"
             mirror.shape = self.shape
+            self._sg_lock_arrays(arrays)
             return mirror
         # "stored" (the arrays as CSR) and "transposed" live in a dict shared with the
         # views holding the same arrays (A, every A.T, A.T.T): A.T is a new object each

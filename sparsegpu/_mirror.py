@@ -249,6 +249,11 @@ class DeviceMatrix:
             When the arrays do not fit in device memory, with the bytes needed and free.
         """
         n_rows, n_cols = int(shape[0]), int(shape[1])
+        for name, array in (("data", data), ("indices", indices), ("indptr", indptr)):
+            if np.ndim(array) != 1:
+                raise ValueError(
+                    f"{name} must be 1-D, got shape {np.shape(array)}; CSR arrays are flat"
+                )
         indptr = np.asarray(indptr)
         if indptr.ndim != 1 or indptr.shape[0] != n_rows + 1:
             raise ValueError(
@@ -276,6 +281,8 @@ class DeviceMatrix:
             np.asarray(indices[:nnz], dtype=index_dtype),
             np.asarray(indptr, dtype=index_dtype),
         )
+        if residence.copies:  # a device copy is in native byte order
+            host = tuple(a.astype(a.dtype.newbyteorder("="), copy=False) for a in host)
         xp = residence.xp
         try:
             dev = [residence.upload(a) for a in host]

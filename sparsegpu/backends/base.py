@@ -185,8 +185,8 @@ class Backend:
     def supports(self, matrix: DeviceMatrix) -> bool:
         """True when this backend can compute with this mirror (dtypes and limits)."""
         return (
-            matrix.dtype in self.value_dtypes
-            and matrix.index_dtype in self.index_dtypes
+            matrix.dtype.newbyteorder("=") in self.value_dtypes
+            and matrix.index_dtype.newbyteorder("=") in self.index_dtypes
             and self.refuse_reason(matrix) is None
         )
 

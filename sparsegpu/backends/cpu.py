@@ -41,17 +41,35 @@ class ScipyPlan(Plan):
 
     def __init__(self, matrix: DeviceMatrix, policy):
         super().__init__(matrix, policy)
-        cls = sp.csc_matrix if matrix.layout == "csc" else sp.csr_matrix
-        self._csr = cls(
-            (matrix.data, matrix.indices, matrix.indptr), shape=matrix.shape, copy=False
+        # The arrays are set directly: scipy's constructor would keep an int32 copy of
+        # int64 indices that hold small values, and the host arrays are what this reads.
+        self._csr = (sp.csc_matrix if matrix.layout == "csc" else sp.csr_matrix)(
+            matrix.shape, dtype=matrix.dtype.newbyteorder("=")
+        )
+        self._csr.data, self._csr.indices, self._csr.indptr = (
+            matrix.data,
+            matrix.indices,
+            matrix.indptr,
         )
 
     def matvec(self, x, out=None):
+        """scipy's product; ``out`` is checked like numpy's (exact shape, ``same_kind``).
+
+        On the host no kernel reads raw pointers and scipy writes a new array, so ``out``
+        may be any writable numpy array, also one sharing memory with ``x``.
+        """
+        if not isinstance(x, np.ndarray) or x.ndim not in (1, 2):
+            raise ValueError(f"x must be a 1-D or 2-D numpy array, got {type(x).__name__}")
         y = self._csr @ x
-        if out is not None:
-            out[...] = y
-            return out
-        return y
+        if out is None:
+            return y
+        if not isinstance(out, np.ndarray) or out.shape != y.shape:
+            raise ValueError(
+                f"out must be a numpy array of shape {y.shape}, got "
+                f"{type(out).__name__} {getattr(out, 'shape', '')}"
+            )
+        np.copyto(out, y, casting="same_kind")
+        return out
 
     matmat = matvec  # scipy's product takes 1-D and 2-D operands alike
 
