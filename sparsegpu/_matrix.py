@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import sys
 import threading
 import weakref
 
@@ -288,6 +289,7 @@ class _SparseGPUMixin:
         shared = self._sg_shared_arrays()
         stored = shared.get((residence.name, "stored"))
         if stored is None:
+            arrays = _own_arrays(_live_sharers(shared), arrays)
             stored = DeviceMatrix.from_host(*arrays, csr_shape, residence)
             shared[(residence.name, "stored")] = stored
             for sharer in _live_sharers(shared):
@@ -528,6 +530,48 @@ class _SparseGPUMixin:
         return result
 
     conjugate.__doc__ = sp.csr_matrix.conjugate.__doc__
+
+
+def _own_arrays(sharers: list, arrays: list) -> list:
+    """Copy-on-upload: the arrays a copying mirror is made from, owned by the matrices.
+
+    An array something else also refers to (a view of a larger buffer, an array the user
+    passed in and kept, ``np.frombuffer`` over a bytearray, a memoryview's base, an earlier
+    ``v = A.data``) is replaced, in every sharer, by a private copy before the upload, so
+    that no earlier alias can write what the GPU holds: such a write changes the old
+    buffer, no longer the matrix. Costs one host copy of those arrays per upload
+    (memcpy speed; the upload itself crosses PCIe).
+    """
+    owned = []
+    for i, name in enumerate(_ARRAY_NAMES):
+        a = arrays[i]
+        if not _aliased(a, sum(m.__dict__.get(name) is a for m in sharers)):
+            owned.append(a)
+            continue
+        private = a.copy()
+        for m in sharers:
+            if _same_memory(m.__dict__.get(name, private), a):
+                m.__dict__[name] = private
+        owned.append(private)
+    return owned
+
+
+def _aliased(a, holders: int) -> bool:
+    """True when something besides ``holders`` matrices can reach ``a``'s memory.
+
+    Counted references: ``a`` is held by each holder's dict, the caller's list and local,
+    this parameter and getrefcount's argument; each base in its chain only by the view
+    above it, the local ``base`` and the argument. Memory owned by something that is not
+    an array (a bytearray, a memoryview, an mmap) is always aliased.
+    """
+    if sys.getrefcount(a) > holders + 4:
+        return True
+    base = a.base
+    while base is not None:
+        if not isinstance(base, np.ndarray) or sys.getrefcount(base) > 3:
+            return True
+        base = base.base
+    return False
 
 
 def _live_refs(refs: list) -> list:

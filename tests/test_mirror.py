@@ -353,8 +353,8 @@ def test_a_collected_holder_never_waits_for_the_mirror_lock():
     from sparsegpu import _matrix
 
     A = _fresh(seed=9)
-    data = A.data
     sg.matvec(A, np.ones(A.shape[1]), backend="host-copy")
+    data = A.__dict__["data"]  # the buffer the mirror holds (taken after: no copy-on-upload)
     assert not data.flags.writeable
     held, release = threading.Event(), threading.Event()
 
@@ -375,3 +375,53 @@ def test_a_collected_holder_never_waits_for_the_mirror_lock():
         holder.join()
     sg.matvec(_fresh(seed=10), np.ones(50), backend="host-copy")  # applies the queue
     assert data.flags.writeable
+
+
+def _alias_earlier_view(A):
+    view = A.data[:]
+    return lambda: view.__setitem__(slice(None), 99.0)
+
+
+def _alias_sibling_view(A):
+    big = np.concatenate([A.data, A.data])
+    A.data = big[: A.nnz]
+    sibling = big[: A.nnz]
+    return lambda: sibling.__setitem__(slice(None), 99.0)
+
+
+def _alias_bytearray(A):
+    raw = bytearray(A.data.tobytes())
+    A.data = np.frombuffer(raw, dtype=A.data.dtype)
+    return lambda: raw.__setitem__(slice(0, 8), np.float64(99).tobytes())
+
+
+def _alias_memoryview(A):
+    memory = np.asarray(memoryview(A.data))
+    return lambda: memory.__setitem__(slice(None), 99.0)
+
+
+def _alias_passed_in(A):
+    data = A.data.copy()
+    A.data = data  # the caller keeps its own reference
+    return lambda: data.__setitem__(slice(None), 99.0)
+
+
+@pytest.mark.parametrize(
+    "alias",
+    [
+        _alias_earlier_view,
+        _alias_sibling_view,
+        _alias_bytearray,
+        _alias_memoryview,
+        _alias_passed_in,
+    ],
+    ids=["earlier view", "sibling view", "frombuffer(bytearray)", "memoryview", "kept array"],
+)
+def test_writes_through_earlier_aliases_never_make_a_product_stale(copying_backend, alias):
+    """Copy-on-upload: an alias taken before the first product writes the old buffer, not
+    what the GPU holds, so host arrays and products agree (the documented contract)."""
+    A = _fresh()
+    write = alias(A)
+    sg.matvec(A, np.ones(A.shape[1]), backend=copying_backend)
+    write()
+    _check(A, copying_backend, "after a write through an earlier alias")
