@@ -495,18 +495,23 @@ class _SparseGPUMixin:
     # their results (scipy's CSR/CSC, or ours made by scipy without our attributes) come
     # back as sparsegpu classes with this matrix's backend choice. Issue 16.
     @staticmethod
+    def _sg_class(format: str, array: bool):
+        """The sparsegpu class for scipy format ``format`` ("csr" or "csc") and kind, or
+        None for a format sparsegpu has no class for."""
+        return {
+            ("csr", False): csr_matrix,
+            ("csr", True): csr_array,
+            ("csc", False): csc_matrix,
+            ("csc", True): csc_array,
+        }.get((format, array))
+
+    @staticmethod
     def _sg_class_of(result):
         """``result``, a scipy CSR or CSC of either kind, as the matching sparsegpu class
         (sharing its arrays); anything else unchanged."""
         if isinstance(result, _SparseGPUMixin) or not sp.issparse(result):
             return result
-        kinds = {
-            ("csr", True): csr_matrix,
-            ("csr", False): csr_array,
-            ("csc", True): csc_matrix,
-            ("csc", False): csc_array,
-        }
-        cls = kinds.get((result.format, isinstance(result, sp.spmatrix)))
+        cls = _SparseGPUMixin._sg_class(result.format, not isinstance(result, sp.spmatrix))
         return result if cls is None else cls(result)
 
     def _sg_adopt(self, result):
