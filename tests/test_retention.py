@@ -16,6 +16,7 @@ import scipy.sparse as sp
 
 import sparsegpu as sg
 from sparsegpu import _construct, _dispatch
+from sparsegpu.tuning.policy import CsrVectorPolicy
 
 KINDS = {"matrix": (sg.csr_matrix, sp.csr_matrix), "array": (sg.csr_array, sp.csr_array)}
 SPARSEGPU_CLASSES = {
@@ -165,3 +166,11 @@ def test_construct_refuses_other_formats(how):
 def test_construct_examples_run():
     failures, tried = doctest.testmod(_construct)
     assert tried and not failures
+
+
+@pytest.mark.parametrize("op", ["row_slice", "tocsc", "A_matmul_AT", "B_minus_A", "vstack"])
+def test_policy_is_inherited(op, operands):
+    A, B, _, _ = operands
+    A.policy = CsrVectorPolicy(block_size=64, threads_per_row=4)
+    case = {**DERIVED, **REFLECTED, "vstack": lambda A, B: sg.vstack([A, B])}[op]
+    assert case(A, B).policy == A.policy
