@@ -3,9 +3,9 @@
 Each function is a thin wrapper over its namesake in :mod:`scipy.sparse`: scipy builds the
 matrix, and the result comes back as :class:`sparsegpu.csr_matrix` / ``csr_array`` (the
 default, ``format="csr"``) or ``csc_matrix`` / ``csc_array`` (``format="csc"``), sharing
-scipy's arrays. Other formats raise ``ValueError``, as ``cupyx.scipy.sparse`` does for
-formats it has no class for: sparsegpu's products exist for CSR and CSC only, so a
-``"coo"`` result would silently compute on the CPU; call scipy's function for those.
+scipy's arrays. Other formats raise ``ValueError`` rather than hand back a scipy class
+whose products would silently run on the CPU; ``cupyx.scipy.sparse`` likewise fails for a
+format it has no GPU class for (its ``asformat`` raises). Call scipy's function for those.
 
 The kind follows the inputs: a sparse array among them makes the result an array (as
 scipy >= 1.12 does; scipy 1.11 returned a matrix there), otherwise a matrix. The result
