@@ -7,6 +7,7 @@ True
 """
 
 from . import datasets, io, linalg, suitesparse
+from ._construct import block_diag, bmat, diags, eye, hstack, identity, kron, random, vstack
 from ._dispatch import (
     BackendStatus,
     BackendUnavailableError,
@@ -27,17 +28,26 @@ __all__ = [
     "__version__",
     "autotune",
     "backends",
+    "block_diag",
+    "bmat",
     "csc_array",
     "csc_matrix",
     "csr_array",
     "csr_matrix",
     "datasets",
+    "diags",
     "explain",
+    "eye",
+    "hstack",
+    "identity",
     "io",
+    "kron",
     "linalg",
     "matvec",
+    "random",
     "register_backend",
     "suitesparse",
     "unregister_backend",
     "use_backend",
+    "vstack",
 ]

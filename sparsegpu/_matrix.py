@@ -531,6 +531,70 @@ class _SparseGPUMixin:
 
     conjugate.__doc__ = sp.csr_matrix.conjugate.__doc__
 
+    # ---- results stay sparsegpu classes
+    # scipy builds slices, format changes and sparse-sparse products through these hooks;
+    # their results (scipy's CSR/CSC, or ours made by scipy without our attributes) come
+    # back as sparsegpu classes with this matrix's backend choice. Issue 16.
+    @staticmethod
+    def _sg_class(format: str, array: bool):
+        """The sparsegpu class for scipy format ``format`` ("csr" or "csc") and kind, or
+        None for a format sparsegpu has no class for."""
+        return {
+            ("csr", False): csr_matrix,
+            ("csr", True): csr_array,
+            ("csc", False): csc_matrix,
+            ("csc", True): csc_array,
+        }.get((format, array))
+
+    @staticmethod
+    def _sg_class_of(result):
+        """``result``, a scipy CSR or CSC of either kind, as the matching sparsegpu class
+        (sharing its arrays); anything else unchanged."""
+        if isinstance(result, _SparseGPUMixin) or not sp.issparse(result):
+            return result
+        cls = _SparseGPUMixin._sg_class(result.format, not isinstance(result, sp.spmatrix))
+        return result if cls is None else cls(result)
+
+    def _sg_adopt(self, result):
+        """``result`` as a sparsegpu class carrying this matrix's backend and policy."""
+        return self._sg_inherit(self._sg_class_of(result))
+
+    def __getitem__(self, key):
+        return self._sg_adopt(super().__getitem__(key))
+
+    def tocsr(self, copy=False):
+        return self._sg_adopt(super().tocsr(copy=copy))
+
+    tocsr.__doc__ = sp.csr_matrix.tocsr.__doc__
+
+    def tocsc(self, copy=False):
+        return self._sg_adopt(super().tocsc(copy=copy))
+
+    tocsc.__doc__ = sp.csr_matrix.tocsc.__doc__
+
+    def _matmul_sparse(self, other):
+        return self._sg_adopt(super()._matmul_sparse(other))
+
+    def _mul_sparse_matrix(self, other):  # scipy < 1.13
+        return self._sg_adopt(super()._mul_sparse_matrix(other))
+
+    # Python calls a reflected operator of the right operand first when its class is a
+    # subclass of the left operand's and overrides it: ``S + A`` for a scipy S of A's
+    # format and kind reaches these, and the result is ours. The sparse cases compute
+    # what scipy would (``S - A`` is S's own subtraction), then adopt the result.
+    def __radd__(self, other):  # other + self
+        return self._sg_adopt(super().__radd__(other))
+
+    def __rsub__(self, other):  # other - self
+        if sp.issparse(other):
+            return self._sg_adopt(other.__sub__(self))
+        return super().__rsub__(other)
+
+    def __rmul__(self, other):  # other * self
+        if sp.issparse(other):
+            return self._sg_adopt(other.__mul__(self))
+        return super().__rmul__(other)
+
 
 def _own_arrays(sharers: list, arrays: list) -> list:
     """Copy-on-upload: the arrays a copying mirror is made from, owned by the matrices.
