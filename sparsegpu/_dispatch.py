@@ -181,9 +181,30 @@ def use_backend(name: str):
         _scoped.reset(token)
 
 
+def _env_backend() -> str | None:
+    """``SPARSEGPU_BACKEND``, read on every product (a user may set it at any time).
+
+    ``os.environ.get`` encodes the key and decodes the value on each call (1-3 us, more
+    than the rest of a product's dispatch); this reads the mapping behind it, which
+    ``os.environ`` keeps current, and decodes only a value that is set.
+    """
+    value = _ENVIRON_DATA.get(_ENV_KEY)
+    return None if value is None else os.environ.decodevalue(value)
+
+
+try:  # CPython's os.environ is a mapping over an encoded dict it keeps in step
+    _ENVIRON_DATA = os.environ._data
+    _ENV_KEY = os.environ.encodekey(ENV_VAR)
+except AttributeError:  # pragma: no cover - another Python: the plain, slower read
+    _ENVIRON_DATA, _ENV_KEY = None, None
+
+    def _env_backend() -> str | None:
+        return os.environ.get(ENV_VAR)
+
+
 def resolve_name(explicit: str | None, matrix_choice: str | None) -> str:
     """The backend name in force for one product (see the module docstring)."""
-    return explicit or matrix_choice or _scoped.get() or os.environ.get(ENV_VAR) or AUTO
+    return explicit or matrix_choice or _scoped.get() or _env_backend() or AUTO
 
 
 # ------------------------------------------------------------------------ choosing
@@ -522,7 +543,7 @@ def product(matrix_obj, x, *, backend: str | None = None, policy=None, out=None)
 
 def _product(matrix_obj, x, backend, policy, out):
     _cuda.ensure_context()
-    name = backend or matrix_obj._sg_backend or _scoped.get() or os.environ.get(ENV_VAR) or AUTO
+    name = backend or matrix_obj._sg_backend or _scoped.get() or _env_backend() or AUTO
     key = ("choice", name, x.dtype, policy, matrix_obj._sg_policy, _generation)
     cache = matrix_obj.__dict__.get("_sg_cache")
     entry = cache.get(key) if cache is not None else None
@@ -532,10 +553,14 @@ def _product(matrix_obj, x, backend, policy, out):
         cache = matrix_obj._sg_cache_dict()
         entry = cache[key] = _resolve(matrix_obj, name, x.dtype, policy)
     plan, value_dtype, on_host = entry
+    if out is None:
+        if on_host:
+            if type(x) is np.ndarray:  # the CPU path: scipy's kernel takes x as it is
+                return plan.matvec(x)
+        elif x.ndim == 1 and x.dtype == value_dtype and _cuda.is_cupy_array(x):
+            # the GPU hot path: a device vector in the right dtype
+            return plan.matvec(x if x.flags.c_contiguous else x.copy())
     want_cupy = _cuda.is_cupy_array(x)
-    if out is None and want_cupy and not on_host and x.dtype == value_dtype and x.ndim == 1:
-        # the hot path: a device vector in the right dtype
-        return plan.matvec(x if x.flags.c_contiguous else x.copy())
     if out is not None:
         _check_out(out, x, matrix_obj.shape[0], value_dtype)
     residence = plan.matrix.residence

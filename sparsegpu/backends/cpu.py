@@ -37,20 +37,21 @@ ALL_SCIPY_DTYPES = tuple(
 
 
 class ScipyPlan(Plan):
-    """Wraps the mirror in a plain scipy CSR matrix once; products call scipy."""
+    """Wraps the mirror in a plain scipy CSR (or CSC) matrix once; products call scipy's
+    own kernels through its product hooks, not through its operator a second time."""
 
     def __init__(self, matrix: DeviceMatrix, policy):
         super().__init__(matrix, policy)
         # The arrays are set directly: scipy's constructor would keep an int32 copy of
         # int64 indices that hold small values, and the host arrays are what this reads.
-        self._csr = (sp.csc_matrix if matrix.layout == "csc" else sp.csr_matrix)(
+        csr = (sp.csc_matrix if matrix.layout == "csc" else sp.csr_matrix)(
             matrix.shape, dtype=matrix.dtype.newbyteorder("=")
         )
-        self._csr.data, self._csr.indices, self._csr.indptr = (
-            matrix.data,
-            matrix.indices,
-            matrix.indptr,
-        )
+        csr.data, csr.indices, csr.indptr = matrix.data, matrix.indices, matrix.indptr
+        self._csr = csr
+        # scipy >= 1.13 names the hooks _matmul_*, older releases _mul_*
+        self._vector = getattr(csr, "_matmul_vector", None) or csr._mul_vector
+        self._multivector = getattr(csr, "_matmul_multivector", None) or csr._mul_multivector
 
     def matvec(self, x, out=None):
         """scipy's product; ``out`` is checked like numpy's (exact shape, ``same_kind``).
@@ -58,9 +59,13 @@ class ScipyPlan(Plan):
         On the host no kernel reads raw pointers and scipy writes a new array, so ``out``
         may be any writable numpy array, also one sharing memory with ``x``.
         """
-        if not isinstance(x, np.ndarray) or x.ndim not in (1, 2):
-            raise ValueError(f"x must be a 1-D or 2-D numpy array, got {type(x).__name__}")
-        y = self._csr @ x
+        n_cols = self.matrix.shape[1]
+        if type(x) is not np.ndarray or x.ndim not in (1, 2) or x.shape[0] != n_cols:
+            raise ValueError(
+                f"x must be a 1-D or 2-D numpy array with {n_cols} rows, got "
+                f"{type(x).__name__} {getattr(x, 'shape', '')}"
+            )
+        y = self._vector(x) if x.ndim == 1 else self._multivector(x)
         if out is None:
             return y
         if not isinstance(out, np.ndarray) or out.shape != y.shape:
