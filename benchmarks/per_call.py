@@ -26,8 +26,10 @@ import scipy.sparse as sp
 
 import sparsegpu as sg
 
-CALLS = 2000
-REPEATS = 7
+# Few calls between synchronizations: more would fill the launch queue (about a thousand
+# launches), after which each call waits for the GPU and the loop times kernels, not host.
+CALLS = 200
+REPEATS = 31
 
 
 def per_call_us(fn, sync=None, calls=CALLS, repeats=REPEATS) -> float:

@@ -283,6 +283,7 @@ class DeviceMatrix:
         )
         if residence.copies:  # a device copy is in native byte order
             host = tuple(a.astype(a.dtype.newbyteorder("="), copy=False) for a in host)
+            value_dtype = value_dtype.newbyteorder("=")
         xp = residence.xp
         try:
             dev = [residence.upload(a) for a in host]
