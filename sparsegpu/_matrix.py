@@ -409,7 +409,7 @@ class _SparseGPUMixin:
     @property
     def shape(self):
         """The shape (rows, columns); setting it (matrices only) drops the GPU mirror."""
-        return self._shape
+        return self.__dict__["_shape"]
 
     @shape.setter
     def shape(self, value):
@@ -477,7 +477,17 @@ class _SparseGPUMixin:
         raise ValueError(f"could not interpret dimensions: operand has shape {other.shape}")
 
     def __matmul__(self, other):
-        # a CuPy x skips scipy's scalar checks: this is the per-call path solvers hit
+        # The per-call paths skip scipy's operand checks, which cost more than a small
+        # product: a numpy vector of exactly n entries (scipy's answer: _matmul_vector),
+        # and a CuPy x (solvers).
+        if (
+            type(other) is np.ndarray
+            and other.ndim == 1
+            and other.dtype.kind in "biufc"
+            and self.ndim == 2
+            and other.shape[0] == self.__dict__["_shape"][1]
+        ):
+            return _dispatch.product(self, other)
         if _cuda.is_cupy_array(other) and self.ndim == 2:
             return self._sg_cupy_matmul(other)
         return super().__matmul__(other)
