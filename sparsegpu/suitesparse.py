@@ -43,6 +43,7 @@ from ._matrix import csr_array, csr_matrix
 from ._version import __version__
 from .io import mminfo, mmread
 from .io._archive import safe_extract
+from .io._files import create_beside
 
 DEFAULT_URL = "https://sparse.tamu.edu"
 URL_ENV = "SPARSEGPU_SUITESPARSE_URL"
@@ -228,7 +229,7 @@ def _fetch_index(path: Path, progress: bool) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     url = f"{base_url()}/files/ssstats.csv"
     with _locked(path.with_name(".ssstats.csv.lock"), url):
-        fd, temp = tempfile.mkstemp(prefix=".ssstats.", suffix=".csv", dir=path.parent)
+        fd, temp = create_beside(path.parent, ".ssstats.", ".csv")
         os.close(fd)
         try:
             _download(url, Path(temp), "ssstats.csv", progress)
@@ -547,7 +548,7 @@ def _source_stamp(path: Path) -> np.ndarray:
 
 
 def _save_binary(matrix, mtx: Path, binary: Path) -> None:
-    fd, temp = tempfile.mkstemp(prefix=f".{binary.name}.", dir=binary.parent)
+    fd, temp = create_beside(binary.parent, f".{binary.name}.")
     try:
         with os.fdopen(fd, "wb") as out:
             np.savez(

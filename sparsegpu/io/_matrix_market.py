@@ -17,7 +17,6 @@ import os
 import re
 import shutil
 import tarfile
-import tempfile
 import zlib
 
 import numpy as np
@@ -25,6 +24,7 @@ import scipy.io
 import scipy.sparse as sp
 
 from .._matrix import _cupy_to_host, csr_array, csr_matrix
+from ._files import create_beside
 from ._header import MMInfo, bad_file, check_memory, read_header
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.bz2", ".tar")
@@ -362,7 +362,7 @@ def mmwrite(path, A, *, comment: str = "", field=None, precision=None, symmetry=
 
 
 def _temp_beside(path: str, directory: str, temps: list) -> str:
-    fd, temp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".mtx", dir=directory)
+    fd, temp = create_beside(directory, f".{os.path.basename(path)}.", ".mtx")
     os.close(fd)
     temps.append(temp)
     return temp

@@ -39,7 +39,6 @@ import json
 import math
 import os
 import platform
-import tempfile
 import threading
 import warnings
 from dataclasses import asdict, dataclass, field, fields
@@ -608,7 +607,10 @@ class TuningCache:
             return {}
 
     def _write_locked(self, text: str) -> None:
-        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=f".{CACHE_FILE}.", suffix=".tmp")
+        # imported here: sparsegpu.io imports the matrix classes, which import this module
+        from ..io._files import create_beside
+
+        fd, tmp = create_beside(self.directory, f".{CACHE_FILE}.", ".tmp")
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 handle.write(text)
