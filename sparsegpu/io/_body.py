@@ -1,0 +1,288 @@
+"""The Matrix Market body, checked against its header before scipy parses it.
+
+scipy's parser (fast_matrix_market) reads a number from the front of each token and
+drops the rest: ``0x1p3`` is read as 0, ``2.5`` in an ``integer`` file as 2, a second
+value on a ``real`` line is ignored, and a NUL byte after the last value crashes the
+process. Every byte of the body is checked here first, vectorized (numpy), a chunk of
+whole lines at a time:
+
+* only digits, ``+ - . e E``, letters of ``inf``/``nan``, spaces, tabs and line ends;
+* every non-blank line holds exactly the numbers one entry of the header's format and
+  field has (``row column [value [imaginary]]``, or the values of an ``array`` file);
+* there are exactly as many entries as the size line declares;
+* indices are unsigned integers, ``integer`` values have no ``.`` or exponent, and every
+  value is a whole decimal number (sign, digits, one ``.``, one exponent, in that order).
+
+Index ranges and the stored triangle of symmetric files are checked on the parsed arrays.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import os
+
+import numpy as np
+
+from ._header import MMInfo, bad_file
+
+# Bytes of whole lines checked at once: small enough for the temporaries to stay cheap.
+CHUNK_BYTES = 4 << 20
+# Chunks checked at once (numpy releases the GIL): the check keeps pace with the parser.
+_WORKERS = min(8, os.cpu_count() or 1)
+# An entry line longer than this is damage, not a number.
+MAX_LINE_BYTES = 1 << 20
+
+# Byte classes; the check relies on the order: blanks, then tokens; signs, points and
+# exponents ("specials") last but for _BAD, which is refused before they are looked at.
+_WS, _NL, _DIGIT, _LETTER, _DOT, _EXP, _SIGN, _BAD = range(8)
+_CLASS = np.full(256, _BAD, dtype=np.uint8)
+_CLASS[[ord(" "), ord("\t"), ord("\r")]] = _WS
+_CLASS[ord("\n")] = _NL
+_CLASS[ord("0") : ord("9") + 1] = _DIGIT
+_CLASS[ord(".")] = _DOT
+_CLASS[[ord("e"), ord("E")]] = _EXP
+_CLASS[[ord("+"), ord("-")]] = _SIGN
+_CLASS[[c for c in range(256) if chr(c).isascii() and chr(c).isalpha() and chr(c) not in "eE"]] = (
+    _LETTER
+)
+
+# _ALLOWED[kind, previous class, next class]: where a sign, point or exponent may stand.
+_ALLOWED = np.zeros((8, 8, 8), dtype=bool)
+for _prev in (_WS, _NL, _EXP):
+    _ALLOWED[_SIGN, _prev, [_DIGIT, _DOT, _LETTER]] = True
+for _prev in (_DIGIT, _SIGN, _WS, _NL):
+    _ALLOWED[_DOT, _prev, _DIGIT] = True
+_ALLOWED[_DOT, _DIGIT, [_EXP, _WS, _NL]] = True
+for _prev in (_DIGIT, _DOT):
+    _ALLOWED[_EXP, _prev, [_DIGIT, _SIGN]] = True
+_REFUSED = ~_ALLOWED.ravel()  # indexed by kind << 6 | previous << 3 | next
+# Within one number: a mantissa sign, the point, the exponent, the exponent's sign.
+_CLASS_TABLE = _CLASS.tobytes()
+_START_SHIFT = 3
+_KIND_MASK = (1 << _START_SHIFT) - 1
+_RANK = np.zeros(8, dtype=np.int8)
+_RANK[_DOT], _RANK[_EXP] = 1, 2
+_EXPONENT_SIGN_RANK = 3
+_WORDS = (b"inf", b"infinity", b"nan")
+
+_LAYOUT = {
+    ("coordinate", "pattern"): "row column",
+    ("coordinate", "real"): "row column value",
+    ("coordinate", "integer"): "row column value",
+    ("coordinate", "complex"): "row column real imaginary",
+    ("array", "real"): "value",
+    ("array", "integer"): "value",
+    ("array", "complex"): "real imaginary",
+}
+
+
+class _Body:
+    """What one file's entries must look like, and the check of one chunk of lines."""
+
+    def __init__(self, info: MMInfo):
+        self.info = info
+        self.layout = _LAYOUT[(info.format, info.field)]
+        self.per_line = len(self.layout.split())
+        self.indices = 2 if info.format == "coordinate" else 0
+
+    def fail(self, line: int, problem: str):
+        raise bad_file(self.info.source, f"line {line}: {problem}")
+
+    def check(self, data: bytes, first_line: int) -> np.ndarray:
+        """Check ``data`` (a newline, then whole lines, the first of them ``first_line``).
+
+        Returns the chunk's entry lines (0-based, within the chunk); the caller checks
+        their total against the size line.
+        """
+        a = np.frombuffer(data, dtype=np.uint8)
+        c = np.frombuffer(data.translate(_CLASS_TABLE), dtype=np.uint8)
+        if (c == _BAD).any():
+            self._bad_byte(a, c, first_line)
+        newline = c == _NL
+        token = c > _NL
+        start = np.empty_like(token)
+        start[0] = False
+        np.greater(token[1:], token[:-1], out=start[1:])
+        special = c >= _DOT
+        # The events: token starts, line ends, signs, points, exponents, in file order;
+        # a token start is marked by _START in its class.
+        events = np.flatnonzero(start | newline | special)
+        marked = c.take(events) | (start.take(events).view(np.uint8) << _START_SHIFT)
+        kinds = marked & _KIND_MASK
+        token_number = np.cumsum(marked >> _START_SHIFT, dtype=np.int32)
+        counts = np.diff(token_number[kinds == _NL])
+        self._count(a, counts, first_line)
+        words = self._words(a, c, token, start, first_line) if (c == _LETTER).any() else None
+        in_events = np.flatnonzero(kinds >= _DOT)
+        if in_events.size:
+            tokens = token_number.take(in_events) - 1
+            self._numbers(a, c, events.take(in_events), tokens, start, first_line, words)
+        return np.flatnonzero(counts)
+
+    @staticmethod
+    def _line_of(a: np.ndarray, position: int, first_line: int) -> tuple[int, int]:
+        """(line number, 1-based column) of byte ``position``."""
+        previous = int(np.flatnonzero(a[:position] == 10)[-1])
+        return first_line + int(np.count_nonzero(a[1:position] == 10)), position - previous
+
+    @staticmethod
+    def _text(a: np.ndarray, k: int) -> str:
+        newlines = np.flatnonzero(a == 10)
+        line = a[newlines[k] + 1 : newlines[k + 1]].tobytes().rstrip(b"\r")
+        shown = line[:80].decode("latin-1")
+        return repr(shown + ("..." if len(line) > 80 else ""))
+
+    def _token(self, a, c, start, t: int, first_line: int) -> tuple[int, str]:
+        """(line number, text) of the chunk's token ``t``."""
+        position = int(np.flatnonzero(start)[t])
+        end = position + int(np.argmin(c[position:] > _NL))
+        return self._line_of(a, position, first_line)[0], a[position:end].tobytes().decode(
+            "latin-1"
+        )
+
+    def _bad_byte(self, a, c, first_line) -> None:
+        position = int(np.argmax(c == _BAD))
+        line, column = self._line_of(a, position, first_line)
+        byte = int(a[position])
+        what = "a NUL byte" if byte == 0 else f"byte 0x{byte:02x} ({chr(byte)!r})"
+        self.fail(
+            line,
+            f"column {column} holds {what}, which no Matrix Market entry has (digits, "
+            "'+-.eE', spaces, line ends): the file is damaged or not a Matrix Market text "
+            "file; download or write it again",
+        )
+
+    def _count(self, a, counts, first_line) -> None:
+        wrong = (counts != self.per_line) & (counts != 0)
+        if wrong.any():
+            k = int(np.argmax(wrong))
+            self.fail(
+                first_line + k,
+                f"{self._text(a, k)} holds {int(counts[k])} numbers, but an entry "
+                f"of a {self.info.format} {self.info.field} file is "
+                f"'{self.layout}' ({self.per_line}); the file does not match its header",
+            )
+
+    def too_many(self, data: bytes, entry_lines: np.ndarray, seen: int, first_line: int):
+        """Refuse the chunk's line holding entry ``declared + 1`` (``seen`` came before)."""
+        declared = self.info.entries
+        k = int(entry_lines[declared - seen])
+        self.fail(
+            first_line + k,
+            f"{self._text(np.frombuffer(data, dtype=np.uint8), k)} is entry {declared + 1}, "
+            f"but the size line declares {declared} entries: the size line is wrong or "
+            "lines were appended to the file",
+        )
+
+    def _value_kind(self, column: int) -> str:
+        if column < self.indices:
+            return "an index (a positive integer)"
+        if self.info.field == "integer":
+            return "an integer value (the header's field is 'integer')"
+        return "a decimal number"
+
+    def _words(self, a, c, token, start, first_line) -> np.ndarray:
+        """Token numbers of ``inf``/``nan`` values; any other word is refused."""
+        starts = np.flatnonzero(start)
+        lettered = np.unique(np.searchsorted(starts, np.flatnonzero(c == _LETTER), "right") - 1)
+        for t in lettered:
+            begin = int(starts[t])
+            word = a[begin : begin + int(np.argmin(token[begin:]))].tobytes()
+            column = int(t) % self.per_line
+            value = column >= self.indices and self.info.field in ("real", "complex")
+            if not (value and word.lower().lstrip(b"+-") in _WORDS and word[1:2] not in b"+-"):
+                line, _ = self._line_of(a, begin, first_line)
+                self.fail(
+                    line,
+                    f"{word.decode('latin-1')!r} is not {self._value_kind(column)}; the file "
+                    "does not match its header",
+                )
+        return lettered
+
+    def _numbers(self, a, c, special, tokens, start, first_line, words) -> None:
+        """Signs, points and exponents: where they stand, their order, and which tokens."""
+        kind = c.take(special)
+        before = c.take(special - 1)
+        after = c.take(special + 1)
+        rank = _RANK.take(kind)
+        rank[(kind == _SIGN) & (before == _EXP)] = _EXPONENT_SIGN_RANK
+        bad = _REFUSED.take((kind.astype(np.uint16) << 6) | (before << 3) | after)
+        bad[1:] |= (tokens[1:] == tokens[:-1]) & (rank[1:] <= rank[:-1])
+        bad |= tokens % self.per_line < self.indices
+        if self.info.field == "integer":
+            bad |= kind != _SIGN
+        if words is not None:
+            bad &= ~np.isin(tokens, words)
+        if bad.any():
+            t = int(tokens[np.argmax(bad)])
+            line, text = self._token(a, c, start, t, first_line)
+            self.fail(
+                line,
+                f"{text!r} is not {self._value_kind(t % self.per_line)}; the file does not "
+                "match its header",
+            )
+
+
+def check_body(stream, info: MMInfo) -> None:
+    """Check every entry of a Matrix Market body against ``info`` (see the module doc).
+
+    Parameters
+    ----------
+    stream : binary file object
+        The (decompressed) file, positioned just after the header.
+    info : MMInfo
+        Its checked header.
+
+    Raises
+    ------
+    ValueError
+        ``'<file>: line <n>: <problem>'`` for the first bad line, or the entry count when
+        the file ends early.
+    """
+    body = _Body(info)
+    seen = 0
+    with concurrent.futures.ThreadPoolExecutor(_WORKERS) as pool:
+        pending = collections.deque()
+        for data, line in _chunks(stream, body, info.header_lines + 1):
+            pending.append((pool.submit(body.check, data, line), data, line))
+            if len(pending) > 2 * _WORKERS:
+                seen = _collect(body, pending.popleft(), seen)
+        while pending:
+            seen = _collect(body, pending.popleft(), seen)
+    if seen < info.entries:
+        raise bad_file(
+            info.source,
+            f"the file ends after {seen} of the {info.entries} entries its size line "
+            "declares: it is truncated or its size line is wrong",
+        )
+
+
+def _collect(body: _Body, job, seen: int) -> int:
+    """Wait for one chunk's check (in file order) and count its entries."""
+    future, data, line = job
+    entry_lines = future.result()
+    if seen + entry_lines.size > body.info.entries:
+        body.too_many(data, entry_lines, seen, line)
+    return seen + entry_lines.size
+
+
+def _chunks(stream, body: _Body, line: int):
+    """``(chunk, number of its first line)``: whole lines from ``stream``, each chunk after
+    a newline (the last line gets one too)."""
+    carry = b""
+    while True:
+        block = stream.read(CHUNK_BYTES)
+        if not block:
+            if carry:
+                yield b"".join((b"\n", carry, b"\n")), line
+            return
+        cut = block.rfind(b"\n") + 1
+        if not cut:
+            carry += block
+            if len(carry) > MAX_LINE_BYTES:
+                body.fail(line, f"is longer than {MAX_LINE_BYTES} bytes: not an entry")
+            continue
+        data, carry = b"".join((b"\n", carry, block[:cut])), block[cut:]
+        yield data, line
+        line += data.count(b"\n") - 1
