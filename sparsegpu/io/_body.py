@@ -26,16 +26,25 @@ import numpy as np
 
 from ._header import MMInfo, bad_file
 
-# Bytes of whole lines checked at once: small enough for the temporaries to stay cheap.
-CHUNK_BYTES = 4 << 20
+# Bytes of whole lines checked at once: small enough for the temporaries to stay cheap
+# (about 8x the chunk per worker).
+CHUNK_BYTES = 2 << 20
 # Chunks checked at once (numpy releases the GIL): the check keeps pace with the parser.
 _WORKERS = min(8, os.cpu_count() or 1)
 # An entry line longer than this is damage, not a number.
 MAX_LINE_BYTES = 1 << 20
 
-# Byte classes; the check relies on the order: blanks, then tokens; signs, points and
-# exponents ("specials") last but for _BAD, which is refused before they are looked at.
-_WS, _NL, _DIGIT, _LETTER, _DOT, _EXP, _SIGN, _BAD = range(8)
+# Byte classes, as bits: _TOKEN (part of a number), _EVENT (a line end, sign, point or
+# exponent: looked at one by one), _RARE (a letter or a byte no entry has).
+_TOKEN, _EVENT, _RARE = 1, 2, 4
+_WS = 0
+_NL = _EVENT
+_DIGIT = _TOKEN
+_LETTER = _TOKEN | _RARE
+_BAD = _RARE
+_SPECIAL = _TOKEN | _EVENT  # the low bits of a sign, point or exponent
+_DOT, _EXP, _SIGN = _SPECIAL, _SPECIAL | 8, _SPECIAL | 16
+_CODES = 32  # classes fit in 5 bits
 _CLASS = np.full(256, _BAD, dtype=np.uint8)
 _CLASS[[ord(" "), ord("\t"), ord("\r")]] = _WS
 _CLASS[ord("\n")] = _NL
@@ -46,9 +55,10 @@ _CLASS[[ord("+"), ord("-")]] = _SIGN
 _CLASS[[c for c in range(256) if chr(c).isascii() and chr(c).isalpha() and chr(c) not in "eE"]] = (
     _LETTER
 )
+_CLASS_TABLE = _CLASS.tobytes()
 
 # _ALLOWED[kind, previous class, next class]: where a sign, point or exponent may stand.
-_ALLOWED = np.zeros((8, 8, 8), dtype=bool)
+_ALLOWED = np.zeros((_CODES, _CODES, _CODES), dtype=bool)
 for _prev in (_WS, _NL, _EXP):
     _ALLOWED[_SIGN, _prev, [_DIGIT, _DOT, _LETTER]] = True
 for _prev in (_DIGIT, _SIGN, _WS, _NL):
@@ -56,12 +66,9 @@ for _prev in (_DIGIT, _SIGN, _WS, _NL):
 _ALLOWED[_DOT, _DIGIT, [_EXP, _WS, _NL]] = True
 for _prev in (_DIGIT, _DOT):
     _ALLOWED[_EXP, _prev, [_DIGIT, _SIGN]] = True
-_REFUSED = ~_ALLOWED.ravel()  # indexed by kind << 6 | previous << 3 | next
+_REFUSED = ~_ALLOWED.ravel()  # indexed by kind << 10 | previous << 5 | next
 # Within one number: a mantissa sign, the point, the exponent, the exponent's sign.
-_CLASS_TABLE = _CLASS.tobytes()
-_START_SHIFT = 3
-_KIND_MASK = (1 << _START_SHIFT) - 1
-_RANK = np.zeros(8, dtype=np.int8)
+_RANK = np.zeros(_CODES, dtype=np.int8)
 _RANK[_DOT], _RANK[_EXP] = 1, 2
 _EXPONENT_SIGN_RANK = 3
 _WORDS = (b"inf", b"infinity", b"nan")
@@ -97,24 +104,23 @@ class _Body:
         """
         a = np.frombuffer(data, dtype=np.uint8)
         c = np.frombuffer(data.translate(_CLASS_TABLE), dtype=np.uint8)
-        if (c == _BAD).any():
-            self._bad_byte(a, c, first_line)
-        newline = c == _NL
-        token = c > _NL
+        if np.bitwise_or.reduce(c) & _RARE:
+            if (c == _BAD).any():
+                self._bad_byte(a, c, first_line)
+        token = (c & _TOKEN).view(bool)
         start = np.empty_like(token)
         start[0] = False
         np.greater(token[1:], token[:-1], out=start[1:])
-        special = c >= _DOT
-        # The events: token starts, line ends, signs, points, exponents, in file order;
-        # a token start is marked by _START in its class.
-        events = np.flatnonzero(start | newline | special)
-        marked = c.take(events) | (start.take(events).view(np.uint8) << _START_SHIFT)
-        kinds = marked & _KIND_MASK
-        token_number = np.cumsum(marked >> _START_SHIFT, dtype=np.int32)
+        # The events: token starts, line ends, signs, points, exponents, in file order.
+        marked = c & _EVENT
+        marked |= start.view(np.uint8)
+        events = np.flatnonzero(marked)
+        kinds = c.take(events)
+        token_number = np.cumsum(start.take(events), dtype=np.int32)
         counts = np.diff(token_number[kinds == _NL])
         self._count(a, counts, first_line)
         words = self._words(a, c, token, start, first_line) if (c == _LETTER).any() else None
-        in_events = np.flatnonzero(kinds >= _DOT)
+        in_events = np.flatnonzero((kinds & _SPECIAL) == _SPECIAL)
         if in_events.size:
             tokens = token_number.take(in_events) - 1
             self._numbers(a, c, events.take(in_events), tokens, start, first_line, words)
@@ -136,7 +142,7 @@ class _Body:
     def _token(self, a, c, start, t: int, first_line: int) -> tuple[int, str]:
         """(line number, text) of the chunk's token ``t``."""
         position = int(np.flatnonzero(start)[t])
-        end = position + int(np.argmin(c[position:] > _NL))
+        end = position + int(np.argmin(c[position:] & _TOKEN))
         return self._line_of(a, position, first_line)[0], a[position:end].tobytes().decode(
             "latin-1"
         )
@@ -207,7 +213,8 @@ class _Body:
         after = c.take(special + 1)
         rank = _RANK.take(kind)
         rank[(kind == _SIGN) & (before == _EXP)] = _EXPONENT_SIGN_RANK
-        bad = _REFUSED.take((kind.astype(np.uint16) << 6) | (before << 3) | after)
+        code = (kind.astype(np.int32) << 10) | (before.astype(np.int32) << 5) | after
+        bad = _REFUSED.take(code)
         bad[1:] |= (tokens[1:] == tokens[:-1]) & (rank[1:] <= rank[:-1])
         bad |= tokens % self.per_line < self.indices
         if self.info.field == "integer":
@@ -283,6 +290,6 @@ def _chunks(stream, body: _Body, line: int):
             if len(carry) > MAX_LINE_BYTES:
                 body.fail(line, f"is longer than {MAX_LINE_BYTES} bytes: not an entry")
             continue
-        data, carry = b"".join((b"\n", carry, block[:cut])), block[cut:]
+        data, carry = b"".join((b"\n", carry, memoryview(block)[:cut])), block[cut:]
         yield data, line
         line += data.count(b"\n") - 1

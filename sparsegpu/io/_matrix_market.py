@@ -277,7 +277,11 @@ def mmread(path, *, array: bool = False, aux: bool = False):
         The file is malformed (banner, field/format/symmetry combination, size line,
         entry count, indices out of range, non-numeric or truncated entries, entries
         above the diagonal of a symmetric file) or declares sizes needing more memory
-        than this machine has. The message names the file and the problem.
+        than this machine has; or an entry does not match the header: a line with more
+        or fewer numbers than the field has, a number that is not whole (``0x1p3``,
+        ``1.2.3``, ``2.5`` in an ``integer`` file, a non-integer index), a NUL or other
+        byte no entry has. The message names the file, the line and the problem; the
+        entries are checked before scipy parses them.
 
     Examples
     --------
