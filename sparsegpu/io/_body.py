@@ -34,8 +34,8 @@ _WORKERS = min(8, os.cpu_count() or 1)
 # An entry line longer than this is damage, not a number.
 MAX_LINE_BYTES = 1 << 20
 
-# Byte classes, as bits: _TOKEN (part of a number), _EVENT (a line end, sign, point or
-# exponent: looked at one by one), _RARE (a letter or a byte no entry has).
+# Byte classes, as bits: _TOKEN (part of a number), _EVENT (a line end; with _TOKEN, a
+# sign, point or exponent: looked at one by one), _RARE (a letter or a byte no entry has).
 _TOKEN, _EVENT, _RARE = 1, 2, 4
 _WS = 0
 _NL = _EVENT
@@ -67,10 +67,11 @@ _ALLOWED[_DOT, _DIGIT, [_EXP, _WS, _NL]] = True
 for _prev in (_DIGIT, _DOT):
     _ALLOWED[_EXP, _prev, [_DIGIT, _SIGN]] = True
 _REFUSED = ~_ALLOWED.ravel()  # indexed by kind << 10 | previous << 5 | next
-# Within one number: a mantissa sign, the point, the exponent, the exponent's sign.
-_RANK = np.zeros(_CODES, dtype=np.int8)
-_RANK[_DOT], _RANK[_EXP] = 1, 2
-_EXPONENT_SIGN_RANK = 3
+# The order within one number (indexed by kind << 5 | previous): a mantissa sign, the
+# point, the exponent, the exponent's sign.
+_RANK = np.zeros((_CODES, _CODES), dtype=np.int8)
+_RANK[_DOT], _RANK[_EXP], _RANK[_SIGN, _EXP] = 1, 2, 3
+_RANK = _RANK.ravel()
 _WORDS = (b"inf", b"infinity", b"nan")
 
 _LAYOUT = {
@@ -111,19 +112,14 @@ class _Body:
         start = np.empty_like(token)
         start[0] = False
         np.greater(token[1:], token[:-1], out=start[1:])
-        # The events: token starts, line ends, signs, points, exponents, in file order.
-        marked = c & _EVENT
-        marked |= start.view(np.uint8)
-        events = np.flatnonzero(marked)
-        kinds = c.take(events)
-        token_number = np.cumsum(start.take(events), dtype=np.int32)
-        counts = np.diff(token_number[kinds == _NL])
+        token_number = np.cumsum(start.view(np.uint8), dtype=np.int32)  # tokens so far
+        counts = np.diff(token_number.take(np.flatnonzero(c == _NL)))
         self._count(a, counts, first_line)
         words = self._words(a, c, token, start, first_line) if (c == _LETTER).any() else None
-        in_events = np.flatnonzero((kinds & _SPECIAL) == _SPECIAL)
-        if in_events.size:
-            tokens = token_number.take(in_events) - 1
-            self._numbers(a, c, events.take(in_events), tokens, start, first_line, words)
+        special = np.flatnonzero((c & _SPECIAL) == _SPECIAL)
+        if special.size:
+            tokens = token_number.take(special) - 1
+            self._numbers(a, c, special, tokens, start, first_line, words)
         return np.flatnonzero(counts)
 
     @staticmethod
@@ -209,12 +205,9 @@ class _Body:
     def _numbers(self, a, c, special, tokens, start, first_line, words) -> None:
         """Signs, points and exponents: where they stand, their order, and which tokens."""
         kind = c.take(special)
-        before = c.take(special - 1)
-        after = c.take(special + 1)
-        rank = _RANK.take(kind)
-        rank[(kind == _SIGN) & (before == _EXP)] = _EXPONENT_SIGN_RANK
-        code = (kind.astype(np.int32) << 10) | (before.astype(np.int32) << 5) | after
-        bad = _REFUSED.take(code)
+        pair = (kind.astype(np.int16) << 5) | c.take(special - 1)
+        rank = _RANK.take(pair)
+        bad = _REFUSED.take((pair.astype(np.int32) << 5) | c.take(special + 1))
         bad[1:] |= (tokens[1:] == tokens[:-1]) & (rank[1:] <= rank[:-1])
         bad |= tokens % self.per_line < self.indices
         if self.info.field == "integer":
