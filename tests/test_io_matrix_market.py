@@ -342,6 +342,11 @@ MISMATCHED = {
     "nul-after-last-value": (COORDINATE, ["1 1 1.5", "2 2 2.5\0"], r"line 4: column 8 .*NUL"),
     "nul-line": (COORDINATE, ["1 1 1.5", "2 2 2.5", "\0\0\0"], r"line 5: column 1 .*NUL"),
     "control-byte": (COORDINATE, ["1 1 1.5", "2 2\x0c 2.5"], r"line 4: column 4 .*0x0c"),
+    "comment-among-entries": (
+        COORDINATE,
+        ["1 1 1", "% a note", "2 2 2"],
+        r"line 4: column 1 holds .*'%'\) \(a comment: comments belong before the size line",
+    ),
     "two-values-in-real": (COORDINATE, ["1 1 1.5 7", "2 2 2"], r"line 3: .* holds 4 numbers"),
     "one-value-in-complex": (
         COORDINATE.replace("{field}", "complex"),

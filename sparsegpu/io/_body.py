@@ -148,6 +148,8 @@ class _Body:
         line, column = self._line_of(a, position, first_line)
         byte = int(a[position])
         what = "a NUL byte" if byte == 0 else f"byte 0x{byte:02x} ({chr(byte)!r})"
+        if byte == ord("%"):
+            what += " (a comment: comments belong before the size line)"
         self.fail(
             line,
             f"column {column} holds {what}, which no Matrix Market entry has (digits, "
