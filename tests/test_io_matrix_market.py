@@ -448,3 +448,13 @@ def test_lines_straddling_chunks_are_checked_whole(tmp_path, monkeypatch, seed):
     path.write_bytes(b"\n".join(lines))
     with pytest.raises(ValueError, match=f"line {k + 1}: .* holds 4 numbers"):
         sg.io.mmread(path)
+
+
+def test_an_overlong_line_is_refused_with_its_number(tmp_path, monkeypatch):
+    from sparsegpu.io import _body
+
+    monkeypatch.setattr(_body, "CHUNK_BYTES", 8)
+    monkeypatch.setattr(_body, "MAX_LINE_BYTES", 16)
+    path = write_text(tmp_path / "m.mtx", BANNER + "3 3 2\n1 1 1\n2 2 " + "1" * 40 + "\n")
+    with pytest.raises(ValueError, match="line 4: is longer than 16 bytes"):
+        sg.io.mmread(path)

@@ -85,8 +85,21 @@ _LAYOUT = {
 }
 
 
+class _BadLine(Exception):
+    """A bad line, numbered within its chunk (the chunk's first line is line 1)."""
+
+    def __init__(self, line: int, problem: str):
+        super().__init__(line, problem)
+        self.line = line
+        self.problem = problem
+
+
 class _Body:
-    """What one file's entries must look like, and the check of one chunk of lines."""
+    """What one file's entries must look like, and the check of one chunk of lines.
+
+    Lines are numbered within the chunk (from 1): the chunks are checked in parallel, and
+    :func:`_collect` adds the lines of the chunks before.
+    """
 
     def __init__(self, info: MMInfo):
         self.info = info
@@ -94,39 +107,41 @@ class _Body:
         self.per_line = len(self.layout.split())
         self.indices = 2 if info.format == "coordinate" else 0
 
-    def fail(self, line: int, problem: str):
-        raise bad_file(self.info.source, f"line {line}: {problem}")
+    @staticmethod
+    def fail(line: int, problem: str):
+        raise _BadLine(line, problem)
 
-    def check(self, data: bytes, first_line: int) -> np.ndarray:
-        """Check ``data`` (a newline, then whole lines, the first of them ``first_line``).
+    def check(self, data: bytes) -> tuple[np.ndarray, int]:
+        """Check ``data``: a newline, then whole lines.
 
-        Returns the chunk's entry lines (0-based, within the chunk); the caller checks
-        their total against the size line.
+        Returns the chunk's entry lines (0-based) and its number of lines; the caller
+        checks the entries' total against the size line.
         """
         a = np.frombuffer(data, dtype=np.uint8)
         c = np.frombuffer(data.translate(_CLASS_TABLE), dtype=np.uint8)
         if np.bitwise_or.reduce(c) & _RARE:
             if (c == _BAD).any():
-                self._bad_byte(a, c, first_line)
+                self._bad_byte(a, c)
         token = (c & _TOKEN).view(bool)
         start = np.empty_like(token)
         start[0] = False
         np.greater(token[1:], token[:-1], out=start[1:])
         token_number = np.cumsum(start.view(np.uint8), dtype=np.int32)  # tokens so far
-        counts = np.diff(token_number.take(np.flatnonzero(c == _NL)))
-        self._count(a, counts, first_line)
-        words = self._words(a, c, token, start, first_line) if (c == _LETTER).any() else None
+        newlines = np.flatnonzero(c == _NL)
+        counts = np.diff(token_number.take(newlines))
+        self._count(a, counts)
+        words = self._words(a, c, token, start) if (c == _LETTER).any() else None
         special = np.flatnonzero((c & _SPECIAL) == _SPECIAL)
         if special.size:
             tokens = token_number.take(special) - 1
-            self._numbers(a, c, special, tokens, start, first_line, words)
-        return np.flatnonzero(counts)
+            self._numbers(a, c, special, tokens, start, words)
+        return np.flatnonzero(counts), newlines.size - 1
 
     @staticmethod
-    def _line_of(a: np.ndarray, position: int, first_line: int) -> tuple[int, int]:
+    def _line_of(a: np.ndarray, position: int) -> tuple[int, int]:
         """(line number, 1-based column) of byte ``position``."""
         previous = int(np.flatnonzero(a[:position] == 10)[-1])
-        return first_line + int(np.count_nonzero(a[1:position] == 10)), position - previous
+        return 1 + int(np.count_nonzero(a[1:position] == 10)), position - previous
 
     @staticmethod
     def _text(a: np.ndarray, k: int) -> str:
@@ -135,17 +150,15 @@ class _Body:
         shown = line[:80].decode("latin-1")
         return repr(shown + ("..." if len(line) > 80 else ""))
 
-    def _token(self, a, c, start, t: int, first_line: int) -> tuple[int, str]:
+    def _token(self, a, c, start, t: int) -> tuple[int, str]:
         """(line number, text) of the chunk's token ``t``."""
         position = int(np.flatnonzero(start)[t])
         end = position + int(np.argmin(c[position:] & _TOKEN))
-        return self._line_of(a, position, first_line)[0], a[position:end].tobytes().decode(
-            "latin-1"
-        )
+        return self._line_of(a, position)[0], a[position:end].tobytes().decode("latin-1")
 
-    def _bad_byte(self, a, c, first_line) -> None:
+    def _bad_byte(self, a, c) -> None:
         position = int(np.argmax(c == _BAD))
-        line, column = self._line_of(a, position, first_line)
+        line, column = self._line_of(a, position)
         byte = int(a[position])
         what = "a NUL byte" if byte == 0 else f"byte 0x{byte:02x} ({chr(byte)!r})"
         if byte == ord("%"):
@@ -157,23 +170,23 @@ class _Body:
             "file; download or write it again",
         )
 
-    def _count(self, a, counts, first_line) -> None:
+    def _count(self, a, counts) -> None:
         wrong = (counts != self.per_line) & (counts != 0)
         if wrong.any():
             k = int(np.argmax(wrong))
             self.fail(
-                first_line + k,
+                k + 1,
                 f"{self._text(a, k)} holds {int(counts[k])} numbers, but an entry "
                 f"of a {self.info.format} {self.info.field} file is "
                 f"'{self.layout}' ({self.per_line}); the file does not match its header",
             )
 
-    def too_many(self, data: bytes, entry_lines: np.ndarray, seen: int, first_line: int):
+    def too_many(self, data: bytes, entry_lines: np.ndarray, seen: int):
         """Refuse the chunk's line holding entry ``declared + 1`` (``seen`` came before)."""
         declared = self.info.entries
         k = int(entry_lines[declared - seen])
         self.fail(
-            first_line + k,
+            k + 1,
             f"{self._text(np.frombuffer(data, dtype=np.uint8), k)} is entry {declared + 1}, "
             f"but the size line declares {declared} entries: the size line is wrong or "
             "lines were appended to the file",
@@ -186,7 +199,7 @@ class _Body:
             return "an integer value (the header's field is 'integer')"
         return "a decimal number"
 
-    def _words(self, a, c, token, start, first_line) -> np.ndarray:
+    def _words(self, a, c, token, start) -> np.ndarray:
         """Token numbers of ``inf``/``nan`` values; any other word is refused."""
         starts = np.flatnonzero(start)
         lettered = np.unique(np.searchsorted(starts, np.flatnonzero(c == _LETTER), "right") - 1)
@@ -196,7 +209,7 @@ class _Body:
             column = int(t) % self.per_line
             value = column >= self.indices and self.info.field in ("real", "complex")
             if not (value and word.lower().lstrip(b"+-") in _WORDS and word[1:2] not in b"+-"):
-                line, _ = self._line_of(a, begin, first_line)
+                line, _ = self._line_of(a, begin)
                 self.fail(
                     line,
                     f"{word.decode('latin-1')!r} is not {self._value_kind(column)}; the file "
@@ -204,7 +217,7 @@ class _Body:
                 )
         return lettered
 
-    def _numbers(self, a, c, special, tokens, start, first_line, words) -> None:
+    def _numbers(self, a, c, special, tokens, start, words) -> None:
         """Signs, points and exponents: where they stand, their order, and which tokens."""
         kind = c.take(special)
         pair = (kind.astype(np.int16) << 5) | c.take(special - 1)
@@ -218,7 +231,7 @@ class _Body:
             bad &= ~np.isin(tokens, words)
         if bad.any():
             t = int(tokens[np.argmax(bad)])
-            line, text = self._token(a, c, start, t, first_line)
+            line, text = self._token(a, c, start, t)
             self.fail(
                 line,
                 f"{text!r} is not {self._value_kind(t % self.per_line)}; the file does not "
@@ -243,15 +256,20 @@ def check_body(stream, info: MMInfo) -> None:
         the file ends early.
     """
     body = _Body(info)
-    seen = 0
+    seen, line = 0, info.header_lines + 1
     with concurrent.futures.ThreadPoolExecutor(_WORKERS) as pool:
         pending = collections.deque()
-        for data, line in _chunks(stream, body, info.header_lines + 1):
-            pending.append((pool.submit(body.check, data, line), data, line))
-            if len(pending) > 2 * _WORKERS:
-                seen = _collect(body, pending.popleft(), seen)
+        try:
+            for data in _chunks(stream):
+                pending.append((pool.submit(body.check, data), data))
+                if len(pending) > 2 * _WORKERS:
+                    seen, line = _collect(body, pending.popleft(), seen, line)
+        except _BadLine as long_line:  # from _chunks: its line follows the pending ones
+            while pending:
+                seen, line = _collect(body, pending.popleft(), seen, line)
+            raise bad_file(info.source, f"line {line}: {long_line.problem}") from None
         while pending:
-            seen = _collect(body, pending.popleft(), seen)
+            seen, line = _collect(body, pending.popleft(), seen, line)
     if seen < info.entries:
         raise bad_file(
             info.source,
@@ -260,31 +278,36 @@ def check_body(stream, info: MMInfo) -> None:
         )
 
 
-def _collect(body: _Body, job, seen: int) -> int:
-    """Wait for one chunk's check (in file order) and count its entries."""
-    future, data, line = job
-    entry_lines = future.result()
-    if seen + entry_lines.size > body.info.entries:
-        body.too_many(data, entry_lines, seen, line)
-    return seen + entry_lines.size
+def _collect(body: _Body, job, seen: int, line: int) -> tuple[int, int]:
+    """Wait for one chunk's check (in file order): entries and lines seen after it.
+
+    ``line`` is the number of the chunk's first line in the file.
+    """
+    future, data = job
+    try:
+        entry_lines, lines = future.result()
+        if seen + entry_lines.size > body.info.entries:
+            body.too_many(data, entry_lines, seen)
+    except _BadLine as bad:
+        raise bad_file(body.info.source, f"line {line + bad.line - 1}: {bad.problem}") from None
+    return seen + entry_lines.size, line + lines
 
 
-def _chunks(stream, body: _Body, line: int):
-    """``(chunk, number of its first line)``: whole lines from ``stream``, each chunk after
-    a newline (the last line gets one too)."""
+def _chunks(stream):
+    """Whole lines from ``stream``, a chunk at a time, each after a newline (the last line
+    gets one too)."""
     carry = b""
     while True:
         block = stream.read(CHUNK_BYTES)
         if not block:
             if carry:
-                yield b"".join((b"\n", carry, b"\n")), line
+                yield b"".join((b"\n", carry, b"\n"))
             return
         cut = block.rfind(b"\n") + 1
         if not cut:
             carry += block
             if len(carry) > MAX_LINE_BYTES:
-                body.fail(line, f"is longer than {MAX_LINE_BYTES} bytes: not an entry")
+                _Body.fail(1, f"is longer than {MAX_LINE_BYTES} bytes: not an entry")
             continue
         data, carry = b"".join((b"\n", carry, memoryview(block)[:cut])), block[cut:]
-        yield data, line
-        line += data.count(b"\n") - 1
+        yield data
