@@ -13,7 +13,8 @@ whole lines at a time:
 * indices are unsigned integers, ``integer`` values have no ``.`` or exponent, and every
   value is a whole decimal number (sign, digits, one ``.``, one exponent, in that order).
 
-Index ranges and the stored triangle of symmetric files are checked on the parsed arrays.
+Chunks are checked on several threads at once (numpy releases the GIL). Index ranges are
+checked by scipy's parser, the stored triangle of symmetric files on the parsed arrays.
 """
 
 from __future__ import annotations
@@ -29,13 +30,14 @@ from ._header import MMInfo, bad_file
 # Bytes of whole lines checked at once: small enough for the temporaries to stay cheap
 # (about 8x the chunk per worker).
 CHUNK_BYTES = 2 << 20
-# Chunks checked at once (numpy releases the GIL): the check keeps pace with the parser.
+# Chunks checked at once.
 _WORKERS = min(8, os.cpu_count() or 1)
 # An entry line longer than this is damage, not a number.
 MAX_LINE_BYTES = 1 << 20
 
-# Byte classes, as bits: _TOKEN (part of a number), _EVENT (a line end; with _TOKEN, a
-# sign, point or exponent: looked at one by one), _RARE (a letter or a byte no entry has).
+# Byte classes, as bits: _TOKEN (part of a number), _EVENT (a line end, or with _TOKEN a
+# sign, point or exponent: the bytes whose neighbours are checked), _RARE (a letter, or a
+# byte no entry has).
 _TOKEN, _EVENT, _RARE = 1, 2, 4
 _WS = 0
 _NL = _EVENT
