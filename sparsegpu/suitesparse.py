@@ -12,24 +12,33 @@ Where things live
 * The cache: ``SPARSEGPU_DATA_DIR`` (default: the user cache directory of platformdirs,
   ``.../sparsegpu/suitesparse``). A fetched matrix is ``MM/<Group>/<Name>/<Name>.mtx``
   (auxiliary ``<Name>_*.mtx`` beside it) and ``<Name>.npz``, a binary copy of its CSR
-  arrays made on the first :func:`load`, so loading again costs a fraction of parsing.
+  arrays made when it is first parsed, so loading again costs a fraction of parsing. The
+  copy is optional: where it cannot be written (read-only or full disk) a warning says so
+  and the matrix is returned all the same.
+* The deadline: a download not complete after ``SPARSEGPU_DOWNLOAD_DEADLINE_S`` seconds
+  (default :data:`DOWNLOAD_DEADLINE_S`, 4 hours: the largest archive at 1 MB/s) is
+  abandoned with a :class:`DownloadError`, so a stalled or trickling server cannot hold
+  the download lock forever.
 
-Downloads go to a temporary file and are renamed into place only once complete, checked
-(size against ``Content-Length``, archive integrity) and safely extracted, under a file
-lock: an interrupted or concurrent fetch never leaves a corrupt entry. Everything
-already in the cache works offline.
+Downloads go to a temporary folder (``.<Name>.XXXXXXXX/`` beside the entry) and are
+renamed into place only once complete, checked (size against ``Content-Length``, archive
+integrity), safely extracted and parsed, under a file lock: an interrupted or concurrent
+fetch never leaves a corrupt entry, and the folders of killed fetches are removed by the
+next fetch of the same matrix. Everything already in the cache works offline.
 """
 
 from __future__ import annotations
 
 import contextlib
 import csv
+import errno
 import fnmatch
 import http.client
 import os
 import re
 import shutil
 import tempfile
+import time
 import urllib.error
 import urllib.request
 import warnings
@@ -41,13 +50,17 @@ import numpy as np
 
 from ._matrix import csr_array, csr_matrix
 from ._version import __version__
-from .io import mminfo, mmread
+from .io import mmread
 from .io._archive import safe_extract
+from .io._files import create_beside
 
 DEFAULT_URL = "https://sparse.tamu.edu"
 URL_ENV = "SPARSEGPU_SUITESPARSE_URL"
 DATA_DIR_ENV = "SPARSEGPU_DATA_DIR"
 TIMEOUT_S = 60.0
+DEADLINE_ENV = "SPARSEGPU_DOWNLOAD_DEADLINE_S"
+# A whole download must be done within this (or $SPARSEGPU_DOWNLOAD_DEADLINE_S) seconds.
+DOWNLOAD_DEADLINE_S = 4 * 3600.0
 # Waiting longer than this for another process's fetch of the same matrix is an error.
 LOCK_TIMEOUT_S = 3600.0
 # The collection's largest archive is about 10 GB; anything far beyond is not a matrix.
@@ -228,7 +241,7 @@ def _fetch_index(path: Path, progress: bool) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     url = f"{base_url()}/files/ssstats.csv"
     with _locked(path.with_name(".ssstats.csv.lock"), url):
-        fd, temp = tempfile.mkstemp(prefix=".ssstats.", suffix=".csv", dir=path.parent)
+        fd, temp = create_beside(path.parent, ".ssstats.", ".csv")
         os.close(fd)
         try:
             _download(url, Path(temp), "ssstats.csv", progress)
@@ -376,6 +389,34 @@ def resolve(name: str, *, data_dir=None) -> tuple[str, str]:
     raise ValueError(f"{text!r} is ambiguous: {', '.join(candidates)}; give 'Group/Name'")
 
 
+def download_deadline() -> float:
+    """Seconds a whole download may take: ``$SPARSEGPU_DOWNLOAD_DEADLINE_S`` or
+    :data:`DOWNLOAD_DEADLINE_S`.
+
+    Raises
+    ------
+    ValueError
+        The variable is set but is not a positive number.
+    """
+    text = os.environ.get(DEADLINE_ENV, "").strip()
+    if not text:
+        return DOWNLOAD_DEADLINE_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise ValueError(
+            f"{DEADLINE_ENV}={text!r}: give the download deadline as a positive number of "
+            f"seconds (default {DOWNLOAD_DEADLINE_S:.0f})"
+        )
+    return value
+
+
+def _disk_full(exc: OSError) -> bool:
+    return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
 # ----------------------------------------------------------------------- download
 def _progress_bar(label: str, total: int | None):
     from ._console import progress
@@ -392,10 +433,16 @@ def _offline_hint() -> str:
 
 
 def _download(url: str, destination: Path, label: str, progress: bool) -> int:
-    """Copy ``url`` into ``destination`` (overwritten), checking the size; returns bytes."""
+    """Copy ``url`` into ``destination`` (overwritten), checking the size; returns bytes.
+
+    The whole transfer must end within :func:`download_deadline` (a read waits at most
+    ``TIMEOUT_S`` more); a full disk is reported as such, with the bytes written.
+    """
+    deadline = download_deadline()
+    give_up = time.monotonic() + deadline
     request = urllib.request.Request(url, headers={"User-Agent": f"sparsegpu/{__version__}"})
     try:
-        response = urllib.request.urlopen(request, timeout=TIMEOUT_S)
+        response = urllib.request.urlopen(request, timeout=min(TIMEOUT_S, deadline))
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
             raise DownloadError(
@@ -421,7 +468,8 @@ def _download(url: str, destination: Path, label: str, progress: bool) -> int:
                 bar.start()
             with open(destination, "wb") as out:
                 while True:
-                    chunk = response.read(_CHUNK)
+                    # read1: whatever has arrived, so a trickle cannot outlast the deadline
+                    chunk = response.read1(_CHUNK)
                     if not chunk:
                         break
                     received += len(chunk)
@@ -432,9 +480,25 @@ def _download(url: str, destination: Path, label: str, progress: bool) -> int:
                     out.write(chunk)
                     if bar is not None:
                         bar.update(task, completed=received)
+                    if time.monotonic() > give_up:
+                        of = f" of {expected}" if expected is not None else ""
+                        raise DownloadError(
+                            f"{url}: not complete after the {deadline:g} s deadline "
+                            f"({received}{of} bytes received): the server is stalled or too "
+                            f"slow; try again later, or set {DEADLINE_ENV} to a longer "
+                            "deadline (seconds)"
+                        )
         except (OSError, http.client.HTTPException) as exc:
             if isinstance(exc, DownloadError):
                 raise
+            if isinstance(exc, OSError) and _disk_full(exc):
+                raise OSError(
+                    exc.errno,
+                    f"{destination}: the disk is full ({exc.strerror}) after writing "
+                    f"{received} bytes of {url}"
+                    + (f" ({expected} bytes in all)" if expected is not None else "")
+                    + f"; free some space, or point {DATA_DIR_ENV} at a larger disk",
+                ) from None
             raise DownloadError(
                 f"{url}: the download broke off after {received} bytes ({exc}); try again"
             ) from None
@@ -491,9 +555,13 @@ def fetch(name: str, *, data_dir=None, refresh: bool = False, progress: bool = T
     ------
     ValueError
         A malformed name, or an archive that is damaged, unsafe (absolute paths, ``..``,
-        links, devices, too large once extracted) or holds no valid ``<Name>/<Name>.mtx``.
+        links, devices, too large once extracted) or holds no valid ``<Name>/<Name>.mtx``
+        (the whole file is parsed before it is installed: see :func:`sparsegpu.io.mmread`).
     DownloadError
-        No network, HTTP error (404: no such matrix), truncated download.
+        No network, HTTP error (404: no such matrix), truncated download, or a download
+        not complete within :func:`download_deadline`.
+    OSError
+        The cache's disk is full (the message names the path and the bytes written).
     """
     root = cache_dir(data_dir)
     group, short = resolve(name, data_dir=root)
@@ -506,6 +574,7 @@ def fetch(name: str, *, data_dir=None, refresh: bool = False, progress: bool = T
     with _locked(entry.parent / f".{short}.lock", f"{group}/{short}"):
         if main.is_file() and not refresh:
             return main  # another process fetched it while we waited
+        _remove_stale_work(entry.parent, short)
         work = Path(tempfile.mkdtemp(prefix=f".{short}.", dir=entry.parent))
         try:
             archive = work / f"{short}.tar.gz"
@@ -513,13 +582,26 @@ def fetch(name: str, *, data_dir=None, refresh: bool = False, progress: bool = T
             unpacked = work / "unpacked"
             unpacked.mkdir()
             extracted = safe_extract(archive, unpacked, short, source=url)
-            if not (extracted / f"{short}.mtx").is_file():
+            mtx = extracted / f"{short}.mtx"
+            if not mtx.is_file():
                 raise ValueError(f"{url}: the archive holds no {short}/{short}.mtx")
-            mminfo(extracted / f"{short}.mtx")
+            # parsed (every entry checked) before it is installed; the parse is kept
+            _save_binary(mmread(mtx), mtx, _binary_path(extracted, short))
             _install(extracted, entry, work)
         finally:
             shutil.rmtree(work, ignore_errors=True)
     return main
+
+
+def _remove_stale_work(directory: Path, name: str) -> None:
+    """Remove the ``.<name>.XXXXXXXX/`` folders of fetches that were killed.
+
+    Called under ``name``'s lock: no live fetch of ``name`` can own one of them.
+    """
+    pattern = re.compile(rf"^\.{re.escape(name)}\.[A-Za-z0-9_]{{8}}$")
+    for child in directory.iterdir():
+        if pattern.match(child.name) and child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child, ignore_errors=True)
 
 
 def _install(extracted: Path, entry: Path, work: Path) -> None:
@@ -547,7 +629,12 @@ def _source_stamp(path: Path) -> np.ndarray:
 
 
 def _save_binary(matrix, mtx: Path, binary: Path) -> None:
-    fd, temp = tempfile.mkstemp(prefix=f".{binary.name}.", dir=binary.parent)
+    """Write the optional binary copy; where it cannot be written, warn and go on."""
+    try:
+        fd, temp = create_beside(binary.parent, f".{binary.name}.")
+    except OSError as exc:
+        _binary_not_saved(binary, exc)
+        return
     try:
         with os.fdopen(fd, "wb") as out:
             np.savez(
@@ -560,9 +647,22 @@ def _save_binary(matrix, mtx: Path, binary: Path) -> None:
                 indptr=matrix.indptr,
             )
         os.replace(temp, binary)
+    except OSError as exc:
+        os.unlink(temp)
+        _binary_not_saved(binary, exc)
     except BaseException:
         os.unlink(temp)
         raise
+
+
+def _binary_not_saved(binary: Path, exc: OSError) -> None:
+    full = " (the disk is full)" if _disk_full(exc) else ""
+    warnings.warn(
+        f"{binary}: the binary copy could not be written{full}: {exc}; the matrix is "
+        "returned, but the next load parses the .mtx again (make the cache writable, or "
+        f"point {DATA_DIR_ENV} at a writable directory)",
+        stacklevel=4,
+    )
 
 
 def _load_binary(mtx: Path, binary: Path, array: bool):
@@ -590,8 +690,9 @@ def load(
 ):
     """A matrix of the collection as a :class:`sparsegpu.csr_matrix`, fetched if needed.
 
-    The first load parses the ``.mtx`` and keeps a binary copy of the CSR arrays beside
-    it; later loads read that copy (a small fraction of the parse time).
+    The first parse of the ``.mtx`` keeps a binary copy of the CSR arrays beside it;
+    later loads read that copy (a small fraction of the parse time). Where the copy cannot
+    be written (read-only or full cache), a warning says so and the matrix is returned.
 
     Parameters
     ----------
@@ -647,6 +748,7 @@ __all__ = [
     "base_url",
     "cache_dir",
     "cached",
+    "download_deadline",
     "fetch",
     "index",
     "load",

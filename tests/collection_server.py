@@ -9,11 +9,14 @@ import http.server
 import io
 import tarfile
 import threading
+import time
 
 import sparsegpu as sg
 
 # The server shuts itself down after this long even if a test forgets to.
 LIFETIME_S = 120.0
+# A "trickle" route sends one byte this often (a stalled server that never times out).
+TRICKLE_INTERVAL_S = 0.02
 
 INDEX_HEADER = "{count}\n2024-01-01 00:00:00\n"
 # Group, Name, nrows, ncols, nnz, isReal, isBinary, isND, posdef, pattern_symmetry,
@@ -106,6 +109,11 @@ def _built_routes() -> dict[str, bytes | tuple]:
         "/MM/Bad/badmtx.tar.gz": tar_bytes(
             [file_member("badmtx/badmtx.mtx", b"%%MatrixMarket matrix array pattern general\n")]
         ),
+        # a valid header and entries, then a NUL byte after the last value (scipy crashes)
+        "/MM/Bad/nul.tar.gz": tar_bytes(
+            [file_member("nul/nul.mtx", bundled_mtx("karate").rstrip(b"\n") + b"\0\n")]
+        ),
+        "/MM/Bad/trickle.tar.gz": ("trickle", good),
     }
 
 
@@ -118,15 +126,27 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if route is None:
             self.send_error(404, "Not Found")
             return
-        truncate = isinstance(route, tuple)
-        body = route[1] if truncate else route
+        mode, body = route if isinstance(route, tuple) else ("whole", route)
         self.send_response(200)
         self.send_header("Content-Type", "application/octet-stream")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        self.wfile.write(body[: len(body) // 2] if truncate else body)
-        if truncate:
+        if mode == "trickle":
+            self._trickle(body)
+        else:
+            self.wfile.write(body[: len(body) // 2] if mode == "truncate" else body)
+        if mode != "whole":
             self.close_connection = True
+
+    def _trickle(self, body: bytes) -> None:
+        """One byte every TRICKLE_INTERVAL_S, until the client hangs up."""
+        try:
+            for k in range(len(body)):
+                self.wfile.write(body[k : k + 1])
+                self.wfile.flush()
+                time.sleep(TRICKLE_INTERVAL_S)
+        except OSError:
+            pass
 
     def log_message(self, *args):
         pass

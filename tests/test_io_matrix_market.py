@@ -259,12 +259,12 @@ BAD_FILES = {
     ),
     "too-many-declared": (BANNER + "2 2 5\n" + "1 1 1\n" * 5, "more than a general 2x2"),
     "fewer-entries": (BANNER + "3 3 3\n1 1 1\n2 2 2\n", "truncated|larger|Expected"),
-    "more-entries": (BANNER + "3 3 1\n1 1 1\n2 2 2\n", "too long|smaller"),
+    "more-entries": (BANNER + "3 3 1\n1 1 1\n2 2 2\n", "line 4: '2 2 2' is entry 2"),
     "row-out-of-range": (BANNER + "3 3 2\n1 1 1\n4 1 2\n", "out of bounds|exceeds|index"),
     "column-out-of-range": (BANNER + "3 3 2\n1 1 1\n1 9 2\n", "out of bounds|exceeds|index"),
     "zero-index": (BANNER + "3 3 2\n1 1 1\n0 1 2\n", "out of bounds|negative|index"),
-    "non-numeric-value": (BANNER + "3 3 2\n1 1 1\n2 2 abc\n", "bad entries"),
-    "non-numeric-index": (BANNER + "3 3 2\n1 1 1\nx 2 2\n", "bad entries"),
+    "non-numeric-value": (BANNER + "3 3 2\n1 1 1\n2 2 abc\n", "line 4: 'abc' is not a decimal"),
+    "non-numeric-index": (BANNER + "3 3 2\n1 1 1\nx 2 2\n", "line 4: 'x' is not an index"),
     "truncated-last-line": (BANNER + "3 3 2\n1 1 1.0\n2 2", "bad entries|truncated"),
     "above-diagonal": (
         "%%MatrixMarket matrix coordinate real symmetric\n3 3 2\n1 1 1\n1 3 2\n",
@@ -332,3 +332,129 @@ def test_absurd_sizes_in_a_compressed_file_are_refused_with_the_bytes(tmp_path, 
 def test_missing_file_is_file_not_found(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope.mtx"):
         sg.io.mmread(tmp_path / "nope.mtx")
+
+
+# ------------------------------------------------- entries that do not match the header
+COORDINATE = "%%MatrixMarket matrix coordinate {field} {symmetry}\n3 3 {n}\n"
+ARRAY = "%%MatrixMarket matrix array {field} general\n2 1\n"
+MISMATCHED = {
+    # name: (header, entry lines, line and problem in the message)
+    "nul-after-last-value": (COORDINATE, ["1 1 1.5", "2 2 2.5\0"], r"line 4: column 8 .*NUL"),
+    "nul-line": (COORDINATE, ["1 1 1.5", "2 2 2.5", "\0\0\0"], r"line 5: column 1 .*NUL"),
+    "control-byte": (COORDINATE, ["1 1 1.5", "2 2\x0c 2.5"], r"line 4: column 4 .*0x0c"),
+    "comment-among-entries": (
+        COORDINATE,
+        ["1 1 1", "% a note", "2 2 2"],
+        r"line 4: column 1 holds .*'%'\) \(a comment: comments belong before the size line",
+    ),
+    "two-values-in-real": (COORDINATE, ["1 1 1.5 7", "2 2 2"], r"line 3: .* holds 4 numbers"),
+    "one-value-in-complex": (
+        COORDINATE.replace("{field}", "complex"),
+        ["1 1 1.5 0", "2 2 2"],
+        r"line 4: .*'row column real imaginary'",
+    ),
+    "value-in-pattern": (
+        COORDINATE.replace("{field}", "pattern"),
+        ["1 1", "2 2 1"],
+        r"line 4: .* holds 3 numbers",
+    ),
+    "two-values-in-array": (ARRAY, ["1", "2 3"], r"line 4: '2 3' holds 2 numbers"),
+    "hex-float": (COORDINATE, ["1 1 0x1p3", "2 2 2"], r"line 3: '0x1p3' is not a decimal"),
+    "fraction-in-integer": (
+        COORDINATE.replace("{field}", "integer"),
+        ["1 1 2.5", "2 2 2"],
+        r"line 3: '2.5' is not an integer value",
+    ),
+    "exponent-in-integer": (
+        ARRAY.replace("{field}", "integer"),
+        ["1", "1e3"],
+        r"line 4: '1e3' is not an integer value",
+    ),
+    "fractional-index": (COORDINATE, ["1 1.5 1", "2 2 2"], r"line 3: '1.5' is not an index"),
+    "negative-index": (COORDINATE, ["1 1 1", "-2 2 2"], r"line 4: '-2' is not an index"),
+    "two-points": (COORDINATE, ["1 1 1.2.3", "2 2 2"], r"line 3: '1.2.3' is not a decimal"),
+    "point-in-exponent": (COORDINATE, ["1 1 1", "2 2 1e3.5"], r"line 4: '1e3.5'"),
+    "exponent-without-digits": (COORDINATE, ["1 1 1e", "2 2 2"], r"line 3: '1e'"),
+    "trailing-letter": (COORDINATE, ["1 1 1", "2 2 1d3"], r"line 4: '1d3'"),
+    "sign-inside": (COORDINATE, ["1 1 5-3", "2 2 1"], r"line 3: '5-3'"),
+    "word-value": (COORDINATE, ["1 1 infinite", "2 2 1"], r"line 3: 'infinite'"),
+    "one-entry-short": (
+        COORDINATE.replace("{n}", "3"),
+        ["1 1 1.0000000", "2 2 2.0000000"],
+        "ends after 2 of",
+    ),
+    "one-entry-long": (COORDINATE.replace("{n}", "1"), ["1 1 1", "2 2 2"], "line 4: .*entry 2"),
+}
+
+
+def mismatched_text(case) -> str:
+    header, lines, _ = MISMATCHED[case]
+    header = header.format(field="real", symmetry="general", n=2)
+    return header + "".join(line + "\n" for line in lines)
+
+
+@pytest.mark.parametrize("suffix", [".mtx", ".mtx.gz"])
+@pytest.mark.parametrize("case", MISMATCHED, ids=list(MISMATCHED))
+def test_entries_that_do_not_match_the_header_are_refused_before_scipy(
+    tmp_path, monkeypatch, case, suffix
+):
+    import scipy.io
+
+    monkeypatch.setattr(scipy.io, "mmread", lambda *a, **k: pytest.fail("parser called"))
+    path = tmp_path / f"m{suffix}"
+    path.write_bytes(_compressors()[suffix](mismatched_text(case).encode()))
+    with pytest.raises(ValueError, match=MISMATCHED[case][2]) as excinfo:
+        sg.io.mmread(path)
+    assert str(excinfo.value).startswith(f"{path}: ")
+
+
+def test_entries_are_checked_in_archives_too(tmp_path):
+    text = mismatched_text("nul-after-last-value").encode()
+    path = make_archive(tmp_path / "m.tar.gz", {"m/m.mtx": text})
+    with pytest.raises(ValueError, match=r"m\.tar\.gz:m/m\.mtx: line 4: .*NUL"):
+        sg.io.mmread(path)
+
+
+ACCEPTED_VALUES = ["-5.9e-8", "5.", ".5", "-.5", "5.e3", "1E+300", "inf", "-Infinity", "NaN"]
+
+
+def test_every_decimal_spelling_is_accepted(tmp_path):
+    lines = "".join(f"{k + 1} 1 {v}\n" for k, v in enumerate(ACCEPTED_VALUES))
+    text = f"%%MatrixMarket matrix coordinate real general\n9 1 9\n{lines}"
+    A = sg.io.mmread(write_text(tmp_path / "m.mtx", text))
+    expected = [float(v) for v in ACCEPTED_VALUES]
+    np.testing.assert_array_equal(A.toarray().ravel(), expected)
+
+
+def test_blank_lines_crlf_and_blanks_around_entries_are_accepted(tmp_path):
+    text = BANNER + "3 3 2\r\n\n  1 1\t1.5  \r\n\n2 2 -2\n\n"
+    A = sg.io.mmread(write_text(tmp_path / "m.mtx", text))
+    np.testing.assert_array_equal(A.diagonal(), [1.5, -2, 0])
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_lines_straddling_chunks_are_checked_whole(tmp_path, monkeypatch, seed):
+    from sparsegpu.io import _body
+
+    monkeypatch.setattr(_body, "CHUNK_BYTES", 7)
+    rng = np.random.default_rng(seed)
+    A = sp.random(40, 30, density=0.2, random_state=rng, format="coo")
+    path = tmp_path / "m.mtx"
+    sg.io.mmwrite(path, A)
+    np.testing.assert_array_equal(sg.io.mmread(path).toarray(), A.toarray())
+    lines = path.read_bytes().split(b"\n")
+    k = int(rng.integers(3, len(lines) - 1))
+    lines[k] += b" 1"
+    path.write_bytes(b"\n".join(lines))
+    with pytest.raises(ValueError, match=f"line {k + 1}: .* holds 4 numbers"):
+        sg.io.mmread(path)
+
+
+def test_an_overlong_line_is_refused_with_its_number(tmp_path, monkeypatch):
+    from sparsegpu.io import _body
+
+    monkeypatch.setattr(_body, "CHUNK_BYTES", 8)
+    monkeypatch.setattr(_body, "MAX_LINE_BYTES", 16)
+    path = write_text(tmp_path / "m.mtx", BANNER + "3 3 2\n1 1 1\n2 2 " + "1" * 40 + "\n")
+    with pytest.raises(ValueError, match="line 4: is longer than 16 bytes"):
+        sg.io.mmread(path)

@@ -4,8 +4,12 @@ cache, offline use, and every failure leaving the cache as it was."""
 
 from __future__ import annotations
 
+import errno
+import shutil
 import threading
+import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -169,6 +173,7 @@ FAILURES = {
     "absolute-path": ("Bad/absolute", ValueError, "absolute path"),
     "corrupt-archive": ("Bad/corrupt", ValueError, "damaged or truncated archive"),
     "bad-matrix-file": ("Bad/badmtx", ValueError, "array.*pattern"),
+    "nul-after-last-value": ("Bad/nul", ValueError, r"nul\.mtx: line \d+: .*NUL byte"),
 }
 
 
@@ -293,3 +298,70 @@ def test_a_fetch_held_elsewhere_times_out_with_the_lock_named(server, tmp_path, 
     with held, pytest.raises(suitesparse.DownloadError, match=r"\.bcsstk13\.lock"):
         suitesparse.fetch("HB/bcsstk13", progress=False)
     assert suitesparse.cached() == []
+
+
+# ------------------------------------------------------------- deadlines, full disks
+def test_a_trickling_server_is_abandoned_at_the_deadline(server, monkeypatch, tmp_path):
+    monkeypatch.setenv(suitesparse.DEADLINE_ENV, "0.3")
+    began = time.monotonic()
+    with pytest.raises(suitesparse.DownloadError, match=r"0\.3 s deadline .* bytes received"):
+        suitesparse.fetch("Bad/trickle", progress=False)
+    assert time.monotonic() - began < 2
+    assert suitesparse.cached() == []
+    assert leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "soon", "inf", "nan"])
+def test_a_bad_deadline_setting_is_refused(monkeypatch, value):
+    monkeypatch.setenv(suitesparse.DEADLINE_ENV, value)
+    with pytest.raises(ValueError, match=f"{suitesparse.DEADLINE_ENV}=.*positive number"):
+        suitesparse.download_deadline()
+
+
+def test_deadline_default(monkeypatch):
+    monkeypatch.delenv(suitesparse.DEADLINE_ENV, raising=False)
+    assert suitesparse.download_deadline() == suitesparse.DOWNLOAD_DEADLINE_S
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_a_full_disk_while_downloading_says_so(server):
+    url = suitesparse.archive_url("HB", "bcsstk13")
+    with pytest.raises(OSError, match=r"/dev/full: the disk is full .* after writing") as exc:
+        suitesparse._download(url, Path("/dev/full"), "x", progress=False)
+    assert exc.value.errno == errno.ENOSPC
+    assert "bomb" not in str(exc.value) and "expands" not in str(exc.value)
+
+
+def test_a_full_disk_while_extracting_is_not_an_archive_bomb(server, monkeypatch, tmp_path):
+    usage = shutil.disk_usage(tmp_path)._replace(free=1000)
+    monkeypatch.setattr(_archive.shutil, "disk_usage", lambda path: usage)
+    with pytest.raises(OSError, match=r"the disk is full: extracting .* needs \d+ bytes") as exc:
+        suitesparse.fetch("HB/bcsstk13", progress=False)
+    assert exc.value.errno == errno.ENOSPC and "1000 are free" in str(exc.value)
+    assert suitesparse.cached() == []
+    assert leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("code", [errno.EROFS, errno.ENOSPC, errno.EACCES])
+def test_load_returns_the_matrix_when_the_binary_copy_cannot_be_written(server, monkeypatch, code):
+    suitesparse.fetch("HB/west0067", progress=False)
+    (suitesparse.path("HB/west0067").parent / "west0067.npz").unlink()
+
+    def refuse(*args):
+        raise OSError(code, "refused")
+
+    monkeypatch.setattr(suitesparse, "create_beside", refuse)
+    with pytest.warns(UserWarning, match="binary copy could not be written.*matrix is returned"):
+        assert suitesparse.load("HB/west0067").nnz == 294
+
+
+def test_a_killed_fetch_leaves_nothing_the_next_fetch_keeps(server, tmp_path):
+    group = tmp_path / "cache" / "MM" / "Newman"
+    stale = group / ".karate.k1ll3d_x"
+    (stale / "unpacked" / "karate").mkdir(parents=True)
+    (stale / "karate.tar.gz").write_bytes(b"half")
+    other = group / ".karate.b.k1ll3d_x"  # another matrix's ("karate.b"), not ours to judge
+    other.mkdir()
+    suitesparse.fetch("Newman/karate", progress=False)
+    assert not stale.exists()
+    assert other.is_dir()

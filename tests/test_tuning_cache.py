@@ -240,6 +240,10 @@ GARBAGE = {
     "a_list": "[1, 2, 3]",
     "other_format": '{"format": "someone-else", "schema": 1, "contexts": {}}',
     "contexts_not_object": '{"format": "sparsegpu-tuning-cache", "schema": 1, "contexts": []}',
+    "deeply_nested": "[" * 100_000 + "]" * 100_000,
+    "deeply_nested_contexts": '{"format": "sparsegpu-tuning-cache", "schema": 1, "contexts": '
+    + '{"a": ' * 100_000
+    + "}" * 100_001,
 }
 
 
@@ -306,11 +310,12 @@ def test_corrupt_file_is_rebuilt_by_the_next_record(cache):
     assert len(aside_files(cache)) == 1
 
 
-def test_foreign_version_is_reported_set_aside_and_rebuilt(cache):
+@pytest.mark.parametrize("schema", [0, "1", None], ids=["older", "text", "null"])
+def test_foreign_version_is_reported_set_aside_and_rebuilt(cache, schema):
     cache.directory.mkdir(parents=True)
-    foreign = json.dumps({"format": "sparsegpu-tuning-cache", "schema": 99, "contexts": {}})
+    foreign = json.dumps({"format": "sparsegpu-tuning-cache", "schema": schema, "contexts": {}})
     cache.path.write_text(foreign)
-    with pytest.warns(TuningCacheWarning, match="format version 99"):
+    with pytest.warns(TuningCacheWarning, match="format version"):
         assert lookup(cache) is None
     [aside] = aside_files(cache)
     assert aside.startswith(CACHE_FILE + ".foreign-")
@@ -319,9 +324,47 @@ def test_foreign_version_is_reported_set_aside_and_rebuilt(cache):
     assert lookup(cache) == entry()
 
 
-def test_corrupt_cache_never_breaks_a_product(tmp_path, monkeypatch):
+def newer_document(schema=2) -> str:
+    doc = {"format": "sparsegpu-tuning-cache", "schema": schema, "contexts": {"x": "new"}}
+    return json.dumps(doc)
+
+
+def test_newer_version_is_left_alone_and_read_as_empty_with_one_warning(cache):
+    cache.directory.mkdir(parents=True)
+    cache.path.write_text(newer_document())
+    with pytest.warns(TuningCacheWarning, match="newer sparsegpu.*version 2") as caught:
+        assert lookup(cache) is None
+        assert lookup(cache) is None
+        assert cache.contexts() == {}
+    assert len(caught) == 1
+    assert aside_files(cache) == []
+    assert cache.path.read_text() == newer_document()
+
+
+def test_newer_version_is_never_written_over(cache):
+    cache.directory.mkdir(parents=True)
+    cache.path.write_text(newer_document(7))
+    with pytest.raises(TuningCacheError, match="newer sparsegpu.*not saved"):
+        cache.record(CONTEXT, [entry()])
+    assert cache.path.read_text() == newer_document(7)
+    assert sorted(p.name for p in cache.directory.iterdir()) == [CACHE_FILE, "tuning.lock"]
+
+
+def test_newer_version_falls_back_to_the_shipped_defaults(tmp_path):
+    defaults = defaults_file(tmp_path, {CONTEXT.arch: [entry()]})
+    cache = TuningCache(tmp_path / "cache", defaults=defaults)
+    cache.directory.mkdir()
+    cache.path.write_text(newer_document())
+    with pytest.warns(TuningCacheWarning, match="shipped defaults apply"):
+        assert lookup(cache).origin == "shipped"
+
+
+@pytest.mark.parametrize(
+    "text", ["{broken", "[" * 100_000 + "]" * 100_000], ids=["invalid", "deeply_nested"]
+)
+def test_corrupt_cache_never_breaks_a_product(tmp_path, monkeypatch, text):
     monkeypatch.setenv("SPARSEGPU_CACHE_DIR", str(tmp_path))
-    (tmp_path / CACHE_FILE).write_text("{broken")
+    (tmp_path / CACHE_FILE).write_text(text)
     backend = SweepBackend("sweep-corrupt")
     sg.register_backend(backend, replace=True)
     try:

@@ -9,6 +9,7 @@ Members are copied by hand, so the rules hold whatever ``tarfile`` version is in
 from __future__ import annotations
 
 import bz2
+import errno
 import gzip
 import posixpath
 import shutil
@@ -69,10 +70,19 @@ def verify_compression(archive: Path, source: str) -> None:
         raise ValueError(f"{source}: damaged or truncated archive ({exc})") from exc
 
 
-def extraction_limit(archive: Path, destination: Path) -> int:
-    """Most bytes ``archive`` may expand to: a multiple of its size, within free disk."""
-    limit = max(MIN_EXTRACT_LIMIT, MAX_EXPANSION_RATIO * archive.stat().st_size)
-    return min(limit, shutil.disk_usage(destination).free)
+def extraction_limit(archive: Path) -> int:
+    """Most bytes ``archive`` may expand to: a multiple of its size (more is a bomb)."""
+    return max(MIN_EXTRACT_LIMIT, MAX_EXPANSION_RATIO * archive.stat().st_size)
+
+
+def _disk_full(destination: Path, source: str, needed: int, written: int, free: int):
+    """The OSError (ENOSPC) for a disk too full to extract ``source`` into ``destination``."""
+    return OSError(
+        errno.ENOSPC,
+        f"{destination}: the disk is full: extracting {source} needs {needed} bytes "
+        f"({written} written so far) but {free} are free; free some space, or extract "
+        "to a larger disk",
+    )
 
 
 def safe_extract(archive: Path, destination: Path, top: str, source: str | None = None) -> Path:
@@ -101,10 +111,14 @@ def safe_extract(archive: Path, destination: Path, top: str, source: str | None 
         :func:`extraction_limit`, or the archive is damaged or truncated (its
         compression checksum is verified first). Files already
         written stay under ``destination``, which the caller discards.
+    OSError
+        ``errno.ENOSPC``: the disk holding ``destination`` is too full for the members
+        (the message names it and the bytes needed, written and free).
     """
     source = source or str(archive)
     verify_compression(archive, source)
-    limit = extraction_limit(archive, destination)
+    limit = extraction_limit(archive)
+    free = shutil.disk_usage(destination).free
     written = 0
     try:
         with tarfile.open(archive, "r:*") as tar:
@@ -124,6 +138,8 @@ def safe_extract(archive: Path, destination: Path, top: str, source: str | None 
                         f"{source}: expands to more than {limit} bytes (member {member.name!r} "
                         f"is {member.size} bytes); refusing to extract"
                     )
+                if written + member.size > free:
+                    raise OSError(errno.ENOSPC, "not enough free space")  # reported below
                 target.parent.mkdir(parents=True, exist_ok=True)
                 stream = tar.extractfile(member)
                 with open(target, "xb") as out:
@@ -141,6 +157,8 @@ def safe_extract(archive: Path, destination: Path, top: str, source: str | None 
     except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:
         if isinstance(exc, FileExistsError):
             raise ValueError(f"{source}: holds {exc.filename!r} twice; refusing") from exc
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise _disk_full(destination, source, written + member.size, written, free) from exc
         raise ValueError(f"{source}: cannot be extracted: {exc}") from exc
     top_dir = destination / top
     if not top_dir.is_dir():

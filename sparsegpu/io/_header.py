@@ -137,6 +137,8 @@ class MMInfo:
         The collection's metadata when the comments carry it.
     header_bytes : int
         Bytes taken by banner, comments and size line.
+    header_lines : int
+        Lines taken by banner, comments and size line (the first entry is on the next).
     """
 
     source: str
@@ -148,6 +150,7 @@ class MMInfo:
     comments: tuple[str, ...] = field(default=(), repr=False)
     suitesparse: SuiteSparseMetadata | None = None
     header_bytes: int = field(default=0, repr=False)
+    header_lines: int = field(default=0, repr=False)
 
     @property
     def value_bytes(self) -> int:
@@ -343,6 +346,7 @@ def read_header(stream, source: str, body_bytes: int | None = None) -> MMInfo:
         comments=comments_tuple,
         suitesparse=SuiteSparseMetadata.from_comments(comments_tuple),
         header_bytes=consumed,
+        header_lines=line_number,
     )
 
 

@@ -1,10 +1,12 @@
 """Matrix Market read and write: ``.mtx``, ``.mtx.gz``, ``.mtx.bz2`` and SuiteSparse archives.
 
 The body is parsed by :func:`scipy.io.mmread` (fast_matrix_market on scipy >= 1.12, its
-own parser before), never by hand. Around it: the header is read and checked first
-(:mod:`._header`), so a bad file gets a ValueError naming the file and nothing is
-allocated before the declared sizes are known to fit; after it, the symmetric triangle is
-checked and the result becomes a :class:`sparsegpu.csr_matrix`.
+own parser before). Around it: the header is read and checked first (:mod:`._header`),
+so a bad file gets a ValueError naming the file and nothing is allocated before the
+declared sizes are known to fit; then every entry is checked against the header
+(:mod:`._body`: scipy silently drops what it does not expect, and crashes on a NUL byte);
+after the parse, the symmetric triangle is checked and the result becomes a
+:class:`sparsegpu.csr_matrix`.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ import os
 import re
 import shutil
 import tarfile
-import tempfile
 import zlib
 
 import numpy as np
@@ -25,6 +26,8 @@ import scipy.io
 import scipy.sparse as sp
 
 from .._matrix import _cupy_to_host, csr_array, csr_matrix
+from ._body import check_body
+from ._files import create_beside
 from ._header import MMInfo, bad_file, check_memory, read_header
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.bz2", ".tar")
@@ -144,9 +147,19 @@ def _mmread_kwargs() -> dict:
     )
 
 
-def _parse_body(source, info: MMInfo):
-    """scipy's parse of ``source`` (a path or a binary stream), errors named by file."""
+def _parse_body(open_stream, source, info: MMInfo):
+    """scipy's parse of ``source`` (a path or a binary stream), errors named by file.
+
+    The body is checked first (:func:`._body.check_body`) on a stream from
+    ``open_stream()``, so scipy only sees files whose every entry matches the header.
+    """
     check_memory(info)
+    try:
+        with open_stream() as stream:
+            stream.seek(info.header_bytes)
+            check_body(stream, info)
+    except _STREAM_ERRORS as exc:
+        raise bad_file(info.source, f"cannot be read ({exc})") from exc
     try:
         return scipy.io.mmread(source, **_mmread_kwargs())
     except MemoryError:
@@ -264,7 +277,11 @@ def mmread(path, *, array: bool = False, aux: bool = False):
         The file is malformed (banner, field/format/symmetry combination, size line,
         entry count, indices out of range, non-numeric or truncated entries, entries
         above the diagonal of a symmetric file) or declares sizes needing more memory
-        than this machine has. The message names the file and the problem.
+        than this machine has; or an entry does not match the header: a line with more
+        or fewer numbers than the field has, a number that is not whole (``0x1p3``,
+        ``1.2.3``, ``2.5`` in an ``integer`` file, a non-integer index), a NUL or other
+        byte no entry has. The message names the file, the line and the problem; the
+        entries are checked before scipy parses them.
 
     Examples
     --------
@@ -278,7 +295,7 @@ def mmread(path, *, array: bool = False, aux: bool = False):
     if is_archive(path):
         return _read_archive(path, array, aux)
     info = _header_of_file(path)
-    matrix = _to_csr(_parse_body(path, info), info, array)
+    matrix = _to_csr(_parse_body(lambda: _open_binary(path), path, info), info, array)
     return (matrix, {}) if aux else matrix
 
 
@@ -301,7 +318,7 @@ def _parse_member(tar, member, info: MMInfo):
         stream = tar.extractfile(member)
     except _STREAM_ERRORS as exc:
         raise bad_file(info.source, f"cannot be read ({exc})") from exc
-    return _parse_body(stream, info)
+    return _parse_body(lambda: tar.extractfile(member), stream, info)
 
 
 # ------------------------------------------------------------------------- writing
@@ -362,7 +379,7 @@ def mmwrite(path, A, *, comment: str = "", field=None, precision=None, symmetry=
 
 
 def _temp_beside(path: str, directory: str, temps: list) -> str:
-    fd, temp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".mtx", dir=directory)
+    fd, temp = create_beside(directory, f".{os.path.basename(path)}.", ".mtx")
     os.close(fd)
     temps.append(temp)
     return temp

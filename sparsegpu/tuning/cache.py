@@ -15,9 +15,10 @@ Entries
 Safety
     Writes go to a temporary file in the same directory and are renamed over the cache
     (``os.replace``) under a file lock, after merging with what is on disk, so two
-    processes tuning at once lose nothing. A corrupt file or one of another format version
+    processes tuning at once lose nothing. A corrupt file or one of an older format version
     is reported with a :class:`TuningCacheWarning`, renamed aside (never deleted) and
-    rebuilt; it is never fatal.
+    rebuilt; it is never fatal. A file of a newer format version (a newer sparsegpu's) is
+    left alone: reported once, read as empty and never written over.
 Lookup order
     user cache, then the defaults shipped in ``sparsegpu/tuning/defaults.json`` (keyed
     by architecture, e.g. ``"sm_90"``), then the backend's untuned policy.
@@ -39,7 +40,6 @@ import json
 import math
 import os
 import platform
-import tempfile
 import threading
 import warnings
 from dataclasses import asdict, dataclass, field, fields
@@ -69,7 +69,8 @@ class TuningCacheError(RuntimeError):
 
 
 class _BadDocument(ValueError):
-    """A cache document that cannot be used; ``kind`` is ``corrupt`` or ``foreign``."""
+    """A cache document that cannot be used; ``kind`` is ``corrupt``, ``foreign`` (an older
+    or unknown format version: set aside and rebuilt) or ``newer`` (left alone, read-only)."""
 
     def __init__(self, kind: str, message: str):
         super().__init__(message)
@@ -353,9 +354,18 @@ def _parse_cache(text: str) -> dict[str, tuple[TuningContext, dict]]:
         raw = json.loads(text)
     except ValueError as exc:
         raise _BadDocument("corrupt", f"not valid JSON ({exc})") from None
+    except RecursionError:
+        raise _BadDocument("corrupt", "not a tuning cache (JSON nested too deeply)") from None
     if not isinstance(raw, dict) or raw.get("format") != CACHE_FORMAT:
         raise _BadDocument("corrupt", f"not a sparsegpu tuning cache (no format {CACHE_FORMAT!r})")
-    if raw.get("schema") != SCHEMA_VERSION:
+    schema = raw.get("schema")
+    if isinstance(schema, int) and not isinstance(schema, bool) and schema > SCHEMA_VERSION:
+        raise _BadDocument(
+            "newer",
+            f"written by a newer sparsegpu (cache format version {schema}; this one reads "
+            f"version {SCHEMA_VERSION})",
+        )
+    if schema != SCHEMA_VERSION:
         raise _BadDocument(
             "foreign",
             f"written in cache format version {raw.get('schema')!r}; this sparsegpu "
@@ -486,7 +496,8 @@ class TuningCache:
     def contexts(self) -> dict[str, tuple[TuningContext, dict]]:
         """Everything in the user cache: ``{digest: (context, {key: entry})}``.
 
-        A corrupt or foreign-version file is set aside with a warning and reads as empty.
+        A corrupt or older-version file is set aside with a warning and reads as empty; a
+        newer-version file reads as empty too, with one warning, and stays where it is.
         """
         try:
             st = os.stat(self.path)
@@ -502,8 +513,18 @@ class TuningCache:
         try:
             parsed = _parse_cache(text)
         except _BadDocument as bad:
-            self._set_aside(bad, signature)
-            return {}
+            if bad.kind != "newer":
+                self._set_aside(bad, signature)
+                return {}
+            warnings.warn(
+                f"the tuning cache {self.path} was {bad}; it is left as it is and not "
+                "used (the shipped defaults apply), and this sparsegpu saves no tuning "
+                f"results over it: upgrade sparsegpu, or set {ENV_CACHE_DIR} to another "
+                "directory",
+                TuningCacheWarning,
+                stacklevel=2,
+            )
+            parsed = {}  # remembered below, so the warning comes once per file version
         with _memo_lock:
             _read_memo[key] = (signature, parsed)
         return parsed
@@ -560,7 +581,8 @@ class TuningCache:
         Raises
         ------
         TuningCacheError
-            When the lock cannot be taken in time or the directory is not writable.
+            When the lock cannot be taken in time, the directory is not writable, or the
+            file there was written by a newer sparsegpu (it is never overwritten).
         """
         import filelock
 
@@ -577,6 +599,11 @@ class TuningCache:
             raise TuningCacheError(
                 f"could not lock {self.lock_path} within {LOCK_TIMEOUT_S:.0f} s (another "
                 "sparsegpu process holds it); the tuning results were not saved"
+            ) from None
+        except _BadDocument as bad:  # only a newer file gets here; it is never overwritten
+            raise TuningCacheError(
+                f"the tuning cache {self.path} was {bad}; the tuning results were not saved "
+                f"over it: upgrade sparsegpu, or set {ENV_CACHE_DIR} to another directory"
             ) from None
         except OSError as exc:
             raise TuningCacheError(
@@ -604,11 +631,16 @@ class TuningCache:
         try:
             return _parse_cache(text)
         except _BadDocument as bad:
+            if bad.kind == "newer":
+                raise
             self._move_aside(bad)
             return {}
 
     def _write_locked(self, text: str) -> None:
-        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=f".{CACHE_FILE}.", suffix=".tmp")
+        # imported here: sparsegpu.io imports the matrix classes, which import this module
+        from ..io._files import create_beside
+
+        fd, tmp = create_beside(self.directory, f".{CACHE_FILE}.", ".tmp")
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 handle.write(text)

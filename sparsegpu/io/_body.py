@@ -1,0 +1,315 @@
+"""The Matrix Market body, checked against its header before scipy parses it.
+
+scipy's parser (fast_matrix_market) reads a number from the front of each token and
+drops the rest: ``0x1p3`` is read as 0, ``2.5`` in an ``integer`` file as 2, a second
+value on a ``real`` line is ignored, and a NUL byte after the last value crashes the
+process. Every byte of the body is checked here first, vectorized (numpy), a chunk of
+whole lines at a time:
+
+* only digits, ``+ - . e E``, letters of ``inf``/``nan``, spaces, tabs and line ends;
+* every non-blank line holds exactly the numbers one entry of the header's format and
+  field has (``row column [value [imaginary]]``, or the values of an ``array`` file);
+* there are exactly as many entries as the size line declares;
+* indices are unsigned integers, ``integer`` values have no ``.`` or exponent, and every
+  value is a whole decimal number (sign, digits, one ``.``, one exponent, in that order).
+
+Chunks are checked on several threads at once (numpy releases the GIL). Index ranges are
+checked by scipy's parser, the stored triangle of symmetric files on the parsed arrays.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import os
+
+import numpy as np
+
+from ._header import MMInfo, bad_file
+
+# Bytes of whole lines checked at once: small enough for the temporaries to stay cheap
+# (about 8x the chunk per worker).
+CHUNK_BYTES = 2 << 20
+# Chunks checked at once.
+_WORKERS = min(8, os.cpu_count() or 1)
+# An entry line longer than this is damage, not a number.
+MAX_LINE_BYTES = 1 << 20
+
+# Byte classes, as bits: _TOKEN (part of a number), _EVENT (a line end, or with _TOKEN a
+# sign, point or exponent: the bytes whose neighbours are checked), _RARE (a letter, or a
+# byte no entry has).
+_TOKEN, _EVENT, _RARE = 1, 2, 4
+_WS = 0
+_NL = _EVENT
+_DIGIT = _TOKEN
+_LETTER = _TOKEN | _RARE
+_BAD = _RARE
+_SPECIAL = _TOKEN | _EVENT  # the low bits of a sign, point or exponent
+_DOT, _EXP, _SIGN = _SPECIAL, _SPECIAL | 8, _SPECIAL | 16
+_CODES = 32  # classes fit in 5 bits
+_CLASS = np.full(256, _BAD, dtype=np.uint8)
+_CLASS[[ord(" "), ord("\t"), ord("\r")]] = _WS
+_CLASS[ord("\n")] = _NL
+_CLASS[ord("0") : ord("9") + 1] = _DIGIT
+_CLASS[ord(".")] = _DOT
+_CLASS[[ord("e"), ord("E")]] = _EXP
+_CLASS[[ord("+"), ord("-")]] = _SIGN
+_CLASS[[c for c in range(256) if chr(c).isascii() and chr(c).isalpha() and chr(c) not in "eE"]] = (
+    _LETTER
+)
+_CLASS_TABLE = _CLASS.tobytes()
+
+# _ALLOWED[kind, previous class, next class]: where a sign, point or exponent may stand.
+_ALLOWED = np.zeros((_CODES, _CODES, _CODES), dtype=bool)
+for _prev in (_WS, _NL, _EXP):
+    _ALLOWED[_SIGN, _prev, [_DIGIT, _DOT, _LETTER]] = True
+for _prev in (_DIGIT, _SIGN, _WS, _NL):
+    _ALLOWED[_DOT, _prev, _DIGIT] = True
+_ALLOWED[_DOT, _DIGIT, [_EXP, _WS, _NL]] = True
+for _prev in (_DIGIT, _DOT):
+    _ALLOWED[_EXP, _prev, [_DIGIT, _SIGN]] = True
+_REFUSED = ~_ALLOWED.ravel()  # indexed by kind << 10 | previous << 5 | next
+# The order within one number (indexed by kind << 5 | previous): a mantissa sign, the
+# point, the exponent, the exponent's sign.
+_RANK = np.zeros((_CODES, _CODES), dtype=np.int8)
+_RANK[_DOT], _RANK[_EXP], _RANK[_SIGN, _EXP] = 1, 2, 3
+_RANK = _RANK.ravel()
+_WORDS = (b"inf", b"infinity", b"nan")
+
+_LAYOUT = {
+    ("coordinate", "pattern"): "row column",
+    ("coordinate", "real"): "row column value",
+    ("coordinate", "integer"): "row column value",
+    ("coordinate", "complex"): "row column real imaginary",
+    ("array", "real"): "value",
+    ("array", "integer"): "value",
+    ("array", "complex"): "real imaginary",
+}
+
+
+class _BadLine(Exception):
+    """A bad line, numbered within its chunk (the chunk's first line is line 1)."""
+
+    def __init__(self, line: int, problem: str):
+        super().__init__(line, problem)
+        self.line = line
+        self.problem = problem
+
+
+class _Body:
+    """What one file's entries must look like, and the check of one chunk of lines.
+
+    Lines are numbered within the chunk (from 1): the chunks are checked in parallel, and
+    :func:`_collect` adds the lines of the chunks before.
+    """
+
+    def __init__(self, info: MMInfo):
+        self.info = info
+        self.layout = _LAYOUT[(info.format, info.field)]
+        self.per_line = len(self.layout.split())
+        self.indices = 2 if info.format == "coordinate" else 0
+
+    @staticmethod
+    def fail(line: int, problem: str):
+        raise _BadLine(line, problem)
+
+    def check(self, data: bytes) -> tuple[np.ndarray, int]:
+        """Check ``data``: a newline, then whole lines.
+
+        Returns the chunk's entry lines (0-based) and its number of lines; the caller
+        checks the entries' total against the size line.
+        """
+        a = np.frombuffer(data, dtype=np.uint8)
+        c = np.frombuffer(data.translate(_CLASS_TABLE), dtype=np.uint8)
+        if np.bitwise_or.reduce(c) & _RARE:
+            if (c == _BAD).any():
+                self._bad_byte(a, c)
+        token = (c & _TOKEN).view(bool)
+        start = np.empty_like(token)
+        start[0] = False
+        np.greater(token[1:], token[:-1], out=start[1:])
+        token_number = np.cumsum(start.view(np.uint8), dtype=np.int32)  # tokens so far
+        newlines = np.flatnonzero(c == _NL)
+        counts = np.diff(token_number.take(newlines))
+        self._count(a, counts)
+        words = self._words(a, c, token, start) if (c == _LETTER).any() else None
+        special = np.flatnonzero((c & _SPECIAL) == _SPECIAL)
+        if special.size:
+            tokens = token_number.take(special) - 1
+            self._numbers(a, c, special, tokens, start, words)
+        return np.flatnonzero(counts), newlines.size - 1
+
+    @staticmethod
+    def _line_of(a: np.ndarray, position: int) -> tuple[int, int]:
+        """(line number, 1-based column) of byte ``position``."""
+        previous = int(np.flatnonzero(a[:position] == 10)[-1])
+        return 1 + int(np.count_nonzero(a[1:position] == 10)), position - previous
+
+    @staticmethod
+    def _text(a: np.ndarray, k: int) -> str:
+        newlines = np.flatnonzero(a == 10)
+        line = a[newlines[k] + 1 : newlines[k + 1]].tobytes().rstrip(b"\r")
+        shown = line[:80].decode("latin-1")
+        return repr(shown + ("..." if len(line) > 80 else ""))
+
+    def _token(self, a, c, start, t: int) -> tuple[int, str]:
+        """(line number, text) of the chunk's token ``t``."""
+        position = int(np.flatnonzero(start)[t])
+        end = position + int(np.argmin(c[position:] & _TOKEN))
+        return self._line_of(a, position)[0], a[position:end].tobytes().decode("latin-1")
+
+    def _bad_byte(self, a, c) -> None:
+        position = int(np.argmax(c == _BAD))
+        line, column = self._line_of(a, position)
+        byte = int(a[position])
+        what = "a NUL byte" if byte == 0 else f"byte 0x{byte:02x} ({chr(byte)!r})"
+        if byte == ord("%"):
+            what += " (a comment: comments belong before the size line)"
+        self.fail(
+            line,
+            f"column {column} holds {what}, which no Matrix Market entry has (digits, "
+            "'+-.eE', spaces, line ends): the file is damaged or not a Matrix Market text "
+            "file; download or write it again",
+        )
+
+    def _count(self, a, counts) -> None:
+        wrong = (counts != self.per_line) & (counts != 0)
+        if wrong.any():
+            k = int(np.argmax(wrong))
+            self.fail(
+                k + 1,
+                f"{self._text(a, k)} holds {int(counts[k])} numbers, but an entry "
+                f"of a {self.info.format} {self.info.field} file is "
+                f"'{self.layout}' ({self.per_line}); the file does not match its header",
+            )
+
+    def too_many(self, data: bytes, entry_lines: np.ndarray, seen: int):
+        """Refuse the chunk's line holding entry ``declared + 1`` (``seen`` came before)."""
+        declared = self.info.entries
+        k = int(entry_lines[declared - seen])
+        self.fail(
+            k + 1,
+            f"{self._text(np.frombuffer(data, dtype=np.uint8), k)} is entry {declared + 1}, "
+            f"but the size line declares {declared} entries: the size line is wrong or "
+            "lines were appended to the file",
+        )
+
+    def _value_kind(self, column: int) -> str:
+        if column < self.indices:
+            return "an index (a positive integer)"
+        if self.info.field == "integer":
+            return "an integer value (the header's field is 'integer')"
+        return "a decimal number"
+
+    def _words(self, a, c, token, start) -> np.ndarray:
+        """Token numbers of ``inf``/``nan`` values; any other word is refused."""
+        starts = np.flatnonzero(start)
+        lettered = np.unique(np.searchsorted(starts, np.flatnonzero(c == _LETTER), "right") - 1)
+        for t in lettered:
+            begin = int(starts[t])
+            word = a[begin : begin + int(np.argmin(token[begin:]))].tobytes()
+            column = int(t) % self.per_line
+            value = column >= self.indices and self.info.field in ("real", "complex")
+            if not (value and word.lower().lstrip(b"+-") in _WORDS and word[1:2] not in b"+-"):
+                line, _ = self._line_of(a, begin)
+                self.fail(
+                    line,
+                    f"{word.decode('latin-1')!r} is not {self._value_kind(column)}; the file "
+                    "does not match its header",
+                )
+        return lettered
+
+    def _numbers(self, a, c, special, tokens, start, words) -> None:
+        """Signs, points and exponents: where they stand, their order, and which tokens."""
+        kind = c.take(special)
+        pair = (kind.astype(np.int16) << 5) | c.take(special - 1)
+        rank = _RANK.take(pair)
+        bad = _REFUSED.take((pair.astype(np.int32) << 5) | c.take(special + 1))
+        bad[1:] |= (tokens[1:] == tokens[:-1]) & (rank[1:] <= rank[:-1])
+        bad |= tokens % self.per_line < self.indices
+        if self.info.field == "integer":
+            bad |= kind != _SIGN
+        if words is not None:
+            bad &= ~np.isin(tokens, words)
+        if bad.any():
+            t = int(tokens[np.argmax(bad)])
+            line, text = self._token(a, c, start, t)
+            self.fail(
+                line,
+                f"{text!r} is not {self._value_kind(t % self.per_line)}; the file does not "
+                "match its header",
+            )
+
+
+def check_body(stream, info: MMInfo) -> None:
+    """Check every entry of a Matrix Market body against ``info`` (see the module doc).
+
+    Parameters
+    ----------
+    stream : binary file object
+        The (decompressed) file, positioned just after the header.
+    info : MMInfo
+        Its checked header.
+
+    Raises
+    ------
+    ValueError
+        ``'<file>: line <n>: <problem>'`` for the first bad line, or the entry count when
+        the file ends early.
+    """
+    body = _Body(info)
+    seen, line = 0, info.header_lines + 1
+    with concurrent.futures.ThreadPoolExecutor(_WORKERS) as pool:
+        pending = collections.deque()
+        try:
+            for data in _chunks(stream):
+                pending.append((pool.submit(body.check, data), data))
+                if len(pending) > 2 * _WORKERS:
+                    seen, line = _collect(body, pending.popleft(), seen, line)
+        except _BadLine as long_line:  # from _chunks: its line follows the pending ones
+            while pending:
+                seen, line = _collect(body, pending.popleft(), seen, line)
+            raise bad_file(info.source, f"line {line}: {long_line.problem}") from None
+        while pending:
+            seen, line = _collect(body, pending.popleft(), seen, line)
+    if seen < info.entries:
+        raise bad_file(
+            info.source,
+            f"the file ends after {seen} of the {info.entries} entries its size line "
+            "declares: it is truncated or its size line is wrong",
+        )
+
+
+def _collect(body: _Body, job, seen: int, line: int) -> tuple[int, int]:
+    """Wait for one chunk's check (in file order): entries and lines seen after it.
+
+    ``line`` is the number of the chunk's first line in the file.
+    """
+    future, data = job
+    try:
+        entry_lines, lines = future.result()
+        if seen + entry_lines.size > body.info.entries:
+            body.too_many(data, entry_lines, seen)
+    except _BadLine as bad:
+        raise bad_file(body.info.source, f"line {line + bad.line - 1}: {bad.problem}") from None
+    return seen + entry_lines.size, line + lines
+
+
+def _chunks(stream):
+    """Whole lines from ``stream``, a chunk at a time, each after a newline (the last line
+    gets one too)."""
+    carry = b""
+    while True:
+        block = stream.read(CHUNK_BYTES)
+        if not block:
+            if carry:
+                yield b"".join((b"\n", carry, b"\n"))
+            return
+        cut = block.rfind(b"\n") + 1
+        if not cut:
+            carry += block
+            if len(carry) > MAX_LINE_BYTES:
+                _Body.fail(1, f"is longer than {MAX_LINE_BYTES} bytes: not an entry")
+            continue
+        data, carry = b"".join((b"\n", carry, memoryview(block)[:cut])), block[cut:]
+        yield data
