@@ -2,7 +2,9 @@
 
 Each subcommand is a module in :mod:`sparsegpu.commands` with ``HELP``,
 ``add_arguments(parser)`` and ``run(args) -> int``; this file only wires them up.
-Errors a user can fix (bad arguments, no GPU) print one line and exit non-zero.
+Errors a user can fix (bad arguments, no GPU, no network, a missing file) print one line
+and exit non-zero (2 for a bad request, 1 for what this machine cannot do); only a bug
+prints a traceback.
 """
 
 from __future__ import annotations
@@ -43,6 +45,25 @@ def require_matplotlib() -> None:
         ) from None
 
 
+def expected_errors() -> tuple[type[BaseException], ...]:
+    """The library's errors that mean "this machine or this input cannot do that", not a
+    bug: no network or file (OSError, DownloadError included), no GPU, no memory, a bad
+    benchmark request, an unusable tuning cache. Commands end on them with one line."""
+    from ._dispatch import BackendUnavailableError
+    from .bench import BenchError
+    from .probe import NoGPUError
+    from .tuning.cache import TuningCacheError
+
+    return (OSError, MemoryError, BackendUnavailableError, BenchError, NoGPUError, TuningCacheError)
+
+
+def _fail(command: str, exc: BaseException, status: int) -> int:
+    """Print ``exc`` as one line (the first of its message) and return ``status``."""
+    lines = str(exc).strip().splitlines() or [type(exc).__name__]
+    print(f"sparsegpu {command}: {lines[0]}", file=sys.stderr)
+    return status
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
@@ -70,8 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args._run(args) or 0)
     except CommandError as exc:
-        print(f"sparsegpu {args.command}: {exc}", file=sys.stderr)
-        return exc.status
+        return _fail(args.command, exc, exc.status)
+    except expected_errors() as exc:
+        return _fail(args.command, exc, 1)
     except KeyboardInterrupt:
         print(f"sparsegpu {args.command}: interrupted", file=sys.stderr)
         return 130
