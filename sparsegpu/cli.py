@@ -64,6 +64,17 @@ def _fail(command: str, exc: BaseException, status: int) -> int:
     return status
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` shows every option's default, except where there is none (None, False)
+    or the help text already says it."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if action.default in (None, False) or "default" in text:
+            return text
+        return super()._get_help_string(action)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
@@ -75,7 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         module = importlib.import_module(f".commands.{name}", __package__)
-        p = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        p = sub.add_parser(
+            name, help=module.HELP, description=module.HELP, formatter_class=HelpFormatter
+        )
         module.add_arguments(p)
         p.set_defaults(_run=module.run)
     return parser
