@@ -3,6 +3,9 @@ traceback (offline, a missing file, no GPU), and the reason a GPU is missing."""
 
 from __future__ import annotations
 
+import sys
+import types
+
 import pytest
 
 from sparsegpu import _cuda, _dispatch, bench, cli, probe, suitesparse
@@ -121,3 +124,30 @@ def test_bench_prints_a_shared_reason_once(capsys):
     assert cli.main(["bench", "stencil2d_64", "--repeat", "1"]) == 0
     out = capsys.readouterr().out
     assert out.count(_cuda.unavailable_reason()) == 1
+
+
+@pytest.fixture
+def no_driver_cupy(monkeypatch):
+    """A CuPy that imports but finds no driver, as on a machine without NVIDIA hardware."""
+
+    class Runtime:
+        @staticmethod
+        def getDeviceCount():
+            raise RuntimeError("cudaErrorInsufficientDriver: CUDA driver version is insufficient")
+
+        @staticmethod
+        def driverGetVersion():
+            return 0
+
+    fake = types.ModuleType("cupy")
+    fake.cuda = types.SimpleNamespace(runtime=Runtime)
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    _cuda._probe.cache_clear()
+    yield
+    _cuda._probe.cache_clear()
+
+
+def test_no_driver_is_named_as_such(no_driver_cupy):
+    reason = _cuda.unavailable_reason()
+    assert reason.startswith("no NVIDIA driver/GPU found (")
+    assert "driver version 0" in reason and "cudaErrorInsufficientDriver" in reason
