@@ -38,11 +38,19 @@ def assert_one_line(capsys, status, expected_status, *words):
     [
         (["bench", "HB/west0479", "--repeat", "1"], 2, ("HB/west0479", "cannot download")),
         (["bench", "missing.mtx.gz"], 2, ("missing.mtx.gz", "does not exist")),
+        (["bench", "karate", "--json", "/nonexistent/r.json"], 2, ("/nonexistent", "--json")),
         (["fetch", "--no-progress", "HB/bcsstk13"], 1, ("cannot download",)),
         (["info", "HB/west0479"], 1, ("sparsegpu fetch HB/west0479",)),
         (["autotune", "--no-save", "missing.mtx.gz"], 2, ("missing.mtx.gz", "does not exist")),
     ],
-    ids=["bench-offline", "bench-missing-file", "fetch-offline", "info-not-cached", "autotune"],
+    ids=[
+        "bench-offline",
+        "bench-missing-file",
+        "bench-json-directory",
+        "fetch-offline",
+        "info-not-cached",
+        "autotune",
+    ],
 )
 def test_expected_failure_is_one_line(offline, capsys, argv, status, words):
     assert_one_line(capsys, cli.main(argv), status, *words)

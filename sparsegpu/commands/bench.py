@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from .. import bench
 from .._console import console, group_by_reason, progress, table
@@ -65,9 +66,18 @@ def _print(report: bench.BenchReport) -> None:
         out.print(f"note: {note}", soft_wrap=True)
 
 
-def run(args) -> int:
+def _check_outputs(args) -> None:
+    """Fail before the run, not after it, when an output file cannot be written."""
     if args.plot:
         require_matplotlib()
+    for flag, target in (("--json", args.json), ("--plot", args.plot)):
+        parent = Path(target).expanduser().resolve().parent if target else None
+        if parent is not None and not parent.is_dir():
+            raise CommandError(f"{flag} {target}: the directory {parent} does not exist")
+
+
+def run(args) -> int:
+    _check_outputs(args)
     try:
         with progress(transient=True) as bar:
             report = bench.run(
