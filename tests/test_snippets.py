@@ -99,8 +99,13 @@ def without_gpu_lines(code: str) -> str:
     return "\n".join(kept) + "\n"
 
 
+# what Sphinx writes under docs/ (autosummary stubs, the built site) is not a document
+BUILD_OUTPUTS = {"generated", "_build"}
+
+
 def documents() -> list[Path]:
-    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.rst"))]
+    pages = sorted((ROOT / "docs").rglob("*.rst"))
+    return [ROOT / "README.md", *(p for p in pages if not BUILD_OUTPUTS & set(p.parts))]
 
 
 def snippets(path: Path) -> list[Snippet]:
