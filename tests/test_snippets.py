@@ -105,7 +105,8 @@ BUILD_OUTPUTS = {"generated", "_build"}
 
 def documents() -> list[Path]:
     pages = sorted((ROOT / "docs").rglob("*.rst"))
-    return [ROOT / "README.md", *(p for p in pages if not BUILD_OUTPUTS & set(p.parts))]
+    kept = [p for p in pages if not BUILD_OUTPUTS & set(p.relative_to(ROOT).parts)]
+    return [ROOT / "README.md", *kept]
 
 
 def snippets(path: Path) -> list[Snippet]:
