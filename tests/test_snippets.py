@@ -173,3 +173,17 @@ def test_rst_extraction(tmp_path):
         (7, "a = 1\n\nb = a\n", False),
         (17, ">>> 1 + 1\n2\n", True),
     ]
+
+
+@pytest.mark.parametrize(
+    ("code", "passes"),
+    [(">>> x = 2\n>>> x + 1\n3\n", True), (">>> 1 + 1\n3\n", False)],
+    ids=["right", "wrong"],
+)
+def test_doctest_snippet_is_checked(tmp_path, code, passes):
+    snippet = Snippet(ROOT / "docs" / "page.rst", 1, code, doctest=True)
+    if passes:
+        run(snippet, {}, gpu=False)
+    else:
+        with pytest.raises(AssertionError, match="docs/page.rst:1"):
+            run(snippet, {}, gpu=False)
