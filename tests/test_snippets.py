@@ -180,7 +180,7 @@ def test_rst_extraction(tmp_path):
     [(">>> x = 2\n>>> x + 1\n3\n", True), (">>> 1 + 1\n3\n", False)],
     ids=["right", "wrong"],
 )
-def test_doctest_snippet_is_checked(tmp_path, code, passes):
+def test_doctest_snippet_is_checked(code, passes):
     snippet = Snippet(ROOT / "docs" / "page.rst", 1, code, doctest=True)
     if passes:
         run(snippet, {}, gpu=False)
