@@ -61,3 +61,12 @@ def progress(transient: bool = False, transfer: bool = False) -> Progress:
         console=console(stderr=True),
         transient=transient,
     )
+
+
+def group_by_reason(reasons: dict[str, str]) -> list[tuple[list[str], str]]:
+    """``{name: reason}`` as ``[(names, reason)]``, one entry per distinct reason, so that
+    the reason eight GPU backends share (no GPU) is printed once."""
+    grouped: dict[str, list[str]] = {}
+    for name, reason in reasons.items():
+        grouped.setdefault(reason, []).append(name)
+    return [(names, reason) for reason, names in grouped.items()]

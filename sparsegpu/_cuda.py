@@ -8,8 +8,12 @@ backend works) on a machine with no GPU and no CuPy.
 from __future__ import annotations
 
 import functools
+import glob
+import sys
 import threading
 from dataclasses import dataclass
+
+NO_CUPY_HINT = 'pip install -e ".[cuda13]" (or ".[cuda12]" with a CUDA 12 driver)'
 
 
 @functools.cache
@@ -18,18 +22,43 @@ def _probe():
     try:
         import cupy
     except ImportError as exc:
-        return None, (
-            f"CuPy is not installed ({exc}); install sparsegpu[cuda12] or sparsegpu[cuda13]"
-        )
+        return None, f"CuPy is not installed ({exc}); {NO_CUPY_HINT}"
     except Exception as exc:  # a broken CUDA install raises all sorts of things on import
         return None, f"CuPy failed to import: {type(exc).__name__}: {exc}"
     try:
         count = cupy.cuda.runtime.getDeviceCount()
     except Exception as exc:
-        return None, f"no usable CUDA device: {type(exc).__name__}: {exc}"
+        error = f"{type(exc).__name__}: {exc}"
+        missing = _missing_driver(_driver_version(cupy), glob.glob("/dev/nvidia*"), sys.platform)
+        if missing is not None:
+            return None, f"no NVIDIA driver/GPU found ({missing}; CuPy said {error})"
+        return None, f"no usable CUDA device: {error}"
     if count == 0:
         return None, "no CUDA device found"
     return cupy, None
+
+
+def _driver_version(cupy) -> int | None:
+    """``cudaDriverGetVersion``: 0 when no driver is installed, None when it cannot say."""
+    try:
+        return int(cupy.cuda.runtime.driverGetVersion())
+    except Exception:
+        return None
+
+
+def _missing_driver(driver_version: int | None, device_files: list, platform: str) -> str | None:
+    """Why there is no NVIDIA driver here, or None when one seems present.
+
+    CuPy reports a machine without any driver as ``cudaErrorInsufficientDriver``, which
+    reads as if a newer driver would help; the runtime's driver version 0 (its documented
+    answer when no driver is installed) and, on Linux, no ``/dev/nvidia*`` device files
+    tell the two apart.
+    """
+    if driver_version == 0:
+        return "the CUDA runtime reports driver version 0, i.e. no driver installed"
+    if platform.startswith("linux") and not device_files:
+        return "no /dev/nvidia* device files"
+    return None
 
 
 def cupy_or_none():

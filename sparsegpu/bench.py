@@ -32,7 +32,7 @@ import numpy as np
 import scipy
 import scipy.sparse as sp
 
-from . import _cuda, _dispatch
+from . import _cuda, _dispatch, datasets, suitesparse
 from ._timing import cuda_time, gb_per_s, spmv_bytes
 from ._version import __version__
 from .datasets import synthetic
@@ -56,11 +56,37 @@ class BenchError(ValueError):
 # --------------------------------------------------------------------------- matrices
 @dataclass(frozen=True)
 class MatrixSource:
-    """A matrix to benchmark: its name, where it comes from, and how to build it."""
+    """A matrix to benchmark: its name, where it comes from, and how to build it.
+
+    ``offline_copy`` is the bundled copy of a SuiteSparse matrix that ships with
+    sparsegpu, used by :meth:`open` when the download fails.
+    """
 
     name: str
     origin: str
     load: Callable[[], sp.spmatrix]
+    offline_copy: MatrixSource | None = None
+
+    def open(self) -> tuple[sp.spmatrix, str, str | None]:
+        """The matrix, the origin it was read from, and a note when that is not ``origin``.
+
+        Raises
+        ------
+        BenchError
+            When the matrix cannot be loaded (no network and no bundled copy, a bad file).
+        """
+        try:
+            return self.load(), self.origin, None
+        except suitesparse.DownloadError as exc:
+            if self.offline_copy is None:
+                raise BenchError(f"{self.name}: {exc}") from None
+            note = (
+                f"{self.name}: the download failed, so the copy bundled with sparsegpu "
+                f"({self.offline_copy.name}) is used ({exc})"
+            )
+            return self.offline_copy.load(), self.offline_copy.origin, note
+        except (OSError, ValueError) as exc:
+            raise BenchError(f"{self.name}: {exc}") from None
 
 
 def bundled_files() -> dict[str, object]:
@@ -112,15 +138,21 @@ def _synthetic_sources(gpu: bool) -> dict[str, MatrixSource]:
     return out
 
 
-def _suitesparse_source(name: str) -> MatrixSource:
-    try:
-        suitesparse = importlib.import_module("sparsegpu.suitesparse")
-    except ImportError:
-        raise BenchError(
-            f"{name!r} looks like a SuiteSparse name, but this build of sparsegpu has no "
-            "sparsegpu.suitesparse; download the .mtx.gz and pass its path instead"
-        ) from None
-    return MatrixSource(name, "SuiteSparse", lambda: suitesparse.load(name))
+def _bundled_source(name: str, entry) -> MatrixSource:
+    return MatrixSource(name, "bundled", lambda: _read_bundled(entry))
+
+
+def _suitesparse_source(name: str, bundled: dict) -> MatrixSource:
+    """A SuiteSparse ``Group/Name``, with its bundled copy (if one ships) for offline use."""
+    copies = {datasets.info(short).collection_name.lower(): short for short in bundled}
+    short = copies.get(name.lower())
+    offline = _bundled_source(short, bundled[short]) if short is not None else None
+    return MatrixSource(
+        name,
+        "SuiteSparse",
+        lambda: suitesparse.load(name, progress=False),
+        offline_copy=offline,
+    )
 
 
 def resolve_matrices(specs, gpu: bool) -> list[MatrixSource]:
@@ -135,10 +167,7 @@ def resolve_matrices(specs, gpu: bool) -> list[MatrixSource]:
         if gpu:
             return [s for s in synthetic_sources.values() if s.origin.endswith("(full suite)")]
         if bundled:
-            return [
-                MatrixSource(name, "bundled", lambda e=entry: _read_bundled(e))
-                for name, entry in bundled.items()
-            ]
+            return [_bundled_source(name, entry) for name, entry in bundled.items()]
         return [s for s in synthetic_sources.values() if s.origin.endswith("(small suite)")]
     sources = []
     for spec in specs:
@@ -151,11 +180,11 @@ def resolve_matrices(specs, gpu: bool) -> list[MatrixSource]:
         elif spec in synthetic_sources:
             sources.append(synthetic_sources[spec])
         elif spec in bundled:
-            sources.append(MatrixSource(spec, "bundled", lambda e=bundled[spec]: _read_bundled(e)))
+            sources.append(_bundled_source(spec, bundled[spec]))
         elif spec.endswith(MATRIX_SUFFIXES):
             raise BenchError(f"matrix file {spec!r} does not exist")
         elif "/" in spec:
-            sources.append(_suitesparse_source(spec))
+            sources.append(_suitesparse_source(spec, bundled))
         else:
             known = sorted(bundled) + sorted(synthetic_sources)
             raise BenchError(
@@ -386,11 +415,13 @@ class BenchResult:
 
 @dataclass
 class BenchReport:
-    """A whole run: the machine, the peak, the baseline and every result row."""
+    """A whole run: the machine, the peak, the baseline, every result row, and notes on
+    where matrices came from when that was not where they were asked for."""
 
     results: list = field(default_factory=list)
     unavailable: dict = field(default_factory=dict)
     skipped: dict = field(default_factory=dict)
+    notes: list = field(default_factory=list)
     peak_gb_per_s: float | None = None
     peak_source: str | None = None
     baseline: str | None = None
@@ -432,10 +463,10 @@ def _peak(gpu: bool) -> tuple[float | None, str | None]:
     return probe.copy_bandwidth(), "sparsegpu probe: device-to-device copy (read + write)"
 
 
-def _run_one(contender, source: MatrixSource, A, dtype, repeat, seed, oracle_cache) -> BenchResult:
+def _run_one(contender, name, origin, A, dtype, repeat, seed, oracle_cache) -> BenchResult:
     row = BenchResult(
-        matrix=source.name,
-        origin=source.origin,
+        matrix=name,
+        origin=origin,
         shape=tuple(int(s) for s in A.shape),
         nnz=int(A.nnz),
         dtype=str(np.dtype(dtype)),
@@ -454,7 +485,7 @@ def _run_one(contender, source: MatrixSource, A, dtype, repeat, seed, oracle_cac
     row.policy, row.timer = prepared.policy, prepared.timer
     row.index_dtype = str(np.dtype(prepared.index_dtype))
     x_host = _to_host(prepared.x)
-    key = (source.name, row.dtype)
+    key = (name, row.dtype)
     if key not in oracle_cache:
         oracle_cache[key] = _oracle(A, x_host, dtype)
     try:
@@ -551,14 +582,17 @@ def run(
     for source in sources:
         if progress is not None:
             progress.update(task, description=f"loading {source.name}")
-        A = sp.csr_matrix(source.load())
+        matrix, origin, note = source.open()
+        if note is not None:
+            report.notes.append(note)
+        A = sp.csr_matrix(matrix)
         oracle_cache: dict = {}
         for dtype in dtypes:
             for contender in contenders:
                 if progress is not None:
                     progress.update(task, description=f"{source.name} {dtype} {contender.name}")
                 report.results.append(
-                    _run_one(contender, source, A, dtype, repeat, seed, oracle_cache)
+                    _run_one(contender, source.name, origin, A, dtype, repeat, seed, oracle_cache)
                 )
                 if progress is not None:
                     progress.advance(task)

@@ -2,7 +2,9 @@
 
 Each subcommand is a module in :mod:`sparsegpu.commands` with ``HELP``,
 ``add_arguments(parser)`` and ``run(args) -> int``; this file only wires them up.
-Errors a user can fix (bad arguments, no GPU) print one line and exit non-zero.
+Errors a user can fix (bad arguments, no GPU, no network, a missing file) print one line
+and exit non-zero (2 for a bad request, 1 for what this machine cannot do); only a bug
+prints a traceback.
 """
 
 from __future__ import annotations
@@ -43,6 +45,36 @@ def require_matplotlib() -> None:
         ) from None
 
 
+def expected_errors() -> tuple[type[BaseException], ...]:
+    """The library's errors that mean "this machine or this input cannot do that", not a
+    bug: no network or file (OSError, DownloadError included), no GPU, no memory, a bad
+    benchmark request, an unusable tuning cache. Commands end on them with one line."""
+    from ._dispatch import BackendUnavailableError
+    from .bench import BenchError
+    from .probe import NoGPUError
+    from .tuning.cache import TuningCacheError
+
+    return (OSError, MemoryError, BackendUnavailableError, BenchError, NoGPUError, TuningCacheError)
+
+
+def _fail(command: str, exc: BaseException, status: int) -> int:
+    """Print ``exc`` as one line (the first of its message) and return ``status``."""
+    lines = str(exc).strip().splitlines() or [type(exc).__name__]
+    print(f"sparsegpu {command}: {lines[0]}", file=sys.stderr)
+    return status
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` shows every option's default, except where there is none (None, False)
+    or the help text already says it."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if action.default in (None, False) or "default" in text:
+            return text
+        return super()._get_help_string(action)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
@@ -54,7 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         module = importlib.import_module(f".commands.{name}", __package__)
-        p = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        p = sub.add_parser(
+            name, help=module.HELP, description=module.HELP, formatter_class=HelpFormatter
+        )
         module.add_arguments(p)
         p.set_defaults(_run=module.run)
     return parser
@@ -70,8 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args._run(args) or 0)
     except CommandError as exc:
-        print(f"sparsegpu {args.command}: {exc}", file=sys.stderr)
-        return exc.status
+        return _fail(args.command, exc, exc.status)
+    except expected_errors() as exc:
+        return _fail(args.command, exc, 1)
     except KeyboardInterrupt:
         print(f"sparsegpu {args.command}: interrupted", file=sys.stderr)
         return 130

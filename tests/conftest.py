@@ -3,6 +3,7 @@ the test-only host-copy backend, and the array modules x can live in."""
 
 from __future__ import annotations
 
+import collections
 import faulthandler
 import itertools
 import os
@@ -100,3 +101,22 @@ def server(tmp_path, monkeypatch):
         monkeypatch.setenv(suitesparse.URL_ENV, running.url)
         monkeypatch.setenv(suitesparse.DATA_DIR_ENV, str(tmp_path / "cache"))
         yield running
+
+
+def pytest_terminal_summary(terminalreporter):
+    """One line per skip reason with its count, instead of a line per skipped test (a CPU
+    run skips hundreds of GPU tests for the same reason); ``-rs`` still lists them all."""
+    skipped = terminalreporter.stats.get("skipped", [])
+    if not skipped:
+        return
+    counts = collections.Counter(_skip_reason(report) for report in skipped)
+    terminalreporter.section(f"{len(skipped)} skipped, by reason", sep="-")
+    for reason, count in counts.most_common():
+        terminalreporter.write_line(f"{count:6d}  {reason}")
+
+
+def _skip_reason(report) -> str:
+    """The reason of a skip report (its longrepr is ``(path, line, "Skipped: reason")``)."""
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+    return reason.removeprefix("Skipped: ")

@@ -233,14 +233,25 @@ def test_unreadable_matrix_file(tmp_path):
         source.load()
 
 
-def test_suitesparse_name_without_module():
-    try:
-        import sparsegpu.suitesparse  # noqa: F401
-    except ImportError:
-        with pytest.raises(bench.BenchError, match="SuiteSparse"):
-            bench.resolve_matrices(["HB/bcsstk13"], gpu=False)
-    else:
-        pytest.skip("sparsegpu.suitesparse is present; its loader is tested with it")
+@pytest.fixture
+def offline(monkeypatch, tmp_path):
+    """No SuiteSparse collection reachable (a closed local port) and an empty cache."""
+    monkeypatch.setenv("SPARSEGPU_SUITESPARSE_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("SPARSEGPU_DATA_DIR", str(tmp_path / "suitesparse"))
+
+
+@pytest.mark.parametrize("name", ["HB/bcsstk13", "hb/BCSSTK13"])
+def test_offline_suitesparse_name_uses_the_bundled_copy(offline, name):
+    report = bench.run([name], backends=["scipy"], repeat=1)
+    (row,) = report.results
+    assert row.status == "ok" and row.origin == "bundled" and row.shape == (2003, 2003)
+    (note,) = report.notes
+    assert "bundled" in note and "bcsstk13" in note
+
+
+def test_offline_suitesparse_name_without_a_bundled_copy_is_one_error(offline):
+    with pytest.raises(bench.BenchError, match="HB/west0479.*cannot download"):
+        bench.run(["HB/west0479"], backends=["scipy"], repeat=1)
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -51,3 +52,15 @@ def test_module_entry_point_runs():
     )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["versions"]["sparsegpu"]
+
+
+@pytest.mark.parametrize("command", cli.COMMANDS)
+def test_help_shows_every_default(command):
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    command_parser = sub.choices[command]
+    formatter = command_parser.formatter_class(prog=command)
+    for action in command_parser._actions:
+        if action.default in (None, False, [], argparse.SUPPRESS) or not action.help:
+            continue
+        assert "default" in formatter._get_help_string(action), action.dest

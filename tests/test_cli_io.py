@@ -63,9 +63,9 @@ def test_info_table(capsys):
 
 
 def test_info_of_an_unknown_name_says_how_to_fetch(server, capsys):
-    assert main(["info", "HB/bcsstk13"]) == 1
+    assert main(["info", "HB/west0479"]) == 1
     err = capsys.readouterr().err
-    assert "sparsegpu fetch HB/bcsstk13" in err and err.count("\n") == 1
+    assert "sparsegpu fetch HB/west0479" in err and err.count("\n") == 1
 
 
 def test_info_of_a_bad_file_names_it(tmp_path, capsys):

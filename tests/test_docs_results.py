@@ -75,3 +75,47 @@ def test_table_node_has_every_row(extension, bench_data):
 )
 def test_optional_api_modules_are_detected(extension, name, present):
     assert extension._module_present(name) is present
+
+
+RESULTS = Path(__file__).resolve().parents[1] / "docs" / "benchmarks" / "results"
+PAGE = RESULTS.parent / "index.rst"
+
+
+def test_autotune_file_is_recognised_and_tabled(extension, tmp_path):
+    policy = {"block_size": 256, "threads_per_row": 2}
+    best = {"time_ms": 0.05, "gb_per_s": 3900.0, "policy": policy}
+    winner = {"backend": "shuffle", "value_dtype": "float64", "best": best, "gain": 1.1}
+    winner["untuned"] = {**best, "time_ms": 0.055}
+    report = {"matrix": "m", "row_class": "short", "overall": {"float64": winner}}
+    report["winners"] = [winner]
+    path = tmp_path / "autotune.json"
+    path.write_text(json.dumps([report]))
+    kind, data = extension.classify(path)
+    assert kind == "autotune"
+    columns, rows = extension.autotune_rows(data)
+    assert rows == [
+        ["m", "short", "float64", "* shuffle", rows[0][4], "50.0", "3,900", "55.0", "1.10x"]
+    ]
+    assert "block_size=256" in rows[0][4] and len(columns) == len(rows[0])
+
+
+def test_markdown_summary_becomes_tables_and_text(extension):
+    text = "# Title\n\nSome `code` here.\n\n| a | b |\n|---|--:|\n| 1 | 2 |\n| 3 |\n"
+    found = extension.markdown_nodes(text)
+    assert [n.tagname for n in found] == ["rubric", "paragraph", "table"]
+    assert found[1].astext() == "Some code here."
+    assert len(list(found[2].findall(lambda n: n.tagname == "row"))) == 3
+
+
+def test_descriptions_are_read_per_file(extension):
+    lines = ["a.json: one", "   two", "b.json: three"]
+    assert extension.descriptions(lines) == {"a.json": "one two", "b.json": "three"}
+
+
+def test_every_committed_result_file_is_described(extension):
+    page = PAGE.read_text()
+    described = extension.descriptions(page.split(".. sparsegpu-results::", 1)[1].splitlines())
+    for path in sorted(RESULTS.glob("*.json")):
+        assert described.get(path.name), f"{path.name} has no sentence in {PAGE.name}"
+        if extension.classify(path)[0] == "other":
+            assert path.with_suffix(".md").exists(), f"{path.name} has no .md summary"

@@ -1,22 +1,27 @@
 """Sphinx extension: the benchmarks page, drawn from the committed result files.
 
 ``.. sparsegpu-results:: benchmarks/results`` reads every ``*.json`` in that folder (relative
-to the docs source) at build time:
+to the docs source) at build time and shows each as a table, with its plot where there is
+one, under the sentence the directive's content gives for it (``FILE.json: what it shows``,
+continuation lines indented):
 
-* ``sparsegpu bench --json`` files become a table and a bar plot (GB/s per backend);
-* ``sparsegpu probe --json`` files become the copy bandwidth and the offset/stride plot;
-* any other JSON (a solver benchmark, say) is shown through the ``.png`` and ``.md`` of the
-  same name beside it, or as it is.
+* ``sparsegpu bench --json`` files: the results table and a GB/s bar plot (drawn here);
+* ``sparsegpu probe --json`` files: the copy bandwidth and the offset/stride table and plot;
+* ``sparsegpu autotune --json`` files: the winners table and the ``.png`` beside the file;
+* any other JSON (a solver benchmark, say): the tables and text of the ``.md`` summary
+  beside it, and the ``.png`` beside it. Raw JSON is never shown.
 
-A folder with some or none of these files builds; a file that is not valid JSON, or a bench
-or probe file with the wrong shape, is a warning naming it (an error under ``-W``).
-Plots need matplotlib; without it the page has the tables only.
+A folder with some or none of these files builds; a file that is not valid JSON, a bench or
+probe file with the wrong shape, another file without a ``.md`` summary, or a file without
+a sentence is a warning naming it (an error under ``-W``). Plots drawn here need
+matplotlib; without it the page has the tables and the committed plots only.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 from docutils import nodes
@@ -25,6 +30,7 @@ from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
 from sparsegpu import bench, probe
+from sparsegpu.tuning.policy import format_knobs
 
 logger = logging.getLogger(__name__)
 PLOT_FOLDER = "_generated"
@@ -47,7 +53,107 @@ def classify(path: Path) -> tuple[str, object]:
         return "bench", bench.load_results(path)
     if schema == probe.SCHEMA:
         return "probe", probe.ProbeResult.from_json(data)
+    if isinstance(data, list) and data and all(_is_autotune_report(r) for r in data):
+        return "autotune", data
     return "other", data
+
+
+def _is_autotune_report(report) -> bool:
+    return isinstance(report, dict) and {"matrix", "row_class", "overall", "winners"} <= set(report)
+
+
+def autotune_rows(reports: list[dict]) -> tuple[list[str], list[list]]:
+    """Columns and rows of the winners of ``sparsegpu autotune --json`` reports: per matrix
+    and dtype each backend's tuned policy, fastest first, the fastest overall starred."""
+    columns = ["matrix", "rows", "dtype", "backend", "tuned policy", "µs", "GB/s"]
+    columns += ["default µs", "gain"]
+    rows = []
+    for report in reports:
+        for dtype, overall in report["overall"].items():
+            winners = [w for w in report["winners"] if w["value_dtype"] == dtype]
+            for w in sorted(winners, key=lambda w: w["best"]["time_ms"]):
+                best, untuned = w["best"], w.get("untuned")
+                star = "* " if w["backend"] == overall["backend"] else ""
+                rows.append(
+                    [
+                        report["matrix"],
+                        report["row_class"],
+                        dtype,
+                        star + w["backend"],
+                        format_knobs(best.get("policy") or {}) or "-",
+                        f"{best['time_ms'] * 1e3:.1f}",
+                        f"{best['gb_per_s']:,.0f}",
+                        f"{untuned['time_ms'] * 1e3:.1f}" if untuned else None,
+                        f"{w['gain']:.2f}x" if w.get("gain") is not None else None,
+                    ]
+                )
+    return columns, rows
+
+
+def markdown_nodes(text: str) -> list:
+    """Docutils nodes for a Markdown summary: ``#`` headings as rubrics, pipe tables as
+    tables, other lines as paragraphs; inline code spans stay literal, nothing else is
+    interpreted (so no cell can break the page)."""
+    out, paragraph, lines = [], [], text.splitlines()
+
+    def flush():
+        if paragraph:
+            out.append(inline_paragraph(" ".join(paragraph)))
+            paragraph.clear()
+
+    i = 0
+    while i < len(lines):
+        line = lines[i].strip()
+        if line.startswith("|"):
+            flush()
+            block = []
+            while i < len(lines) and lines[i].strip().startswith("|"):
+                block.append(lines[i].strip())
+                i += 1
+            cells = [_pipe_cells(row) for row in block if not _PIPE_RULE.match(row)]
+            width = len(cells[0])
+            out.append(table_node(cells[0], [(r + [""] * width)[:width] for r in cells[1:]]))
+            continue
+        if line.startswith("#"):
+            flush()
+            out.append(nodes.rubric(text=line.lstrip("#").strip()))
+        elif line:
+            paragraph.append(line)
+        else:
+            flush()
+        i += 1
+    flush()
+    return out
+
+
+_PIPE_RULE = re.compile(r"^\|[\s:|-]+\|$")
+
+
+def _pipe_cells(row: str) -> list[str]:
+    return [cell.strip() for cell in row.strip().strip("|").split("|")]
+
+
+def inline_paragraph(text: str) -> nodes.paragraph:
+    """A paragraph of ``text`` with its Markdown code spans as literals."""
+    paragraph = nodes.paragraph()
+    for k, part in enumerate(text.split("`")):
+        if part:
+            paragraph += nodes.literal(text=part) if k % 2 else nodes.Text(part)
+    return paragraph
+
+
+def descriptions(lines) -> dict[str, str]:
+    """``{file name: sentence}`` from the directive's content: ``NAME.json: sentence``,
+    continuation lines indented or not."""
+    out, current = {}, None
+    for line in lines:
+        head = re.match(r"^(\S+\.json):\s*(.*)$", line.strip())
+        if head:
+            current = head.group(1)
+            out[current] = head.group(2)
+        elif line.strip() and current is not None:
+            out[current] += " " + line.strip()
+    return out
 
 
 def table_node(columns: list[str], rows: list[list]) -> nodes.table:
@@ -95,6 +201,7 @@ class ResultsDirective(SphinxDirective):
     """``.. sparsegpu-results:: FOLDER``: every result file in FOLDER, drawn."""
 
     required_arguments = 1
+    has_content = True
 
     def run(self):
         folder = Path(self.env.srcdir) / self.arguments[0]
@@ -102,21 +209,42 @@ class ResultsDirective(SphinxDirective):
         files = sorted(folder.glob("*.json")) if folder.is_dir() else []
         if not files:
             return [nodes.paragraph(text=f"No result files are committed in {self.arguments[0]}.")]
+        self.sentences = descriptions(self.content)
         out = []
         for path in files:
             self.env.note_dependency(str(path))
             try:
                 kind, data = classify(path)
             except ValueError as exc:
-                logger.warning(str(exc), location=(self.env.docname, self.lineno))
+                self._warn(str(exc))
                 continue
             out.extend(getattr(self, f"_{kind}")(path, data))
         return out
 
+    def _warn(self, message: str) -> None:
+        logger.warning(message, location=(self.env.docname, self.lineno))
+
     def _section(self, path: Path, title: str) -> list:
-        return [nodes.rubric(text=f"{title} ({path.name})")]
+        out = [nodes.rubric(text=f"{title} ({path.name})")]
+        sentence = self.sentences.get(path.name)
+        if sentence:
+            out.append(inline_paragraph(sentence))
+        else:
+            self._warn(f"{path.name}: say what it shows: '{path.name}: ...' in the directive")
+        return out
+
+    def _committed_plot(self, path: Path) -> list:
+        plot = path.with_suffix(".png")
+        if not plot.exists():
+            return []
+        uri = "/" + (Path(self.arguments[0]) / plot.name).as_posix()
+        return [nodes.image(uri=uri, alt=f"plot of {path.name}")]
 
     def _image(self, path: Path, draw) -> list:
+        """The committed ``.png`` beside ``path``, else a plot drawn now by ``draw``."""
+        committed = self._committed_plot(path)
+        if committed:
+            return committed
         try:
             import matplotlib  # noqa: F401
         except ImportError:
@@ -157,20 +285,22 @@ class ResultsDirective(SphinxDirective):
             out.extend(self._image(path, lambda target: probe.plot(result, target)))
         return out
 
+    def _autotune(self, path: Path, reports: list) -> list:
+        out = self._section(path, "sparsegpu autotune")
+        out.append(table_node(*autotune_rows(reports)))
+        out.extend(self._committed_plot(path))
+        return out
+
     def _other(self, path: Path, data) -> list:
-        """Another measurement: its own plot and Markdown summary when they sit beside it."""
-        out = self._section(path, "other result file")
-        plot = path.with_suffix(".png")
-        if plot.exists():
-            uri = "/" + (Path(self.arguments[0]) / plot.name).as_posix()
-            out.append(nodes.image(uri=uri, alt=f"plot of {path.name}"))
+        """Another measurement: the tables and text of its Markdown summary, and its plot."""
+        out = self._section(path, "result file")
         summary = path.with_suffix(".md")
         if summary.exists():
             self.env.note_dependency(str(summary))
-            text, language = summary.read_text(), "markdown"
+            out.extend(markdown_nodes(summary.read_text()))
         else:
-            text, language = json.dumps(data, indent=2), "json"
-        out.append(nodes.literal_block(text, text, language=language))
+            self._warn(f"{path.name}: no {summary.name} summary beside it to show")
+        out.extend(self._committed_plot(path))
         return out
 
 

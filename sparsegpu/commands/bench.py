@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from .. import bench
-from .._console import console, progress, table
+from .._console import console, group_by_reason, progress, table
 from ..cli import CommandError, positive_int, require_matplotlib
 
 HELP = "time every available backend and cuSPARSE on matrices: ms, GB/s, share of peak, speed-up"
@@ -57,15 +58,26 @@ def _print(report: bench.BenchReport) -> None:
     out.print(table(title, columns, rows, set(columns[3:]) - {"note"}))
     if report.peak_gb_per_s:
         out.print(f"100% of peak = {report.peak_gb_per_s:,.0f} GB/s ({report.peak_source})")
-    for name, reason in report.unavailable.items():
-        out.print(f"{name}: unavailable ({reason})")
-    for name, reason in report.skipped.items():
-        out.print(f"{name}: skipped ({reason})")
+    for names, reason in group_by_reason(report.unavailable):
+        out.print(f"{', '.join(names)}: unavailable ({reason})", soft_wrap=True)
+    for names, reason in group_by_reason(report.skipped):
+        out.print(f"{', '.join(names)}: skipped ({reason})", soft_wrap=True)
+    for note in report.notes:
+        out.print(f"note: {note}", soft_wrap=True)
+
+
+def _check_outputs(args) -> None:
+    """Fail before the run, not after it, when an output file cannot be written."""
+    if args.plot:
+        require_matplotlib()
+    for flag, target in (("--json", args.json), ("--plot", args.plot)):
+        parent = Path(target).expanduser().resolve().parent if target else None
+        if parent is not None and not parent.is_dir():
+            raise CommandError(f"{flag} {target}: the directory {parent} does not exist")
 
 
 def run(args) -> int:
-    if args.plot:
-        require_matplotlib()
+    _check_outputs(args)
     try:
         with progress(transient=True) as bar:
             report = bench.run(

@@ -10,7 +10,7 @@ import numpy as np
 import scipy
 
 from .. import __version__, _cuda, _dispatch
-from .._console import console, table
+from .._console import console, group_by_reason, table
 from ..cli import CommandError
 
 HELP = "show versions, GPUs and backends; or, given matrices, their shape and row lengths"
@@ -21,8 +21,8 @@ def add_arguments(parser) -> None:
         "matrices",
         nargs="*",
         metavar="FILE|NAME",
-        help="a Matrix Market file or archive, a bundled dataset (bcsstk13), or a cached "
-        "SuiteSparse matrix (HB/bcsstk13)",
+        help="a Matrix Market file or archive, a bundled dataset (bcsstk13 or HB/bcsstk13), "
+        "or a cached SuiteSparse matrix (Group/Name)",
     )
     parser.add_argument("--data-dir", help="SuiteSparse cache directory (as for 'fetch')")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
@@ -35,8 +35,12 @@ def _open_matrix(target: str, data_dir):
 
     if os.path.exists(target):
         return mmread(target), target
-    if target in datasets.names():
-        return datasets.load(target), datasets.path(target)
+    try:  # a bundled name, or the Group/Name of a bundled matrix (works offline)
+        bundled = datasets.path(target)
+    except ValueError:
+        bundled = None
+    if bundled is not None:
+        return datasets.load(target), bundled
     cached = suitesparse.cached(data_dir)
     full = target if "/" in target else next((c for c in cached if c.endswith(f"/{target}")), None)
     if full in cached:
@@ -180,8 +184,12 @@ def run(args) -> int:
     else:
         out.print(f"GPUs: none usable ({data['gpu_unavailable_reason']}); products run on 'scipy'")
     rows = [
-        [b["name"], "yes" if b["available"] else "no", b["reason"] or b["description"]]
-        for b in data["backends"]
+        [b["name"], "yes" if b["available"] else "no", b["description"]] for b in data["backends"]
     ]
-    out.print(table("Backends", ["name", "available", "what / why not"], rows))
+    out.print(table("Backends", ["name", "available", "what it is"], rows))
+    unavailable = {b["name"]: b["reason"] for b in data["backends"] if not b["available"]}
+    for names, reason in group_by_reason(unavailable):
+        if reason == data["gpu_unavailable_reason"]:
+            reason = "no usable GPU, see above"
+        out.print(f"{', '.join(names)}: unavailable ({reason})", soft_wrap=True)
     return 0
