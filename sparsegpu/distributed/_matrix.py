@@ -30,10 +30,10 @@ def _select_device(comm) -> str:
     return f"GPU {device} (local rank {node_rank} % {count} devices)"
 
 
-def _split(block, col_start: int, col_end: int):
-    """(diagonal block in local columns, off-rank block in ghost numbering, ghost columns)."""
+def _split(block, col_start: int, col_end: int, index_dtype):
+    """(diagonal block in local columns, off-rank block in ghost numbering, ghost columns),
+    both with indices of ``index_dtype``."""
     n_rows = block.shape[0]
-    index_dtype = block.indices.dtype
     rows = np.repeat(np.arange(n_rows), np.diff(block.indptr))
     cols = block.indices.astype(np.int64)
     owned = (cols >= col_start) & (cols < col_end)
@@ -41,14 +41,33 @@ def _split(block, col_start: int, col_end: int):
     def part(mask, columns, n_cols):
         counts = np.bincount(rows[mask], minlength=n_rows)
         indptr = np.concatenate(([0], np.cumsum(counts))).astype(index_dtype)
-        return _local_csr(
-            (block.data[mask], columns.astype(index_dtype), indptr), shape=(n_rows, n_cols)
-        )
+        local = _local_csr((block.data[mask], columns, indptr), shape=(n_rows, n_cols))
+        # scipy narrows int64 indices that fit in int32: keep the caller's index dtype
+        local.indices = local.indices.astype(index_dtype, copy=False)
+        local.indptr = local.indptr.astype(index_dtype, copy=False)
+        return local
 
     ghosts = np.unique(cols[~owned])
     diag = part(owned, cols[owned] - col_start, col_end - col_start)
     offd = part(~owned, np.searchsorted(ghosts, cols[~owned]), ghosts.size)
     return diag, offd, ghosts
+
+
+def _index_dtype(block) -> np.dtype:
+    """The index dtype of a sparse block (int32 for anything else, scipy's default)."""
+    if sp.issparse(block) and block.format == "csr":
+        return np.promote_types(block.indices.dtype, block.indptr.dtype)
+    return np.dtype(np.int32)
+
+
+def _rows(S, lo, hi):
+    """(rows lo:hi of CSR S with S's index dtype, lo): one rank's piece."""
+    indptr = S.indptr[lo : hi + 1]
+    piece = sp.csr_matrix((int(hi - lo), S.shape[1]), dtype=S.dtype)
+    piece.data = S.data[indptr[0] : indptr[-1]]
+    piece.indices = S.indices[indptr[0] : indptr[-1]]
+    piece.indptr = indptr - indptr[0]
+    return piece, int(lo)
 
 
 def _dtype_of(num: int) -> np.dtype:
@@ -222,7 +241,7 @@ class csr_matrix:  # noqa: N801 - named like sparsegpu.csr_matrix, whose role it
                     offsets = balanced_offsets(S.indptr, size)
                 else:
                     offsets = check_offsets(row_offsets, S.shape[0], size, "row_offsets")
-                pieces = [(S[offsets[r] : offsets[r + 1]], int(offsets[r])) for r in range(size)]
+                pieces = [_rows(S, offsets[r], offsets[r + 1]) for r in range(size)]
                 header[1] = S.shape[1]
                 del S
             except Exception as exc:
@@ -281,6 +300,7 @@ class csr_matrix:  # noqa: N801 - named like sparsegpu.csr_matrix, whose role it
         error = None
         mine = np.zeros(len(_FIELDS), dtype=np.int64)
         try:
+            index_dtype = _index_dtype(block)
             block = sp.csr_matrix(_to_host(block) if _cuda.is_cupy_array(block) else block)
             if block.ndim != 2:
                 raise ValueError(f"the local block must be 2-D, got shape {block.shape}")
@@ -310,7 +330,7 @@ class csr_matrix:  # noqa: N801 - named like sparsegpu.csr_matrix, whose role it
         try:
             self._device = _select_device(comm)
             c0, c1 = int(col_offsets[rank]), int(col_offsets[rank + 1])
-            self._diag, self._offd, ghosts = _split(block, c0, c1)
+            self._diag, self._offd, ghosts = _split(block, c0, c1, index_dtype)
             for local in (self._diag, self._offd):
                 local.backend = backend
             xp = self._module()
