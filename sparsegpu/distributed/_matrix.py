@@ -213,14 +213,14 @@ class csr_matrix:  # noqa: N801 - named like sparsegpu.csr_matrix, whose role it
     --------
     Under ``mpiexec -n 4 python script.py``:
 
-    >>> import numpy as np, sparsegpu as sg                      # doctest: +SKIP
-    >>> import sparsegpu.distributed as sgd                      # doctest: +SKIP
-    >>> from mpi4py import MPI                                   # doctest: +SKIP
-    >>> S = sg.datasets.load("bcsstk13") if MPI.COMM_WORLD.rank == 0 else None
-    >>> A = sgd.csr_matrix(S)                                    # doctest: +SKIP
-    >>> b = A.scatter(np.ones(A.shape[0]) if MPI.COMM_WORLD.rank == 0 else None)
-    >>> x, info = sgd.linalg.cg(A, b, rtol=1e-8)                 # doctest: +SKIP
-    >>> x_global = x.gather(root=0)                              # doctest: +SKIP
+    >>> import numpy as np, sparsegpu as sg                       # doctest: +SKIP
+    >>> import sparsegpu.distributed as sgd                       # doctest: +SKIP
+    >>> from mpi4py import MPI                                    # doctest: +SKIP
+    >>> root = MPI.COMM_WORLD.Get_rank() == 0                     # doctest: +SKIP
+    >>> A = sgd.csr_matrix(sg.datasets.load("bcsstk13") if root else None)  # doctest: +SKIP
+    >>> b = A.scatter(np.ones(A.shape[0]) if root else None)      # doctest: +SKIP
+    >>> x, info = sgd.linalg.cg(A, b, rtol=1e-8)                  # doctest: +SKIP
+    >>> x_global = x.gather(root=0)                               # doctest: +SKIP
     """
 
     def __init__(self, S=None, comm=None, *, root=0, row_offsets=None, backend=None,

@@ -31,7 +31,7 @@ class CostEstimate:
 
 
 def cost_model(nnz, n_rows, ranks, *, halo_bytes, neighbours, product_rate=3e11,
-               vector_rate=5e11, bandwidth=20e9, latency=5e-6, allreduce_latency=5e-6,
+               vector_rate=4e12, bandwidth=20e9, latency=5e-6, allreduce_latency=5e-6,
                allreduces=2, itemsize=8) -> CostEstimate:  # fmt: skip
     """Predicted time of one distributed product and one CG iteration on ``ranks`` GPUs.
 
@@ -61,7 +61,7 @@ def cost_model(nnz, n_rows, ranks, *, halo_bytes, neighbours, product_rate=3e11,
         Local product speed, nonzeros per second (default 3e11: about an H200's FP64
         CSR product on a regular matrix, 12-16 bytes a nonzero at ~4 TB/s).
     vector_rate : float
-        Local memory bandwidth for vector updates, bytes per second.
+        Local memory bandwidth for the vector updates, bytes per second (default 4e12).
     bandwidth : float
         Bytes per second of one halo transfer, host staging included (default 20e9).
     latency : float
@@ -81,7 +81,7 @@ def cost_model(nnz, n_rows, ranks, *, halo_bytes, neighbours, product_rate=3e11,
     --------
     >>> est = cost_model(10**9, 10**8, 64, halo_bytes=2 * 8 * 464**2, neighbours=2)
     >>> round(est.product_s * 1e3, 3), round(est.communication_fraction, 2)
-    (0.228, 0.74)
+    (0.234, 0.71)
     """
     if ranks < 1:
         raise ValueError(f"ranks must be at least 1, got {ranks}")
@@ -101,14 +101,23 @@ def cost_model(nnz, n_rows, ranks, *, halo_bytes, neighbours, product_rate=3e11,
 
 def stencil_halo(n: int, ranks: int, itemsize: int = 8) -> tuple[int, int]:
     """(halo bytes received, neighbours) of the busiest rank for the 7-point stencil on an
-    ``n^3`` grid split into contiguous row blocks (slabs of whole ``n x n`` planes when
-    ``P <= n``): one plane from each side, ``2 * n^2`` values, from two neighbours.
+    ``n^3`` grid in natural order, split into contiguous row blocks (a model).
+
+    While a block holds at least one ``n x n`` plane it needs one plane from each side:
+    ``2 n^2`` values from 2 neighbours, however many ranks there are. Thinner blocks
+    need about their own size from each side, ``2 (n^3 / P + n)`` values, from up to 6
+    ranks (the blocks one plane above and below can straddle two ranks each).
 
     Examples
     --------
     >>> stencil_halo(512, 64)
     (4194304, 2)
+    >>> stencil_halo(512, 1024)
+    (2105344, 6)
     """
     if ranks == 1:
         return 0, 0
-    return 2 * n * n * itemsize, 2
+    rows = n**3 / ranks
+    if rows >= n * n:
+        return 2 * n * n * itemsize, 2
+    return int(2 * (rows + n) * itemsize), 6

@@ -8,6 +8,10 @@ every rank reaches, whatever happened in setup or call) and has its own deadline
 
 from __future__ import annotations
 
+import getpass
+import os
+import tempfile
+
 import numpy as np
 import pytest
 
@@ -23,6 +27,16 @@ _FAILED = pytest.StashKey[bool]()
 
 def _world_size() -> int:
     return MPI.COMM_WORLD.Get_size() if MPI is not None else 1
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    """One temporary directory per rank: pytest's shared one is cleaned up by every
+    process at start, and ranks removing each other's directories race."""
+    if _world_size() > 1 and config.option.basetemp is None:
+        rank = MPI.COMM_WORLD.Get_rank()
+        name = f"pytest-of-{getpass.getuser()}-mpi-rank{rank}"
+        config.option.basetemp = os.path.join(tempfile.gettempdir(), name)
 
 
 @pytest.hookimpl(hookwrapper=True)

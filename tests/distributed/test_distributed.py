@@ -342,3 +342,8 @@ def test_mismatched_vectors_are_refused(comm):
         A @ np.ones(25)
     with pytest.raises(sgd.RankError, match="scatter"):
         scatter(A, np.ones(3), comm)
+
+
+def test_each_rank_has_its_own_temporary_directory(comm, tmp_path):
+    paths = comm.allgather(str(tmp_path))
+    assert len(set(paths)) == comm.Get_size()
