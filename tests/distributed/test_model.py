@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 
 import pytest
 
@@ -44,3 +45,34 @@ def test_cost_model_refuses_zero_ranks():
 def test_without_mpi4py_the_constructor_says_how_to_install_it():
     with pytest.raises(ImportError, match=r"pip install 'sparsegpu\[mpi\]'"):
         sgd.csr_matrix(None)
+
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "distributed.rst"
+
+
+def _table_after(text: str, title: str) -> list[list[str]]:
+    """The data rows of the first simple rst table after ``title``."""
+    block = text.split(title, 1)[1].split("\n\n", 2)[1]
+    return [line.split() for line in block.splitlines() if line[:1].isdigit()]
+
+
+@pytest.mark.skipif(not DOCS.exists(), reason="the docs are not part of this checkout")
+def test_the_docs_scaling_tables_are_the_models_output():
+    text = DOCS.read_text()
+    n = 512
+    for ranks, product, iteration, comm, speedup in _table_after(text, "Strong scaling"):
+        halo, neighbours = sgd.stencil_halo(n, int(ranks))
+        est = sgd.cost_model(7 * n**3, n**3, int(ranks), halo_bytes=halo, neighbours=neighbours)
+        assert f"{est.product_s * 1e3:.3f}" == product, ranks
+        assert f"{est.cg_iteration_s * 1e3:.3f}" == iteration, ranks
+        assert f"{100 * est.communication_fraction:.1f}" == comm, ranks
+        assert f"{est.speedup:.1f}" == speedup, ranks
+    for ranks, grid, product, iteration, comm in _table_after(text, "Weak scaling"):
+        rows = int(ranks) * 2**24
+        n = round(rows ** (1 / 3))
+        assert grid == f"{n}³"
+        halo, neighbours = sgd.stencil_halo(n, int(ranks))
+        est = sgd.cost_model(7 * rows, rows, int(ranks), halo_bytes=halo, neighbours=neighbours)
+        assert f"{est.product_s * 1e3:.3f}" == product, ranks
+        assert f"{est.cg_iteration_s * 1e3:.3f}" == iteration, ranks
+        assert f"{100 * est.communication_fraction:.1f}" == comm, ranks
