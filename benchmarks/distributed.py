@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 
 import numpy as np
 
@@ -35,36 +33,7 @@ import sparsegpu as sg
 import sparsegpu.distributed as sgd
 from sparsegpu import _cuda
 from sparsegpu.datasets.synthetic import stencil_3d
-
-
-def median_ms(fn, comm, repeat: int, warmup: int = 3) -> float:
-    """Median milliseconds of ``fn()`` (barrier before each sample); the slowest rank's."""
-    cupy = _cuda.cupy_or_none()
-    for _ in range(warmup):
-        fn()
-    samples = []
-    for _ in range(repeat):
-        if cupy is not None:
-            cupy.cuda.get_current_stream().synchronize()
-        comm.Barrier()
-        if cupy is not None:
-            start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-            start.record()
-            fn()
-            stop.record()
-            stop.synchronize()
-            samples.append(cupy.cuda.get_elapsed_time(start, stop))
-        else:
-            began = time.perf_counter()
-            fn()
-            samples.append((time.perf_counter() - began) * 1e3)
-    return comm.allreduce(statistics.median(samples), op=_max())
-
-
-def _max():
-    from mpi4py import MPI
-
-    return MPI.MAX
+from sparsegpu.distributed import _bench
 
 
 def main(argv=None) -> int:
@@ -81,8 +50,7 @@ def main(argv=None) -> int:
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
     dtype = np.dtype(args.dtype)
-    clock = "cuda events" if _cuda.cupy_or_none() is not None else "perf_counter (no GPU)"
-    result = {"ranks": size, "dtype": dtype.name, "clock": clock}
+    result = {"ranks": size, "dtype": dtype.name, "clock": _bench.clock()}
 
     S = None
     if rank == 0:
@@ -102,33 +70,15 @@ def main(argv=None) -> int:
         if cupy is not None:
             x_single = cupy.asarray(x_single)
         single = S
-        result["single_gpu_ms"] = median_ms(lambda: single @ x_single, comm, args.repeat)
+        result["single_gpu_ms"] = _bench.time_ms(lambda: single @ x_single, comm, args.repeat)
         single.__dict__.pop("_sg_cache", None)  # free the single-GPU mirror before distributing
         del single, x_single
     comm.Barrier()
 
     A = sgd.csr_matrix(S, comm)
     S = None  # rank 0 keeps only its rows
-    x = A.scatter(np.ones(A.shape[1], dtype=dtype) if rank == 0 else None)
-    result["product_ms"] = median_ms(lambda: A @ x, comm, args.repeat)
-    transport = A._transport(np.dtype(dtype))
-
-    def exchange():
-        requests, peers, error = transport.start(x.local)
-        transport.finish(requests, peers)
-        if error is not None:
-            raise error
-
-    result["halo_ms"] = median_ms(exchange, comm, args.repeat)
-    b = A.scatter(np.ones(A.shape[0], dtype=dtype) if rank == 0 else None)
-    iterations = args.cg_iterations
-    cg_ms = median_ms(
-        lambda: sgd.linalg.cg(A, b, rtol=0.0, maxiter=iterations), comm, max(args.repeat // 5, 3), 1
-    )
-    result["cg_iteration_ms"] = cg_ms / iterations
+    result.update(_bench.measure(A, args.repeat, args.cg_iterations))
     report = A.explain()
-    result["halo_bytes"] = report.halo_bytes
-    result["comm_fraction"] = result["halo_ms"] / result["product_ms"]
     result["explain"] = str(report)
     if "single_gpu_ms" in result:
         result["distributed_over_single"] = result["product_ms"] / result["single_gpu_ms"]

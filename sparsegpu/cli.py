@@ -11,7 +11,7 @@ import argparse
 import importlib
 import sys
 
-COMMANDS = ("info", "fetch", "bench", "probe", "autotune")
+COMMANDS = ("info", "fetch", "bench", "probe", "autotune", "mpibench")
 
 
 class CommandError(Exception):

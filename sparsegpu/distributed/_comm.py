@@ -121,6 +121,10 @@ def allreduce_sum(comm, values: np.ndarray, timeout: float | None, what: str) ->
     return out
 
 
+# bytes of each rank's error message carried by the error-path allgather
+MESSAGE_BYTES = 512
+
+
 def _describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
@@ -128,14 +132,24 @@ def _describe(error: BaseException) -> str:
 def raise_if_failed(comm, failed: float, error, timeout, what: str) -> None:
     """Raise the same RankError on every rank when ``failed`` (a summed flag) is nonzero.
 
-    ``error`` is this rank's exception or None; the failing ranks' messages are
-    gathered (only on this error path) so that every rank can name them.
+    ``error`` is this rank's exception or None; the failing ranks' messages (the first
+    ``MESSAGE_BYTES`` bytes of each) are gathered, only on this error path and with the
+    deadline, so that every rank can name them.
     """
     if not failed:
         return
-    gathered = comm.allgather(None if error is None else _describe(error))
-    ranks = [rank for rank, text in enumerate(gathered) if text is not None]
-    detail = "; ".join(f"rank {rank}: {gathered[rank]}" for rank in ranks)
+    mine = np.zeros(MESSAGE_BYTES + 1, dtype=np.uint8)
+    if error is not None:
+        text = _describe(error).encode("utf-8", "replace")[:MESSAGE_BYTES]
+        mine[0] = 1
+        mine[1 : 1 + len(text)] = np.frombuffer(text, dtype=np.uint8)
+    table = np.empty((comm.Get_size(), MESSAGE_BYTES + 1), dtype=np.uint8)
+    wait_all([comm.Iallgather(mine, table)], timeout, f"{what}: sharing the error")
+    ranks = [rank for rank in range(len(table)) if table[rank, 0]]
+    detail = "; ".join(
+        f"rank {rank}: " + table[rank, 1:].tobytes().rstrip(b"\0").decode("utf-8", "replace")
+        for rank in ranks
+    )
     raise RankError(f"{what} failed on rank(s) {ranks} ({detail})", ranks) from error
 
 

@@ -75,10 +75,8 @@ class Layout:
         _comm.raise_if_failed(self.comm, total[count].real, error, self.timeout, what)
         return total[:count]
 
-    def empty(self, dtype) -> DistributedVector:
-        return DistributedVector(self.xp.empty(self.n_local, dtype=dtype), self)
-
     def zeros(self, dtype) -> DistributedVector:
+        """A zero vector of this layout."""
         return DistributedVector(self.xp.zeros(self.n_local, dtype=dtype), self)
 
 

@@ -125,7 +125,9 @@ def test_one_rank_equals_the_single_gpu_path(comm):
     x = random_vector(S.shape[0], np.float64, seed=4)
     A = distribute(S, comm.Split(color=comm.Get_rank(), key=0))  # a comm of size 1 per rank
     y = (A @ A.scatter(x)).gather()
-    np.testing.assert_array_equal(y, S @ x)
+    assert A.explain().ranks[0].ghosts == 0
+    # the same backend on the same arrays: equal up to the kernel's summation order
+    assert_product_close(y, S @ x, np.float64, max_row(S))
 
 
 def test_vectors_and_reductions(comm):
