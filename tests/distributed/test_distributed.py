@@ -7,6 +7,8 @@ the constructor, and results gathered everywhere are compared with scipy's.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -349,3 +351,16 @@ def test_mismatched_vectors_are_refused(comm):
 def test_each_rank_has_its_own_temporary_directory(comm, tmp_path):
     paths = comm.allgather(str(tmp_path))
     assert len(set(paths)) == comm.Get_size()
+
+
+def test_mpibench_prints_both_tables(comm, capsys, tmp_path):
+    from sparsegpu.cli import main
+
+    out = tmp_path / "mpibench.json"
+    argv = ["mpibench", "--n", "8", "--weak-rows", "200", "--repeat", "2", "--cg-iterations", "2"]
+    assert main(argv + ["--json", str(out)]) == 0
+    if comm.Get_rank() == 0:
+        text = capsys.readouterr().out
+        assert "strong scaling, 8^3 grid" in text and "weak scaling" in text
+        rows = json.loads(out.read_text())
+        assert [r["ranks"] for r in rows["strong"]][-1] == comm.Get_size()
