@@ -196,12 +196,25 @@ class csr_matrix:  # noqa: N801 - named like sparsegpu.csr_matrix, whose role it
         Seconds an operation waits for the other ranks before raising TimeoutError
         (default ``SPARSEGPU_MPI_TIMEOUT`` or 120; 0 waits forever).
 
+    Attributes
+    ----------
+    shape : tuple of int
+        The global shape.
+    dtype : numpy.dtype
+    nnz : int
+        Stored entries over all ranks.
+    comm : mpi4py communicator
+        The communicator given (the matrix's own traffic uses a duplicate).
+    row_layout, col_layout : Layout
+        How result vectors and x vectors are split (the same object when square).
+
     Raises
     ------
     ValueError
-        On every rank, when ``S`` is not 2-D or the ranks' blocks do not fit together.
+        On every rank, when the ranks' blocks do not fit together.
     RankError
-        On every rank, when the construction failed on some rank (naming it).
+        On every rank, when the construction failed on some rank (naming it): the root
+        could not convert ``S`` or read the file, a bad ``row_offsets``, a bad block.
 
     Notes
     -----
@@ -233,6 +246,7 @@ class csr_matrix:  # noqa: N801 - named like sparsegpu.csr_matrix, whose role it
         timeout = _comm.resolve_timeout(timeout)
         size, rank = comm.Get_size(), comm.Get_rank()
         error, pieces, header = None, None, np.zeros(2, dtype=np.int64)
+        # each rank's row block travels as one pickled message from the root
         if rank == root:
             try:
                 S = read()
