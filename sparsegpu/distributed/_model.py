@@ -32,7 +32,7 @@ class CostEstimate:
 
 def cost_model(nnz, n_rows, ranks, *, halo_bytes, neighbours, product_rate=3e11,
                vector_rate=4e12, bandwidth=20e9, latency=5e-6, allreduce_latency=5e-6,
-               allreduces=2, itemsize=8) -> CostEstimate:  # fmt: skip
+               allreduces=3, itemsize=8) -> CostEstimate:  # fmt: skip
     """Predicted time of one distributed product and one CG iteration on ``ranks`` GPUs.
 
     A model, clearly: each rank multiplies ``nnz / P`` nonzeros at ``product_rate``
@@ -69,7 +69,8 @@ def cost_model(nnz, n_rows, ranks, *, halo_bytes, neighbours, product_rate=3e11,
     allreduce_latency : float
         Seconds per step of a ``log2 P``-step allreduce (default 5e-6).
     allreduces : int
-        Reductions per CG iteration (2 unpreconditioned, 3 with M).
+        Reductions per CG iteration (default 3: the two dot products and the product's
+        closing error agreement; 4 with a preconditioner).
     itemsize : int
         Bytes per value (8 for float64).
 
@@ -81,7 +82,7 @@ def cost_model(nnz, n_rows, ranks, *, halo_bytes, neighbours, product_rate=3e11,
     --------
     >>> est = cost_model(10**9, 10**8, 64, halo_bytes=2 * 8 * 464**2, neighbours=2)
     >>> round(est.product_s * 1e3, 3), round(est.communication_fraction, 2)
-    (0.234, 0.71)
+    (0.234, 0.73)
     """
     if ranks < 1:
         raise ValueError(f"ranks must be at least 1, got {ranks}")

@@ -5,10 +5,10 @@ scipy's signatures and ``info`` meaning (0 converged; the iteration limit when n
 right-hand sides (from ``A.scatter``); ``x`` comes back distributed the same way. Every
 rank calls the solver; all of them get the same ``info``.
 
-Communication per iteration (besides the products' halo exchanges): ``cg`` two
-allreduces (``r.r`` and ``p.Ap``; three with a preconditioner), ``bicgstab`` four,
-``gmres`` three per inner iteration (two Gram-Schmidt passes and a norm, each one
-allreduce of up to ``restart + 1`` numbers).
+Communication per iteration (besides the products, each a halo exchange and one small
+allreduce agreeing on errors): ``cg`` two allreduces (``r.r`` and ``p.Ap``; three with
+a preconditioner), ``bicgstab`` four, ``gmres`` three per inner iteration (two
+Gram-Schmidt passes and a norm, each one allreduce of up to ``restart + 1`` numbers).
 """
 
 from __future__ import annotations
