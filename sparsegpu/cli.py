@@ -13,7 +13,7 @@ import argparse
 import importlib
 import sys
 
-COMMANDS = ("info", "fetch", "bench", "probe", "autotune")
+COMMANDS = ("info", "fetch", "bench", "probe", "autotune", "mpibench")
 
 
 class CommandError(Exception):

@@ -1,0 +1,82 @@
+"""``sparsegpu mpibench``: strong and weak scaling of distributed products, under mpiexec.
+
+``mpiexec -n P sparsegpu mpibench`` measures on 1, 2, 4, ... and P ranks of the one job
+(sub-communicators; the other ranks wait): the 7-point Poisson stencil on a fixed
+``n^3`` grid (strong scaling) and on a grid growing with the ranks so that each holds
+about ``--weak-rows`` rows (weak scaling). Rank 0 prints the tables: time per product,
+per halo exchange, per CG iteration, halo bytes per product and the share of the product
+spent in the exchange.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from ..cli import CommandError, positive_int
+
+HELP = "strong/weak scaling of distributed products and CG (run under mpiexec -n P)"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--n", type=positive_int, default=128,
+                        help="grid edge of the strong-scaling stencil (default 128)")  # fmt: skip
+    parser.add_argument("--weak-rows", type=positive_int, default=2**20,
+                        help="rows per rank for weak scaling (default 2**20)")  # fmt: skip
+    parser.add_argument("--dtype", default="float64", choices=["float32", "float64"])
+    parser.add_argument("--repeat", type=positive_int, default=20)
+    parser.add_argument("--cg-iterations", type=positive_int, default=50)
+    parser.add_argument("--json", help="also write the rows to this JSON file (rank 0)")
+
+
+def _rank_counts(size: int) -> list[int]:
+    counts = [1 << k for k in range(size.bit_length()) if 1 << k <= size]
+    return counts if counts[-1] == size else counts + [size]
+
+
+def run(args) -> int:
+    try:
+        from mpi4py import MPI
+    except ImportError as exc:
+        raise CommandError(f"mpibench needs mpi4py ({exc}); pip install 'sparsegpu[mpi]'") from None
+    from .. import distributed as sgd
+    from ..datasets.synthetic import stencil_3d
+    from ..distributed import _bench
+
+    world = MPI.COMM_WORLD
+    rank = world.Get_rank()
+    dtype = np.dtype(args.dtype)
+    rows = {"strong": [], "weak": []}
+    for ranks in _rank_counts(world.Get_size()):
+        sub = world.Split(0 if rank < ranks else MPI.UNDEFINED, rank)
+        for kind in ("strong", "weak"):
+            n = args.n if kind == "strong" else round((ranks * args.weak_rows) ** (1 / 3))
+            if sub != MPI.COMM_NULL:
+                S = stencil_3d(n).astype(dtype) if sub.Get_rank() == 0 else None
+                A = sgd.csr_matrix(S, sub)
+                del S
+                row = {"ranks": ranks, "grid": n, "rows": A.shape[0], "nnz": A.nnz}
+                row.update(_bench.measure(A, args.repeat, args.cg_iterations))
+                rows[kind].append(row)
+            world.Barrier()
+        if sub != MPI.COMM_NULL:
+            sub.Free()
+    if rank == 0:
+        print(f"sparsegpu mpibench: {world.Get_size()} ranks, {dtype}, {_bench.clock()}")
+        titles = {
+            "strong": f"strong scaling, {args.n}^3 grid",
+            "weak": f"weak scaling, ~{args.weak_rows:,} rows per rank",
+        }
+        for kind, title in titles.items():
+            print(f"\n{title}")
+            print(f"{'ranks':>5} {'grid':>6} {'nnz':>13} {'product ms':>11} {'halo ms':>9} "
+                  f"{'CG iter ms':>11} {'halo bytes':>12} {'comm %':>7}")  # fmt: skip
+            for r in rows[kind]:
+                print(f"{r['ranks']:>5} {r['grid']:>6} {r['nnz']:>13,} {r['product_ms']:>11.4f} "
+                      f"{r['halo_ms']:>9.4f} {r['cg_iteration_ms']:>11.4f} "
+                      f"{r['halo_bytes']:>12,} {100 * r['comm_fraction']:>7.1f}")  # fmt: skip
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"clock": _bench.clock(), "dtype": dtype.name, **rows}, f, indent=2)
+    return 0
