@@ -567,7 +567,7 @@ def _product(matrix_obj, x, backend, policy, out):
     xr = _to_residence(x, residence, value_dtype)
     target = None
     if out is not None and (
-        _cuda.is_cupy_array(out) == on_host
+        _cuda.is_cupy_array(out) != (residence.xp is not np)
         or out.dtype != value_dtype
         or not out.flags.c_contiguous
         or _shares_memory(out, xr)

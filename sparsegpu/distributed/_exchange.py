@@ -142,7 +142,9 @@ class HostStaged:
             peers.append(source)
         error = None
         try:
-            if self.on_device:
+            if not self._send_host.size:
+                pass  # nothing to send: no gather, and no wait for the device
+            elif self.on_device:
                 packed = x_local[self._pack_index]
                 packed.get(out=self._send_host)  # waits for the gather kernel
             else:
@@ -159,6 +161,6 @@ class HostStaged:
     def finish(self, requests, peers):
         """Wait for the exchange (with the deadline); the ghosts, where the vectors live."""
         _comm.wait_all(requests, self.timeout, "halo exchange", peers)
-        if self.on_device:
+        if self.on_device and self._recv_host.size:
             return self.xp.asarray(self._recv_host)
-        return self._recv_host
+        return self._recv_host  # also the empty ghost vector of a rank with no halo
