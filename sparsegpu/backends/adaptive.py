@@ -108,7 +108,6 @@ class AdaptivePlan(Plan):
         self._cupy = cupy
         n_rows = matrix.shape[0]
         self._n_rows = n_rows
-        self._dtype = matrix.dtype
         self._block = policy.block_size
         tile_items = policy.block_size * policy.nnz_per_thread
         self._tile_row, self._tile_nz = tile_coordinates(

@@ -39,7 +39,7 @@ class Plan:
         self.policy = policy
         # what a well-formed matvec looks like, for the one-comparison check of each call
         self._array_type = matrix.xp.ndarray
-        self._empty = matrix.xp.empty
+        self._allocate = matrix.xp.empty
         self._dtype = matrix.dtype
         self._x_shape = (matrix.shape[1],)
         self._y_shape = (matrix.shape[0],)
@@ -102,7 +102,7 @@ class Plan:
             and x.dtype == self._dtype
             and x.flags.c_contiguous
         ):  # the solvers' call: the full check below would say the same
-            return self._matvec(x, self._empty(self._y_shape, dtype=self._dtype))
+            return self._matvec(x, self._allocate(self._y_shape, dtype=self._dtype))
         x, y = self.operands(x, out, 1)
         return self._matvec(x, y)
 

@@ -90,7 +90,6 @@ class CusparsePlan(Plan):
         self._get_handle = cupy.cuda.device.get_cusparse_handle
         n_rows, n_cols = matrix.shape
         self._n_rows = n_rows
-        self._dtype = matrix.dtype
         self._cuda_type = CUDA_DATA_TYPE[matrix.dtype]
         self._algorithm = SPMV_ALGORITHM[policy.algorithm]
         # alpha = 1, beta = 0 as host scalars (the handle's default pointer mode)
