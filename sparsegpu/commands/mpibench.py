@@ -14,7 +14,7 @@ import json
 
 import numpy as np
 
-from ..cli import CommandError, positive_int
+from ..cli import CommandError, positive_int, require_matplotlib
 
 HELP = "strong/weak scaling of distributed products and CG (run under mpiexec -n P)"
 
@@ -28,6 +28,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--repeat", type=positive_int, default=20)
     parser.add_argument("--cg-iterations", type=positive_int, default=50)
     parser.add_argument("--json", help="also write the rows to this JSON file (rank 0)")
+    parser.add_argument(
+        "--plot",
+        help="also draw time per product and per CG iteration against ranks, measured and "
+        "as the cost model predicts, to this PNG file (rank 0; needs matplotlib)",
+    )
 
 
 def _rank_counts(size: int) -> list[int]:
@@ -46,6 +51,8 @@ def run(args) -> int:
 
     world = MPI.COMM_WORLD
     rank = world.Get_rank()
+    if args.plot and rank == 0:
+        require_matplotlib()
     dtype = np.dtype(args.dtype)
     rows = {"strong": [], "weak": []}
     for ranks in _rank_counts(world.Get_size()):
@@ -79,4 +86,51 @@ def run(args) -> int:
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"clock": _bench.clock(), "dtype": dtype.name, **rows}, f, indent=2)
+        if args.plot:
+            plot(rows, titles, dtype.itemsize, args.plot)
+            print(f"\nplot: {args.plot}")
     return 0
+
+
+def plot(rows: dict, titles: dict, itemsize: int, path: str) -> None:
+    """Strong and weak scaling side by side: measured times, and the cost model's
+    prediction with its product rate taken from the one-rank measurement."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ..distributed import cost_model, stencil_halo
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
+    for ax, (kind, title) in zip(axes, titles.items(), strict=True):
+        measured = rows[kind]
+        ranks = [r["ranks"] for r in measured]
+        ax.plot(ranks, [r["product_ms"] for r in measured], "o-", label="product, measured")
+        ax.plot(
+            ranks, [r["cg_iteration_ms"] for r in measured], "s-", label="CG iteration, measured"
+        )
+        one = measured[0]
+        rate = one["nnz"] / (one["product_ms"] * 1e-3)
+        model = []
+        for r in measured:
+            halo, neighbours = stencil_halo(r["grid"], r["ranks"], itemsize)
+            estimate = cost_model(
+                r["nnz"],
+                r["rows"],
+                r["ranks"],
+                halo_bytes=halo,
+                neighbours=neighbours,
+                product_rate=rate,
+                itemsize=itemsize,
+            )
+            model.append(estimate.product_s * 1e3)
+        ax.plot(ranks, model, "--", label="product, cost model")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("ranks")
+        ax.set_ylabel("ms")
+        ax.set_title(title)
+        ax.legend(fontsize="small")
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

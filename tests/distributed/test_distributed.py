@@ -364,3 +364,16 @@ def test_mpibench_prints_both_tables(comm, capsys, tmp_path):
         assert "strong scaling, 8^3 grid" in text and "weak scaling" in text
         rows = json.loads(out.read_text())
         assert [r["ranks"] for r in rows["strong"]][-1] == comm.Get_size()
+
+
+def test_mpibench_draws_measured_and_modelled_scaling(comm, tmp_path):
+    pytest.importorskip("matplotlib")
+    from sparsegpu.cli import main
+
+    # every rank names the same file: rank 0 draws it
+    plot = comm.bcast(str(tmp_path / "scaling.png") if comm.Get_rank() == 0 else None, root=0)
+    argv = ["mpibench", "--n", "8", "--weak-rows", "200", "--repeat", "2", "--cg-iterations", "2"]
+    assert main(argv + ["--plot", plot]) == 0
+    if comm.Get_rank() == 0:
+        with open(plot, "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
