@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..linalg._krylov import rotate_column
 from ._matrix import csr_matrix
 from ._vector import DistributedVector, _to_host
 
@@ -257,16 +258,7 @@ def gmres(A, b, x0=None, *, rtol=1e-5, atol=0.0, restart=None, maxiter=None, M=N
             h_next = w.norm()
             hessenberg[: j + 1, j] = column
             hessenberg[j + 1, j] = h_next
-            for i in range(j):
-                c, s = givens[i]
-                upper, lower = hessenberg[i, j], hessenberg[i + 1, j]
-                hessenberg[i, j] = c * upper + s * lower
-                hessenberg[i + 1, j] = -np.conj(s) * upper + c * lower
-            c, s, rho = _givens(hessenberg[j, j], hessenberg[j + 1, j])
-            givens[j] = (c, s)
-            hessenberg[j, j], hessenberg[j + 1, j] = rho, 0
-            g[j + 1] = -np.conj(s) * g[j]
-            g[j] = c * g[j]
+            rotate_column(hessenberg, givens, g, j)
             used = j + 1
             if abs(g[j + 1]) < tolerance or h_next == 0:
                 break
@@ -281,17 +273,6 @@ def gmres(A, b, x0=None, *, rtol=1e-5, atol=0.0, restart=None, maxiter=None, M=N
         if beta < tolerance:
             return x, 0
     return x, maxiter
-
-
-def _givens(a, b):
-    """(c, s, rho), c real, with [[c, s], [-conj(s), c]] @ [a, b] = [rho, 0]."""
-    if b == 0:
-        return 1.0, 0.0, a
-    if a == 0:
-        return 0.0, 1.0, b
-    scale = np.hypot(abs(a), abs(b))
-    phase = a / abs(a)
-    return abs(a) / scale, phase * np.conj(b) / scale, phase * scale
 
 
 __all__ = ["bicgstab", "cg", "gmres"]

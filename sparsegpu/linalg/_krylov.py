@@ -267,16 +267,7 @@ def gmres(A, b, x0=None, *, rtol=1e-5, atol=0.0, restart=None, maxiter=None, M=N
             h_next = float(np.sqrt(abs(column[-1])))
             hessenberg[: j + 1, j] = column[:-1]
             hessenberg[j + 1, j] = h_next
-            for i in range(j):
-                c, s = givens[i]
-                upper, lower = hessenberg[i, j], hessenberg[i + 1, j]
-                hessenberg[i, j] = c * upper + s * lower
-                hessenberg[i + 1, j] = -np.conj(s) * upper + c * lower
-            c, s, rho = _givens(hessenberg[j, j], hessenberg[j + 1, j])
-            givens[j] = (c, s)
-            hessenberg[j, j], hessenberg[j + 1, j] = rho, 0
-            g[j + 1] = -np.conj(s) * g[j]
-            g[j] = c * g[j]
+            rotate_column(hessenberg, givens, g, j)
             used = j + 1
             estimate = abs(g[j + 1])
             if callback is not None and not per_x:
@@ -294,6 +285,22 @@ def gmres(A, b, x0=None, *, rtol=1e-5, atol=0.0, restart=None, maxiter=None, M=N
         if beta < tolerance:
             return system.result(x), 0
     return system.result(x), maxiter
+
+
+def rotate_column(hessenberg, givens, g, j: int) -> None:
+    """GMRES's least-squares update for Hessenberg column ``j``, in place: apply the
+    earlier Givens rotations to it, make rotation ``j`` that zeroes its subdiagonal, and
+    rotate the right-hand side ``g`` (whose entry ``j + 1`` is then the residual norm)."""
+    for i in range(j):
+        c, s = givens[i]
+        upper, lower = hessenberg[i, j], hessenberg[i + 1, j]
+        hessenberg[i, j] = c * upper + s * lower
+        hessenberg[i + 1, j] = -np.conj(s) * upper + c * lower
+    c, s, rho = _givens(hessenberg[j, j], hessenberg[j + 1, j])
+    givens[j] = (c, s)
+    hessenberg[j, j], hessenberg[j + 1, j] = rho, 0
+    g[j + 1] = -np.conj(s) * g[j]
+    g[j] = c * g[j]
 
 
 def _givens(a, b):
