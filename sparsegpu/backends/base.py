@@ -56,32 +56,12 @@ class Plan:
         m = self.matrix
         xp = m.xp
         n_rows, n_cols = m.shape
-        dtype = m.dtype
         k = x.shape[-1] if ndim == 2 and getattr(x, "ndim", 0) == 2 else None
-        want = (n_cols,) if ndim == 1 else (n_cols, k if k is not None else "k")
-        if (
-            type(x) is not xp.ndarray
-            or x.shape != want
-            or x.dtype != dtype
-            or not x.flags.c_contiguous
-        ):
-            raise ValueError(
-                f"x must be a C-contiguous {xp.__name__} array of shape {_shape_text(want)} "
-                f"and dtype {dtype}, got {_describe(x)}"
-            )
+        _require("x", x, (n_cols,) if ndim == 1 else (n_cols, k if k is not None else "k"), m)
         want = (n_rows,) if ndim == 1 else (n_rows, k)
         if out is None:
-            return x, xp.empty(want, dtype=dtype)
-        if (
-            type(out) is not xp.ndarray
-            or out.shape != want
-            or out.dtype != dtype
-            or not out.flags.c_contiguous
-        ):
-            raise ValueError(
-                f"out must be a C-contiguous {xp.__name__} array of shape {_shape_text(want)} "
-                f"and dtype {dtype}, got {_describe(out)}"
-            )
+            return x, xp.empty(want, dtype=m.dtype)
+        _require("out", out, want, m)
         if out.size and x.size and _overlap(x, out, xp):
             raise ValueError(
                 "out shares memory with x; a product cannot overwrite its own input: pass a "
@@ -128,6 +108,22 @@ class Plan:
         for j in range(X.shape[1]):
             Y[:, j] = self._matvec(xp.ascontiguousarray(X[:, j]), xp.empty_like(Y[:, 0]))
         return Y
+
+
+def _require(name: str, a, shape: tuple, matrix: DeviceMatrix) -> None:
+    """Raise ValueError unless ``a`` is a C-contiguous array of the mirror's module and
+    dtype with exactly ``shape``."""
+    xp = matrix.xp
+    if (
+        type(a) is not xp.ndarray
+        or a.shape != shape
+        or a.dtype != matrix.dtype
+        or not a.flags.c_contiguous
+    ):
+        raise ValueError(
+            f"{name} must be a C-contiguous {xp.__name__} array of shape {_shape_text(shape)} "
+            f"and dtype {matrix.dtype}, got {_describe(a)}"
+        )
 
 
 def _shape_text(shape) -> str:
