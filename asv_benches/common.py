@@ -14,7 +14,7 @@ from sparsegpu.datasets import synthetic
 
 # Registered backends, auto's choice, and CuPy's own product: the reference every backend
 # is held to.
-CONTENDERS = [*sparsegpu._dispatch.registered(), sparsegpu._dispatch.AUTO, bench.REFERENCE_NAME]
+CONTENDERS = [*sparsegpu._registry.registered(), sparsegpu._registry.AUTO, bench.REFERENCE_NAME]
 DTYPES = ["float32", "float64"]
 
 # One matrix per row-length class. GPU sizes: 5-8 million nonzeros, 80-100 MB a product

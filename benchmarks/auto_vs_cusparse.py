@@ -29,7 +29,7 @@ import numpy as np
 import scipy.io
 
 import sparsegpu as sg
-from sparsegpu import _console, _cuda, _dispatch, _timing, probe
+from sparsegpu import _console, _cuda, _dispatch, _registry, _select, _timing, probe
 from sparsegpu.backends.cusparse import CusparsePlan
 from sparsegpu.datasets import synthetic
 from sparsegpu.tuning.policy import CusparsePolicy
@@ -58,7 +58,7 @@ def measure_host_overhead(cupy, cupyx_sparse) -> dict:
     x = cupy.asarray(np.random.default_rng(0).uniform(-1, 1, 1000))
     Acx = cupyx_sparse.csr_matrix(A)
     out = {"n_rows": 1000, "nnz": int(A.nnz), "cupyx_us": host_overhead_us(lambda: Acx @ x, cupy)}
-    out["auto_backend"] = _dispatch.explain(A).backend
+    out["auto_backend"] = _select.explain(A).backend
     out["auto_us"] = host_overhead_us(lambda: A @ x, cupy)
     # where the time goes: the dispatcher without scipy's operator, then the plan alone
     out["auto_matvec_function_us"] = host_overhead_us(lambda: sg.matvec(A, x), cupy)
@@ -91,7 +91,7 @@ def bench_one(name, build, dtype, cupy, cupyx_sparse, copy_gbs) -> dict:
     n_rows, n_cols = A.shape
     x = cupy.asarray(np.random.default_rng(1).uniform(-1, 1, n_cols).astype(dtype))
     reference = Acx @ x
-    mirror = A._sg_mirror(_dispatch.registered()["cusparse"].residence, np.dtype(dtype))
+    mirror = A._sg_mirror(_registry.registered()["cusparse"].residence, np.dtype(dtype))
     nbytes = _timing.matrix_spmv_bytes(mirror)
     # small products need several calls per event pair to be above the event resolution
     inner = max(1, min(200, int(2e8 // max(nbytes, 1))))
@@ -121,7 +121,7 @@ def bench_one(name, build, dtype, cupy, cupyx_sparse, copy_gbs) -> dict:
         times[backend] = _timing.cuda_time(
             lambda backend=backend: sg.matvec(A, x, backend=backend), inner=inner
         ).median_ms
-    auto = _dispatch.explain(A)
+    auto = _select.explain(A)
     check(A @ x, "auto")
     times["auto"] = _timing.cuda_time(lambda: A @ x, inner=inner).median_ms
     stats = mirror.stats
@@ -133,7 +133,7 @@ def bench_one(name, build, dtype, cupy, cupyx_sparse, copy_gbs) -> dict:
         "nnz": int(mirror.nnz),
         "row_mean": stats.mean,
         "row_max": stats.max,
-        "row_class": stats.row_class,
+        "row_class": _select.row_class(stats),
         "bytes": nbytes,
         "auto_backend": auto.backend,
         "auto_policy": repr(auto.policy),

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import sparsegpu as sg  # noqa: E402
-from sparsegpu import _console, _cuda, _dispatch, _timing, probe  # noqa: E402
+from sparsegpu import _console, _cuda, _dispatch, _registry, _timing, probe  # noqa: E402
 from sparsegpu.datasets import synthetic  # noqa: E402
 from sparsegpu.testing import assert_product_close, random_vector, tolerance  # noqa: E402
 from sparsegpu.tuning.policy import (  # noqa: E402
@@ -138,7 +138,7 @@ def run_matrix(cupy, cupyx_sparse, name, A, dtype, copy_gbs, progress, task) -> 
     cupyx_row = record("cupyx", None, _timing.cuda_time(lambda: A_cupyx @ x, warmup=3, repeat=15))
     rows.append(cupyx_row)
     for backend_name in KERNEL_BACKENDS:
-        backend = _dispatch.registered()[backend_name]
+        backend = _registry.registered()[backend_name]
         mirror = A._sg_mirror(backend.residence, dtype)
         if not backend.supports(mirror):
             progress.advance(task)

@@ -30,7 +30,7 @@ import time
 import numpy as np
 
 import sparsegpu as sg
-from sparsegpu import _cuda, _dispatch, _timing, probe
+from sparsegpu import _cuda, _dispatch, _registry, _timing, probe
 from sparsegpu.datasets import synthetic
 from sparsegpu.tuning.policy import ADAPTIVE_SHAPES, AdaptivePolicy, CsrVectorPolicy, CusparsePolicy
 
@@ -96,7 +96,7 @@ def sweep_matrix(name, build, dtype, cupy, copy_gbs, repeat, emit):
     A = sg.csr_matrix(build())
     A.sum_duplicates()
     A = sg.csr_matrix(A.astype(dtype))
-    residence = _dispatch.registered()["cusparse"].residence
+    residence = _registry.registered()["cusparse"].residence
     mirror = A._sg_mirror(residence, np.dtype(dtype))
     nbytes = _timing.matrix_spmv_bytes(mirror)
     x = cupy.asarray(np.random.default_rng(1).uniform(-1, 1, A.shape[1]).astype(dtype))

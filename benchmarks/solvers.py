@@ -39,7 +39,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spl
 
 import sparsegpu as sg
-from sparsegpu import _cuda, _dispatch
+from sparsegpu import _cuda, _dispatch, _registry
 from sparsegpu._console import console, progress
 from sparsegpu._timing import cuda_time, gb_per_s, matrix_spmv_bytes
 from sparsegpu.datasets.synthetic import power_law, stencil_3d
@@ -52,7 +52,7 @@ def gpu_backends() -> list[str]:
     available = [
         s.name
         for s in sg.backends()
-        if s.available and _dispatch.registered()[s.name].residence.name == "cupy"
+        if s.available and _registry.registered()[s.name].residence.name == "cupy"
     ]
     return [b for b in available if b in _CHOSEN_BACKENDS] if _CHOSEN_BACKENDS else available
 

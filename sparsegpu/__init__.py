@@ -8,16 +8,15 @@ True
 
 from . import datasets, io, linalg, suitesparse
 from ._construct import block_diag, bmat, diags, eye, hstack, identity, kron, random, vstack
-from ._dispatch import (
+from ._matrix import csc_array, csc_matrix, csr_array, csr_matrix, matvec
+from ._registry import (
     BackendStatus,
     BackendUnavailableError,
     backends,
-    explain,
     register_backend,
     unregister_backend,
-    use_backend,
 )
-from ._matrix import csc_array, csc_matrix, csr_array, csr_matrix, matvec
+from ._select import explain, use_backend
 from ._version import __version__
 from .tuning.autotune import AutotuneReport, autotune
 

@@ -19,113 +19,29 @@ like ``A.data[0] = 1`` is refused by numpy instead of going unseen; assigning a 
 
 from __future__ import annotations
 
-import collections
-import functools
-import sys
-import threading
 import weakref
 
 import numpy as np
 import scipy.sparse as sp
 
-from . import _cuda, _dispatch
-from ._mirror import DeviceMatrix, Residence
+from . import _cuda, _dispatch, _registry
+from ._host_buffers import (
+    ARRAY_NAMES,
+    MIRROR_LOCK,
+    apply_forgotten,
+    free_born_locked,
+    hold,
+    holders_of,
+    is_held,
+    live_refs,
+    live_sharers,
+    own_arrays,
+    root_id,
+    same_memory,
+    unhold,
+)
+from ._mirror import DeviceMatrix, MatrixCache, MirrorKey, Residence
 from ._write_through import write_through
-
-_MIRROR_LOCK = threading.RLock()
-# A host buffer is read-only while any matrix holds a copying mirror made from it.
-# id(buffer) -> {id(matrix): weakref(matrix)}: the matrices holding it
-_holders: dict[int, dict[int, weakref.ref]] = {}
-# id(buffer) -> the arrays of it (the buffer itself first, when it was writable) that
-# sparsegpu made read-only; only these are made writable again, so a user's read-only
-# array stays read-only
-_locked: dict[int, list] = {}
-
-_ARRAY_NAMES = ("data", "indices", "indptr")
-
-
-def _base_chain(a):
-    """``a`` and the arrays it views, innermost last (scipy hands ``A.T`` views)."""
-    chain = [a]
-    while isinstance(chain[-1].base, np.ndarray):
-        chain.append(chain[-1].base)
-    return chain
-
-
-def _root_id(a) -> int:
-    return id(_base_chain(a)[-1])
-
-
-def _unhold(root: int, matrix_id: int) -> bool:
-    """Remove one holder of a buffer; the last one out makes it writable again (True)."""
-    holders = _holders.get(root)
-    if holders is None:
-        return False
-    holders.pop(matrix_id, None)
-    if holders:
-        return False
-    del _holders[root]
-    # in locking order, the buffer first: numpy lets a view be writable only when its base is
-    for arr in _locked.pop(root, ()):
-        try:
-            arr.flags.writeable = True
-        except ValueError:  # read-only before sparsegpu saw it: not ours to unlock
-            pass
-    return True
-
-
-# holds released by garbage-collected matrices, applied under _MIRROR_LOCK
-_forgotten: collections.deque = collections.deque()
-
-
-def _forget(root: int, matrix_id: int, _ref) -> None:
-    """weakref callback: a matrix holding a buffer was garbage-collected.
-
-    It never waits for _MIRROR_LOCK: the garbage collector runs it in whatever thread
-    allocated, which may hold another lock (CuPy's memory pool, say) that the lock's
-    owner needs. The release is queued and applied now if the lock is free, else by the
-    next mirror operation.
-    """
-    _forgotten.append((root, matrix_id))
-    if _MIRROR_LOCK.acquire(blocking=False):
-        try:
-            _apply_forgotten()
-        finally:
-            _MIRROR_LOCK.release()
-
-
-def _apply_forgotten() -> None:
-    """Apply the queued releases of collected matrices (call under _MIRROR_LOCK)."""
-    while _forgotten:
-        _unhold(*_forgotten.popleft())
-
-
-def _release(matrix) -> set[int]:
-    """Drop a matrix's mirrors and its holds on buffers (call under _MIRROR_LOCK).
-
-    Returns the buffers that became writable again.
-    """
-    d = matrix.__dict__
-    d.pop("_sg_cache", None)
-    d.pop("_sg_shared", None)
-    return {root for root in d.pop("_sg_roots", ()) if _unhold(root, id(matrix))}
-
-
-def _free_born_locked(a, unlocked: set[int]) -> None:
-    """Make writable the views in ``a``'s chain made while its buffer was locked.
-
-    A view of a read-only buffer is born read-only (``A.data[:nnz]`` taken after a product,
-    scipy's ``prune``): once sparsegpu gives the buffer back (its id in ``unlocked``), such
-    views follow it.
-    """
-    chain = _base_chain(a)
-    if id(chain[-1]) not in unlocked or not chain[-1].flags.writeable:
-        return
-    for arr in reversed(chain[:-1]):
-        try:
-            arr.flags.writeable = True
-        except ValueError:
-            break
 
 
 def _cupy_to_host(arg):
@@ -138,6 +54,17 @@ def _cupy_to_host(arg):
     if isinstance(arg, tuple):
         return tuple(_cupy_to_host(a) for a in arg)
     return arg
+
+
+def _release(matrix) -> set[int]:
+    """Drop a matrix's mirrors and its holds on buffers (call under MIRROR_LOCK).
+
+    Returns the buffers that became writable again.
+    """
+    d = matrix.__dict__
+    d.pop("_sg_cache", None)
+    d.pop("_sg_shared", None)
+    return {root for root in d.pop("_sg_roots", ()) if unhold(root, id(matrix))}
 
 
 def _stored(name):
@@ -160,11 +87,11 @@ def _stored(name):
             return
         # Assign, then drop, under the lock a mirror build holds: a build in another thread
         # either finished before (and is dropped here) or reads the new array.
-        with _MIRROR_LOCK:
+        with MIRROR_LOCK:
             self.__dict__[name] = value
             unlocked = self._sg_drop()
         if name != "_shape":
-            _free_born_locked(value, unlocked)
+            free_born_locked(value, unlocked)
 
     return property(
         fget,
@@ -219,7 +146,7 @@ class _SparseGPUMixin:
     @backend.setter
     def backend(self, name: str | None):
         if name is not None:
-            _dispatch.check_name(name)
+            _registry.check_name(name)
         self._sg_backend = name
 
     @property
@@ -253,26 +180,26 @@ class _SparseGPUMixin:
     def _sg_mirror(self, residence: Residence, value_dtype) -> DeviceMatrix:
         """The validated mirror for ``residence`` in ``value_dtype`` (made once)."""
         value_dtype = np.dtype(value_dtype)
-        key = (residence.name, value_dtype if residence.copies else None)
+        key = MirrorKey(residence.name, value_dtype if residence.copies else None)
         cache = self.__dict__.get("_sg_cache")
         if cache is not None:
-            mirror = cache.get(key)
+            mirror = cache.mirrors.get(key)
             if mirror is not None:
                 return mirror
-        with _MIRROR_LOCK:
+        with MIRROR_LOCK:
             cache = self.__dict__.get("_sg_cache")
-            if cache is None:  # never made, or dropped (set to None) by _sg_invalidate
-                cache = self.__dict__["_sg_cache"] = {}
-            mirror = cache.get(key)
+            if cache is None:  # never made, or dropped by _sg_invalidate
+                cache = self.__dict__["_sg_cache"] = MatrixCache()
+            mirror = cache.mirrors.get(key)
             if mirror is None:
-                mirror = self._sg_build_mirror(residence, value_dtype, cache)
+                mirror = self._sg_build_mirror(residence, value_dtype)
                 mirror.settle()  # usable from any stream once published
-                cache[key] = mirror
+                cache.mirrors[key] = mirror
             return mirror
 
-    def _sg_build_mirror(self, residence, value_dtype, cache) -> DeviceMatrix:
+    def _sg_build_mirror(self, residence, value_dtype) -> DeviceMatrix:
         csr_shape, transposed = self._sg_layout()
-        arrays = [self.__dict__[n] for n in _ARRAY_NAMES]
+        arrays = [self.__dict__[n] for n in ARRAY_NAMES]
         if not residence.copies:
             # The host mirror aliases the arrays (scipy computes on them, also in CSC
             # layout), so it is never stale; they are still held, so that a write through
@@ -289,11 +216,11 @@ class _SparseGPUMixin:
         shared = self._sg_shared_arrays()
         stored = shared.get((residence.name, "stored"))
         if stored is None:
-            arrays = _own_arrays(_live_sharers(shared), arrays)
+            arrays = own_arrays(live_sharers(shared), arrays)
             stored = DeviceMatrix.from_host(*arrays, csr_shape, residence)
             shared[(residence.name, "stored")] = stored
-            for sharer in _live_sharers(shared):
-                sharer._sg_lock_arrays([sharer.__dict__[n] for n in _ARRAY_NAMES])
+            for sharer in live_sharers(shared):
+                sharer._sg_lock_arrays([sharer.__dict__[n] for n in ARRAY_NAMES])
         base = stored
         if transposed:
             base = shared.get((residence.name, "transposed"))
@@ -314,16 +241,16 @@ class _SparseGPUMixin:
         Invariant: while the shared dict holds a device copy, every live sharer holds the
         buffers (read-only, registered), so a change through any of them drops them all.
         """
-        arrays = [self.__dict__.get(n) for n in _ARRAY_NAMES]
-        theirs = [view.__dict__.get(n) for n in _ARRAY_NAMES]
+        arrays = [self.__dict__.get(n) for n in ARRAY_NAMES]
+        theirs = [view.__dict__.get(n) for n in ARRAY_NAMES]
         if any(
-            a is None or b is None or not _same_memory(a, b)
+            a is None or b is None or not same_memory(a, b)
             for a, b in zip(arrays, theirs, strict=True)
         ):
             return
-        with _MIRROR_LOCK:
+        with MIRROR_LOCK:
             shared = self._sg_shared_arrays()
-            shared["sharers"] = _live_refs(shared["sharers"]) + [weakref.ref(view)]
+            shared["sharers"] = live_refs(shared["sharers"]) + [weakref.ref(view)]
             view.__dict__["_sg_shared"] = shared
             if any(key != "sharers" for key in shared):
                 view._sg_lock_arrays(theirs)
@@ -340,7 +267,7 @@ class _SparseGPUMixin:
         shared = self.__dict__.get("_sg_shared")
         if not shared or not isinstance(other, _SparseGPUMixin):
             return
-        with _MIRROR_LOCK:
+        with MIRROR_LOCK:
             seeded = {
                 key: (mirror.conj() if conjugate else mirror)
                 for key, mirror in shared.items()
@@ -349,24 +276,11 @@ class _SparseGPUMixin:
             if not seeded:
                 return
             other.__dict__["_sg_shared"] = {"sharers": [weakref.ref(other)], **seeded}
-            other._sg_lock_arrays([other.__dict__[n] for n in _ARRAY_NAMES])
+            other._sg_lock_arrays([other.__dict__[n] for n in ARRAY_NAMES])
 
     def _sg_lock_arrays(self, arrays) -> None:
         """Hold the buffers behind ``arrays`` read-only while this matrix's mirror lives."""
-        _apply_forgotten()
-        roots = self.__dict__.setdefault("_sg_roots", set())
-        for a in arrays:
-            chain = _base_chain(a)
-            root = id(chain[-1])
-            holders = _holders.setdefault(root, {})
-            if id(self) not in holders:
-                holders[id(self)] = weakref.ref(self, functools.partial(_forget, root, id(self)))
-            roots.add(root)
-            flipped = _locked.setdefault(root, [])
-            for arr in reversed(chain):  # the buffer first
-                if arr.flags.writeable:
-                    arr.flags.writeable = False
-                    flipped.append(arr)
+        hold(self, self.__dict__.setdefault("_sg_roots", set()), arrays)
 
     def _sg_drop(self) -> set[int]:
         """Drop this matrix's own mirrors (an attribute now refers to another array).
@@ -375,36 +289,37 @@ class _SparseGPUMixin:
         """
         d = self.__dict__
         if "_sg_cache" in d or "_sg_roots" in d:
-            with _MIRROR_LOCK:
-                _apply_forgotten()
+            with MIRROR_LOCK:
+                apply_forgotten()
                 return _release(self)
         return set()
 
-    def _sg_cache_dict(self) -> dict:
-        """The dict holding this matrix's mirrors and choices (made under the lock)."""
-        with _MIRROR_LOCK:
-            return self.__dict__.setdefault("_sg_cache", {})
+    def _sg_cache_dict(self) -> MatrixCache:
+        """The cache holding this matrix's mirrors and choices (made under the lock)."""
+        with MIRROR_LOCK:
+            cache = self.__dict__.get("_sg_cache")
+            if cache is None:
+                cache = self.__dict__["_sg_cache"] = MatrixCache()
+            return cache
 
     def _sg_invalidate(self) -> None:
         """The arrays' contents are about to change: drop the mirrors of every matrix that
         shares a buffer with this one (``A.T`` shares ``A``'s), and give the buffers back."""
         d = self.__dict__
-        roots = {_root_id(d[n]) for n in _ARRAY_NAMES if n in d}
+        roots = {root_id(d[n]) for n in ARRAY_NAMES if n in d}
         roots.update(d.get("_sg_roots", ()))
-        if "_sg_cache" not in d and roots.isdisjoint(_holders):
+        if "_sg_cache" not in d and not is_held(roots):
             return  # no mirror here nor on any matrix sharing these buffers
-        with _MIRROR_LOCK:
-            _apply_forgotten()
+        with MIRROR_LOCK:
+            apply_forgotten()
             unlocked = set()
             for root in roots:
-                for ref in list(_holders.get(root, {}).values()):
-                    other = ref()
-                    if other is not None:
-                        unlocked |= _release(other)
+                for other in holders_of(root):
+                    unlocked |= _release(other)
             unlocked |= _release(self)
-            for name in _ARRAY_NAMES:
+            for name in ARRAY_NAMES:
                 if name in d:
-                    _free_born_locked(d[name], unlocked)
+                    free_born_locked(d[name], unlocked)
 
     @property
     def shape(self):
@@ -438,9 +353,6 @@ class _SparseGPUMixin:
     __isub__ = _invalidating("__isub__")
 
     # ----------------------------------------------------------------- products
-    def _sg_product(self, x):
-        return _dispatch.product(self, x)
-
     def _matmul_vector(self, other):
         if self.ndim != 2:
             return super()._matmul_vector(other)
@@ -604,67 +516,6 @@ class _SparseGPUMixin:
         if sp.issparse(other):
             return self._sg_adopt(other.__mul__(self))
         return super().__rmul__(other)
-
-
-def _own_arrays(sharers: list, arrays: list) -> list:
-    """Copy-on-upload: the arrays a copying mirror is made from, owned by the matrices.
-
-    An array something else also refers to (a view of a larger buffer, an array the user
-    passed in and kept, ``np.frombuffer`` over a bytearray, a memoryview's base, an earlier
-    ``v = A.data``) is replaced, in every sharer, by a private copy before the upload, so
-    that no earlier alias can write what the GPU holds: such a write changes the old
-    buffer, no longer the matrix. Costs one host copy of those arrays per upload
-    (memcpy speed; the upload itself crosses PCIe).
-    """
-    owned = []
-    for i, name in enumerate(_ARRAY_NAMES):
-        a = arrays[i]
-        if not _aliased(a, sum(m.__dict__.get(name) is a for m in sharers)):
-            owned.append(a)
-            continue
-        private = a.copy()
-        for m in sharers:
-            if _same_memory(m.__dict__.get(name, private), a):
-                m.__dict__[name] = private
-        owned.append(private)
-    return owned
-
-
-def _aliased(a, holders: int) -> bool:
-    """True when something besides ``holders`` matrices can reach ``a``'s memory.
-
-    Counted references: ``a`` is held by each holder's dict, the caller's list and local,
-    this parameter and getrefcount's argument; each base in its chain only by the view
-    above it, the local ``base`` and the argument. Memory owned by something that is not
-    an array (a bytearray, a memoryview, an mmap) is always aliased.
-    """
-    if sys.getrefcount(a) > holders + 4:
-        return True
-    base = a.base
-    while base is not None:
-        if not isinstance(base, np.ndarray) or sys.getrefcount(base) > 3:
-            return True
-        base = base.base
-    return False
-
-
-def _live_refs(refs: list) -> list:
-    return [ref for ref in refs if ref() is not None]
-
-
-def _live_sharers(shared: dict) -> list:
-    return [m for m in (ref() for ref in shared["sharers"]) if m is not None]
-
-
-def _same_memory(a, b) -> bool:
-    """True when two arrays are the same elements of the same buffer (a view of it all)."""
-    ia, ib = a.__array_interface__, b.__array_interface__
-    return (
-        a.dtype == b.dtype
-        and a.shape == b.shape
-        and ia["data"][0] == ib["data"][0]
-        and ia.get("strides") == ib.get("strides")
-    )
 
 
 class _CSRMixin(_SparseGPUMixin):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -58,10 +58,6 @@ CUPY = Residence(
 
 # Rows sampled for the column spread (evenly spaced; their first and last stored column).
 SPREAD_SAMPLE_ROWS = 4096
-# Column spread above which rows of short or medium length count as ``scattered``: their
-# x reads are gathers from all over x (a random graph), not neighbours of the diagonal (a
-# mesh or stencil): uniform random 16 per row, spread 0.44; 3-D 27-point stencil 150^3, 0.007.
-SCATTERED_SPREAD = 0.1
 
 
 @dataclass(frozen=True)
@@ -88,27 +84,6 @@ class RowLengthStats:
     @property
     def imbalance(self) -> float:
         return self.max / self.mean if self.mean > 0 else 0.0
-
-    @property
-    def row_class(self) -> str:
-        """A coarse class used as a tuning-cache key.
-
-        ``empty`` (no nonzeros), ``irregular`` (max row more than 8x the mean and std
-        above the mean: power-law-like), ``scattered`` (mean below 64 and a column spread
-        above ``SCATTERED_SPREAD``: the x reads are random gathers), else by mean row
-        length: ``short`` (< 8), ``medium`` (< 64) or ``long``.
-        """
-        if self.nnz == 0:
-            return "empty"
-        if self.imbalance > 8 and self.std > self.mean:
-            return "irregular"
-        if self.mean < 64 and self.column_spread > SCATTERED_SPREAD:
-            return "scattered"
-        if self.mean < 8:
-            return "short"
-        if self.mean < 64:
-            return "medium"
-        return "long"
 
     @classmethod
     def from_indptr(cls, indptr, n_cols: int, xp, indices=None) -> RowLengthStats:
@@ -154,6 +129,44 @@ def _to_host(a, xp):
     return a.get() if xp is not np else a
 
 
+class PlanKey(NamedTuple):
+    """Where a plan is kept on its mirror: one per backend and policy."""
+
+    backend: str
+    policy: Any
+
+
+class MirrorKey(NamedTuple):
+    """Where a mirror is kept on its matrix: a copying residence has one per value dtype."""
+
+    residence: str
+    value_dtype: np.dtype | None
+
+
+class ChoiceKey(NamedTuple):
+    """What one product's choice depends on besides the matrix (see ``_dispatch``)."""
+
+    name: str
+    x_dtype: np.dtype
+    policy: Any
+    matrix_policy: Any
+    generation: int
+
+
+class MatrixCache:
+    """What a matrix keeps between products: its mirrors and the choices made on them.
+
+    Dropped as a whole when the matrix changes; a choice lives in the same object as the
+    mirrors it was made from, so it can never outlive them.
+    """
+
+    __slots__ = ("mirrors", "choices")
+
+    def __init__(self):
+        self.mirrors: dict[MirrorKey, DeviceMatrix] = {}
+        self.choices: dict[ChoiceKey, Any] = {}
+
+
 class DeviceMatrix:
     """Validated CSR arrays of one matrix in one array module and value dtype.
 
@@ -168,8 +181,13 @@ class DeviceMatrix:
     layout : str
         ``"csr"``; ``"csc"`` only for host mirrors that alias a CSC matrix's arrays
         (the scipy backend computes on those directly). GPU backends always get CSR.
-    plans : dict
-        Backend plans made on this mirror, keyed by (backend name, policy).
+    plans : dict of PlanKey to Plan
+        Backend plans made on this mirror.
+    default_policies : dict of str to Policy
+        The policy each backend uses here when none is given (tuned entry or untuned).
+    tuned_scores : dict of str to float, or None
+        The tuning store's GB/s for each backend that has an entry for this mirror's class
+        (looked up once by selection; None until then).
     """
 
     def __init__(self, data, indices, indptr, shape, residence: Residence):
@@ -180,7 +198,9 @@ class DeviceMatrix:
         self.residence = residence
         self.layout = "csr"
         self.xp = residence.xp
-        self.plans: dict = {}
+        self.plans: dict[PlanKey, Any] = {}
+        self.default_policies: dict[str, Any] = {}
+        self.tuned_scores: dict[str, float] | None = None
         self._stats: RowLengthStats | None = None
         self._lock = threading.RLock()  # plans made under it may read stats
 

@@ -2,12 +2,13 @@
 byte count of a product, so every tool (bench, autotune, asv, probe) counts the same way.
 
 Bytes counted for ``y = A @ x``: values + column indices + row pointers + x + y, each
-once (DESIGN.md "Measuring"). Speed is never asserted in unit tests.
+once. Speed is never asserted in unit tests.
 """
 
 from __future__ import annotations
 
 import statistics
+import time
 from dataclasses import dataclass
 
 from . import _cuda
@@ -26,6 +27,22 @@ class Timing:
     @property
     def min_ms(self) -> float:
         return min(self.samples_ms)
+
+
+def host_time(fn, *, warmup: int = 3, repeat: int = 20, inner: int = 1) -> Timing:
+    """Time ``fn()`` on the host with ``time.perf_counter`` (host backends, wall clock).
+
+    Same parameters and result as :func:`cuda_time`.
+    """
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        samples.append((time.perf_counter() - start) * 1e3 / inner)
+    return Timing(tuple(samples))
 
 
 def cuda_time(fn, *, warmup: int = 3, repeat: int = 20, inner: int = 1) -> Timing:

@@ -23,7 +23,6 @@ import importlib.resources
 import json
 import platform
 import statistics
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -32,11 +31,11 @@ import numpy as np
 import scipy
 import scipy.sparse as sp
 
-from . import _cuda, _dispatch, datasets, suitesparse
-from ._timing import cuda_time, gb_per_s, spmv_bytes
+from . import _cuda, _dispatch, _registry, _select, datasets, suitesparse
+from ._oracle import Oracle, random_vector
+from ._timing import cuda_time, gb_per_s, host_time, spmv_bytes
 from ._version import __version__
 from .datasets import synthetic
-from .testing import assert_product_close, random_vector
 from .tuning.policy import format_knobs
 
 SCHEMA = "sparsegpu-bench/1"
@@ -244,15 +243,15 @@ class AutoContender:
     """``auto``: the backend and policy sparsegpu picks for this matrix, as users get it."""
 
     kind = "auto"
-    name = _dispatch.AUTO
+    name = _registry.AUTO
     on_gpu = True
 
     def prepare(self, A, dtype, seed: int) -> Prepared:
         import sparsegpu
 
         matrix = sparsegpu.csr_matrix(A.astype(dtype))
-        choice = _dispatch.explain(matrix, dtype)
-        plan = _dispatch.plan_for(matrix, dtype, backend=_dispatch.AUTO)
+        choice = _select.explain(matrix, dtype)
+        plan = _dispatch.plan_for(matrix, dtype, backend=_registry.AUTO)
         xp = plan.matrix.xp
         x = random_vector(A.shape[1], dtype, seed=seed, xp=xp)
         out = xp.empty(A.shape[0], dtype=plan.matrix.dtype)
@@ -316,8 +315,8 @@ def contender(name: str):
 
 def _contenders(requested, gpu: bool):
     """(contenders to run, unavailable {name: reason}, skipped {name: reason})."""
-    registry = _dispatch.registered()
-    known = [*registry, _dispatch.AUTO, REFERENCE_NAME]
+    registry = _registry.registered()
+    known = [*registry, _registry.AUTO, REFERENCE_NAME]
     if requested:
         unknown = [name for name in requested if name not in known]
         if unknown:
@@ -330,7 +329,7 @@ def _contenders(requested, gpu: bool):
         if name == REFERENCE_NAME:
             reason = CupyxContender.unavailable_reason()
             contender = CupyxContender()
-        elif name == _dispatch.AUTO:
+        elif name == _registry.AUTO:
             reason, contender = None, AutoContender()
             if not gpu and not requested:
                 skipped[name] = "without a GPU, auto is the scipy backend"
@@ -350,41 +349,24 @@ def _contenders(requested, gpu: bool):
 
 
 # ------------------------------------------------------------------------------ timing
-def _wall_time(fn, warmup: int, repeat: int) -> list[float]:
-    for _ in range(warmup):
-        fn()
-    samples = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - start) * 1e3)
-    return samples
-
-
 def measure(prepared: Prepared, repeat: int) -> list[float]:
     """Per-call milliseconds of ``prepared.call``: CUDA events on the GPU, else wall clock."""
     if prepared.timer == "cuda-events":
         return list(cuda_time(prepared.call, warmup=3, repeat=repeat).samples_ms)
-    return _wall_time(prepared.call, warmup=1, repeat=repeat)
+    return list(host_time(prepared.call, warmup=1, repeat=repeat).samples_ms)
 
 
-def check(prepared: Prepared, A, dtype, expected=None) -> None:
+def check(prepared: Prepared, A, dtype, oracle: Oracle | None = None) -> None:
     """Raise AssertionError unless one product of ``prepared`` matches the scipy oracle."""
-    if expected is None:
-        expected = _oracle(A, _to_host(prepared.x), dtype)
-    max_row = int(np.diff(A.indptr).max()) if A.shape[0] else 0
-    assert_product_close(_to_host(prepared.call()), expected, dtype, max_row)
+    if oracle is None:
+        oracle = Oracle(A, dtype, x=_to_host(prepared.x))
+    problem = oracle.error(_to_host(prepared.call()))
+    if problem is not None:
+        raise AssertionError(problem)
 
 
 def _to_host(a):
     return a.get() if _cuda.is_cupy_array(a) else np.asarray(a)
-
-
-def _oracle(A, x_host, dtype):
-    """``A @ x`` by scipy in double precision, rounded to ``dtype``."""
-    wide = np.complex128 if np.dtype(dtype).kind == "c" else np.float64
-    rounded = A.astype(dtype)  # the values every contender computes with
-    return (rounded.astype(wide) @ x_host.astype(wide)).astype(dtype)
 
 
 # ------------------------------------------------------------------------------ report
@@ -487,7 +469,7 @@ def _run_one(contender, name, origin, A, dtype, repeat, seed, oracle_cache) -> B
     x_host = _to_host(prepared.x)
     key = (name, row.dtype)
     if key not in oracle_cache:
-        oracle_cache[key] = _oracle(A, x_host, dtype)
+        oracle_cache[key] = Oracle(A, dtype, x=x_host)
     try:
         check(prepared, A, dtype, oracle_cache[key])
         samples = measure(prepared, repeat)

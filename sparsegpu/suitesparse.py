@@ -48,11 +48,12 @@ from pathlib import Path
 
 import numpy as np
 
+from ._files import cache_dir as _cache_root
+from ._files import create_beside
 from ._matrix import csr_array, csr_matrix
 from ._version import __version__
 from .io import mmread
 from .io._archive import safe_extract
-from .io._files import create_beside
 
 DEFAULT_URL = "https://sparse.tamu.edu"
 URL_ENV = "SPARSEGPU_SUITESPARSE_URL"
@@ -82,15 +83,14 @@ def base_url() -> str:
 
 def cache_dir(data_dir=None) -> Path:
     """The cache directory: ``data_dir`` if given, else ``$SPARSEGPU_DATA_DIR``, else the
-    platformdirs user cache (``.../sparsegpu/suitesparse``)."""
+    ``suitesparse`` in sparsegpu's cache directory (``$SPARSEGPU_CACHE_DIR`` or the
+    platformdirs user cache)."""
     if data_dir is not None:
         return Path(data_dir)
     configured = os.environ.get(DATA_DIR_ENV)
     if configured:
         return Path(configured)
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("sparsegpu")) / "suitesparse"
+    return _cache_root() / "suitesparse"
 
 
 # -------------------------------------------------------------------------- index

@@ -17,25 +17,12 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._mirror import Residence
+from ._oracle import random_values, random_vector, tolerance
 from .backends.base import Backend, Plan
 from .backends.cpu import ScipyBackend, ScipyPlan
 
 VALUE_DTYPES = (np.float32, np.float64, np.complex64, np.complex128)
 INDEX_DTYPES = (np.int32, np.int64)
-
-
-def _values(rng, n, dtype):
-    dtype = np.dtype(dtype)
-    v = rng.uniform(-1.0, 1.0, n)
-    if dtype.kind == "c":
-        v = v + 1j * rng.uniform(-1.0, 1.0, n)
-    return v.astype(dtype)
-
-
-def random_vector(n, dtype, seed=0, xp=np):
-    """A seeded random vector (complex for complex dtypes), never all zeros."""
-    v = _values(np.random.default_rng(seed), n, dtype)
-    return v if xp is np else xp.asarray(v)
 
 
 def _csr(data, indices, indptr, shape, index_dtype):
@@ -61,7 +48,7 @@ def from_row_lengths(lengths, n_cols, dtype, index_dtype, rng, sort=True):
         k = int(lengths[r])
         row = rng.choice(n_cols, size=k, replace=False) if k < n_cols else rng.permutation(n_cols)
         cols[indptr[r] : indptr[r + 1]] = np.sort(row) if sort else row
-    return _csr(_values(rng, nnz, dtype), cols, indptr, (len(lengths), n_cols), index_dtype)
+    return _csr(random_values(rng, nnz, dtype), cols, indptr, (len(lengths), n_cols), index_dtype)
 
 
 def random_sparse(shape, density, seed, dtype) -> sp.csr_matrix:
@@ -103,19 +90,13 @@ def awkward_matrices(dtype=np.float64, index_dtype=np.int32, seed=0) -> dict[str
     # built by hand: scipy's coo->csr would sum the duplicates away
     order = np.lexsort((cols, rows))
     indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=50))])
-    values = _values(rng, n, dtype)
+    values = random_values(rng, n, dtype)
     out["duplicates"] = _csr(values[order], cols[order], indptr, (50, 40), index_dtype)
     out["wide_30x500"] = from_row_lengths(rng.integers(0, 60, 30), 500, dtype, index_dtype, rng)
     out["tall_500x30"] = from_row_lengths(rng.integers(0, 8, 500), 30, dtype, index_dtype, rng)
     out["row_1x300"] = from_row_lengths([120], 300, dtype, index_dtype, rng)
     out["col_300x1"] = from_row_lengths(rng.integers(0, 2, 300), 1, dtype, index_dtype, rng)
     return out
-
-
-def tolerance(dtype, max_row_length: int = 1) -> float:
-    """Relative tolerance for a product in ``dtype``: 16 eps sqrt(row length), at least 16 eps."""
-    eps = np.finfo(np.dtype(dtype)).eps if np.dtype(dtype).kind in "fc" else 0.0
-    return float(16 * eps * np.sqrt(max(int(max_row_length), 1)))
 
 
 def _to_numpy(a):

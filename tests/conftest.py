@@ -31,7 +31,7 @@ sg.register_backend(HostCopyBackend(), replace=True)
 
 BACKEND_NAMES = [b.name for b in sg.backends()]
 GPU_BACKEND_NAMES = [
-    name for name, b in sg._dispatch.registered().items() if b.residence.name == "cupy"
+    name for name, b in sg._registry.registered().items() if b.residence.name == "cupy"
 ]
 
 
@@ -48,7 +48,7 @@ _CACHE_DIRS = itertools.count()
 def _isolated_tuning_cache(tmp_path_factory, monkeypatch):
     """Tests never read or write the user's tuning cache: each gets an empty one, and the
     package's shipped defaults read as empty (tests of them pass their path explicitly)."""
-    from sparsegpu.tuning import cache
+    from sparsegpu import _tuning_store as cache
 
     # a fresh path, not created: the cache makes its directory when it first writes, and
     # making ~30,000 directories (one per test, most of them skips) cost minutes

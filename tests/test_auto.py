@@ -10,7 +10,7 @@ import pytest
 import scipy.sparse as sp
 
 import sparsegpu as sg
-from sparsegpu import _dispatch
+from sparsegpu import _registry, _select
 from sparsegpu._mirror import RowLengthStats
 from sparsegpu.testing import (
     CountingBackend,
@@ -35,12 +35,12 @@ EMPTY = RowLengthStats(10, 10, 0, 0.0, 0.0, 0, 0, 10)
 @pytest.mark.parametrize(
     ("stats", "usable", "expected"),
     [
-        (REGULAR, ["cusparse", "adaptive"], "cusparse"),
-        (POWER_LAW, ["cusparse", "adaptive"], "adaptive"),
-        (ONE_LONG_ROW, ["cusparse", "adaptive"], "adaptive"),
+        (REGULAR, ["cusparse", "merge_path"], "cusparse"),
+        (POWER_LAW, ["cusparse", "merge_path"], "merge_path"),
+        (ONE_LONG_ROW, ["cusparse", "merge_path"], "merge_path"),
         (POWER_LAW, ["cusparse"], "cusparse"),
-        (EMPTY, ["cusparse", "adaptive"], "adaptive"),
-        (SMALL_REGULAR, ["cusparse", "adaptive"], "adaptive"),
+        (EMPTY, ["cusparse", "merge_path"], "merge_path"),
+        (SMALL_REGULAR, ["cusparse", "merge_path"], "merge_path"),
         (SMALL_REGULAR, ["cusparse"], "cusparse"),
     ],
     ids=[
@@ -54,7 +54,7 @@ EMPTY = RowLengthStats(10, 10, 0, 0.0, 0.0, 0, 0, 10)
     ],
 )
 def test_rule_picks_by_row_lengths(stats, usable, expected):
-    name, reason = _dispatch.auto_rule(stats, usable)
+    name, reason = _select.auto_rule(stats, usable)
     assert name == expected
     assert reason
 
@@ -64,10 +64,10 @@ SCATTERED = RowLengthStats(1_000_000, 1_000_000, 16_000_000, 16.0, 0.0, 16, 16, 
 
 @pytest.mark.parametrize(
     ("usable", "expected"),
-    [(["shuffle", "adaptive", "cusparse"], "adaptive"), (["shuffle", "cusparse"], "cusparse")],
+    [(["shuffle", "merge_path", "cusparse"], "merge_path"), (["shuffle", "cusparse"], "cusparse")],
 )
 def test_scattered_columns_go_to_the_gather_friendly_kernels(usable, expected):
-    name, reason = _dispatch.auto_rule(SCATTERED, usable)
+    name, reason = _select.auto_rule(SCATTERED, usable)
     assert name == expected
     assert "scattered columns (mean distance from the diagonal 0.33" in reason
 
@@ -81,14 +81,14 @@ def test_column_spread_tells_a_stencil_from_random_columns():
 
     stencil = _column_stats(synthetic.stencil_3d(20, points=27))
     # rows reach n^2 + n + 1 = 421 columns either side of the diagonal of 8,000
-    assert stencil.column_spread <= 421 / 8000 and stencil.row_class == "medium"
+    assert stencil.column_spread <= 421 / 8000 and _select.row_class(stencil) == "medium"
     random_rows = _column_stats(synthetic.uniform_random(20_000, 16, seed=1))
     # the first and last of 16 uniform columns: E|u - 1/17| + E|u - 16/17| over 2, about 0.44
     assert random_rows.column_spread == pytest.approx(0.44, abs=0.03)
-    assert random_rows.row_class == "scattered"
+    assert _select.row_class(random_rows) == "scattered"
     # long rows keep their class: a row-per-warp kernel hides its gathers behind the row
     long_rows = _column_stats(synthetic.uniform_random(500, 2000, n_cols=4000, seed=1))
-    assert long_rows.column_spread > 0.1 and long_rows.row_class == "long"
+    assert long_rows.column_spread > 0.1 and _select.row_class(long_rows) == "long"
 
 
 @pytest.mark.parametrize("name", list(awkward_matrices()))
@@ -104,7 +104,7 @@ def test_column_spread_of_awkward_matrices(name):
 
 def test_imbalance_threshold_is_strict():
     at_threshold = _stats(10.0, 20.0, 0, 80, n_rows=1_000_000)  # max exactly 8 x mean
-    assert _dispatch.auto_rule(at_threshold, ["cusparse", "adaptive"])[0] == "cusparse"
+    assert _select.auto_rule(at_threshold, ["cusparse", "merge_path"])[0] == "cusparse"
 
 
 class _FakeGpu(HostCopyBackend):
@@ -124,14 +124,16 @@ def fake_gpu(monkeypatch):
     """Pretend the GPU has the given stand-in backends; yields a setter."""
 
     def install(*backends):
-        monkeypatch.setattr(_dispatch, "_auto_candidates", lambda value_dtype: list(backends))
+        monkeypatch.setattr(
+            _select, "_gpu_candidates", lambda value_dtype, policy_type=None: list(backends)
+        )
         # the awkward matrices are all small; the row-length rules are what is tested here
-        monkeypatch.setattr(_dispatch, "SMALL_ITEMS", 0)
-        _dispatch.invalidate_choices()
+        monkeypatch.setattr(_select, "SMALL_ITEMS", 0)
+        _registry.invalidate_choices()
         return backends
 
     yield install
-    _dispatch.invalidate_choices()
+    _registry.invalidate_choices()
 
 
 def _awkward(name):
@@ -140,47 +142,52 @@ def _awkward(name):
 
 @pytest.mark.parametrize(
     ("matrix", "expected"),
-    [("power_law", "adaptive"), ("one_long_row", "adaptive"), ("random_200x150", "adaptive")],
+    [("power_law", "merge_path"), ("one_long_row", "merge_path"), ("random_200x150", "merge_path")],
 )
 def test_auto_chooses_from_the_mirror_statistics(fake_gpu, matrix, expected):
-    fake_gpu(_FakeGpu("adaptive"), _FakeGpu("cusparse"))
+    fake_gpu(_FakeGpu("merge_path"), _FakeGpu("cusparse"))
     A = _awkward(matrix)
-    assert _dispatch.choose_auto(A, np.dtype(np.float64), np.dtype(np.int32)).name == expected
+    assert sg.explain(A, np.float64).backend == expected
 
 
 def test_auto_never_picks_a_backend_that_refuses_the_matrix(fake_gpu):
-    fake_gpu(_FakeGpu("adaptive", refuse="too large"), _FakeGpu("cusparse"))
+    fake_gpu(_FakeGpu("merge_path", refuse="too large"), _FakeGpu("cusparse"))
     A = _awkward("power_law")
-    assert _dispatch.choose_auto(A, np.dtype(np.float64), np.dtype(np.int32)).name == "cusparse"
+    assert sg.explain(A, np.float64).backend == "cusparse"
 
 
 def test_auto_falls_back_to_scipy_when_every_gpu_backend_refuses(fake_gpu):
-    fake_gpu(_FakeGpu("adaptive", refuse="no"), _FakeGpu("cusparse", refuse="no"))
+    fake_gpu(_FakeGpu("merge_path", refuse="no"), _FakeGpu("cusparse", refuse="no"))
     A = _awkward("power_law")
-    assert _dispatch.choose_auto(A, np.dtype(np.float64), np.dtype(np.int32)).name == "scipy"
+    assert sg.explain(A, np.float64).backend == "scipy"
 
 
-def test_plugged_in_lookup_wins_over_the_rules(fake_gpu, monkeypatch):
-    fake_gpu(_FakeGpu("adaptive"), _FakeGpu("cusparse"))
-    monkeypatch.setattr(_dispatch, "_auto_lookups", [])
-    _dispatch.register_auto_lookup(lambda mirror, dtype, names: "cusparse")
+def _store_says(monkeypatch, name):
+    """The tuning store measured ``name`` fastest for every matrix (when it is a candidate)."""
+    monkeypatch.setattr(
+        _select, "tuned_winner", lambda mirror, dtype, names, store: name if name in names else None
+    )
+
+
+def test_tuning_store_winner_beats_the_rules(fake_gpu, monkeypatch):
+    fake_gpu(_FakeGpu("merge_path"), _FakeGpu("cusparse"))
+    _store_says(monkeypatch, "cusparse")
     A = _awkward("power_law")
     choice = sg.explain(A)
     assert choice.backend == "cusparse"
     assert "tuning cache" in choice.reason
 
 
-def test_lookup_naming_an_unusable_backend_is_ignored(fake_gpu, monkeypatch):
-    fake_gpu(_FakeGpu("adaptive"), _FakeGpu("cusparse"))
-    monkeypatch.setattr(_dispatch, "_auto_lookups", [])
-    _dispatch.register_auto_lookup(lambda mirror, dtype, names: "shuffle")
-    assert sg.explain(_awkward("power_law")).backend == "adaptive"
+def test_store_winner_that_is_not_a_candidate_is_ignored(fake_gpu, monkeypatch):
+    fake_gpu(_FakeGpu("merge_path"), _FakeGpu("cusparse"))
+    _store_says(monkeypatch, "shuffle")
+    assert sg.explain(_awkward("power_law")).backend == "merge_path"
 
 
 def test_explain_shows_backend_policy_reason_and_statistics(fake_gpu):
-    fake_gpu(_FakeGpu("adaptive"), _FakeGpu("cusparse"))
+    fake_gpu(_FakeGpu("merge_path"), _FakeGpu("cusparse"))
     text = str(sg.explain(_awkward("power_law")))
-    assert "auto -> backend 'adaptive'" in text
+    assert "auto -> backend 'merge_path'" in text
     assert "NoPolicy" in text
     assert "irregular rows" in text
     assert "imbalance (max/mean)" in text
@@ -188,14 +195,14 @@ def test_explain_shows_backend_policy_reason_and_statistics(fake_gpu):
 
 
 def test_explain_notes_an_override(fake_gpu):
-    fake_gpu(_FakeGpu("adaptive"), _FakeGpu("cusparse"))
+    fake_gpu(_FakeGpu("merge_path"), _FakeGpu("cusparse"))
     A = _awkward("power_law")
     A.backend = "scipy"
     assert "use 'scipy'" in str(sg.explain(A))
 
 
 def test_explain_without_gpu_says_scipy_and_why(monkeypatch):
-    monkeypatch.setattr(_dispatch, "_auto_candidates", lambda value_dtype: [])
+    monkeypatch.setattr(_select, "_gpu_candidates", lambda dtype, family=None: [])
     choice = sg.explain(_awkward("random_200x150"))
     assert choice.backend == "scipy"
     assert choice.stats is None
@@ -207,7 +214,7 @@ def test_explain_of_a_plain_scipy_matrix_is_a_type_error():
 
 
 def test_auto_products_reach_the_chosen_backend(fake_gpu):
-    counting = CountingBackend(HostCopyBackend(), name="adaptive")
+    counting = CountingBackend(HostCopyBackend(), name="merge_path")
     fake_gpu(counting, _FakeGpu("cusparse"))
     A = _awkward("power_law")
     x = random_vector(A.shape[1], np.float64, seed=1)
@@ -219,7 +226,7 @@ def test_auto_products_reach_the_chosen_backend(fake_gpu):
 
 @pytest.mark.filterwarnings("ignore::scipy.sparse.SparseEfficiencyWarning")
 def test_cached_choice_is_dropped_when_the_matrix_changes(fake_gpu):
-    fake_gpu(_FakeGpu("adaptive"), _FakeGpu("cusparse"))
+    fake_gpu(_FakeGpu("merge_path"), _FakeGpu("cusparse"))
     A = _awkward("random_200x150")
     x = random_vector(A.shape[1], np.float64, seed=2)
     before = A @ x
@@ -231,7 +238,7 @@ def test_cached_choice_is_dropped_when_the_matrix_changes(fake_gpu):
 
 
 def test_cached_choice_follows_use_backend_and_policy(fake_gpu):
-    counting = CountingBackend(HostCopyBackend(), name="adaptive")
+    counting = CountingBackend(HostCopyBackend(), name="merge_path")
     fake_gpu(counting, _FakeGpu("cusparse"))
     sg.register_backend(CountingBackend(HostCopyBackend(), name="counting-test"))
     try:
@@ -247,12 +254,12 @@ def test_cached_choice_follows_use_backend_and_policy(fake_gpu):
 
 
 def test_tuning_lookups_do_not_decide_small_latency_bound_products(fake_gpu, monkeypatch):
-    fake_gpu(_FakeGpu("adaptive"), _FakeGpu("cusparse"))
-    monkeypatch.setattr(_dispatch, "_auto_lookups", [lambda mirror, dtype, names: "cusparse"])
+    fake_gpu(_FakeGpu("merge_path"), _FakeGpu("cusparse"))
+    _store_says(monkeypatch, "cusparse")
     A = _awkward("random_200x150")
-    monkeypatch.setattr(_dispatch, "SMALL_ITEMS", 10**9)  # A is small: the rule decides
-    assert _dispatch.choose_auto(A, np.dtype(np.float64), np.dtype(np.int32)).name == "adaptive"
-    monkeypatch.setattr(_dispatch, "SMALL_ITEMS", 0)  # A is large: the lookup decides
-    _dispatch.invalidate_choices()
+    monkeypatch.setattr(_select, "SMALL_ITEMS", 10**9)  # A is small: the rule decides
+    assert sg.explain(A, np.float64).backend == "merge_path"
+    monkeypatch.setattr(_select, "SMALL_ITEMS", 0)  # A is large: the lookup decides
+    _registry.invalidate_choices()
     B = _awkward("random_200x150")
-    assert _dispatch.choose_auto(B, np.dtype(np.float64), np.dtype(np.int32)).name == "cusparse"
+    assert sg.explain(B, np.float64).backend == "cusparse"

@@ -13,11 +13,11 @@ import pytest
 import scipy.sparse as sp
 
 import sparsegpu as sg
-from sparsegpu import _dispatch
+from sparsegpu import _dispatch, _registry
+from sparsegpu._timing import host_time
+from sparsegpu._tuning_store import TuningCache, TuningCacheError, TuningCacheWarning, host_context
 from sparsegpu.testing import HOST_COPY
 from sparsegpu.tuning import autotune as autotune_mod
-from sparsegpu.tuning.autotune import perf_counter_time
-from sparsegpu.tuning.cache import TuningCache, TuningCacheError, TuningCacheWarning, host_context
 from sparsegpu.tuning.policy import CsrVectorPolicy
 from tests.tuning_backends import (
     CANDIDATES,
@@ -376,7 +376,7 @@ def test_integer_matrix_is_tuned_in_float64(register):
 
 
 def test_perf_counter_timer_gives_every_sample():
-    timing = perf_counter_time(lambda: None, warmup=1, repeat=5, inner=2)
+    timing = host_time(lambda: None, warmup=1, repeat=5, inner=2)
     assert len(timing.samples_ms) == 5 and timing.median_ms >= 0
 
 
@@ -437,7 +437,7 @@ def test_unavailable_backend_is_refused_with_the_reason(register):
 
 
 def test_no_gpu_and_no_backend_says_so(monkeypatch):
-    monkeypatch.setattr(_dispatch, "registered", lambda: {"scipy": _dispatch._registry["scipy"]})
+    monkeypatch.setattr(_registry, "registered", lambda: {"scipy": _registry._registry["scipy"]})
     with pytest.raises(sg.BackendUnavailableError, match="no GPU to tune on"):
         sg.autotune(matrix())
 

@@ -15,12 +15,12 @@ import scipy.io
 import scipy.sparse as sp
 
 import sparsegpu as sg
-from sparsegpu import _cuda, cli
+from sparsegpu import _cuda, _select, cli
 from sparsegpu._console import console
 from sparsegpu._mirror import RowLengthStats
+from sparsegpu._tuning_store import TuningCache
 from sparsegpu.commands import autotune as autotune_command
 from sparsegpu.commands import autotune as command
-from sparsegpu.tuning.cache import TuningCache
 from sparsegpu.tuning.plot import block_size_series, reference_lines
 from tests.tuning_backends import CANDIDATES, ScriptedTimer, SweepBackend
 
@@ -244,7 +244,7 @@ def test_default_suite_covers_its_row_class(name):
     row_class, factory = command.default_suite("small")[name]
     A = factory()
     stats = RowLengthStats.from_indptr(A.indptr, A.shape[1], np, indices=A.indices)
-    assert stats.row_class == row_class
+    assert _select.row_class(stats) == row_class
 
 
 def test_default_suite_has_one_matrix_per_row_class():

@@ -8,8 +8,8 @@ import types
 
 import pytest
 
-from sparsegpu import _cuda, _dispatch, bench, cli, probe, suitesparse
-from sparsegpu.tuning.cache import TuningCacheError
+from sparsegpu import _cuda, _registry, bench, cli, probe, suitesparse
+from sparsegpu._tuning_store import TuningCacheError
 
 needs_no_gpu = pytest.mark.skipif(
     _cuda.unavailable_reason() is None, reason="a GPU is usable here; this is the no-GPU path"
@@ -86,7 +86,7 @@ def test_info_of_a_bundled_suitesparse_name_works_offline(offline, capsys):
     [
         suitesparse.DownloadError("cannot download x"),
         FileNotFoundError(2, "No such file or directory", "m.mtx"),
-        _dispatch.BackendUnavailableError("backend 'shuffle' is not available here\nsummary"),
+        _registry.BackendUnavailableError("backend 'shuffle' is not available here\nsummary"),
         probe.NoGPUError("no GPU"),
         TuningCacheError("cache unusable"),
         MemoryError("needs 8 GB, 1 GB free"),

@@ -108,6 +108,6 @@ def test_unknown_algorithm_is_refused():
 
 
 def test_candidates_cover_every_algorithm():
-    backend = sg._dispatch.registered()["cusparse"]
+    backend = sg._registry.registered()["cusparse"]
     algorithms = {p.algorithm for p in backend.candidates(None)}
     assert algorithms == set(CUSPARSE_ALGORITHMS)

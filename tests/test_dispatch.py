@@ -9,7 +9,7 @@ import pytest
 import scipy.sparse as sp
 
 import sparsegpu as sg
-from sparsegpu import _dispatch
+from sparsegpu import _select
 from sparsegpu.backends.base import Backend
 from sparsegpu.testing import CountingBackend
 
@@ -67,8 +67,7 @@ def test_auto_without_gpu_is_scipy(matrix, monkeypatch):
     monkeypatch.delenv("SPARSEGPU_BACKEND", raising=False)
     if sg._cuda.unavailable_reason() is None:
         pytest.skip("a GPU is usable here: auto picks a GPU backend")
-    chosen = _dispatch.choose(matrix, "auto", np.float64, np.int32)
-    assert chosen.name == "scipy"
+    assert _select.select(matrix, np.float64).backend == "scipy"
 
 
 def test_unknown_backend_names_the_choices(matrix):
@@ -105,7 +104,7 @@ def test_unavailable_backend_says_why_and_lists_the_others(matrix):
         assert "scipy: available" in str(info.value)
         status = {b.name: b for b in sg.backends()}["unavailable-test"]
         assert not status.available and "hardware" in status.reason
-        assert _dispatch.choose(matrix, "auto", np.float64, np.int32).name != "unavailable-test"
+        assert _select.select(matrix, np.float64).backend != "unavailable-test"
     finally:
         sg.unregister_backend("unavailable-test")
 
@@ -159,7 +158,7 @@ def test_use_backend_restores_on_exception(counters, matrix):
     with pytest.raises(RuntimeError):
         with sg.use_backend("first"):
             raise RuntimeError("boom")
-    assert _dispatch._scoped.get() is None
+    assert _select.scoped_backend() is None
 
 
 def test_policy_of_the_wrong_family_is_refused(matrix):

@@ -11,7 +11,7 @@ import scipy.sparse as sp
 
 import sparsegpu as sg
 from sparsegpu import suitesparse
-from sparsegpu.tuning.cache import TunedEntry, TuningCache, TuningContext
+from sparsegpu._tuning_store import TunedEntry, TuningCache, TuningContext
 
 
 @pytest.fixture(params=[0o022, 0o027, 0o002], ids=["022", "027", "002"])

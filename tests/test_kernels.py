@@ -15,7 +15,7 @@ import pytest
 import scipy.sparse as sp
 
 import sparsegpu as sg
-from sparsegpu import _compile, _dispatch, datasets
+from sparsegpu import _compile, _dispatch, _registry, datasets
 from sparsegpu.backends import csr_vector, swcache
 from sparsegpu.testing import assert_product_close, awkward_matrices, random_vector
 from sparsegpu.tuning import occupancy
@@ -52,7 +52,7 @@ def check_product(A, backend_name, policy, cupy, seed=0):
 # ------------------------------------------------------------------------- CPU checks
 @pytest.mark.parametrize("backend_name", KERNEL_BACKENDS)
 def test_backend_is_registered(backend_name):
-    assert backend_name in _dispatch.registered()
+    assert backend_name in _registry.registered()
 
 
 def test_every_backend_variant_is_an_instantiation():
@@ -146,9 +146,9 @@ def test_software_cache_policy_rejects_bad_knobs(kwargs, message):
 @pytest.mark.gpu
 def test_wrong_policy_type_is_a_type_error(cupy):
     A = sg.csr_matrix(sp.eye(3))
-    backend = _dispatch.registered()["swcache"]
+    backend = _registry.registered()["swcache"]
     with pytest.raises(TypeError, match="SoftwareCachePolicy"):
-        _dispatch._plan_for(A, backend, np.float64, CsrVectorPolicy())
+        _dispatch.plan_for(A, np.float64, backend=backend.name, policy=CsrVectorPolicy())
 
 
 def test_check_kernels_parses_ptxas_and_flags_spills():
@@ -314,7 +314,7 @@ def test_vector_loads_refuse_a_misaligned_array(cupy):
     shifted = cupy.asarray(np.concatenate([[0], A.data]).astype(np.float32))[1:]  # 4 bytes in
     mirror = DeviceMatrix(shifted, cupy.asarray(A.indices), cupy.asarray(A.indptr), A.shape, CUPY)
     with pytest.raises(ValueError, match=r"16-byte aligned, but it starts at 0x[0-9a-f]+4"):
-        _dispatch.get_backend("shuffle").plan(mirror, CsrVectorPolicy(vector_loads=True))
+        _registry.get_backend("shuffle").plan(mirror, CsrVectorPolicy(vector_loads=True))
 
 
 @pytest.mark.gpu
@@ -329,7 +329,7 @@ def test_swcache_too_much_shared_memory_is_a_clear_error(cupy):
 @pytest.mark.parametrize("backend_name", KERNEL_BACKENDS)
 def test_untuned_policy_and_candidates(cupy, backend_name):
     A = sg.csr_matrix(awkward_matrices(np.float64, np.int32)["random_200x150"])
-    backend = _dispatch.registered()[backend_name]
+    backend = _registry.registered()[backend_name]
     mirror = A._sg_mirror(backend.residence, np.float64)
     untuned = backend.untuned_policy(mirror)
     assert untuned.source == "occupancy"
@@ -376,10 +376,10 @@ def test_texture_refuses_x_beyond_the_1d_linear_limit(cupy):
     )
     with pytest.raises(ValueError, match=f"at most {limit:,}"):
         _dispatch.plan_for(A, np.float64, backend="texture")
-    mirror = A._sg_mirror(_dispatch.registered()["texture"].residence, np.float64)
-    assert not _dispatch.registered()["texture"].supports(mirror)
-    assert _dispatch.registered()["readonly"].supports(mirror)
-    assert _dispatch.choose_auto(A, np.dtype(np.float64), np.dtype(np.int64)).name != "texture"
+    mirror = A._sg_mirror(_registry.registered()["texture"].residence, np.float64)
+    assert not _registry.registered()["texture"].supports(mirror)
+    assert _registry.registered()["readonly"].supports(mirror)
+    assert sg.explain(A, np.float64).backend != "texture"
 
 
 @pytest.mark.gpu

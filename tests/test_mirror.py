@@ -229,9 +229,10 @@ def test_mirror_made_once_and_reused():
         for _ in range(3):
             sg.matvec(A, x, backend="counting-mirror")
         cache = A.__dict__["_sg_cache"]
-        mirrors = [m for k, m in cache.items() if k[0] == "host-copy" and k[1] != "base"]
+        mirrors = [m for k, m in cache.mirrors.items() if k.residence == "host-copy"]
         assert len(mirrors) == 1
-        assert len(mirrors[0].plans) == 2  # the default policy and its plan, made once
+        assert len(mirrors[0].plans) == 1  # made once
+        assert list(mirrors[0].default_policies) == ["counting-mirror"]
         assert counting.matvecs == 3
     finally:
         sg.unregister_backend("counting-mirror")
@@ -350,7 +351,7 @@ def test_a_collected_holder_never_waits_for_the_mirror_lock():
     could deadlock against a thread holding it. The release is queued instead."""
     import gc
 
-    from sparsegpu import _matrix
+    from sparsegpu import _host_buffers
 
     A = _fresh(seed=9)
     sg.matvec(A, np.ones(A.shape[1]), backend="host-copy")
@@ -359,7 +360,7 @@ def test_a_collected_holder_never_waits_for_the_mirror_lock():
     held, release = threading.Event(), threading.Event()
 
     def hold_the_lock():
-        with _matrix._MIRROR_LOCK:
+        with _host_buffers.MIRROR_LOCK:
             held.set()
             release.wait(30)
 

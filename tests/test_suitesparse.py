@@ -275,6 +275,7 @@ def test_load_without_download_says_how_to_fetch(server):
 
 def test_cache_dir_default_and_override(monkeypatch, tmp_path):
     monkeypatch.delenv(suitesparse.DATA_DIR_ENV, raising=False)
+    monkeypatch.delenv("SPARSEGPU_CACHE_DIR", raising=False)
     assert suitesparse.cache_dir().parts[-2:] == ("sparsegpu", "suitesparse")
     monkeypatch.setenv(suitesparse.DATA_DIR_ENV, str(tmp_path))
     assert suitesparse.cache_dir() == tmp_path

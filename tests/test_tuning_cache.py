@@ -17,10 +17,9 @@ import numpy as np
 import pytest
 
 import sparsegpu as sg
-from sparsegpu import _dispatch
-from sparsegpu.testing import HOST_COPY
-from sparsegpu.tuning import cache as cache_mod
-from sparsegpu.tuning.cache import (
+from sparsegpu import _dispatch, _select
+from sparsegpu import _tuning_store as cache_mod
+from sparsegpu._tuning_store import (
     CACHE_FILE,
     TunedEntry,
     TuningCache,
@@ -29,6 +28,7 @@ from sparsegpu.tuning.cache import (
     TuningContext,
     kernel_sources_digest,
 )
+from sparsegpu.testing import HOST_COPY
 from sparsegpu.tuning.policy import CsrVectorPolicy
 from tests.tuning_backends import UNTUNED, SweepBackend
 
@@ -469,7 +469,7 @@ def test_cache_dir_defaults_to_the_user_cache_dir(monkeypatch):
 
     monkeypatch.delenv("SPARSEGPU_CACHE_DIR")
     expected = Path(platformdirs.user_cache_dir("sparsegpu", appauthor=False))
-    assert cache_mod.cache_dir() == expected
+    assert sg._files.cache_dir() == expected
 
 
 # ------------------------------------------------------------------------ lookup order
@@ -488,7 +488,7 @@ def test_shipped_defaults_file_has_the_real_schema():
     import importlib.resources
 
     with importlib.resources.as_file(
-        importlib.resources.files("sparsegpu.tuning") / "defaults.json"
+        importlib.resources.files("sparsegpu") / "data" / "tuning_defaults.json"
     ) as path:
         shipped = TuningCache(defaults=path).shipped()
     assert shipped["sm_90"], "the H200 autotune winners ship as sm_90 defaults"
@@ -622,13 +622,9 @@ def test_auto_lookup_names_the_fastest_measured_candidate(tmp_path):
     )
     mirror = medium_matrix()._sg_mirror(HOST_COPY, np.float64)
     names = ["rank-a", "rank-b", "rank-c"]  # rank-d is not usable for this product
-    assert cache_mod.auto_lookup(mirror, np.float64, names, cache) == "rank-c"
+    assert _select.tuned_winner(mirror, np.float64, names, cache) == "rank-c"
 
 
 def test_auto_lookup_defers_without_entries(tmp_path):
     mirror = medium_matrix()._sg_mirror(HOST_COPY, np.float64)
-    assert cache_mod.auto_lookup(mirror, np.float64, ["rank-a"], TuningCache(tmp_path)) is None
-
-
-def test_auto_lookup_is_plugged_into_auto():
-    assert cache_mod.auto_lookup in _dispatch._auto_lookups
+    assert _select.tuned_winner(mirror, np.float64, ["rank-a"], TuningCache(tmp_path)) is None

@@ -1,9 +1,9 @@
 """Merge the entries of a tuning cache (``sparsegpu autotune`` output) into the shipped
-defaults, ``sparsegpu/tuning/defaults.json``, under each entry's architecture.
+defaults, ``sparsegpu/data/tuning_defaults.json``, under each entry's architecture.
 
 Entries replace shipped ones with the same key (backend, value dtype, index dtype, row
 class); the others stay. Run after ``sparsegpu autotune`` on the reference GPU of an
-architecture, then commit defaults.json with the autotune report it came from.
+architecture, then commit tuning_defaults.json with the autotune report it came from.
 
 Usage: ``python3 tools/ship_defaults.py CACHE_FILE [--defaults PATH]``
 """
@@ -18,14 +18,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sparsegpu.tuning import cache as tuning_cache  # noqa: E402
+from sparsegpu import _tuning_store as tuning_cache  # noqa: E402
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("cache_file", type=Path, help="a sparsegpu tuning cache (tuning.json)")
     parser.add_argument(
-        "--defaults", type=Path, default=ROOT / "sparsegpu" / "tuning" / "defaults.json"
+        "--defaults", type=Path, default=ROOT / "sparsegpu" / "data" / "tuning_defaults.json"
     )
     args = parser.parse_args(argv)
     raw = json.loads(args.cache_file.read_text())

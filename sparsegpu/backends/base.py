@@ -201,15 +201,9 @@ class Backend:
         )
 
     def default_policy(self, matrix: DeviceMatrix) -> Policy:
-        """The policy used when none is given (cached per mirror by the dispatcher).
-
-        The tuning cache's entry for this device, dtypes and row-length class, else the
-        defaults shipped with sparsegpu, else :meth:`untuned_policy`.
-        """
-        from ..tuning.cache import tuned_policy
-
-        tuned = tuned_policy(self, matrix)
-        return tuned if tuned is not None else self.untuned_policy(matrix)
+        """The policy from the device and the matrix alone, used when no tuned entry exists
+        (selection consults the tuning store first)."""
+        return self.untuned_policy(matrix)
 
     def untuned_policy(self, matrix: DeviceMatrix) -> Policy:
         """The policy derived from the device and the matrix alone (occupancy, row lengths)."""

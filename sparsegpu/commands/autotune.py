@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import _dispatch
+from .. import _registry
 from .._console import console, progress, table
 from ..cli import CommandError, require_matplotlib
 from ..tuning.policy import format_knobs
@@ -164,7 +164,7 @@ def _check_options(args) -> None:
 
 
 def _cache(args):
-    from ..tuning.cache import TuningCache, TuningCacheError
+    from .._tuning_store import TuningCache, TuningCacheError
 
     try:
         return TuningCache(args.cache_dir) if args.cache_dir else TuningCache()
@@ -179,20 +179,20 @@ def _backends(args) -> list[str]:
     if args.backends is None:
         try:
             return [b.name for b in default_backends()]
-        except _dispatch.BackendUnavailableError as exc:
+        except _registry.BackendUnavailableError as exc:
             raise CommandError(str(exc), status=1) from None
     for name in args.backends:
-        if name in (_dispatch.AUTO, ORACLE):
+        if name in (_registry.AUTO, ORACLE):
             raise CommandError(
                 f"--backends: {name!r} has nothing to tune; name the backends to tune "
                 "(see `sparsegpu info`)"
             )
         try:
-            _dispatch.get_backend(name)
-        except _dispatch.BackendUnavailableError as exc:
+            _registry.get_backend(name)
+        except _registry.BackendUnavailableError as exc:
             raise CommandError(f"--backends: {str(exc).splitlines()[0]}", status=1) from None
         except ValueError:
-            known = ", ".join(n for n in _dispatch.registered() if n != ORACLE)
+            known = ", ".join(n for n in _registry.registered() if n != ORACLE)
             raise CommandError(f"--backends: unknown backend {name!r}; known: {known}") from None
     return list(dict.fromkeys(args.backends))
 

@@ -9,7 +9,7 @@ import platform
 import numpy as np
 import scipy
 
-from .. import __version__, _cuda, _dispatch
+from .. import __version__, _cuda, _registry, _select
 from .._console import console, group_by_reason, table
 from ..cli import CommandError
 
@@ -84,7 +84,7 @@ def describe(target: str, data_dir=None) -> dict:
             "empty_rows": stats.empty_rows,
             "imbalance": stats.imbalance,
             "column_spread": stats.column_spread,
-            "row_class": stats.row_class,
+            "row_class": _select.row_class(stats),
         },
     }
 
@@ -143,7 +143,7 @@ def collect() -> dict:
             )
     backends = [
         {"name": b.name, "available": b.available, "reason": b.reason, "description": b.description}
-        for b in _dispatch.backends()
+        for b in _registry.backends()
     ]
     return {
         "versions": versions,

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from .. import _cuda, _dispatch
+from .. import _cuda, _dispatch, _select
 from .._matrix import csr_matrix as _local_csr
 from . import _comm
 from ._exchange import HostStaged, make_plan
@@ -492,7 +492,7 @@ class csr_matrix:  # noqa: N801 - named like sparsegpu.csr_matrix, whose role it
                 f"x is split as {x.layout.offsets.tolist()} but the matrix's columns as "
                 f"{self.col_layout.offsets.tolist()}; make x with A.scatter or A @ ..."
             )
-        dtype = _dispatch.result_dtype(self.dtype, x.dtype)
+        dtype = _select.result_dtype(self.dtype, x.dtype)
         x_local = x.local if x.dtype == dtype else x.local.astype(dtype)
         transport = self._transport(dtype)
         requests, peers, error = transport.start(x_local)
@@ -526,15 +526,17 @@ class csr_matrix:  # noqa: N801 - named like sparsegpu.csr_matrix, whose role it
             The same on every rank: rows, nonzeros, ghosts, neighbours and halo bytes
             per rank, the transport and why, and each rank's backend and device.
         """
-        dtype = _dispatch.result_dtype(self.dtype, self.dtype)
+        dtype = _select.result_dtype(self.dtype, self.dtype)
         itemsize = np.dtype(dtype).itemsize
         recv, send = self._halo.bytes_per_product(itemsize)
         backend = "none (no nonzeros)"
         for local in (self._diag, self._offd):
             if local.nnz:
-                name = _dispatch.resolve_name(None, local.backend)
-                chosen = _dispatch.choose(local, name, dtype, local._sg_index_dtype())
-                backend = chosen.name if name == chosen.name else f"{chosen.name} (via {name})"
+                chosen = _select.select(local, dtype)
+                name = chosen.requested
+                backend = (
+                    chosen.backend if name == chosen.backend else f"{chosen.backend} (via {name})"
+                )
                 break
         mine = RankReport(
             rank=self.row_layout.rank,

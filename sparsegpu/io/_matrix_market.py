@@ -25,9 +25,9 @@ import numpy as np
 import scipy.io
 import scipy.sparse as sp
 
+from .._files import create_beside
 from .._matrix import _cupy_to_host, csr_array, csr_matrix
 from ._body import check_body
-from ._files import create_beside
 from ._header import MMInfo, bad_file, check_memory, read_header
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.bz2", ".tar")

@@ -1,10 +1,17 @@
 """Launch policies, their defaults, the autotuner and its on-disk cache.
 
-:func:`sparsegpu.autotune` lives in :mod:`sparsegpu.tuning.autotune`; the cache in
-:mod:`sparsegpu.tuning.cache`.
+:func:`sparsegpu.autotune` lives in :mod:`sparsegpu.tuning.autotune`. The cache it writes
+(:class:`TuningCache`) is a plain store below selection (``sparsegpu._tuning_store``),
+re-exported here.
 """
 
-from .cache import TunedEntry, TuningCache, TuningCacheError, TuningCacheWarning, TuningContext
+from .._tuning_store import (
+    TunedEntry,
+    TuningCache,
+    TuningCacheError,
+    TuningCacheWarning,
+    TuningContext,
+)
 from .policy import (
     AdaptivePolicy,
     CsrVectorPolicy,

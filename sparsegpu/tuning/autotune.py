@@ -21,23 +21,21 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import scipy.sparse as sp
 
-from .. import _cuda, _dispatch
+from .. import _cuda, _registry, _select
 from .._matrix import _SparseGPUMixin, csr_matrix
 from .._mirror import RowLengthStats
-from .._timing import Timing, cuda_time, gb_per_s, matrix_spmv_bytes
-from ..backends.base import FLOAT_AND_COMPLEX, INT32_AND_INT64
-from ..testing import random_vector, tolerance
-from .cache import (
+from .._oracle import Oracle
+from .._timing import cuda_time, gb_per_s, host_time, matrix_spmv_bytes
+from .._tuning_store import (
     TunedEntry,
     TuningCache,
     TuningCacheError,
     TuningCacheWarning,
-    auto_lookup,
     current_context,
     default_cache,
-    forget_defaults,
     now_iso,
 )
+from ..backends.base import FLOAT_AND_COMPLEX, INT32_AND_INT64
 from .policy import Policy
 
 ORACLE = "scipy"
@@ -217,25 +215,9 @@ class AutotuneReport:
 
 
 # ------------------------------------------------------------------------- timing
-def perf_counter_time(fn, *, warmup: int = 3, repeat: int = 20, inner: int = 1) -> Timing:
-    """Time ``fn()`` on the host with ``time.perf_counter`` (host backends; tests).
-
-    Same signature and result as :func:`sparsegpu._timing.cuda_time`.
-    """
-    for _ in range(warmup):
-        fn()
-    samples = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        samples.append((time.perf_counter() - start) * 1e3 / inner)
-    return Timing(tuple(samples))
-
-
 def _default_timer(backend) -> Callable:
     """CUDA events for device-resident backends, ``perf_counter`` for host ones."""
-    return perf_counter_time if backend.residence.get_xp() is np else cuda_time
+    return host_time if backend.residence.get_xp() is np else cuda_time
 
 
 # ----------------------------------------------------------------------- arguments
@@ -249,12 +231,12 @@ def default_backends() -> list:
     """
     found = [
         b
-        for name, b in _dispatch.registered().items()
+        for name, b in _registry.registered().items()
         if name != ORACLE and b.unavailable_reason() is None
     ]
     if not found:
         reason = _cuda.unavailable_reason() or "no GPU backend is registered"
-        raise _dispatch.BackendUnavailableError(f"no GPU to tune on: {reason}")
+        raise _registry.BackendUnavailableError(f"no GPU to tune on: {reason}")
     return found
 
 
@@ -265,7 +247,7 @@ def _backends(names) -> list:
         names = [names]
     out = []
     for name in dict.fromkeys(names):
-        if name == _dispatch.AUTO:
+        if name == _registry.AUTO:
             raise ValueError(
                 "'auto' is not a backend to tune: it picks among the tuned backends; "
                 "name real backends or leave backends=None for all of them"
@@ -275,7 +257,7 @@ def _backends(names) -> list:
                 f"the {ORACLE!r} backend is the oracle every candidate is checked against; "
                 "it has nothing to tune"
             )
-        out.append(_dispatch.get_backend(name))
+        out.append(_registry.get_backend(name))
     if not out:
         raise ValueError("backends is empty; name at least one backend or pass None for all")
     return out
@@ -353,57 +335,6 @@ def _as_matrix(A, index_dtype):
 
 
 # ------------------------------------------------------------------------ the sweep
-class _Oracle:
-    """scipy's answer for one value dtype, and the error bound of each row.
-
-    The check runs where the answer is (one reduction and one scalar transfer on the
-    GPU), so checking every candidate twice costs little next to timing it.
-    """
-
-    def __init__(self, host_csr, dtype: np.dtype, seed: int):
-        host = host_csr.astype(dtype)
-        self.x = random_vector(host.shape[1], dtype, seed=seed)
-        self.y = host @ self.x
-        lengths = np.diff(host.indptr)
-        tol = tolerance(dtype, int(lengths.max()) if lengths.size else 1)
-        # tol * |A| |x|: the standard bound on a dot product's rounding error, row by row
-        self.bound = tol * np.maximum(abs(host) @ np.abs(self.x), 1.0)
-        self._on_device: dict = {}
-
-    def _reference(self, xp):
-        if xp is np:
-            return self.y, self.bound
-        key = xp.__name__
-        if key not in self._on_device:
-            self._on_device[key] = (xp.asarray(self.y), xp.asarray(self.bound))
-        return self._on_device[key]
-
-    def error(self, y) -> str | None:
-        """Why ``y`` is not scipy's answer, or None when it is."""
-        if y.shape != self.y.shape or y.dtype != self.y.dtype:
-            return (
-                f"result has shape {y.shape} and dtype {y.dtype}, "
-                f"expected {self.y.shape} and {self.y.dtype}"
-            )
-        if y.size == 0:
-            return None
-        xp = _cuda.cupy_or_none() if _cuda.is_cupy_array(y) else np
-        reference, bound = self._reference(xp)
-        if bool((xp.abs(y - reference) <= bound).all()):  # NaN compares False: caught
-            return None
-        return self._describe(y.get() if xp is not np else y)
-
-    def _describe(self, y: np.ndarray) -> str:
-        if not np.all(np.isfinite(y)):
-            row = int(np.argmax(~np.isfinite(y)))
-            return f"row {row} is {y[row]} (not written, or overflow)"
-        row = int(np.argmax(np.abs(y - self.y) - self.bound))
-        return (
-            f"row {row} is {y[row]} but scipy gives {self.y[row]} "
-            f"(error {abs(y[row] - self.y[row]):.3e} > tolerance {self.bound[row]:.3e})"
-        )
-
-
 @dataclass
 class _Sweep:
     """One backend x value dtype: its mirror, inputs and candidates."""
@@ -411,7 +342,7 @@ class _Sweep:
     backend: object
     dtype: np.dtype
     mirror: object
-    oracle: _Oracle
+    oracle: Oracle
     candidates: list
     untuned: Policy
     timer: Callable
@@ -600,7 +531,7 @@ def autotune(
     timer : callable, optional
         ``timer(fn, warmup=, repeat=, inner=) -> Timing`` in milliseconds; default CUDA
         events (:func:`sparsegpu._timing.cuda_time`) for GPU backends and
-        :func:`perf_counter_time` for host ones.
+        :func:`sparsegpu._timing.host_time` for host ones.
     cache : TuningCache, optional
         Where winners go; default the user's cache (``SPARSEGPU_CACHE_DIR`` overrides).
     save : bool
@@ -649,13 +580,13 @@ def autotune(
     label = name or f"{matrix.shape[0]}x{matrix.shape[1]}, {matrix.nnz:,} nnz"
 
     host_csr = sp.csr_matrix(matrix)
-    row_class = RowLengthStats.from_indptr(
-        host_csr.indptr, matrix.shape[1], np, indices=host_csr.indices
-    ).row_class
+    row_class = _select.row_class(
+        RowLengthStats.from_indptr(host_csr.indptr, matrix.shape[1], np, indices=host_csr.indices)
+    )
     results: list[CandidateResult] = []
     sweeps: list[_Sweep] = []
     for dtype in value_dtypes:
-        oracle = _Oracle(host_csr, dtype, seed)
+        oracle = Oracle(host_csr, dtype, seed=seed)
         for backend in chosen:
             prepared = _prepare(backend, dtype, matrix, oracle, timer or _default_timer(backend))
             if isinstance(prepared, CandidateResult):
@@ -702,8 +633,8 @@ def autotune(
     if save and report.winners:
         _save(report, sweeps, cache)
     for sweep in sweeps:
-        forget_defaults(sweep.mirror, [sweep.backend.name])
-    _dispatch.invalidate_choices()
+        _select.forget_tuned(sweep.mirror, [sweep.backend.name])
+    _registry.invalidate_choices()
     report.elapsed_s = time.monotonic() - start
     return report
 
@@ -739,7 +670,3 @@ def _save(report: AutotuneReport, sweeps: list[_Sweep], cache: TuningCache | Non
         report.cache_path = None
         report.cache_error = str(exc)
         warnings.warn(str(exc), TuningCacheWarning, stacklevel=3)
-
-
-# ``auto`` asks the tuning cache first; registered here, where both modules are loaded.
-_dispatch.register_auto_lookup(auto_lookup)

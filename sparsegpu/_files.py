@@ -1,4 +1,8 @@
-"""Files sparsegpu creates: made beside their destination, with the permissions of ``open``.
+"""Where sparsegpu keeps files, and how it creates them.
+
+:func:`cache_dir` is the one cache directory (the tuning cache, the device probe and the
+SuiteSparse downloads live under it). Files are made beside their destination, with the
+permissions of ``open``:
 
 :func:`tempfile.mkstemp` creates files readable by their owner only (0600) whatever the
 umask; a file renamed into place from one keeps that mode, so a matrix written or cached
@@ -10,8 +14,32 @@ from __future__ import annotations
 
 import os
 import secrets
+from pathlib import Path
 
 _ATTEMPTS = 100
+ENV_CACHE_DIR = "SPARSEGPU_CACHE_DIR"
+
+
+def cache_dir() -> Path:
+    """sparsegpu's cache directory: ``$SPARSEGPU_CACHE_DIR``, else the user cache directory.
+
+    Raises
+    ------
+    RuntimeError
+        When the variable is unset and platformdirs is not installed (it is a dependency;
+        a trimmed environment may lack it).
+    """
+    override = os.environ.get(ENV_CACHE_DIR)
+    if override:
+        return Path(override).expanduser()
+    try:
+        import platformdirs
+    except ImportError as exc:
+        raise RuntimeError(
+            f"platformdirs is not installed ({exc}); pip install platformdirs, or set "
+            f"{ENV_CACHE_DIR} to the directory sparsegpu should cache in"
+        ) from None
+    return Path(platformdirs.user_cache_dir("sparsegpu", appauthor=False))
 
 
 def create_beside(directory, prefix: str, suffix: str = "") -> tuple[int, str]:

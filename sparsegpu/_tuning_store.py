@@ -1,4 +1,7 @@
-"""The tuning cache: the autotuner's winners, remembered per device, on disk.
+"""The store of tuned entries (the tuning cache): the autotuner's winners per device, on disk.
+
+Plain data below selection: :mod:`sparsegpu._select` reads it (a store is passed in), the
+autotuner (:mod:`sparsegpu.tuning.autotune`) writes it; it imports neither.
 
 Where
     ``tuning.json`` in ``$SPARSEGPU_CACHE_DIR`` if set, else in the user cache directory
@@ -10,7 +13,7 @@ Keyed by
     found (they stay in the file for the setup that made them).
 Entries
     one :class:`TunedEntry` per backend, value dtype, index dtype and row-length class
-    (:attr:`~sparsegpu._mirror.RowLengthStats.row_class`), each carrying the time and GB/s
+    (:func:`sparsegpu._select.row_class`), each carrying the time and GB/s
     it was chosen for (CUB style: a tuned number carries its score).
 Safety
     Writes go to a temporary file in the same directory and are renamed over the cache
@@ -20,7 +23,7 @@ Safety
     rebuilt; it is never fatal. A file of a newer format version (a newer sparsegpu's) is
     left alone: reported once, read as empty and never written over.
 Lookup order
-    user cache, then the defaults shipped in ``sparsegpu/tuning/defaults.json`` (keyed
+    user cache, then the defaults shipped in ``sparsegpu/data/tuning_defaults.json`` (keyed
     by architecture, e.g. ``"sm_90"``), then the backend's untuned policy.
 
 The document (``schema`` 1)::
@@ -47,14 +50,15 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import _cuda
-from .._version import __version__
+from . import _cuda
+from ._files import ENV_CACHE_DIR, cache_dir, create_beside
+from ._version import __version__
 
 CACHE_FORMAT = "sparsegpu-tuning-cache"
 DEFAULTS_FORMAT = "sparsegpu-tuning-defaults"
 SCHEMA_VERSION = 1
 CACHE_FILE = "tuning.json"
-ENV_CACHE_DIR = "SPARSEGPU_CACHE_DIR"
+DEFAULTS_FILE = "tuning_defaults.json"
 LOCK_TIMEOUT_S = 60.0
 
 ROW_CLASSES = ("short", "medium", "long", "irregular", "scattered")
@@ -75,27 +79,6 @@ class _BadDocument(ValueError):
     def __init__(self, kind: str, message: str):
         super().__init__(message)
         self.kind = kind
-
-
-def cache_dir() -> Path:
-    """The directory of the tuning cache: ``$SPARSEGPU_CACHE_DIR`` or the user cache dir.
-
-    Raises
-    ------
-    TuningCacheError
-        When the variable is unset and platformdirs is not installed.
-    """
-    override = os.environ.get(ENV_CACHE_DIR)
-    if override:
-        return Path(override).expanduser()
-    try:
-        import platformdirs
-    except ImportError as exc:
-        raise TuningCacheError(
-            f"platformdirs is not installed ({exc}); pip install platformdirs, or set "
-            f"{ENV_CACHE_DIR} to the directory the tuning cache should use"
-        ) from None
-    return Path(platformdirs.user_cache_dir("sparsegpu", appauthor=False))
 
 
 # ---------------------------------------------------------------------------- key
@@ -162,7 +145,7 @@ def kernel_sources_digest(root=None) -> str:
 
 @functools.cache
 def _package_kernel_digest() -> str:
-    from .._compile import kernel_dir
+    from ._compile import kernel_dir
 
     try:
         root = kernel_dir()
@@ -484,7 +467,12 @@ class TuningCache:
     """
 
     def __init__(self, directory=None, *, defaults=None):
-        self.directory = Path(directory).expanduser() if directory is not None else cache_dir()
+        if directory is None:
+            try:
+                directory = cache_dir()
+            except RuntimeError as exc:  # no platformdirs and no SPARSEGPU_CACHE_DIR
+                raise TuningCacheError(str(exc)) from None
+        self.directory = Path(directory).expanduser()
         self.path = self.directory / CACHE_FILE
         self.lock_path = self.directory / "tuning.lock"
         self._defaults = Path(defaults) if defaults is not None else None
@@ -548,7 +536,7 @@ class TuningCache:
             if self._defaults is not None:
                 text = self._defaults.read_text(encoding="utf-8")
             else:
-                text = (importlib.resources.files("sparsegpu.tuning") / "defaults.json").read_text(
+                text = (importlib.resources.files("sparsegpu") / "data" / DEFAULTS_FILE).read_text(
                     encoding="utf-8"
                 )
             parsed = _parse_defaults(text)
@@ -638,7 +626,6 @@ class TuningCache:
 
     def _write_locked(self, text: str) -> None:
         # imported here: sparsegpu.io imports the matrix classes, which import this module
-        from ..io._files import create_beside
 
         fd, tmp = create_beside(self.directory, f".{CACHE_FILE}.", ".tmp")
         try:
@@ -686,76 +673,3 @@ class TuningCache:
 def default_cache() -> TuningCache:
     """The cache in :func:`cache_dir` (re-evaluated, so the environment variable applies)."""
     return TuningCache()
-
-
-# ------------------------------------------------------------------- consulting it
-def tuned_policy(backend, matrix, cache: TuningCache | None = None):
-    """The cached policy of ``backend`` for mirror ``matrix``, or None.
-
-    Consulted by :meth:`sparsegpu.backends.base.Backend.default_policy`. Never raises for
-    cache trouble: an unreadable cache or an unusable entry gives a warning and None, so
-    a product always runs (on the untuned policy at worst).
-    """
-    if not backend.policy_type.knob_names():
-        return None
-    row_class = matrix.stats.row_class
-    if row_class not in ROW_CLASSES:
-        return None
-    context = current_context(backend.residence)
-    if context is None:
-        return None
-    try:
-        cache = cache or default_cache()
-        entry = cache.lookup(context, backend.name, matrix.dtype, matrix.index_dtype, row_class)
-        if entry is None:
-            return None
-        return entry.policy(backend.policy_type)
-    except (OSError, TuningCacheError) as exc:
-        warnings.warn(
-            f"the tuning cache could not be read ({exc}); using the untuned policy",
-            TuningCacheWarning,
-            stacklevel=3,
-        )
-    except (TypeError, ValueError) as exc:
-        warnings.warn(
-            f"a tuning-cache entry for backend {backend.name!r} is unusable ({exc}); using "
-            "the untuned policy (re-run `sparsegpu autotune` to refresh it)",
-            TuningCacheWarning,
-            stacklevel=3,
-        )
-    return None
-
-
-def auto_lookup(matrix, value_dtype, candidates, cache: TuningCache | None = None) -> str | None:
-    """The backend among ``candidates`` the cache measured fastest (GB/s) for this mirror.
-
-    The lookup ``auto`` consults before its heuristics
-    (:func:`sparsegpu._dispatch.register_auto_lookup`): entries of the mirror's device,
-    value dtype, index dtype and row-length class, user cache first, then the shipped
-    defaults. None when no candidate has one. The scores are remembered on the mirror
-    (the autotuner forgets them).
-    """
-    scores = matrix.plans.get(("auto", "tuned scores"))
-    if scores is None:
-        scores = {}
-        context = current_context(matrix.residence)
-        row_class = matrix.stats.row_class
-        if context is not None and row_class in ROW_CLASSES:
-            try:
-                cache = cache or default_cache()
-                for name in candidates:
-                    entry = cache.lookup(context, name, value_dtype, matrix.index_dtype, row_class)
-                    if entry is not None:
-                        scores[name] = entry.gb_per_s
-            except (OSError, TuningCacheError):  # tuned_policy reports it; auto still works
-                scores = {}
-        matrix.plans[("auto", "tuned scores")] = scores
-    measured = [name for name in candidates if name in scores]
-    return max(measured, key=lambda name: scores[name]) if measured else None
-
-
-def forget_defaults(matrix, backend_names) -> None:
-    """Drop the default policies and ``auto`` scores remembered on a mirror."""
-    for name in backend_names:
-        matrix.plans.pop((name, "default"), None)
-    matrix.plans.pop(("auto", "tuned scores"), None)

@@ -1,0 +1,95 @@
+"""The one answer check: scipy's product, the error each row may have, seeded test vectors.
+
+The autotuner checks every candidate with it before and after timing, ``sparsegpu bench``
+checks every contender with it, and :mod:`sparsegpu.testing` re-exports its pieces for the
+test suite, so all three accept exactly the same answers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _cuda
+
+
+def random_values(rng, n, dtype):
+    dtype = np.dtype(dtype)
+    v = rng.uniform(-1.0, 1.0, n)
+    if dtype.kind == "c":
+        v = v + 1j * rng.uniform(-1.0, 1.0, n)
+    return v.astype(dtype)
+
+
+def random_vector(n, dtype, seed=0, xp=np):
+    """A seeded random vector (complex for complex dtypes), never all zeros."""
+    v = random_values(np.random.default_rng(seed), n, dtype)
+    return v if xp is np else xp.asarray(v)
+
+
+def tolerance(dtype, max_row_length: int = 1) -> float:
+    """Relative tolerance for a product in ``dtype``: 16 eps sqrt(row length), at least 16 eps."""
+    eps = np.finfo(np.dtype(dtype)).eps if np.dtype(dtype).kind in "fc" else 0.0
+    return float(16 * eps * np.sqrt(max(int(max_row_length), 1)))
+
+
+class Oracle:
+    """scipy's answer to ``A @ x`` in one value dtype, and the error bound of each row.
+
+    The reference is computed in double precision from the values rounded to ``dtype`` (the
+    values every backend computes with); row i may differ by ``tolerance * (|A| |x|)_i``,
+    the standard bound on a dot product's rounding error. The check runs where the answer
+    is (one reduction and one scalar transfer on the GPU).
+
+    Parameters
+    ----------
+    host_csr : scipy.sparse matrix
+    dtype : dtype
+        The value dtype of the product.
+    x : numpy.ndarray, optional
+        The x to multiply; default a seeded :func:`random_vector`.
+    seed : int
+    """
+
+    def __init__(self, host_csr, dtype, x=None, seed: int = 0):
+        dtype = np.dtype(dtype)
+        host = host_csr.tocsr().astype(dtype)
+        self.x = random_vector(host.shape[1], dtype, seed=seed) if x is None else x
+        wide = np.complex128 if dtype.kind == "c" or self.x.dtype.kind == "c" else np.float64
+        self.y = (host.astype(wide) @ np.asarray(self.x).astype(wide)).astype(dtype)
+        lengths = np.diff(host.indptr)
+        tol = tolerance(dtype, int(lengths.max()) if lengths.size else 1)
+        self.bound = tol * np.maximum(abs(host) @ np.abs(self.x), 1.0)
+        self._on_device: dict = {}
+
+    def _reference(self, xp):
+        if xp is np:
+            return self.y, self.bound
+        key = xp.__name__
+        if key not in self._on_device:
+            self._on_device[key] = (xp.asarray(self.y), xp.asarray(self.bound))
+        return self._on_device[key]
+
+    def error(self, y) -> str | None:
+        """Why ``y`` is not scipy's answer, or None when it is."""
+        if y.shape != self.y.shape or y.dtype != self.y.dtype:
+            return (
+                f"result has shape {y.shape} and dtype {y.dtype}, "
+                f"expected {self.y.shape} and {self.y.dtype}"
+            )
+        if y.size == 0:
+            return None
+        xp = _cuda.cupy_or_none() if _cuda.is_cupy_array(y) else np
+        reference, bound = self._reference(xp)
+        if bool((xp.abs(y - reference) <= bound).all()):  # NaN compares False: caught
+            return None
+        return self._describe(y.get() if xp is not np else np.asarray(y))
+
+    def _describe(self, y: np.ndarray) -> str:
+        if not np.all(np.isfinite(y)):
+            row = int(np.argmax(~np.isfinite(y)))
+            return f"row {row} is {y[row]} (not written, or overflow)"
+        row = int(np.argmax(np.abs(y - self.y) - self.bound))
+        return (
+            f"row {row} is {y[row]} but scipy gives {self.y[row]} "
+            f"(error {abs(y[row] - self.y[row]):.3e} > tolerance {self.bound[row]:.3e})"
+        )

@@ -1,0 +1,517 @@
+"""Selection: the one place where a product's backend and policy are chosen, and why.
+
+:func:`select` answers for one matrix and x dtype with a :class:`Choice` (backend, policy,
+reason, row statistics). In order:
+
+Precedence of the backend name
+    an explicit ``backend=`` (``sg.matvec``), then the matrix's ``A.backend``, then the
+    innermost ``with sparsegpu.use_backend(...)`` of this thread (or task), then the
+    environment variable ``SPARSEGPU_BACKEND``, then ``"auto"``.
+``auto``
+    no GPU, or no GPU backend for the dtype: ``scipy``. Otherwise the rules below on the
+    row-length statistics of the mirror (:func:`row_class`, :func:`auto_rule`), after the
+    tuning store's measured winner for the matrix's class where it has one.
+Policy
+    an explicit ``policy=``, then ``A.policy``, then the tuning store's entry for the
+    device, dtypes and row class (user cache, then shipped defaults), then the backend's
+    own default (occupancy, row lengths). A policy of another family than the backend's
+    is a TypeError; under ``auto`` a policy restricts the choice to its family.
+
+The tuning store (:mod:`sparsegpu._tuning_store`) is plain data passed in here; nothing
+registers itself into selection.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from . import _cuda, _registry, _tuning_store
+from ._registry import AUTO, get_backend, registered
+from ._tuning_store import (
+    ROW_CLASSES,
+    TuningCache,
+    TuningCacheError,
+    TuningCacheWarning,
+    current_context,
+)
+from .backends.base import Backend
+
+ENV_VAR = "SPARSEGPU_BACKEND"
+
+_scoped: ContextVar[str | None] = ContextVar("sparsegpu_backend", default=None)
+
+
+# --------------------------------------------------------------------- precedence
+@contextmanager
+def use_backend(name: str):
+    """Use backend ``name`` for products inside this block, in this thread (or task).
+
+    Examples
+    --------
+    >>> import numpy as np, scipy.sparse as sp, sparsegpu as sg
+    >>> A = sg.csr_matrix(sp.eye(3))
+    >>> with sg.use_backend("scipy"):
+    ...     y = A @ np.ones(3)
+    """
+    _registry.check_name(name)
+    token = _scoped.set(name)
+    try:
+        yield name
+    finally:
+        _scoped.reset(token)
+
+
+def scoped_backend() -> str | None:
+    """The innermost :func:`use_backend` name of this thread (or task), or None."""
+    return _scoped.get()
+
+
+def env_backend() -> str | None:
+    """``SPARSEGPU_BACKEND``, read on every product (a user may set it at any time).
+
+    ``os.environ.get`` encodes the key and decodes the value on each call (1-3 us, more
+    than the rest of a product's dispatch); this reads the mapping behind it, which
+    ``os.environ`` keeps current, and decodes only a value that is set.
+    """
+    value = _ENVIRON_DATA.get(_ENV_KEY)
+    return None if value is None else os.environ.decodevalue(value)
+
+
+try:  # CPython's os.environ is a mapping over an encoded dict it keeps in step
+    _ENVIRON_DATA = os.environ._data
+    _ENV_KEY = os.environ.encodekey(ENV_VAR)
+except AttributeError:  # pragma: no cover - another Python: the plain, slower read
+    _ENVIRON_DATA, _ENV_KEY = None, None
+
+    def env_backend() -> str | None:
+        return os.environ.get(ENV_VAR)
+
+
+def resolve_name(explicit: str | None, matrix_choice: str | None) -> str:
+    """The backend name in force for one product (see the module docstring)."""
+    return explicit or matrix_choice or _scoped.get() or env_backend() or AUTO
+
+
+try:  # scipy's own result-dtype rule, so results have exactly scipy's dtype
+    from scipy.sparse._sputils import upcast_char as _upcast_char
+except ImportError:  # pragma: no cover - every supported scipy has it
+    _upcast_char = None
+
+
+def result_dtype(a_dtype, x_dtype) -> np.dtype:
+    """The dtype scipy gives ``A @ x``."""
+    if _upcast_char is not None:
+        return np.dtype(_upcast_char(np.dtype(a_dtype).char, np.dtype(x_dtype).char))
+    return np.result_type(a_dtype, x_dtype)
+
+
+# ---------------------------------------------------------------------- row classes
+# Irregular rows: the rule follows Ginkgo's CSR strategy choice ("load_balance" when the
+# longest row is far above the mean): with max > 8 x mean (and std > mean) a row-per-
+# (sub)warp kernel leaves most threads of a warp idle while one row finishes.
+IRREGULAR_IMBALANCE = 8.0
+# Column spread above which rows of short or medium length count as ``scattered``: their
+# x reads are gathers from all over x (a random graph), not neighbours of the diagonal (a
+# mesh or stencil): uniform random 16 per row, spread 0.44; 3-D 27-point stencil 150^3, 0.007.
+SCATTERED_SPREAD = 0.1
+# Mean row lengths that separate short, medium and long rows (the sub-warp sizes that fit:
+# under 8 a row is a few lanes' work, from 64 on a whole warp per row).
+SHORT_ROWS = 8
+LONG_ROWS = 64
+
+
+def row_class(stats) -> str:
+    """The row class of a matrix: the tuning store's key and the rules' first question.
+
+    ``empty`` (no nonzeros), ``irregular`` (max row more than ``IRREGULAR_IMBALANCE`` x the
+    mean and std above the mean: power-law-like), ``scattered`` (mean below ``LONG_ROWS``
+    and a column spread above ``SCATTERED_SPREAD``: the x reads are random gathers), else by
+    mean row length: ``short`` (< ``SHORT_ROWS``), ``medium`` (< ``LONG_ROWS``) or ``long``.
+
+    Parameters
+    ----------
+    stats : RowLengthStats
+    """
+    if stats.nnz == 0:
+        return "empty"
+    if stats.imbalance > IRREGULAR_IMBALANCE and stats.std > stats.mean:
+        return "irregular"
+    if stats.mean < LONG_ROWS and stats.column_spread > SCATTERED_SPREAD:
+        return "scattered"
+    if stats.mean < SHORT_ROWS:
+        return "short"
+    if stats.mean < LONG_ROWS:
+        return "medium"
+    return "long"
+
+
+# --------------------------------------------------------------------------- rules
+# Order of preference of ``auto`` on regular rows when no tuning entry decides: on the
+# H200 the tuned shuffle kernel was within 3% of the best backend on every regular class
+# and 1.4-2.1x cuSPARSE (autotune_h200.json: 5-point 3715 vs 2126 GB/s, 27-point 3535 vs
+# 2600, 400 per row 3023 vs 1413); the merge-path kernel beat cuSPARSE there too; the
+# texture path and the software cache trail, so they come last.
+AUTO_PREFERENCE = ("shuffle", "vector", "readonly", "merge_path", "cusparse", "texture", "swcache")
+# A single row longer than this is split across blocks by the merge-path kernel even when
+# the mean is high enough to hide it (one row-per-block kernel would run it on one SM).
+LONG_ROW = 1 << 16
+_AUTO_IRREGULAR = ("merge_path",)
+# Up to this many merge items (rows + nonzeros) a product is latency-bound: the merge-path
+# kernel is then one launch (its last block adds the carries), cheaper on host and device
+# than cuSPARSE's SpMV call (H200, bundled SuiteSparse matrices: 11-16 us a product against
+# 15-27 us for raw cuSPARSE with descriptors reused; auto_vs_cusparse_h200.json).
+SMALL_ITEMS = 1_000_000
+_AUTO_SMALL = ("merge_path",)
+# Short or medium rows whose columns are scattered over x are bound by one 32-byte L2
+# sector per gather whatever the kernel: on the H200 (knob_sweep_h200.jsonl, uniform
+# 4M x 16) cuSPARSE and the merge-path kernel run within 1% of each other and 25% above a
+# kernel that only gathers, while the tuned row-per-sub-warp kernel trails by 5% in
+# float64. Without a tuning entry: merge path.
+_AUTO_SCATTERED = ("merge_path", "cusparse")
+
+
+def auto_rule(stats, usable_names) -> tuple[str, str]:
+    """The rules of ``auto``: (backend name, reason) from row-length statistics.
+
+    Parameters
+    ----------
+    stats : RowLengthStats
+        Of the matrix (computed once per mirror, on the device).
+    usable_names : list of str
+        Backends that take this matrix and dtype, in preference order (not empty).
+    """
+    if stats.n_rows + stats.nnz <= SMALL_ITEMS:
+        for name in _AUTO_SMALL:
+            if name in usable_names:
+                return name, (
+                    f"small ({stats.n_rows + stats.nnz:,} rows + nonzeros <= {SMALL_ITEMS:,}): "
+                    "latency-bound, and the merge-path kernel is a single launch"
+                )
+    cls = row_class(stats)
+    if cls == "irregular" or (stats.nnz > 0 and stats.max > LONG_ROW):
+        for name in _AUTO_IRREGULAR:
+            if name in usable_names:
+                return name, (
+                    f"irregular rows (max {stats.max} > {IRREGULAR_IMBALANCE:g} x mean "
+                    f"{stats.mean:.1f} with std > mean, or a row over {LONG_ROW:,}): "
+                    "the load-balanced merge-path kernel keeps every thread busy"
+                )
+    if cls == "scattered":
+        for name in _AUTO_SCATTERED:
+            if name in usable_names:
+                return name, (
+                    f"scattered columns (mean distance from the diagonal "
+                    f"{stats.column_spread:.2f} of the columns, over {SCATTERED_SPREAD:g}) on "
+                    f"rows of {stats.mean:.1f} on average: x reads are random gathers, and the "
+                    "merge-path kernel keeps the most of them in flight"
+                )
+    return usable_names[0], (
+        f"regular rows (max/mean {stats.imbalance:.1f}): first usable of the preference "
+        f"order {', '.join(AUTO_PREFERENCE)}"
+    )
+
+
+# -------------------------------------------------------------------------- choices
+class Request(NamedTuple):
+    """What the caller asked of one product: a backend name and a policy, either unset."""
+
+    backend: str | None = None
+    policy: Any = None
+
+
+_NO_REQUEST = Request()
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The backend and policy of one product, and why (what :func:`explain` shows).
+
+    Attributes
+    ----------
+    backend : str
+        The backend's name.
+    policy : Policy
+        Its launch policy.
+    reason : str
+        Why this backend: the name asked for, or the rule or measurement of ``auto``.
+    stats : RowLengthStats or None
+        The row statistics the rules looked at (None where no rule ran).
+    value_dtype : numpy.dtype
+        The dtype the product computes in.
+    requested : str
+        The backend name in force (``"auto"`` or a backend's).
+    override : str or None
+        For :func:`explain`: a note when products of the matrix use another name now.
+    implementation : Backend
+        The backend object itself (what dispatch makes the plan with).
+    """
+
+    backend: str
+    policy: Any
+    reason: str
+    stats: Any
+    value_dtype: np.dtype
+    requested: str = AUTO
+    override: str | None = None
+    implementation: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def row_class(self) -> str | None:
+        return None if self.stats is None else row_class(self.stats)
+
+    def __str__(self) -> str:
+        lines = [
+            f"{self.requested} -> backend {self.backend!r} with {self.policy!r}",
+            f"  why: {self.reason}",
+        ]
+        s = self.stats
+        if s is not None:
+            lines.append(
+                f"  rows: {s.n_rows:,} x {s.n_cols:,}, nnz {s.nnz:,}; row length mean "
+                f"{s.mean:.1f}, std {s.std:.1f}, min {s.min}, max {s.max}, empty rows "
+                f"{s.empty_rows:,}; imbalance (max/mean) {s.imbalance:.1f}, column spread "
+                f"{s.column_spread:.3f}, class {row_class(s)!r}"
+            )
+        lines.append(f"  value dtype: {self.value_dtype}")
+        if self.override is not None:
+            lines.append(f"  note: {self.override}")
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+
+def _gpu_candidates(value_dtype: np.dtype, policy_type=None) -> list[Backend]:
+    """Usable GPU backends that take this value dtype (and policy family), in order of
+    preference."""
+    if _cuda.unavailable_reason() is not None:
+        return []
+    found = [
+        b
+        for b in registered().values()
+        if b.residence.name == "cupy"
+        and value_dtype in b.value_dtypes
+        and (policy_type is None or b.policy_type is policy_type)
+        and b.unavailable_reason() is None
+    ]
+    rank = {name: i for i, name in enumerate(AUTO_PREFERENCE)}
+    return sorted(found, key=lambda b: rank.get(b.name, len(rank)))
+
+
+def _auto(matrix, value_dtype: np.dtype, policy, store) -> tuple[Backend, str, Any]:
+    """(backend, reason, stats or None) of ``auto`` for this matrix and value dtype."""
+    candidates = _gpu_candidates(value_dtype, type(policy) if policy is not None else None)
+    if not candidates:
+        if policy is not None and _cuda.unavailable_reason() is None:
+            raise TypeError(
+                f"no usable GPU backend takes a {type(policy).__name__} for {value_dtype} "
+                "values; pass a policy of another family, or name the backend"
+            )
+        reason = (
+            f"no GPU: {_cuda.unavailable_reason()}"
+            if _cuda.unavailable_reason() is not None
+            else f"no GPU backend computes in {value_dtype}"
+        )
+        return registered()["scipy"], reason + "; the scipy CPU reference computes", None
+    mirror = matrix._sg_mirror(candidates[0].residence, value_dtype)
+    usable = [b for b in candidates if b.supports(mirror)]
+    if not usable:
+        return registered()["scipy"], "no GPU backend accepts this matrix", None
+    stats = mirror.stats
+    names = [b.name for b in usable]
+    # Tuning entries are measured on large matrices (GB/s); a small product is
+    # latency-bound and follows the small-matrix rule (H200, bundled float64 matrices:
+    # the tuned shuffle kernel 12.6 us, the merge-path kernel 9.2; auto_vs_cusparse_h200).
+    if stats.n_rows + stats.nnz > SMALL_ITEMS:
+        name = tuned_winner(mirror, value_dtype, names, store)
+        if name is not None:
+            return usable[names.index(name)], "measured fastest (tuning cache)", stats
+    name, reason = auto_rule(stats, names)
+    return usable[names.index(name)], reason, stats
+
+
+def select(matrix, x_dtype, request: Request | None = None, *, store=None) -> Choice:
+    """The backend and policy of ``matrix @ x`` for an x of ``x_dtype``.
+
+    Parameters
+    ----------
+    matrix : sparsegpu matrix
+    x_dtype : dtype
+    request : Request, optional
+        The caller's explicit backend name and policy (``sg.matvec(..., backend=,
+        policy=)``); unset fields fall through the precedence of the module docstring.
+    store : TuningCache, optional
+        The tuning store to consult; default the user's cache and the shipped defaults.
+
+    Raises
+    ------
+    ValueError, BackendUnavailableError
+        For an unknown name, or a backend that cannot run here.
+    TypeError
+        For a dtype the named backend does not take, or a policy of another family.
+    """
+    request = request or _NO_REQUEST
+    value_dtype = result_dtype(matrix.dtype, x_dtype)
+    name = resolve_name(request.backend, matrix._sg_backend)
+    policy = request.policy if request.policy is not None else matrix._sg_policy
+    if name == AUTO:
+        backend, reason, stats = _auto(matrix, value_dtype, policy, store)
+        if policy is not None and backend.residence.name == "host":
+            reason += f"; the {type(policy).__name__} has no effect there"
+            policy = None
+    else:
+        backend = get_backend(name)
+        backend.check_dtypes(value_dtype, matrix._sg_index_dtype())
+        reason, stats = f"asked for by name ({_named_by(request, matrix)})", None
+    if policy is not None and not isinstance(policy, backend.policy_type):
+        raise TypeError(
+            f"backend {backend.name!r} takes a {backend.policy_type.__name__}, "
+            f"got {type(policy).__name__} (from {_policy_from(request)})"
+        )
+    if policy is None:
+        policy = default_policy(backend, matrix._sg_mirror(backend.residence, value_dtype), store)
+    return Choice(backend.name, policy, reason, stats, value_dtype, name, implementation=backend)
+
+
+def _policy_from(request: Request) -> str:
+    return "policy=" if request.policy is not None else "A.policy"
+
+
+def _named_by(request: Request, matrix) -> str:
+    if request.backend:
+        return "backend="
+    if matrix._sg_backend:
+        return "A.backend"
+    return "use_backend" if _scoped.get() else f"${ENV_VAR}"
+
+
+def explain(A, x_dtype=None) -> Choice:
+    """Which backend and policy ``auto`` uses for ``A @ x`` (x of ``x_dtype``), and why.
+
+    Parameters
+    ----------
+    A : sparsegpu matrix
+    x_dtype : dtype, optional
+        The dtype of x; default ``A.dtype``.
+
+    Returns
+    -------
+    Choice
+        Printing it shows the backend, the policy, the reason, and the row-length
+        statistics the rules looked at.
+
+    Examples
+    --------
+    >>> import scipy.sparse as sp, sparsegpu as sg
+    >>> print(sg.explain(sg.csr_matrix(sp.eye(4))).backend)  # doctest: +SKIP
+    merge_path
+    """
+    if not hasattr(A, "_sg_mirror"):
+        raise TypeError(
+            f"A must be a sparsegpu matrix, got {type(A).__name__}; wrap it with "
+            "sparsegpu.csr_matrix(A)"
+        )
+    x_dtype = np.dtype(x_dtype or A.dtype)
+    value_dtype = result_dtype(A.dtype, x_dtype)
+    backend, reason, stats = _auto(A, value_dtype, A._sg_policy, None)
+    policy = A._sg_policy
+    if policy is None or not isinstance(policy, backend.policy_type):
+        policy = default_policy(backend, A._sg_mirror(backend.residence, value_dtype), None)
+    override = None
+    name = resolve_name(None, A._sg_backend)
+    if name != AUTO:
+        override = f"products of this matrix use {name!r} now (A.backend, use_backend or env)"
+    return Choice(
+        backend.name, policy, reason, stats, value_dtype, AUTO, override, implementation=backend
+    )
+
+
+# -------------------------------------------------------------- the tuning store
+def default_policy(backend: Backend, mirror, store=None):
+    """The policy ``backend`` uses on ``mirror`` when none is given (kept on the mirror).
+
+    The tuning store's entry for this device, dtypes and row class (user cache, then the
+    defaults shipped with sparsegpu), else the backend's own default.
+    """
+    policy = mirror.default_policies.get(backend.name)
+    if policy is None:
+        policy = tuned_policy(backend, mirror, store)
+        if policy is None:
+            policy = backend.default_policy(mirror)
+        mirror.default_policies[backend.name] = policy
+    return policy
+
+
+def tuned_policy(backend: Backend, mirror, store: TuningCache | None = None):
+    """The store's policy of ``backend`` for ``mirror``, or None.
+
+    Never raises for cache trouble: an unreadable cache or an unusable entry gives a
+    warning and None, so a product always runs (on the untuned policy at worst).
+    """
+    if not backend.policy_type.knob_names():
+        return None
+    cls = row_class(mirror.stats)
+    if cls not in ROW_CLASSES:
+        return None
+    context = current_context(backend.residence)
+    if context is None:
+        return None
+    try:
+        store = store or _tuning_store.default_cache()
+        entry = store.lookup(context, backend.name, mirror.dtype, mirror.index_dtype, cls)
+        if entry is None:
+            return None
+        return entry.policy(backend.policy_type)
+    except (OSError, TuningCacheError) as exc:
+        warnings.warn(
+            f"the tuning cache could not be read ({exc}); using the untuned policy",
+            TuningCacheWarning,
+            stacklevel=3,
+        )
+    except (TypeError, ValueError) as exc:
+        warnings.warn(
+            f"a tuning-cache entry for backend {backend.name!r} is unusable ({exc}); using "
+            "the untuned policy (re-run `sparsegpu autotune` to refresh it)",
+            TuningCacheWarning,
+            stacklevel=3,
+        )
+    return None
+
+
+def tuned_winner(mirror, value_dtype, candidates, store: TuningCache | None = None):
+    """The backend among ``candidates`` the store measured fastest (GB/s) for this mirror.
+
+    Entries of the mirror's device, value dtype, index dtype and row class, user cache
+    first, then the shipped defaults; None when no candidate has one. The scores are kept
+    on the mirror (:func:`forget_tuned` drops them).
+    """
+    scores = mirror.tuned_scores
+    if scores is None:
+        scores = {}
+        context = current_context(mirror.residence)
+        cls = row_class(mirror.stats)
+        if context is not None and cls in ROW_CLASSES:
+            try:
+                store = store or _tuning_store.default_cache()
+                for name in candidates:
+                    entry = store.lookup(context, name, value_dtype, mirror.index_dtype, cls)
+                    if entry is not None:
+                        scores[name] = entry.gb_per_s
+            except (OSError, TuningCacheError):  # tuned_policy reports it; auto still works
+                scores = {}
+        mirror.tuned_scores = scores
+    measured = [name for name in candidates if name in scores]
+    return max(measured, key=lambda name: scores[name]) if measured else None
+
+
+def forget_tuned(mirror, backend_names) -> None:
+    """Drop the default policies and store scores kept on a mirror (the store changed)."""
+    for name in backend_names:
+        mirror.default_policies.pop(name, None)
+    mirror.tuned_scores = None
