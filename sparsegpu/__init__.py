@@ -18,6 +18,7 @@ from ._dispatch import (
     use_backend,
 )
 from ._matrix import csc_array, csc_matrix, csr_array, csr_matrix, matvec
+from ._reorder import reorder
 from ._version import __version__
 from .tuning.autotune import AutotuneReport, autotune
 
@@ -46,6 +47,7 @@ __all__ = [
     "matvec",
     "random",
     "register_backend",
+    "reorder",
     "suitesparse",
     "unregister_backend",
     "use_backend",
