@@ -248,3 +248,87 @@ def test_cg_graphs_with_numpy_operands_on_a_gpu_backend(gpu_backend_name, cupy):
     assert isinstance(x, np.ndarray) and info == 0
     assert sg.linalg.last_solve_info().graphs
     assert relative_residual(S, x, b) <= 1e-10
+
+
+# ------------------------------------------- the block bookkeeping, replayed on the host
+class ReplayOnHost:
+    """Stands in for a captured graph: ``launch`` runs the step ``size`` times."""
+
+    failure = None
+
+    def __init__(self, step, size, stream):
+        self.step, self.size = step, size
+
+    def launch(self):
+        for _ in range(self.size):
+            self.step()
+
+
+class FailedCapture(ReplayOnHost):
+    failure = "capture failed (RuntimeError: stand-in)"
+
+
+@pytest.fixture
+def host_graphs(monkeypatch):
+    """cg's graph path on NumPy operands: the capture replaced by a host replay, so CI
+    checks which iterations run, the flag reads and the fallbacks."""
+    from contextlib import nullcontext
+
+    from sparsegpu.linalg import _graphs, _options
+
+    monkeypatch.setattr(_options, "graph_refusal", lambda *args: None)
+    monkeypatch.setattr(_graphs, "private_stream", lambda: nullcontext())
+
+    def use(block_class):
+        monkeypatch.setattr(_graphs, "Block", block_class)
+
+    return use
+
+
+@pytest.mark.parametrize("maxiter", [None, 1, 2, 3, 17, 40])
+@pytest.mark.parametrize("check_every", [None, 1, 5])
+@pytest.mark.parametrize("block_class", [ReplayOnHost, FailedCapture], ids=["replay", "failed"])
+def test_cg_blocks_give_the_plain_answer(host_graphs, block_class, maxiter, check_every):
+    host_graphs(block_class)
+    S = hpd(np.float64, n=16)
+    b = rhs(S.shape[0], np.float64)
+    options = {"rtol": 1e-12, "maxiter": maxiter, "check_every": check_every}
+    plain, info_plain = sg.linalg.cg(sg.csr_matrix(S), b, graphs=False, **options)
+    count = sg.linalg.last_solve_info().iterations
+    x, info = sg.linalg.cg(sg.csr_matrix(S), b, **options)
+    used = sg.linalg.last_solve_info()
+    assert info == info_plain
+    assert used.iterations == count
+    np.testing.assert_array_equal(x, plain)
+    if block_class is FailedCapture and maxiter not in (1, 2):
+        assert not used.graphs and used.graphs_reason == FailedCapture.failure
+
+
+class FakeStream:
+    def __init__(self, fail_begin=False):
+        self.fail_begin, self.ended = fail_begin, False
+
+    def begin_capture(self):
+        if self.fail_begin:
+            raise RuntimeError("no stream capture here")
+
+    def end_capture(self):
+        self.ended = True
+        return "graph"
+
+
+def test_block_records_why_a_capture_failed():
+    from sparsegpu.linalg._graphs import Block
+
+    def allocating_step():
+        raise MemoryError("allocation during capture")
+
+    stream = FakeStream()
+    block = Block(allocating_step, 4, stream)
+    assert stream.ended, "a failed capture is still ended"
+    assert block.failure == "capture failed (MemoryError: allocation during capture)"
+    unavailable = Block(lambda: None, 4, FakeStream(fail_begin=True))
+    assert unavailable.failure == "stream capture unavailable: no stream capture here"
+    steps = []
+    captured = Block(lambda: steps.append(1), 3, FakeStream())
+    assert captured.failure is None and len(steps) == 3

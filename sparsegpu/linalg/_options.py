@@ -17,7 +17,7 @@ import scipy.sparse.linalg as spl
 
 from .. import _cuda, _reorder
 from .._matrix import _SparseGPUMixin
-from .._mirror import SCATTERED_SPREAD
+from .._mirror import SCATTERED_SPREAD, RowLengthStats
 
 REORDERS = ("rcm", None, "auto")
 
@@ -151,12 +151,12 @@ class Ordering:
         )
 
 
-def spread(A) -> float | None:
-    """The column-spread statistic of A's mirror (the same one ``explain`` uses)."""
-    from .. import _dispatch
-
-    plan = _dispatch.plan_for(A)
-    return float(plan.matrix.stats.column_spread)
+def spread(A) -> float:
+    """The column-spread statistic ``explain`` uses (``RowLengthStats``), computed from A's
+    host arrays: no device mirror is made for it (a solve in another dtype would make a
+    second one)."""
+    stats = RowLengthStats.from_indptr(A.indptr, A.shape[1], np, indices=A.indices)
+    return float(stats.column_spread)
 
 
 def choose_ordering(name: str, A, reorder, info: SolveInfo):
