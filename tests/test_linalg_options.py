@@ -332,3 +332,13 @@ def test_block_records_why_a_capture_failed():
     steps = []
     captured = Block(lambda: steps.append(1), 3, FakeStream())
     assert captured.failure is None and len(steps) == 3
+
+
+def test_no_collection_during_a_capture():
+    import gc
+
+    from sparsegpu.linalg._graphs import Block
+
+    seen = []
+    Block(lambda: seen.append(gc.isenabled()), 2, FakeStream())
+    assert seen == [False, False] and gc.isenabled()

@@ -15,18 +15,33 @@ fails says why, and the solver goes on without graphs.
 
 from __future__ import annotations
 
+import gc
+import threading
 from contextlib import contextmanager
 
 from .. import _cuda
 
+_streams = threading.local()
+
+
+def _solver_stream(cupy):
+    """This thread's capture stream on the current device, made once: plans keep scratch
+    per stream (the merge-path carries, cuSPARSE workspaces), so a new stream per solve
+    would leave new scratch behind every solve."""
+    streams = _streams.__dict__.setdefault("by_device", {})
+    device = cupy.cuda.Device().id
+    if device not in streams:
+        streams[device] = cupy.cuda.Stream(non_blocking=True)
+    return streams[device]
+
 
 @contextmanager
 def private_stream():
-    """A non-blocking stream, ordered after the caller's (so it sees b and x0) and made
-    current; the caller's stream waits for it on exit."""
+    """This thread's capture stream (non-blocking), ordered after the caller's stream (so
+    it sees b and x0) and made current; the caller's stream waits for it on exit."""
     cupy = _cuda.cupy_or_none()
     caller = cupy.cuda.get_current_stream()
-    stream = cupy.cuda.Stream(non_blocking=True)
+    stream = _solver_stream(cupy)
     stream.wait_event(caller.record())
     try:
         with stream:
@@ -50,6 +65,17 @@ class Block:
         self.stream = stream
         self.failure = None
         self._graph = None
+        # no collection while capturing: a finalizer that synchronises or frees device
+        # memory would invalidate the capture
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            self._capture(step, size, stream)
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _capture(self, step, size: int, stream) -> None:
         try:
             stream.begin_capture()
         except Exception as exc:  # a driver or CuPy without stream capture
