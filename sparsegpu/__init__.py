@@ -16,6 +16,7 @@ from ._registry import (
     register_backend,
     unregister_backend,
 )
+from ._reorder import reorder
 from ._select import explain, use_backend
 from ._version import __version__
 from .tuning.autotune import AutotuneReport, autotune
@@ -45,6 +46,7 @@ __all__ = [
     "matvec",
     "random",
     "register_backend",
+    "reorder",
     "suitesparse",
     "unregister_backend",
     "use_backend",

@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import _cuda, _registry
+from . import _cuda, _registry, _staging
 from ._mirror import ChoiceKey, DeviceMemoryError, PlanKey, is_out_of_memory, memory_error
 from ._select import AUTO, Choice, Request, env_backend, resolve_name, scoped_backend, select
 from .backends.base import Plan
@@ -54,8 +54,9 @@ def plan_for(matrix_obj, x_dtype=None, *, backend: str | None = None, policy=Non
     return _resolve(matrix_obj, name, np.dtype(x_dtype or matrix_obj.dtype), policy).plan
 
 
-def _to_residence(x, residence, dtype):
-    """x moved (if needed) to where the backend computes, in ``dtype``, C-contiguous."""
+def _to_residence(x, residence, dtype, owner=None):
+    """x moved (if needed) to where the backend computes, in ``dtype``, C-contiguous (a
+    NumPy x through ``owner``'s pinned staging buffer, when an owner is given)."""
     xp = residence.xp
     if xp is np:  # the scipy backend (and the test backends that copy on the host)
         if _cuda.is_cupy_array(x):
@@ -65,6 +66,8 @@ def _to_residence(x, residence, dtype):
         if x.dtype != dtype:
             x = x.astype(dtype)
         return xp.ascontiguousarray(x)
+    if owner is not None and residence.name == "cupy":
+        return _staging.upload(x, dtype, owner)
     return residence.upload(np.ascontiguousarray(x, dtype=dtype))
 
 
@@ -74,7 +77,7 @@ def _from_residence(y, want_cupy: bool):
             return _cuda.cupy_or_none().asarray(y)
         return y
     if _cuda.is_cupy_array(y):
-        return y.get()
+        return _staging.download(y)
     return y
 
 
@@ -128,7 +131,7 @@ def _product(matrix_obj, x, backend, policy, out):
     if out is not None:
         _check_out(out, x, matrix_obj.shape[0], value_dtype)
     residence = plan.matrix.residence
-    xr = _to_residence(x, residence, value_dtype)
+    xr = _to_residence(x, residence, value_dtype, plan.matrix)
     target = None
     if out is not None and (
         _cuda.is_cupy_array(out) != (residence.xp is not np)

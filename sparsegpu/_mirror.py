@@ -154,17 +154,20 @@ class ChoiceKey(NamedTuple):
 
 
 class MatrixCache:
-    """What a matrix keeps between products: its mirrors and the choices made on them.
+    """What a matrix keeps between products: its mirrors, the choices made on them, and
+    matrices derived from it (a solver's reordering).
 
     Dropped as a whole when the matrix changes; a choice lives in the same object as the
     mirrors it was made from, so it can never outlive them.
     """
 
-    __slots__ = ("mirrors", "choices")
+    __slots__ = ("mirrors", "choices", "reorderings")
 
     def __init__(self):
         self.mirrors: dict[MirrorKey, DeviceMatrix] = {}
         self.choices: dict[ChoiceKey, Any] = {}
+        # (method, backend name) -> (permuted matrix, permutation)
+        self.reorderings: dict[tuple[str, str | None], Any] = {}
 
 
 class DeviceMatrix:

@@ -16,5 +16,6 @@ the result comes back as NumPy). See each solver for how often it synchronises.
 
 from ._krylov import bicgstab, cg, gmres, minres
 from ._lsqr import lsqr
+from ._options import SolveInfo, last_solve_info
 
-__all__ = ["bicgstab", "cg", "gmres", "lsqr", "minres"]
+__all__ = ["SolveInfo", "bicgstab", "cg", "gmres", "last_solve_info", "lsqr", "minres"]

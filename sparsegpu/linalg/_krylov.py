@@ -23,6 +23,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._matrix import _SparseGPUMixin
+from . import _graphs
+from . import _options as options
 from ._operator import System
 from ._vector import VectorOps
 
@@ -41,6 +44,21 @@ def _check_tolerances(name: str, rtol, atol) -> None:
             raise ValueError(f"{name}: {label} must be a finite number >= 0, got {value!r}")
 
 
+def _reordered(name, A, b, x0, M, callback, reorder, info_out):
+    """The problem in the ordering ``reorder`` asks for: (A, b, x0, M, callback, ordering);
+    ``ordering.back`` brings the answer home."""
+    A, ordering = options.choose_ordering(name, A, reorder, info_out)
+    return (A, ordering.forward(b), ordering.forward(x0), ordering.operator(M),
+            ordering.callback(callback), ordering)  # fmt: skip
+
+
+def _not_captured(name: str, graphs, why: str) -> str:
+    """The graphs reason of a solver whose iterations are not captured."""
+    if graphs is False:
+        return "graphs=False"
+    return f"{name}: iterations run without graphs ({why})"
+
+
 def _start(name, A, b, x0, M, rtol, atol):
     _check_tolerances(name, rtol, atol)
     system = System(name, A, b, x0, M)
@@ -54,7 +72,7 @@ def _start(name, A, b, x0, M, rtol, atol):
 
 
 def cg(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None, callback=None,
-       check_every=None):  # fmt: skip
+       check_every=None, graphs="auto", reorder=None):  # fmt: skip
     """Conjugate gradients for a Hermitian positive definite ``A``, on the GPU for CuPy.
 
     Parameters
@@ -76,7 +94,16 @@ def cg(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None, callback=Non
         ``callback(xk)`` after every iteration (forces a convergence check each iteration).
     check_every : int, optional
         Read the device-side convergence flag every this many iterations (default 8, or
-        1 with a callback). Larger values synchronise less; the answer does not change.
+        1 with a callback; with graphs, the iterations a captured block holds, default
+        16). Larger values synchronise less; the answer does not change.
+    graphs : True, False or "auto"
+        Capture blocks of iterations as CUDA graphs and replay them (default "auto": on a
+        GPU, A and M sparsegpu matrices, no callback). Same kernels, same answer, same
+        iteration count; ``last_solve_info()`` says whether it happened and why not.
+    reorder : "rcm", "auto" or None
+        Solve in a reverse Cuthill-McKee ordering of A (``"auto"``: when A's column
+        spread says its x reads are gathers); b, x0 and M are permuted alike and x comes
+        back in the original numbering. Default None.
 
     Returns
     -------
@@ -95,6 +122,9 @@ def cg(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None, callback=Non
     >>> info, bool(np.linalg.norm(A @ x - b) <= 1e-10 * np.linalg.norm(b))
     (0, True)
     """
+    info_out = options.SolveInfo("cg")
+    options.check_graphs("cg", graphs)
+    A, b, x0, M, callback, ordering = _reordered("cg", A, b, x0, M, callback, reorder, info_out)
     system, ops, bnorm, tolerance, r = _start("cg", A, b, x0, M, rtol, atol)
     n = system.A.shape[0]
     maxiter = _check_iterations("cg", maxiter, 10 * n)
@@ -105,47 +135,152 @@ def cg(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None, callback=Non
         if check_every < 1:
             raise ValueError(f"cg: check_every must be a positive integer, got {check_every!r}")
         every = int(check_every)
+    M_captures = system.M is None or (_captures(M) and system.M.xp is system.xp)
+    refusal = options.graph_refusal(graphs, ops.on_device, callback, M_captures) or (
+        None if _captures(A) else f"A is a {type(A).__name__}, not a sparsegpu matrix"
+    )
+    info_out.graphs_reason = refusal or ""
     if bnorm == 0:
-        return system.result(system.b), 0
-    xp, x = system.xp, system.x
+        info_out.iterations = 0
+        options.record(info_out)
+        return ordering.back(system.result(system.b)), 0
+    step = _CGStep(system, ops, r, tolerance)
     callback = system.wrap_callback(callback)
-    p = xp.zeros(n, dtype=system.dtype)
-    q = xp.empty(n, dtype=system.dtype)
-    active = xp.zeros((), dtype=bool)
-    converged = xp.zeros((), dtype=bool)
-    rho_prev = xp.zeros((), dtype=system.dtype)
-    for k in range(maxiter):
-        rr = ops.vdot(r, r)
-        ops.cg_check(rr, tolerance, active, converged)
-        if k % every == 0 and bool(ops.to_host(converged)):
-            break
-        z = system.precondition(r)
-        rho = rr if system.M is None else ops.vdot(r, z)
-        ops.cg_direction(z, rho, rho_prev, active, k == 0, p)
-        system.A.matvec(p, out=q)
-        pq = ops.vdot(p, q)
-        ops.cg_update(p, q, rho, pq, active, x, r)
-        ops.keep(rho, active, rho_prev)
+    if refusal is None:
+        with _graphs.private_stream() as stream:
+            k = _cg_graphs(step, maxiter, every if check_every is not None else 16, stream,
+                           info_out)  # fmt: skip
+            if k is not None:
+                _cg_plain(step, k, maxiter, every, callback)
+    else:
+        _cg_plain(step, 0, maxiter, every, callback)
+    converged, count = ops.to_host(step.converged), ops.to_host(step.count)
+    info_out.iterations = int(count)
+    options.record(info_out)
+    return ordering.back(system.result(system.x)), 0 if bool(converged) else maxiter
+
+
+def _captures(operator) -> bool:
+    """Whether products with ``operator`` can go into a graph (a sparsegpu matrix: its
+    plan writes into a given ``out`` without allocating)."""
+    return isinstance(operator, _SparseGPUMixin)
+
+
+class _CGStep:
+    """One CG iteration on preallocated device buffers: ``top`` (r.r and the convergence
+    flag), then ``rest`` (direction, product, update); the same kernels with or without
+    graphs, so the arithmetic and the iteration count are the same."""
+
+    def __init__(self, system, ops, r, tolerance):
+        xp, dtype, n = system.xp, system.dtype, system.A.shape[0]
+        self.system, self.ops, self.r, self.tolerance = system, ops, r, tolerance
+        self.p = xp.zeros(n, dtype=dtype)
+        self.q = xp.empty(n, dtype=dtype)
+        self.z = r if system.M is None else xp.empty(n, dtype=dtype)
+        self.rr = xp.zeros((), dtype=dtype)
+        self.rho = self.rr if system.M is None else xp.zeros((), dtype=dtype)
+        self.pq = xp.zeros((), dtype=dtype)
+        self.rho_prev = xp.zeros((), dtype=dtype)
+        self.active = xp.zeros((), dtype=bool)
+        self.converged = xp.zeros((), dtype=bool)
+        self.count = xp.zeros((), dtype=np.int64)
+
+    def top(self):
+        self.ops.vdot(self.r, self.r, out=self.rr)
+        self.ops.cg_check(self.rr, self.tolerance, self.active, self.converged)
+
+    def rest(self, first: bool):
+        ops, system = self.ops, self.system
+        if system.M is not None:
+            if system.M.xp is system.xp:
+                system.M.matvec(self.r, out=self.z)
+            else:
+                self.z[...] = system.precondition(self.r)
+            ops.vdot(self.r, self.z, out=self.rho)
+        ops.cg_direction(self.z, self.rho, self.rho_prev, self.active, first, self.p)
+        system.A.matvec(self.p, out=self.q)
+        ops.vdot(self.p, self.q, out=self.pq)
+        ops.cg_update(self.p, self.q, self.rho, self.pq, self.active, system.x, self.r)
+        ops.keep(self.rho, self.active, self.rho_prev, self.count)
+
+    def full(self):
+        self.top()
+        self.rest(False)
+
+    def done(self) -> bool:
+        return bool(self.ops.to_host(self.converged))
+
+
+def _cg_plain(step, start, maxiter, every, callback) -> None:
+    """Iterations ``start`` to ``maxiter``, launched one by one; the flag read every
+    ``every``."""
+    for k in range(start, maxiter):
+        step.top()
+        if k % every == 0 and step.done():
+            return
+        step.rest(k == 0)
         if callback is not None:
-            callback(x)
-    info = 0 if bool(ops.to_host(converged)) else maxiter
-    return system.result(x), info
+            callback(step.system.x)
 
 
-def bicgstab(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None, callback=None):
+def _cg_graphs(step, maxiter, block, stream, info_out):
+    """Iteration 0 plain (it also warms the plan and the kernels on ``stream``), then
+    blocks of ``block`` iterations replayed as one graph, the flag read between blocks.
+    Returns None when done, else the iteration the plain loop goes on from (a capture
+    failed, or fewer than ``block`` iterations are left)."""
+    if maxiter == 0:
+        return None
+    step.top()
+    if step.done():
+        return None
+    step.rest(True)
+    k = 1
+    block = max(1, min(block, maxiter - 1))
+    if maxiter - k < block:
+        info_out.graphs_reason = f"maxiter={maxiter}: too few iterations to capture"
+        return k
+    captured = _graphs.Block(step.full, block, stream)
+    if captured.failure is not None:
+        info_out.graphs_reason = captured.failure
+        return k
+    info_out.graphs, info_out.block = True, block
+    info_out.graphs_reason = f"captured {block} iterations a block"
+    while maxiter - k >= block:
+        captured.launch()
+        k += block
+        if step.done():
+            return None
+    return k
+
+
+def bicgstab(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None, callback=None,
+             graphs="auto", reorder=None):  # fmt: skip
     """BiCGSTAB for a general square ``A`` (scipy's algorithm and breakdown codes).
 
     Parameters and returns as :func:`cg` (without ``check_every``); ``info`` is 0 when
     converged, the iteration limit when not, -10 or -11 on a breakdown (``rho`` or
-    ``omega`` vanished), as scipy reports them.
+    ``omega`` vanished), as scipy reports them. ``graphs`` is accepted; the iterations
+    are not captured yet (its breakdown tests read two scalars a iteration on the host),
+    as ``last_solve_info()`` says.
     """
+    info_out = options.SolveInfo("bicgstab")
+    options.check_graphs("bicgstab", graphs)
+    info_out.graphs_reason = _not_captured("bicgstab", graphs, "breakdown tests on the host")
+    A, b, x0, M, callback, ordering = _reordered(
+        "bicgstab", A, b, x0, M, callback, reorder, info_out
+    )
     system, ops, bnorm, tolerance, r = _start("bicgstab", A, b, x0, M, rtol, atol)
     n = system.A.shape[0]
     maxiter = _check_iterations("bicgstab", maxiter, 10 * n)
+    options.record(info_out)
     if bnorm == 0:
-        return system.result(system.b), 0
+        return ordering.back(system.result(system.b)), 0
+    x, info = _bicgstab(system, ops, tolerance, r, maxiter, system.wrap_callback(callback))
+    return ordering.back(x), info
+
+
+def _bicgstab(system, ops, tolerance, r, maxiter, callback):
     xp, x = system.xp, system.x
-    callback = system.wrap_callback(callback)
     eps = np.finfo(system.dtype).eps
     rhotol = omegatol = eps**2
     rtilde = r.copy()
@@ -200,7 +335,7 @@ def _scalar(value, dtype):
 
 
 def gmres(A, b, x0=None, *, rtol=1e-5, atol=0.0, restart=None, maxiter=None, M=None,
-          callback=None, callback_type=None):  # fmt: skip
+          callback=None, callback_type=None, graphs="auto", reorder=None):  # fmt: skip
     """Restarted GMRES for a general square ``A`` (right preconditioning).
 
     Parameters
@@ -215,6 +350,9 @@ def gmres(A, b, x0=None, *, rtol=1e-5, atol=0.0, restart=None, maxiter=None, M=N
         Called after every inner iteration with the relative residual estimate
         (``callback_type`` "pr_norm" or "legacy", the default) or after every cycle with
         x (``callback_type`` "x").
+    graphs, reorder
+        As :func:`cg`; ``graphs`` is accepted, the restart cycle is not captured yet (its
+        Givens rotations run on the host), as ``last_solve_info()`` says.
 
     Returns
     -------
@@ -228,6 +366,13 @@ def gmres(A, b, x0=None, *, rtol=1e-5, atol=0.0, restart=None, maxiter=None, M=N
     with the basis on the device); each inner iteration transfers one Hessenberg column
     (at most ``restart + 1`` numbers) for the Givens rotations and the residual estimate.
     """
+    info_out = options.SolveInfo("gmres")
+    options.check_graphs("gmres", graphs)
+    info_out.graphs_reason = _not_captured("gmres", graphs, "Givens rotations on the host")
+    per_x = callback_type == "x"
+    A, b, x0, M, callback_x, ordering = _reordered(
+        "gmres", A, b, x0, M, callback if per_x else None, reorder, info_out
+    )
     system, ops, bnorm, tolerance, r = _start("gmres", A, b, x0, M, rtol, atol)
     n = system.A.shape[0]
     maxiter = _check_iterations("gmres", maxiter, 10 * n)
@@ -238,11 +383,16 @@ def gmres(A, b, x0=None, *, rtol=1e-5, atol=0.0, restart=None, maxiter=None, M=N
         raise ValueError(
             f"gmres: callback_type must be 'legacy', 'pr_norm' or 'x', got {callback_type!r}"
         )
+    options.record(info_out)
     if bnorm == 0:
-        return system.result(system.b), 0
-    xp, x, dtype = system.xp, system.x, system.dtype
-    per_x = callback_type == "x"
-    callback_x = system.wrap_callback(callback) if per_x else None
+        return ordering.back(system.result(system.b)), 0
+    x, info = _gmres(system, ops, bnorm, tolerance, r, maxiter, restart,
+                     None if per_x else callback, system.wrap_callback(callback_x))  # fmt: skip
+    return ordering.back(x), info
+
+
+def _gmres(system, ops, bnorm, tolerance, r, maxiter, restart, callback, callback_x):
+    xp, x, dtype, n = system.xp, system.x, system.dtype, system.A.shape[0]
     basis = xp.empty((restart + 1, n), dtype=dtype)
     # a basis row starts at any offset; products get an aligned copy (texture reads need one)
     vector = xp.empty(n, dtype=dtype)
@@ -270,7 +420,7 @@ def gmres(A, b, x0=None, *, rtol=1e-5, atol=0.0, restart=None, maxiter=None, M=N
             rotate_column(hessenberg, givens, g, j)
             used = j + 1
             estimate = abs(g[j + 1])
-            if callback is not None and not per_x:
+            if callback is not None:
                 callback(estimate / bnorm)
             if estimate < tolerance or h_next == 0:
                 break
@@ -314,7 +464,8 @@ def _givens(a, b):
     return abs(a) / scale, phase * np.conj(b) / scale, phase * scale
 
 
-def minres(A, b, x0=None, *, shift=0.0, rtol=1e-5, maxiter=None, M=None, callback=None):
+def minres(A, b, x0=None, *, shift=0.0, rtol=1e-5, maxiter=None, M=None, callback=None,
+           graphs="auto", reorder=None):  # fmt: skip
     """MINRES for a Hermitian (possibly indefinite) ``A`` (scipy's algorithm).
 
     Solves ``(A - shift I) x = b``. Parameters as :func:`cg` (``M`` Hermitian positive
@@ -322,16 +473,24 @@ def minres(A, b, x0=None, *, shift=0.0, rtol=1e-5, maxiter=None, M=None, callbac
     ``info``: 0 converged, the iteration limit when it was reached.
 
     Each iteration transfers two scalars (the Lanczos norm and ||x||) for scipy's
-    stopping tests.
+    stopping tests. ``graphs`` and ``reorder`` as :func:`cg`; ``graphs`` is accepted, the
+    iterations are not captured yet (those stopping tests run on the host).
     """
+    info_out = options.SolveInfo("minres")
+    options.check_graphs("minres", graphs)
+    info_out.graphs_reason = _not_captured("minres", graphs, "stopping tests on the host")
     _check_tolerances("minres", rtol, 0.0)
+    A, b, x0, M, callback, ordering = _reordered("minres", A, b, x0, M, callback, reorder, info_out)
     system = System("minres", A, b, x0, M)
     ops = VectorOps(system.xp, system.dtype)
-    xp, dtype = system.xp, system.dtype
-    n = system.A.shape[0]
-    maxiter = _check_iterations("minres", maxiter, 5 * n)
-    x = system.x
-    callback = system.wrap_callback(callback)
+    maxiter = _check_iterations("minres", maxiter, 5 * system.A.shape[0])
+    options.record(info_out)
+    x, info = _minres(system, ops, shift, rtol, maxiter, system.wrap_callback(callback))
+    return ordering.back(x), info
+
+
+def _minres(system, ops, shift, rtol, maxiter, callback):
+    xp, dtype, n, x = system.xp, system.dtype, system.A.shape[0], system.x
     eps = np.finfo(dtype).eps
     r1 = system.b - system.A.matvec(x) if system.x0_given else system.b.copy()
     y = system.precondition(r1)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._krylov import _check_iterations, _scalar
+from . import _options as options
+from ._krylov import _check_iterations, _not_captured, _reordered, _scalar
 from ._operator import System
 from ._vector import VectorOps
 
@@ -30,7 +31,7 @@ def _sym_ortho(a, b):
 
 
 def lsqr(A, b, damp=0.0, atol=1e-6, btol=1e-6, conlim=1e8, iter_lim=None, show=False,
-         calc_var=False, x0=None):  # fmt: skip
+         calc_var=False, x0=None, *, graphs="auto", reorder=None):  # fmt: skip
     """Least squares ``min ||A x - b||^2 + damp^2 ||x - x0||^2`` by LSQR.
 
     Parameters
@@ -44,6 +45,10 @@ def lsqr(A, b, damp=0.0, atol=1e-6, btol=1e-6, conlim=1e8, iter_lim=None, show=F
         As ``scipy.sparse.linalg.lsqr`` (``iter_lim`` defaults to ``2 * n``).
     show : bool
         Accepted for scipy compatibility; nothing is printed.
+    graphs, reorder
+        As :func:`cg`: accepted; the iterations are not captured yet (two norms a
+        iteration drive host-side recurrences), and ``reorder`` applies to square A only
+        (``last_solve_info()`` says what was done).
 
     Returns
     -------
@@ -51,7 +56,17 @@ def lsqr(A, b, damp=0.0, atol=1e-6, btol=1e-6, conlim=1e8, iter_lim=None, show=F
         ``(x, istop, itn, r1norm, r2norm, anorm, acond, arnorm, xnorm, var)`` as scipy
         returns them, with x and var in b's array module.
     """
-    system = System("lsqr", A, b, x0, square=False)
+    info_out = options.SolveInfo("lsqr")
+    options.check_graphs("lsqr", graphs)
+    info_out.graphs_reason = _not_captured("lsqr", graphs, "recurrences on the host")
+    A, b, x0, _, _, ordering = _reordered("lsqr", A, b, x0, None, None, reorder, info_out)
+    options.record(info_out)
+    result = _lsqr(System("lsqr", A, b, x0, square=False), damp, atol, btol, conlim,
+                   iter_lim, calc_var)  # fmt: skip
+    return (ordering.back(result[0]), *result[1:-1], ordering.back(result[-1]))
+
+
+def _lsqr(system, damp, atol, btol, conlim, iter_lim, calc_var):
     ops = VectorOps(system.xp, system.dtype)
     xp, dtype = system.xp, system.dtype
     m, n = system.A.shape

@@ -50,8 +50,12 @@ def _cupy_kernels(kind: str):
         "if (active) { T alpha = rho / pq; x += alpha * p; r -= alpha * q; }",
         "sparsegpu_cg_update",
     )
+    # rho_prev = rho and one more iteration counted, where the iteration ran
     keep = cupy.ElementwiseKernel(
-        "T rho, bool active", "T rho_prev", "if (active) rho_prev = rho;", "sparsegpu_keep"
+        "T rho, bool active",
+        "T rho_prev, int64 count",
+        "if (active) { rho_prev = rho; count += 1; }",
+        "sparsegpu_keep",
     )
     return vdot, cg_check, cg_direction, cg_update, keep
 
@@ -73,12 +77,16 @@ class VectorOps:
                 self._keep,
             ) = _cupy_kernels(kind)
 
-    def vdot(self, a, b):
+    def vdot(self, a, b, out=None):
         """``conj(a) . b`` of two contiguous vectors as a 0-d array (on the device for CuPy:
-        no synchronisation)."""
+        no synchronisation), written into the 0-d ``out`` of the vectors' dtype when given
+        (no allocation: what a captured graph needs)."""
         if self.on_device:
-            return self._vdot(a, b)
-        return np.asarray(np.vdot(a, b))
+            return self._vdot(a, b, out=out)
+        if out is None:
+            return np.asarray(np.vdot(a, b))
+        out[...] = np.vdot(a, b)
+        return out
 
     def norm(self, a) -> float:
         """``||a||_2`` on the host (one scalar transfer)."""
@@ -118,9 +126,10 @@ class VectorOps:
             x += alpha * p
             r -= alpha * q
 
-    def keep(self, rho, active, rho_prev):
-        """``rho_prev = rho`` where ``active``."""
+    def keep(self, rho, active, rho_prev, count):
+        """``rho_prev = rho`` and ``count += 1`` where ``active``."""
         if self.on_device:
-            self._keep(rho, active, rho_prev)
+            self._keep(rho, active, rho_prev, count)
         elif active:
             rho_prev[...] = rho
+            count += 1

@@ -1,0 +1,330 @@
+"""Issue 15 on the GPU: CG with CUDA graphs, locality reordering, the numpy drop-in path.
+
+Sections (each recorded as soon as it is done; an error in one is recorded and the others
+still run):
+
+* ``graphs``: ``sparsegpu.linalg.cg`` to ``--rtol`` with graphs, without, and
+  ``cupyx.scipy.sparse.linalg.cg`` on a cupyx matrix. Real SPD matrices: the bundled
+  ``bcsstk13`` (Jacobi preconditioner, a sparsegpu diagonal matrix) and the graph
+  Laplacians (+ 0.01 I) of the bundled DIMACS10 meshes ``fe_4elt2``, ``cti``, ``cs4``;
+  then synthetic 3-D 7-point Poisson matrices of 0.1-8M nonzeros (marked ``synthetic``).
+  Time to solution is the wall median of ``--repeat`` solves after one warm-up (a graph
+  solve captures anew each call: the capture is in the time). Iteration counts come from
+  ``last_solve_info()`` (ours) and a callback (cupyx, an untimed run).
+* ``reorder``: a 3-D 7-point mesh of ``--mesh-grid``^3 rows numbered in random order,
+  ``cg(..., reorder="rcm")`` against ``reorder=None``: the solve with the permutation
+  cached on the matrix (what every solve after the first costs) and the first solve,
+  which includes ``sg.reorder``.
+* ``numpy_path``: ``scipy.sparse.linalg.cg`` with numpy vectors, ``--iterations``
+  iterations, on a ``--numpy-grid``^3 (1.6M-row) Poisson matrix: scipy's matrix, a
+  sparsegpu matrix with the pinned staging, and the same with pageable copies.
+
+Usage: ``python benchmarks/solver_graphs.py --out DIR`` (writes solver_graphs_h200.json
+and .md; prints the table last).
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import math
+import time
+import traceback
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import scipy.io
+import scipy.sparse as sp
+import scipy.sparse.linalg as spl
+
+import sparsegpu as sg
+from sparsegpu import _staging
+from sparsegpu.datasets.synthetic import stencil_3d
+
+
+def timed(fn, cupy, repeat=1):
+    """(median wall seconds, last result) of fn(), the device synchronised around each."""
+    times, result = [], None
+    for _ in range(repeat):
+        cupy.cuda.Device().synchronize()
+        start = time.perf_counter()
+        result = fn()
+        cupy.cuda.Device().synchronize()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times)), result
+
+
+def laplacian(name):
+    """The graph Laplacian of a bundled mesh + 0.01 I: SPD, a real mesh's structure."""
+    S = sp.csr_matrix(scipy.io.mmread(sg.datasets.path(name)))
+    pattern = ((abs(S) + abs(S.T)) > 0).astype(np.float64)
+    pattern.setdiag(0)
+    pattern.eliminate_zeros()
+    degree = np.asarray(pattern.sum(axis=1)).ravel()
+    return (sp.diags(degree + 0.01) - pattern).tocsr()
+
+
+def problems(grids):
+    bcsstk13 = sp.csr_matrix(scipy.io.mmread(sg.datasets.path("bcsstk13")))
+    yield "bcsstk13", bcsstk13, sp.diags(1 / bcsstk13.diagonal()).tocsr(), "real"
+    for name in ("fe_4elt2", "cti", "cs4"):
+        yield f"{name}-laplacian", laplacian(name), None, "real"
+    for grid in grids:
+        yield f"poisson3d_{grid}", sp.csr_matrix(stencil_3d(grid)), None, "synthetic"
+
+
+def ours(A, b, M, args, cupy, graphs):
+    """sparsegpu.linalg.cg timed after a warm-up, with what last_solve_info says."""
+
+    def solve():
+        return sg.linalg.cg(A, b, rtol=args.rtol, M=M, graphs=graphs)
+
+    solve()
+    seconds, (x, info) = timed(solve, cupy, args.repeat)
+    used = sg.linalg.last_solve_info()
+    return {
+        "seconds": seconds,
+        "iterations": used.iterations,
+        "info": info,
+        "graphs": used.graphs,
+        "why": used.graphs_reason,
+        "residual": float(cupy.linalg.norm(b - A @ x) / cupy.linalg.norm(b)),
+    }
+
+
+def cupyx_cg(S, b, M_host, args, cupy):
+    import cupyx.scipy.sparse as cusp
+    import cupyx.scipy.sparse.linalg as cuspl
+
+    A = cusp.csr_matrix(S)
+    M = None if M_host is None else cusp.csr_matrix(M_host)
+    tol = {"rtol" if "rtol" in inspect.signature(cuspl.cg).parameters else "tol": args.rtol}
+    count = []
+    cuspl.cg(A, b, M=M, callback=lambda xk: count.append(1), **tol)
+    seconds, (x, info) = timed(lambda: cuspl.cg(A, b, M=M, **tol), cupy, args.repeat)
+    return {
+        "seconds": seconds,
+        "iterations": len(count),
+        "info": int(info),
+        "residual": float(cupy.linalg.norm(b - A @ x) / cupy.linalg.norm(b)),
+    }
+
+
+def bench_graphs(args, cupy, report):
+    rows = report["graphs"] = []
+    for name, S, M_host, kind in problems(args.grids):
+        b = cupy.asarray(np.random.default_rng(0).uniform(-1, 1, S.shape[0]))
+        A = sg.csr_matrix(S)
+        M = None if M_host is None else sg.csr_matrix(M_host)
+        row = {"matrix": name, "kind": kind, "n": S.shape[0], "nnz": int(S.nnz)}
+        row["graphs"] = ours(A, b, M, args, cupy, True)
+        row["plain"] = ours(A, b, M, args, cupy, False)
+        row["cupyx"] = cupyx_cg(S, b, M_host, args, cupy)
+        row["vs_cupyx"] = row["cupyx"]["seconds"] / row["graphs"]["seconds"]
+        row["vs_plain"] = row["plain"]["seconds"] / row["graphs"]["seconds"]
+        rows.append(row)
+    real = [r["vs_cupyx"] for r in rows if r["kind"] == "real"]
+    report["graphs_summary"] = {
+        "geomean_vs_cupyx_real": math.exp(np.mean(np.log(real))),
+        "geomean_vs_cupyx_all": math.exp(np.mean(np.log([r["vs_cupyx"] for r in rows]))),
+        "iterations_identical": all(
+            r["graphs"]["iterations"] == r["plain"]["iterations"] for r in rows
+        ),
+    }
+
+
+def scrambled_mesh(grid, seed=0):
+    S = sp.coo_matrix(stencil_3d(grid))
+    perm = np.random.default_rng(seed).permutation(S.shape[0])
+    inverse = np.empty_like(perm)
+    inverse[perm] = np.arange(perm.shape[0])
+    return sp.csr_matrix((S.data, (inverse[S.row], inverse[S.col])), shape=S.shape)
+
+
+def bench_reorder(args, cupy, report):
+    S = scrambled_mesh(args.mesh_grid)
+    b = cupy.asarray(np.random.default_rng(1).uniform(-1, 1, S.shape[0]))
+    entry = report["reorder"] = {"grid": args.mesh_grid, "n": S.shape[0], "nnz": int(S.nnz)}
+    answers = {}
+    for label in ("rcm", None):
+        A = sg.csr_matrix(S)
+        first, _ = timed(lambda a=A, r=label: sg.linalg.cg(a, b, rtol=args.rtol, reorder=r), cupy)
+        seconds, (x, info) = timed(
+            lambda a=A, r=label: sg.linalg.cg(a, b, rtol=args.rtol, reorder=r), cupy, args.repeat
+        )
+        used = sg.linalg.last_solve_info()
+        answers[label] = x
+        entry[str(label)] = {
+            "first_solve_seconds": first,
+            "seconds": seconds,
+            "iterations": used.iterations,
+            "info": info,
+            "why": used.reorder_reason,
+            "residual": float(cupy.linalg.norm(b - A @ x) / cupy.linalg.norm(b)),
+        }
+    entry["speedup"] = entry["None"]["seconds"] / entry["rcm"]["seconds"]
+    entry["speedup_first_solve"] = (
+        entry["None"]["first_solve_seconds"] / entry["rcm"]["first_solve_seconds"]
+    )
+    entry["relative_difference"] = float(
+        cupy.linalg.norm(answers["rcm"] - answers[None]) / cupy.linalg.norm(answers[None])
+    )
+
+
+@contextmanager
+def pageable_copies(cupy):
+    """The copies as they were before the pinned staging (for the comparison)."""
+    upload, download = _staging.upload, _staging.download
+    _staging.upload = lambda x, dtype, owner: cupy.asarray(np.ascontiguousarray(x, dtype=dtype))
+    _staging.download = lambda y: y.get()
+    try:
+        yield
+    finally:
+        _staging.upload, _staging.download = upload, download
+
+
+def bench_numpy_path(args, cupy, report):
+    S = sp.csr_matrix(stencil_3d(args.numpy_grid))
+    b = np.random.default_rng(2).uniform(-1, 1, S.shape[0])
+    tol = {"rtol" if "rtol" in inspect.signature(spl.cg).parameters else "tol": 1e-30}
+    entry = report["numpy_path"] = {
+        "n": S.shape[0],
+        "nnz": int(S.nnz),
+        "iterations": args.iterations,
+    }
+    seconds, (x_scipy, _) = timed(lambda: spl.cg(S, b, maxiter=args.iterations, **tol), cupy)
+    entry["scipy_alone"] = {"seconds": seconds}
+    A = sg.csr_matrix(S)
+    A @ b  # the upload and the plan, once
+    for label, context in (("pinned", None), ("pageable", pageable_copies)):
+        run = lambda: spl.cg(A, b, maxiter=args.iterations, **tol)  # noqa: E731
+        if context is None:
+            seconds, (x, _) = timed(run, cupy, args.repeat)
+        else:
+            with context(cupy):
+                seconds, (x, _) = timed(run, cupy, args.repeat)
+        entry[label] = {
+            "seconds": seconds,
+            "vs_scipy": entry["scipy_alone"]["seconds"] / seconds,
+            "relative_difference": float(np.linalg.norm(x - x_scipy) / np.linalg.norm(x_scipy)),
+        }
+
+
+def markdown(report) -> str:
+    lines = [
+        f"# Issue 15 on {report['device']}",
+        "",
+        f"CG to rtol {report['rtol']}: time to solution (wall median of {report['repeat']}).",
+        "",
+        "| matrix | kind | n | nnz | iterations (graphs / plain / cupyx) | graphs ms | plain ms "
+        "| cupyx ms | vs plain | vs cupyx |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in report.get("graphs", []):
+        g, p, c = r["graphs"], r["plain"], r["cupyx"]
+        lines.append(
+            f"| {r['matrix']} | {r['kind']} | {r['n']:,} | {r['nnz']:,} | {g['iterations']} / "
+            f"{p['iterations']} / {c['iterations']} | {g['seconds'] * 1e3:.2f} | "
+            f"{p['seconds'] * 1e3:.2f} | {c['seconds'] * 1e3:.2f} | {r['vs_plain']:.2f}x | "
+            f"{r['vs_cupyx']:.2f}x |"
+        )
+    summary = report.get("graphs_summary")
+    if summary:
+        lines += [
+            "",
+            f"Geomean vs cupyx: real {summary['geomean_vs_cupyx_real']:.2f}x, all "
+            f"{summary['geomean_vs_cupyx_all']:.2f}x; iteration counts identical with and "
+            f"without graphs: {summary['iterations_identical']}.",
+        ]
+    entry = report.get("reorder")
+    if entry and "speedup" in entry:
+        lines += [
+            "",
+            f"Random-order 3-D 7-point mesh, {entry['n']:,} rows, {entry['nnz']:,} nonzeros:",
+            "",
+            "| reorder | iterations | solve ms | first solve ms (with sg.reorder) |",
+            "|---|---|---|---|",
+        ]
+        for label in ("rcm", "None"):
+            e = entry[label]
+            lines.append(
+                f"| {label} | {e['iterations']} | {e['seconds'] * 1e3:.1f} | "
+                f"{e['first_solve_seconds'] * 1e3:.1f} |"
+            )
+        lines += [
+            "",
+            f"rcm vs None: {entry['speedup']:.2f}x (solve), {entry['speedup_first_solve']:.2f}x "
+            "(first solve); relative difference of the answers "
+            f"{entry['relative_difference']:.1e}.",
+        ]
+    entry = report.get("numpy_path")
+    if entry and "pageable" in entry:
+        lines += [
+            "",
+            f"scipy.sparse.linalg.cg, numpy vectors, {entry['n']:,} rows, "
+            f"{entry['iterations']} iterations:",
+            "",
+            "| matrix | ms / iteration | vs scipy alone |",
+            "|---|---|---|",
+            f"| scipy | {entry['scipy_alone']['seconds'] / entry['iterations'] * 1e3:.2f} | 1 |",
+        ]
+        for label in ("pinned", "pageable"):
+            e = entry[label]
+            lines.append(
+                f"| sparsegpu, {label} copies | {e['seconds'] / entry['iterations'] * 1e3:.2f} | "
+                f"{e['vs_scipy']:.2f}x |"
+            )
+    for section, error in report.get("errors", {}).items():
+        lines += ["", f"**{section} failed**: `{error.splitlines()[-1]}`"]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="directory for JSON and .md")
+    parser.add_argument("--name", default="solver_graphs_h200")
+    parser.add_argument("--rtol", type=float, default=1e-8)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--grids",
+        type=lambda text: [int(g) for g in text.split(",")],
+        default=[24, 50, 80, 104],
+        help="Poisson grids (0.1-8M nonzeros)",
+    )
+    parser.add_argument("--mesh-grid", type=int, default=150, help="150^3 x 7 = 23.6M nonzeros")
+    parser.add_argument("--numpy-grid", type=int, default=117, help="117^3 = 1.6M rows")
+    parser.add_argument("--iterations", type=int, default=20)
+    parser.add_argument("--sections", default="graphs,reorder,numpy_path")
+    args = parser.parse_args(argv)
+    from sparsegpu import _cuda
+
+    cupy = _cuda.cupy_or_none()
+    if cupy is None:
+        raise SystemExit(f"no GPU: {_cuda.unavailable_reason()}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    report = {
+        "device": _cuda.device_info().name,
+        "versions": _cuda.versions(),
+        "rtol": args.rtol,
+        "repeat": args.repeat,
+        "errors": {},
+    }
+    sections = {"graphs": bench_graphs, "reorder": bench_reorder, "numpy_path": bench_numpy_path}
+    for name in args.sections.split(","):
+        start = time.perf_counter()
+        try:
+            sections[name](args, cupy, report)
+        except Exception:
+            report["errors"][name] = traceback.format_exc()
+        report.setdefault("section_seconds", {})[name] = time.perf_counter() - start
+        (args.out / f"{args.name}.json").write_text(json.dumps(report, indent=1, default=str))
+    table = markdown(report)
+    (args.out / f"{args.name}.md").write_text(table)
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

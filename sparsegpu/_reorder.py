@@ -1,0 +1,74 @@
+"""Locality reordering: a symmetric permutation that brings a matrix's nonzeros near the
+diagonal, so that a product's reads of x are neighbours instead of gathers.
+
+Reverse Cuthill-McKee from ``scipy.sparse.csgraph`` on the symmetrized pattern
+(``|A| + |A|^T``): a mesh numbered in random order gets its band back. Measured on the
+H200, a 3-D 7-point mesh in random order runs the product at 36% of copy bandwidth,
+about 90% in natural order (issue 15).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.csgraph import reverse_cuthill_mckee
+
+from ._matrix import _SparseGPUMixin
+
+METHODS = ("rcm",)
+
+
+def rcm_permutation(A) -> np.ndarray:
+    """The reverse Cuthill-McKee ordering of the square matrix ``A``'s symmetrized pattern
+    (int64 ``perm``: row ``i`` of the reordered matrix is row ``perm[i]`` of A)."""
+    S = sp.csr_matrix(A)
+    if S.shape[0] != S.shape[1]:
+        raise ValueError(
+            f"reordering needs a square matrix, got shape {S.shape}; a symmetric "
+            "permutation of a rectangular matrix does not exist"
+        )
+    pattern = sp.csr_matrix((np.ones(S.nnz, dtype=np.int8), S.indices, S.indptr), shape=S.shape)
+    pattern = (pattern + pattern.T).tocsr()
+    return np.asarray(reverse_cuthill_mckee(pattern, symmetric_mode=True), dtype=np.int64)
+
+
+def permute(A, perm: np.ndarray):
+    """``A[perm][:, perm]`` as the same sparsegpu class as A (backend kept)."""
+    S = sp.csr_matrix(A)[perm][:, perm]
+    B = type(A)(S.asformat(A.format)) if isinstance(A, _SparseGPUMixin) else S
+    if isinstance(A, _SparseGPUMixin):
+        B.backend = A.backend
+    return B
+
+
+def reorder(A, method: str = "rcm"):
+    """A symmetric locality reordering of the square sparse matrix ``A``.
+
+    Parameters
+    ----------
+    A : sparsegpu or scipy sparse matrix, square
+    method : {"rcm"}
+        ``"rcm"``: reverse Cuthill-McKee (``scipy.sparse.csgraph``) on the symmetrized
+        pattern.
+
+    Returns
+    -------
+    B : matrix of A's class
+        ``A[perm][:, perm]``: solve ``B y = b[perm]``, then ``x[perm] = y``.
+    perm : numpy.ndarray of int64
+
+    Examples
+    --------
+    >>> import numpy as np, sparsegpu as sg
+    >>> from sparsegpu.datasets.synthetic import stencil_2d
+    >>> A = stencil_2d(10)
+    >>> shuffle = np.random.default_rng(0).permutation(A.shape[0])
+    >>> scrambled = sg.csr_matrix(A[shuffle][:, shuffle])
+    >>> B, perm = sg.reorder(scrambled)
+    >>> bool((B != scrambled[perm][:, perm]).nnz == 0)
+    True
+    """
+    if method not in METHODS:
+        raise ValueError(f"unknown reordering method {method!r}; use one of {METHODS}")
+    perm = rcm_permutation(A)
+    return permute(A, perm), perm

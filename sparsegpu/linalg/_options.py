@@ -1,0 +1,206 @@
+"""The solvers' ``graphs=`` and ``reorder=`` options, and what a solve did with them.
+
+Every solver records a :class:`SolveInfo` for its last call in this thread, read with
+:func:`last_solve_info` (scipy returns ``x, info`` and nothing more, so the diagnostics
+live beside the result, the way ``numpy.seterr`` state does): whether iterations ran as
+CUDA graphs and if not why, which ordering was used and why, the iteration count.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+import scipy.sparse.linalg as spl
+
+from .. import _cuda, _reorder
+from .._matrix import _SparseGPUMixin
+from .._mirror import RowLengthStats
+from .._select import SCATTERED_SPREAD
+
+REORDERS = ("rcm", None, "auto")
+
+
+@dataclass
+class SolveInfo:
+    """What the last solve in this thread did.
+
+    Attributes
+    ----------
+    solver : str
+    graphs : bool
+        True when blocks of iterations were captured as CUDA graphs and replayed.
+    graphs_reason : str
+        Why (or why not): "captured 16 iterations a block", "callback given: ...".
+    block : int
+        Iterations per replayed graph (0 without graphs).
+    reorder : str or None
+        The ordering the system was solved in ("rcm") or None.
+    reorder_reason : str
+    iterations : int or None
+        Iterations that changed x (scipy's count), where the solver counts them.
+    """
+
+    solver: str
+    graphs: bool = False
+    graphs_reason: str = ""
+    block: int = 0
+    reorder: str | None = None
+    reorder_reason: str = "not asked (reorder=None)"
+    iterations: int | None = None
+
+
+_last = threading.local()
+
+
+def last_solve_info() -> SolveInfo | None:
+    """The :class:`SolveInfo` of the last ``sparsegpu.linalg`` solve in this thread.
+
+    >>> import numpy as np, sparsegpu as sg
+    >>> from sparsegpu.datasets.synthetic import stencil_2d
+    >>> x, info = sg.linalg.cg(stencil_2d(8), np.ones(64), graphs=True)
+    >>> used = sg.linalg.last_solve_info()
+    >>> used.graphs, used.iterations
+    (False, 8)
+    """
+    return getattr(_last, "info", None)
+
+
+def record(info: SolveInfo) -> SolveInfo:
+    _last.info = info
+    return info
+
+
+def check_graphs(name: str, graphs) -> None:
+    if not (graphs is True or graphs is False or graphs == "auto"):
+        raise ValueError(f"{name}: graphs must be True, False or 'auto', got {graphs!r}")
+
+
+def graph_refusal(graphs, on_device: bool, callback, M_capturable: bool) -> str | None:
+    """Why iterations of this solve are not captured (None: capture them)."""
+    if graphs is False:
+        return "graphs=False"
+    if not on_device:
+        return (
+            f"graphs {'asked for' if graphs is True else 'auto'}, but the solve runs on the "
+            "host (numpy operands on the scipy backend): nothing to capture"
+        )
+    if _cuda.cupy_or_none() is None:
+        return f"no GPU: {_cuda.unavailable_reason()}"
+    if callback is not None:
+        return "callback given: iterations run one at a time so that it sees every x"
+    if not M_capturable:
+        return (
+            "the preconditioner M is not a sparsegpu matrix (its products may allocate, which "
+            "a graph cannot hold); pass M as a sparsegpu matrix (e.g. sg.diags(1 / d)) to "
+            "capture it"
+        )
+    return None
+
+
+# ------------------------------------------------------------------ reordering
+class Ordering:
+    """A problem moved into a reordered space (or left as it is when ``perm`` is None)."""
+
+    def __init__(self, perm):
+        self.perm = perm
+        self.inverse = None
+        if perm is not None:
+            self.inverse = np.empty_like(perm)
+            self.inverse[perm] = np.arange(perm.shape[0])
+        self._on_device = {}
+
+    def forward(self, v):
+        """``v[perm]``: a vector of the original numbering in the solved one."""
+        if self.perm is None or v is None:
+            return v
+        if not (_cuda.is_cupy_array(v) or isinstance(v, np.ndarray)):
+            v = np.asarray(v)
+        return v.ravel()[self._index(v, "perm")].reshape(v.shape)
+
+    def back(self, x):
+        """x of the solved numbering in the original one (``out[perm] = x``)."""
+        if self.perm is None:
+            return x
+        return x[self._index(x, "inverse")]
+
+    def _index(self, like, which: str):
+        index = getattr(self, which)
+        if not _cuda.is_cupy_array(like):
+            return index
+        if which not in self._on_device:
+            self._on_device[which] = _cuda.cupy_or_none().asarray(index)
+        return self._on_device[which]
+
+    def callback(self, callback):
+        """The user's callback seeing x in the original numbering."""
+        if callback is None or self.perm is None:
+            return callback
+        return lambda x: callback(self.back(x))
+
+    def operator(self, M):
+        """The preconditioner ``P M P^T`` in the solved numbering."""
+        if self.perm is None or M is None:
+            return M
+        if isinstance(M, _SparseGPUMixin) or sp.issparse(M):
+            return _reorder.permute(M, self.perm)
+        M = spl.aslinearoperator(M)
+        return spl.LinearOperator(
+            M.shape, matvec=lambda v: self.forward(M.matvec(self.back(v.ravel()))), dtype=M.dtype
+        )
+
+
+def spread(A) -> float:
+    """The column-spread statistic ``explain`` uses (``RowLengthStats``), computed from A's
+    host arrays: no device mirror is made for it (a solve in another dtype would make a
+    second one)."""
+    stats = RowLengthStats.from_indptr(A.indptr, A.shape[1], np, indices=A.indices)
+    return float(stats.column_spread)
+
+
+def choose_ordering(name: str, A, reorder, info: SolveInfo):
+    """(matrix to solve with, Ordering), recording the choice in ``info``."""
+    if reorder not in REORDERS:
+        raise ValueError(f"{name}: reorder must be 'rcm', 'auto' or None, got {reorder!r}")
+    if reorder is None:
+        return A, Ordering(None)
+    if not isinstance(A, _SparseGPUMixin):
+        if reorder == "rcm":
+            raise TypeError(
+                f"{name}: reorder='rcm' needs A as a sparsegpu matrix (its pattern is "
+                f"permuted), got {type(A).__name__}; pass sg.csr_matrix(A) or reorder=None"
+            )
+        info.reorder_reason = f"auto: A is a {type(A).__name__}, not a sparsegpu matrix"
+        return A, Ordering(None)
+    if A.shape[0] != A.shape[1]:
+        info.reorder_reason = f"{reorder}: A is not square {A.shape}; left as it is"
+        return A, Ordering(None)
+    if reorder == "auto":
+        column_spread = spread(A)
+        if column_spread <= SCATTERED_SPREAD:
+            info.reorder_reason = (
+                f"auto: column spread {column_spread:.3f} <= {SCATTERED_SPREAD:g} (x reads "
+                "are already near the diagonal); not reordered"
+            )
+            return A, Ordering(None)
+        info.reorder_reason = (
+            f"auto: column spread {column_spread:.3f} > {SCATTERED_SPREAD:g} (x reads are "
+            "gathers); reordered by reverse Cuthill-McKee"
+        )
+    else:
+        info.reorder_reason = "rcm asked for"
+    B, perm = cached_rcm(A)
+    info.reorder = "rcm"
+    return B, Ordering(perm)
+
+
+def cached_rcm(A):
+    """``sg.reorder(A)``, kept beside A's mirrors (dropped with them when A changes), so
+    that solves with several right-hand sides permute the matrix once."""
+    kept = A._sg_cache_dict().reorderings
+    entry = kept.get(("rcm", A.backend))
+    if entry is None:
+        entry = kept[("rcm", A.backend)] = _reorder.reorder(A, "rcm")
+    return entry

@@ -1,0 +1,344 @@
+"""The solvers' ``graphs=`` and ``reorder=`` options and ``last_solve_info``: the same
+answers with or without them, on every backend; graphs ignored (with the reason) where
+there is nothing to capture; on a GPU, graphs change neither x nor the iteration count."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import scipy.sparse.linalg as spl
+
+import sparsegpu as sg
+from sparsegpu.datasets.synthetic import stencil_2d
+
+from .test_linalg import _to_numpy, general, hpd, jacobi, ours, relative_residual, rhs
+
+SOLVERS = ["cg", "bicgstab", "gmres", "minres"]
+
+
+def scrambled(S, seed=0):
+    """S with its rows and columns numbered in random order (a badly numbered mesh)."""
+    perm = np.random.default_rng(seed).permutation(S.shape[0])
+    return sp.csr_matrix(S)[perm][:, perm].tocsr()
+
+
+def solve(solver, A, b, **options):
+    if solver == "minres":
+        options.pop("atol", None)
+    return getattr(sg.linalg, solver)(A, b, **options)
+
+
+# ----------------------------------------------------------------------------- reorder
+@pytest.mark.parametrize("cls", [sg.csr_matrix, sg.csr_array, sg.csc_matrix])
+def test_reorder_returns_the_permuted_matrix_of_the_same_class(cls):
+    S = scrambled(stencil_2d(12))
+    A = cls(S)
+    A.backend = "scipy"
+    B, perm = sg.reorder(A)
+    assert type(B) is cls and B.backend == "scipy"
+    assert np.array_equal(np.sort(perm), np.arange(S.shape[0]))
+    assert (sp.csr_matrix(B) != S[perm][:, perm]).nnz == 0
+
+
+def bandwidth(S):
+    coo = sp.coo_matrix(S)
+    return int(np.abs(coo.row - coo.col).max())
+
+
+def test_reorder_brings_a_scrambled_mesh_back_to_a_band():
+    S = scrambled(stencil_2d(30))
+    B, _ = sg.reorder(sg.csr_matrix(S))
+    assert bandwidth(B) <= 2 * 30 < bandwidth(S) / 4
+
+
+def test_reorder_symmetrizes_a_nonsymmetric_pattern():
+    S = general(np.float64)
+    B, perm = sg.reorder(sg.csr_matrix(S))
+    assert (sp.csr_matrix(B) != S[perm][:, perm]).nnz == 0
+
+
+@pytest.mark.parametrize(
+    "A,method,error",
+    [(sp.random(4, 5, density=0.5, random_state=0), "rcm", "square"), (sp.eye(4), "amd", "rcm")],
+    ids=["rectangular", "unknown-method"],
+)
+def test_reorder_refuses(A, method, error):
+    with pytest.raises(ValueError, match=error):
+        sg.reorder(sg.csr_matrix(A), method)
+
+
+@pytest.mark.parametrize("reorder", ["rcm", "auto", None])
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_reordered_solve_gives_the_same_answer(solver, reorder, backend_name, xp):
+    S = scrambled(hpd(np.float64))
+    b = rhs(S.shape[0], np.float64, xp=xp)
+    plain, info_plain = solve(solver, ours(S, backend_name), b, rtol=1e-10)
+    x, info = solve(solver, ours(S, backend_name), b, rtol=1e-10, reorder=reorder)
+    assert type(x) is type(b)
+    assert info == info_plain == 0
+    assert relative_residual(S, x, b) <= 1e-8
+    np.testing.assert_allclose(_to_numpy(x), _to_numpy(plain), rtol=1e-6, atol=1e-8)
+    used = sg.linalg.last_solve_info()
+    assert used.solver == solver
+    assert used.reorder == (None if reorder is None else "rcm"), used.reorder_reason
+
+
+def test_auto_keeps_a_well_numbered_matrix(backend_name):
+    S = sp.csr_matrix(stencil_2d(12)) + sp.identity(144, format="csr")
+    sg.linalg.cg(ours(S, backend_name), rhs(S.shape[0], np.float64), reorder="auto")
+    used = sg.linalg.last_solve_info()
+    assert used.reorder is None and "not reordered" in used.reorder_reason
+
+
+@pytest.mark.parametrize("as_operator", [False, True], ids=["M-matrix", "M-operator"])
+def test_reorder_permutes_x0_and_the_preconditioner_alike(as_operator, backend_name):
+    S = scrambled(hpd(np.float64, n=16))
+    b = rhs(S.shape[0], np.float64)
+    M = ours(jacobi(S), backend_name) if not as_operator else spl.aslinearoperator(jacobi(S))
+    x0 = np.linspace(0, 1, S.shape[0])
+    want, _ = sg.linalg.cg(ours(S, backend_name), b, x0=x0, M=M, rtol=1e-10)
+    calls = []
+    x, info = sg.linalg.cg(ours(S, backend_name), b, x0=x0, M=M, rtol=1e-10, reorder="rcm",
+                           callback=lambda xk: calls.append(_to_numpy(xk).copy()))  # fmt: skip
+    assert info == 0
+    np.testing.assert_allclose(x, want, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(calls[-1], x, rtol=0, atol=0)  # the callback sees x as returned
+
+
+def test_lsqr_leaves_a_rectangular_matrix_in_order(backend_name):
+    S = sp.random(30, 20, density=0.3, random_state=1, format="csr") + sp.eye(30, 20)
+    b = rhs(30, np.float64)
+    x = sg.linalg.lsqr(ours(S.tocsr(), backend_name), b, reorder="auto")[0]
+    want = spl.lsqr(S, b)[0]
+    np.testing.assert_allclose(x, want, rtol=1e-5, atol=1e-7)
+    assert "not square" in sg.linalg.last_solve_info().reorder_reason
+
+
+def test_lsqr_reorders_a_square_matrix(backend_name):
+    S = scrambled(general(np.float64))
+    b = rhs(S.shape[0], np.float64)
+    x = sg.linalg.lsqr(ours(S, backend_name), b, atol=1e-12, btol=1e-12, reorder="rcm")[0]
+    assert relative_residual(S, x, b) <= 1e-8
+    assert sg.linalg.last_solve_info().reorder == "rcm"
+
+
+def test_the_permutation_is_made_once_per_matrix(backend_name, monkeypatch):
+    from sparsegpu import _reorder
+
+    A = ours(scrambled(hpd(np.float64)), backend_name)
+    made = []
+    real = _reorder.reorder
+    monkeypatch.setattr(_reorder, "reorder", lambda *a: made.append(1) or real(*a))
+    for seed in range(3):
+        sg.linalg.cg(A, rhs(A.shape[0], np.float64, seed=seed), reorder="rcm")
+    assert len(made) == 1
+
+
+def test_rcm_needs_a_sparsegpu_matrix_and_auto_skips_operators():
+    S = hpd(np.float64)
+    b = rhs(S.shape[0], np.float64)
+    with pytest.raises(TypeError, match="sparsegpu matrix"):
+        sg.linalg.cg(spl.aslinearoperator(S), b, reorder="rcm")
+    x, info = sg.linalg.cg(spl.aslinearoperator(S), b, reorder="auto")
+    assert info == 0 and sg.linalg.last_solve_info().reorder is None
+
+
+@pytest.mark.parametrize("solver", [*SOLVERS, "lsqr"])
+@pytest.mark.parametrize("bad", [{"reorder": "amd"}, {"graphs": "yes"}, {"graphs": 2}],
+                         ids=["reorder", "graphs-str", "graphs-int"])  # fmt: skip
+def test_bad_options_are_refused(solver, bad):
+    S = hpd(np.float64)
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        getattr(sg.linalg, solver)(sg.csr_matrix(S), rhs(S.shape[0], np.float64), **bad)
+
+
+# ------------------------------------------------------------------------------ graphs
+@pytest.mark.parametrize("graphs", [True, False, "auto"])
+@pytest.mark.parametrize("solver", [*SOLVERS, "lsqr"])
+def test_graphs_accepted_everywhere_same_answer(solver, graphs, backend_name, xp):
+    S = hpd(np.float64)
+    b = rhs(S.shape[0], np.float64, xp=xp)
+    run = getattr(sg.linalg, solver)
+    kw = {} if solver == "lsqr" else {"rtol": 1e-10}
+    want = run(ours(S, backend_name), b, graphs=False, **kw)
+    got = run(ours(S, backend_name), b, graphs=graphs, **kw)
+    np.testing.assert_allclose(_to_numpy(got[0]), _to_numpy(want[0]), rtol=1e-12, atol=1e-14)
+    used = sg.linalg.last_solve_info()
+    assert used.graphs_reason, "a solve says why it did or did not capture"
+    if graphs is False:
+        assert used.graphs is False and used.graphs_reason == "graphs=False"
+
+
+def test_graphs_ignored_on_the_host(backend_name):
+    if sg._registry.registered()[backend_name].residence.xp is not np:
+        pytest.skip("a GPU backend: graphs apply")
+    S = hpd(np.float64)
+    sg.linalg.cg(ours(S, backend_name), rhs(S.shape[0], np.float64), graphs=True)
+    used = sg.linalg.last_solve_info()
+    assert used.graphs is False and "nothing to capture" in used.graphs_reason
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex128],
+                         ids=["float32", "float64", "complex128"])  # fmt: skip
+@pytest.mark.parametrize("check_every", [None, 1, 5])
+def test_cg_graphs_change_neither_x_nor_the_iteration_count(
+    gpu_backend_name, cupy, dtype, check_every
+):
+    S = hpd(dtype, n=20)
+    b = rhs(S.shape[0], dtype, xp=cupy)
+    rtol = 1e-4 if np.dtype(dtype).char in "fF" else 1e-10
+    options = {"rtol": rtol, "check_every": check_every}
+    plain, info_plain = sg.linalg.cg(ours(S, gpu_backend_name), b, graphs=False, **options)
+    plain_used = sg.linalg.last_solve_info()
+    x, info = sg.linalg.cg(ours(S, gpu_backend_name), b, graphs=True, **options)
+    used = sg.linalg.last_solve_info()
+    assert used.graphs, used.graphs_reason
+    assert info == info_plain == 0
+    assert used.iterations == plain_used.iterations > 1
+    assert cupy.array_equal(x, plain)
+
+
+@pytest.mark.parametrize("maxiter", [3, 17, 40])
+def test_cg_graphs_stop_at_maxiter_like_plain(gpu_backend_name, cupy, maxiter):
+    S = hpd(np.float64, n=24)
+    b = rhs(S.shape[0], np.float64, xp=cupy)
+    plain, info_plain = sg.linalg.cg(ours(S, gpu_backend_name), b, rtol=1e-14, maxiter=maxiter,
+                                     graphs=False)  # fmt: skip
+    count = sg.linalg.last_solve_info().iterations
+    x, info = sg.linalg.cg(ours(S, gpu_backend_name), b, rtol=1e-14, maxiter=maxiter)
+    assert info == info_plain == maxiter
+    assert sg.linalg.last_solve_info().iterations == count == maxiter
+    assert cupy.array_equal(x, plain)
+
+
+def test_cg_graphs_hold_a_sparsegpu_preconditioner(gpu_backend_name, cupy):
+    S = sp.csr_matrix(sg.datasets.load("bcsstk13"))
+    b = rhs(S.shape[0], np.float64, xp=cupy)
+    M = ours(jacobi(S), gpu_backend_name)
+    plain, _ = sg.linalg.cg(ours(S, gpu_backend_name), b, rtol=1e-8, M=M, graphs=False)
+    x, info = sg.linalg.cg(ours(S, gpu_backend_name), b, rtol=1e-8, M=M)
+    assert sg.linalg.last_solve_info().graphs
+    assert info == 0 and cupy.array_equal(x, plain)
+
+
+@pytest.mark.parametrize(
+    "options,reason",
+    [
+        ({"callback": lambda xk: None}, "callback"),
+        ({"M": "operator"}, "preconditioner"),
+        ({"graphs": False}, "graphs=False"),
+    ],
+    ids=["callback", "M-operator", "off"],
+)
+def test_cg_says_why_it_did_not_capture(gpu_backend_name, cupy, options, reason):
+    S = hpd(np.float64)
+    if options.get("M") == "operator":
+        options = {"M": spl.aslinearoperator(jacobi(S))}
+    x, info = sg.linalg.cg(ours(S, gpu_backend_name), rhs(S.shape[0], np.float64, xp=cupy),
+                           **options)  # fmt: skip
+    used = sg.linalg.last_solve_info()
+    assert info == 0 and not used.graphs and reason in used.graphs_reason
+
+
+def test_cg_graphs_with_numpy_operands_on_a_gpu_backend(gpu_backend_name, cupy):
+    S = hpd(np.float64, n=20)
+    b = rhs(S.shape[0], np.float64)
+    x, info = sg.linalg.cg(ours(S, gpu_backend_name), b, rtol=1e-10)
+    assert isinstance(x, np.ndarray) and info == 0
+    assert sg.linalg.last_solve_info().graphs
+    assert relative_residual(S, x, b) <= 1e-10
+
+
+# ------------------------------------------- the block bookkeeping, replayed on the host
+class ReplayOnHost:
+    """Stands in for a captured graph: ``launch`` runs the step ``size`` times."""
+
+    failure = None
+
+    def __init__(self, step, size, stream):
+        self.step, self.size = step, size
+
+    def launch(self):
+        for _ in range(self.size):
+            self.step()
+
+
+class FailedCapture(ReplayOnHost):
+    failure = "capture failed (RuntimeError: stand-in)"
+
+
+@pytest.fixture
+def host_graphs(monkeypatch):
+    """cg's graph path on NumPy operands: the capture replaced by a host replay, so CI
+    checks which iterations run, the flag reads and the fallbacks."""
+    from contextlib import nullcontext
+
+    from sparsegpu.linalg import _graphs, _options
+
+    monkeypatch.setattr(_options, "graph_refusal", lambda *args: None)
+    monkeypatch.setattr(_graphs, "private_stream", lambda: nullcontext())
+
+    def use(block_class):
+        monkeypatch.setattr(_graphs, "Block", block_class)
+
+    return use
+
+
+@pytest.mark.parametrize("maxiter", [None, 1, 2, 3, 17, 40])
+@pytest.mark.parametrize("check_every", [None, 1, 5])
+@pytest.mark.parametrize("block_class", [ReplayOnHost, FailedCapture], ids=["replay", "failed"])
+def test_cg_blocks_give_the_plain_answer(host_graphs, block_class, maxiter, check_every):
+    host_graphs(block_class)
+    S = hpd(np.float64, n=16)
+    b = rhs(S.shape[0], np.float64)
+    options = {"rtol": 1e-12, "maxiter": maxiter, "check_every": check_every}
+    plain, info_plain = sg.linalg.cg(sg.csr_matrix(S), b, graphs=False, **options)
+    count = sg.linalg.last_solve_info().iterations
+    x, info = sg.linalg.cg(sg.csr_matrix(S), b, **options)
+    used = sg.linalg.last_solve_info()
+    assert info == info_plain
+    assert used.iterations == count
+    np.testing.assert_array_equal(x, plain)
+    if block_class is FailedCapture and maxiter not in (1, 2):
+        assert not used.graphs and used.graphs_reason == FailedCapture.failure
+
+
+class FakeStream:
+    def __init__(self, fail_begin=False):
+        self.fail_begin, self.ended = fail_begin, False
+
+    def begin_capture(self):
+        if self.fail_begin:
+            raise RuntimeError("no stream capture here")
+
+    def end_capture(self):
+        self.ended = True
+        return "graph"
+
+
+def test_block_records_why_a_capture_failed():
+    from sparsegpu.linalg._graphs import Block
+
+    def allocating_step():
+        raise MemoryError("allocation during capture")
+
+    stream = FakeStream()
+    block = Block(allocating_step, 4, stream)
+    assert stream.ended, "a failed capture is still ended"
+    assert block.failure == "capture failed (MemoryError: allocation during capture)"
+    unavailable = Block(lambda: None, 4, FakeStream(fail_begin=True))
+    assert unavailable.failure == "stream capture unavailable: no stream capture here"
+    steps = []
+    captured = Block(lambda: steps.append(1), 3, FakeStream())
+    assert captured.failure is None and len(steps) == 3
+
+
+def test_no_collection_during_a_capture():
+    import gc
+
+    from sparsegpu.linalg._graphs import Block
+
+    seen = []
+    Block(lambda: seen.append(gc.isenabled()), 2, FakeStream())
+    assert seen == [False, False] and gc.isenabled()
