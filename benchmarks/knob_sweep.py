@@ -52,14 +52,12 @@ __global__ void gather(const I* __restrict__ indices, const V* __restrict__ x,
 """
 
 SWEEPS = {
-    # matrix: (threads per row, unroll, stream, register caps, block rows, vector loads,
-    # block sizes)
+    # matrix: (threads per row, unroll, stream, register caps, vector loads, block sizes)
     "stencil3d27_150": (
         (8, 16),
         (1, 2, 4),
         (False, True),
         (None, 40),
-        (False, True),
         (False, True),
         (512, 1024),
     ),
@@ -68,11 +66,10 @@ SWEEPS = {
         (1, 2, 4),
         (False, True),
         (None,),
-        (False,),
         (False, True),
         (128, 512),
     ),
-    "uniform_4M_x16": ((4, 8), (1, 2), (True,), (None,), (False,), (False, True), (256,)),
+    "uniform_4M_x16": ((4, 8), (1, 2), (True,), (None,), (False, True), (256,)),
     "powerlaw_4M": ((), (), (), (), (), (), ()),
 }
 
@@ -139,14 +136,13 @@ def sweep_matrix(name, build, dtype, cupy, copy_gbs, repeat, emit):
         timed("cusparse", CusparsePolicy(algorithm))
     for block, items in ADAPTIVE_SHAPES:
         timed("adaptive", AdaptivePolicy(block, items))
-    for tpr, unroll, stream, cap, rows, vector, block in itertools.product(*SWEEPS[name]):
+    for tpr, unroll, stream, cap, vector, block in itertools.product(*SWEEPS[name]):
         policy = CsrVectorPolicy(
             block,
             tpr,
             cap,
             unroll=unroll,
             stream_matrix=stream,
-            block_rows=rows,
             vector_loads=vector,
         )
         timed("shuffle", policy)

@@ -57,7 +57,7 @@ def test_tiles_follow_the_merge_path(name, tile_items):
 
 def test_every_instantiation_is_registered():
     names = set(FAMILY.instantiations)
-    assert "adaptive_spmv<complex128_t, long long, 128, 16>" in names
+    assert "adaptive_spmv<complex128, long long, 128, 16>" in names
     assert "adaptive_spmv_fixup<float, int>" in names
     assert len(names) == 4 * 2 * len(ADAPTIVE_SHAPES) + 4 * 2
 

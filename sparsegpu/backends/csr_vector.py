@@ -1,10 +1,11 @@
 """The CSR vector kernel family: the ``vector``, ``texture``, ``readonly`` and ``shuffle`` backends.
 
-One templated CUDA source (``kernels/csr_vector.cu``, Bell & Garland's CSR vector kernel as
-tuned in seeds/003); the four backends differ only in two template arguments, the x-load
-path (plain global load, texture object, read-only ``__ldg``) and the reduction of a row's
-partial sums (shared memory or warp shuffles). Block size and threads per row come from a
-:class:`~sparsegpu.tuning.policy.CsrVectorPolicy`.
+One templated CUDA source (``kernels/csr_vector.cu``: Bell & Garland, "Implementing Sparse
+Matrix-Vector Multiplication on Throughput-Oriented Processors", SC'09, figure 22, with the
+load paths and reductions of G-DEP's K20 tuning of that kernel); the four backends differ
+only in two template arguments, the x-load path (plain global load, texture object,
+read-only ``__ldg``) and the reduction of a row's partial sums (shared memory or warp
+shuffles). Block size and threads per row come from a :class:`CsrVectorPolicy`.
 """
 
 from __future__ import annotations
@@ -14,21 +15,13 @@ import threading
 import numpy as np
 
 from .. import _compile, _cuda
+from .. import _occupancy as occupancy
+from .._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES, KernelLaunch, name_expression
 from .._mirror import DeviceMatrix
-from ..tuning import occupancy
 from ..tuning.policy import THREADS_PER_ROW_CHOICES, CsrVectorPolicy
 from .base import Backend, Plan
 
 SOURCE = "csr_vector.cu"
-
-# C++ spellings of the value and index types, as in the name expressions.
-CXX_VALUE_TYPES = {
-    np.dtype(np.float32): "float",
-    np.dtype(np.float64): "double",
-    np.dtype(np.complex64): "complex64",
-    np.dtype(np.complex128): "complex128",
-}
-CXX_INDEX_TYPES = {np.dtype(np.int32): "int", np.dtype(np.int64): "long long"}
 
 # Template arguments; the same numbers as the constants in kernels/common.cuh and csr_vector.cu.
 LOAD_PLAIN, LOAD_TEXTURE, LOAD_READONLY = 0, 1, 2
@@ -54,11 +47,11 @@ LOAD_SHAPE_CANDIDATES = (
 )
 
 
-def name_expression(value_dtype, index_dtype, threads_per_row, load_path, reduction) -> str:
+def kernel_name(value_dtype, index_dtype, threads_per_row, load_path, reduction) -> str:
     """The C++ name of one instantiation, e.g. ``csr_vector<double, int, 8, 2, 1>``."""
-    value = CXX_VALUE_TYPES[np.dtype(value_dtype)]
-    index = CXX_INDEX_TYPES[np.dtype(index_dtype)]
-    return f"csr_vector<{value}, {index}, {threads_per_row}, {load_path}, {reduction}>"
+    return name_expression(
+        "csr_vector", value_dtype, index_dtype, threads_per_row, load_path, reduction
+    )
 
 
 def nearby_threads_per_row(threads_per_row: int) -> list[int]:
@@ -68,10 +61,11 @@ def nearby_threads_per_row(threads_per_row: int) -> list[int]:
 
 
 class KernelPlan(Plan):
-    """What the kernel plans share: the no-launch cases and the launch shape.
+    """What the kernel plans share: the no-launch cases, the launch shape and the launch.
 
-    Subclasses set ``kernel``, ``grid``, ``block`` and ``shared_bytes`` (when the matrix has
-    nonzeros) and implement :meth:`_arguments`.
+    Subclasses set ``kernel`` and ``shared_bytes`` (when the matrix has nonzeros), then call
+    :meth:`_bind` with the kernel's arguments: arrays and numbers fixed for the plan, and
+    the slot names ``"x"`` and ``"y"`` (and ``"x_texture"``) that each product fills.
     """
 
     def __init__(self, matrix: DeviceMatrix, policy):
@@ -82,9 +76,11 @@ class KernelPlan(Plan):
         self.grid = 0
         self.block = policy.block_size
         self.shared_bytes = 0
+        self._launch = None
 
-    def _set_grid(self, rows_per_block: int) -> None:
-        """One wave of resident blocks, fewer when the matrix is small (grid-stride kernels)."""
+    def _bind(self, rows_per_block: int, arguments) -> None:
+        """The grid (one wave of resident blocks, fewer when the matrix is small: the kernels
+        are grid-stride) and the bound launch."""
         resident = occupancy.resident_blocks(self.kernel, self.block, self.shared_bytes)
         if resident == 0:
             raise ValueError(
@@ -94,20 +90,13 @@ class KernelPlan(Plan):
             )
         needed = -(-self.matrix.shape[0] // rows_per_block)
         self.grid = max(1, min(needed, resident, MAX_GRID_BLOCKS))
-
-    def _arguments(self, x, y) -> tuple:
-        raise NotImplementedError
+        self._launch = KernelLaunch(self.kernel, self.block, arguments, self.shared_bytes)
 
     def _matvec(self, x, y):
         if not self.launches:
             y.fill(0)
             return y
-        self.kernel(
-            (self.grid,),
-            (self.block,),
-            self._arguments(x, y),
-            shared_mem=self.shared_bytes,
-        )
+        self._launch(self.grid, x=x, y=y)
         return y
 
 
@@ -184,11 +173,11 @@ class CsrVectorPlan(KernelPlan):
         self.kernel = backend._kernel(matrix, policy)
         self.shared_bytes = backend.shared_bytes(policy.block_size, matrix.dtype)
         occupancy.allow_shared_memory(self.kernel, self.shared_bytes)
-        self._set_grid(policy.block_size // policy.threads_per_row)
-
-    def _arguments(self, x, y):
-        m = self.matrix
-        return (m.indptr, m.indices, m.data, x, np.uint64(0), y, np.int64(m.shape[0]))
+        texture = "x_texture" if self.textures is not None else 0  # 0: no texture object
+        self._bind(
+            policy.block_size // policy.threads_per_row,
+            (matrix.indptr, matrix.indices, matrix.data, "x", texture, "y", matrix.shape[0]),
+        )
 
     def _matvec(self, x, y):
         if self.textures is None or not self.launches:
@@ -198,13 +187,7 @@ class CsrVectorPlan(KernelPlan):
             # odd offset (a column of a Krylov basis, say) is read through an aligned copy
             x = x.copy()
         texture, event = self.textures.texture_for(x)
-        m = self.matrix
-        self.kernel(
-            (self.grid,),
-            (self.block,),
-            (m.indptr, m.indices, m.data, x, texture, y, np.int64(m.shape[0])),
-            shared_mem=self.shared_bytes,
-        )
+        self._launch(self.grid, x=x, x_texture=texture, y=y)
         event.record()
         return y
 
@@ -249,7 +232,7 @@ class CsrVectorBackend(Backend):
     def _kernel(self, matrix: DeviceMatrix, policy: CsrVectorPolicy):
         return _compile.get_kernel(
             SOURCE,
-            name_expression(
+            kernel_name(
                 matrix.dtype,
                 matrix.index_dtype,
                 policy.threads_per_row,
@@ -327,7 +310,7 @@ FAMILY = _compile.register_family(
     _compile.KernelFamily(
         SOURCE,
         tuple(
-            name_expression(value, index, threads_per_row, backend.load_path, backend.reduction)
+            kernel_name(value, index, threads_per_row, backend.load_path, backend.reduction)
             for backend in BACKENDS
             for value in CXX_VALUE_TYPES
             for index in CXX_INDEX_TYPES

@@ -13,7 +13,7 @@
 // last block to finish (few tiles; an atomic counter only elects that block) or in
 // adaptive_spmv_fixup (many tiles). No floating-point atomics: same input, same bits.
 // Work O(n_rows + nnz); each value, index and row pointer is read once.
-#include "adaptive_common.cuh"
+#include "common.cuh"
 
 template <typename V, typename I, int BLOCK, int ITEMS>
 __global__ void __launch_bounds__(BLOCK)
@@ -56,7 +56,7 @@ adaptive_spmv(const I* __restrict__ indptr, const I* __restrict__ indices,
     for (int s = 0; s < ITEMS; ++s) {
         const int i = tid + s * BLOCK;
         if (i < num_nz) {
-            products[i] = value_mul(value[s], x[column[s]]);
+            products[i] = multiply(value[s], x[column[s]]);
         }
     }
 #pragma unroll
@@ -102,7 +102,7 @@ adaptive_spmv(const I* __restrict__ indptr, const I* __restrict__ indices,
                 running = value_zero<V>();
                 ++row;
             } else {
-                running = value_add(running, products[nz]);
+                running = add(running, products[nz]);
                 ++nz;
             }
         }
@@ -114,10 +114,10 @@ adaptive_spmv(const I* __restrict__ indptr, const I* __restrict__ indices,
     __syncthreads();
 #pragma unroll
     for (int offset = 1; offset < BLOCK; offset <<= 1) {
-        const bool add = tid >= offset && scan_row[tid - offset] == row;
+        const bool same_row = tid >= offset && scan_row[tid - offset] == row;
         V combined = scan_value[tid];
-        if (add) {
-            combined = value_add(scan_value[tid - offset], combined);
+        if (same_row) {
+            combined = add(scan_value[tid - offset], combined);
         }
         __syncthreads();
         scan_value[tid] = combined;
@@ -126,7 +126,7 @@ adaptive_spmv(const I* __restrict__ indptr, const I* __restrict__ indices,
     if (ends_a_row) {
         V total = first_partial;
         if (tid > 0 && scan_row[tid - 1] == first_row) {
-            total = value_add(scan_value[tid - 1], first_partial);
+            total = add(scan_value[tid - 1], first_partial);
         }
         y[r0 + first_row] = total;
     }
@@ -159,9 +159,9 @@ adaptive_spmv(const I* __restrict__ indptr, const I* __restrict__ indices,
         }
         V sum = load_coherent(carry_value + t);
         for (int u = t + 1; u < n_tiles && rows[u] == carry; ++u) {
-            sum = value_add(sum, load_coherent(carry_value + u));
+            sum = add(sum, load_coherent(carry_value + u));
         }
-        y[carry] = value_add(sum, load_coherent(y + carry));
+        y[carry] = add(sum, load_coherent(y + carry));
     }
     if (tid == 0) {
         *tiles_done = 0u;  // ready for the next product on this buffer
@@ -184,7 +184,7 @@ __global__ void adaptive_spmv_fixup(const I* __restrict__ carry_row,
     }
     V sum = carry_value[t];
     for (int u = t + 1; u < n_tiles && carry_row[u] == row; ++u) {
-        sum = value_add(sum, carry_value[u]);
+        sum = add(sum, carry_value[u]);
     }
-    y[row] = value_add(sum, y[row]);
+    y[row] = add(sum, y[row]);
 }

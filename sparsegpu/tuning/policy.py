@@ -169,31 +169,25 @@ class CsrVectorPolicy(RowGroupPolicy):
     stream_matrix : bool
         Read the matrix's values and indices with evict-first (``__ldcs``) loads, so that
         the streamed matrix does not push x out of L1 and L2.
-    block_rows : bool
-        Give each block one contiguous range of rows (its warps step through it together)
-        instead of striding the whole grid over the rows, so that x lines a block loaded
-        are still in its SM's L1 when rows further on (a stencil's neighbouring grid lines)
-        need them.
     vector_loads : bool
         Read values and indices as quads of 4 entries with 16-byte loads (each lane takes
         whole aligned quads, skipping entries of the neighbouring rows): a quarter of the
         load instructions and fewer L1 wavefronts for rows of a few dozen entries, where
         the scalar loads of 4 sub-warp groups touch 4 misaligned segments each.
 
-    ``unroll`` (quads per trip with ``vector_loads``), ``stream_matrix``, ``block_rows`` and
+    ``unroll`` (quads per trip with ``vector_loads``), ``stream_matrix`` and
     ``vector_loads`` are compile-time macros of the kernel; a policy that changes them
     compiles its own variant (once, memoized).
     """
 
     unroll: int = field(default=4, metadata=_SECONDARY)
     stream_matrix: bool = field(default=False, metadata=_SECONDARY)
-    block_rows: bool = field(default=False, metadata=_SECONDARY)
     vector_loads: bool = field(default=False, metadata=_SECONDARY)
 
     def __post_init__(self):
         super().__post_init__()
         _check_int_choice(self, "unroll", UNROLL_CHOICES)
-        for name in ("stream_matrix", "block_rows", "vector_loads"):
+        for name in ("stream_matrix", "vector_loads"):
             value = getattr(self, name)
             if not isinstance(value, bool):
                 raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
@@ -205,8 +199,6 @@ class CsrVectorPolicy(RowGroupPolicy):
             options += (f"-DSPARSEGPU_UNROLL={self.unroll}",)
         if self.stream_matrix:
             options += ("-DSPARSEGPU_STREAM_MATRIX=1",)
-        if self.block_rows:
-            options += ("-DSPARSEGPU_BLOCK_ROWS=1",)
         if self.vector_loads:
             options += ("-DSPARSEGPU_VECTOR_LOADS=1",)
         return options
