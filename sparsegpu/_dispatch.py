@@ -18,7 +18,7 @@ import numpy as np
 
 from . import _cuda
 from ._mirror import SCATTERED_SPREAD, DeviceMemoryError, is_out_of_memory, memory_error
-from .backends import BUILTIN_MODULES
+from .backends import BUILTIN_MODULES, canonical_name
 from .backends.base import Backend, Plan
 
 AUTO = "auto"
@@ -141,6 +141,7 @@ def get_backend(name: str) -> Backend:
     """
     if not isinstance(name, str):
         raise TypeError(f"a backend name must be a str, got {type(name).__name__}")
+    name = canonical_name(name)
     backend = registered().get(name)
     if backend is None:
         raise ValueError(
@@ -156,6 +157,7 @@ def get_backend(name: str) -> Backend:
 
 def check_name(name: str) -> str:
     """Validate a name for ``A.backend`` / ``use_backend``; ``"auto"`` is always valid."""
+    name = canonical_name(name)
     if name != AUTO:
         get_backend(name)
     return name
@@ -173,7 +175,7 @@ def use_backend(name: str):
     >>> with sg.use_backend("scipy"):
     ...     y = A @ np.ones(3)
     """
-    check_name(name)
+    name = check_name(name)
     token = _scoped.set(name)
     try:
         yield name
@@ -226,7 +228,7 @@ def _auto_candidates(value_dtype: np.dtype) -> list[Backend]:
 # and 1.4-2.1x cuSPARSE (autotune_h200.json: 5-point 3715 vs 2126 GB/s, 27-point 3535 vs
 # 2600, 400 per row 3023 vs 1413); the merge-path kernel beat cuSPARSE there too; the
 # texture path and the software cache trail, so they come last.
-_AUTO_PREFERENCE = ("shuffle", "vector", "readonly", "adaptive", "cusparse", "texture", "swcache")
+_AUTO_PREFERENCE = ("shuffle", "vector", "readonly", "merge_path", "cusparse", "texture", "swcache")
 
 # Irregular rows go to the load-balanced kernel. The rule follows Ginkgo's CSR strategy
 # choice ("load_balance" when the longest row is far above the mean): with max > 8 x mean
@@ -236,19 +238,19 @@ IRREGULAR_IMBALANCE = 8.0
 # A single row longer than this is split across blocks by the merge-path kernel even when
 # the mean is high enough to hide it (one row-per-block kernel would run it on one SM).
 LONG_ROW = 1 << 16
-_AUTO_IRREGULAR = ("adaptive",)
+_AUTO_IRREGULAR = ("merge_path",)
 # Up to this many merge items (rows + nonzeros) a product is latency-bound: the merge-path
 # kernel is then one launch (its last block adds the carries), cheaper on host and device
 # than cuSPARSE's SpMV call (H200, bundled SuiteSparse matrices: 11-16 us a product against
 # 15-27 us for raw cuSPARSE with descriptors reused; auto_vs_cusparse_h200.json).
 SMALL_ITEMS = 1_000_000
-_AUTO_SMALL = ("adaptive",)
+_AUTO_SMALL = ("merge_path",)
 # Short or medium rows whose columns are scattered over x (RowLengthStats.row_class
 # "scattered") are bound by one 32-byte L2 sector per gather whatever the kernel: on the
 # H200 (knob_sweep_h200.jsonl, uniform 4M x 16) cuSPARSE and the merge-path kernel run
 # within 1% of each other and 25% above a kernel that only gathers, while the tuned
 # row-per-sub-warp kernel trails by 5% in float64. Without a tuning entry: merge path.
-_AUTO_SCATTERED = ("adaptive", "cusparse")
+_AUTO_SCATTERED = ("merge_path", "cusparse")
 
 # Plugged-in lookups (the tuning cache): fn(mirror, value_dtype, candidates) -> backend
 # name or None; the first non-None answer naming a candidate wins over the heuristics.

@@ -219,7 +219,7 @@ class _SparseGPUMixin:
     @backend.setter
     def backend(self, name: str | None):
         if name is not None:
-            _dispatch.check_name(name)
+            name = _dispatch.check_name(name)
         self._sg_backend = name
 
     @property

@@ -35,22 +35,22 @@ EMPTY = RowLengthStats(10, 10, 0, 0.0, 0.0, 0, 0, 10)
 @pytest.mark.parametrize(
     ("stats", "usable", "expected"),
     [
-        (REGULAR, ["cusparse", "adaptive"], "cusparse"),
-        (POWER_LAW, ["cusparse", "adaptive"], "adaptive"),
-        (ONE_LONG_ROW, ["cusparse", "adaptive"], "adaptive"),
+        (REGULAR, ["cusparse", "merge_path"], "cusparse"),
+        (POWER_LAW, ["cusparse", "merge_path"], "merge_path"),
+        (ONE_LONG_ROW, ["cusparse", "merge_path"], "merge_path"),
         (POWER_LAW, ["cusparse"], "cusparse"),
-        (EMPTY, ["cusparse", "adaptive"], "adaptive"),
-        (SMALL_REGULAR, ["cusparse", "adaptive"], "adaptive"),
+        (EMPTY, ["cusparse", "merge_path"], "merge_path"),
+        (SMALL_REGULAR, ["cusparse", "merge_path"], "merge_path"),
         (SMALL_REGULAR, ["cusparse"], "cusparse"),
     ],
     ids=[
         "regular",
         "power_law",
         "long_row_over_limit",
-        "adaptive_unusable",
+        "merge_path_unusable",
         "empty_is_small",
         "small",
-        "small_adaptive_unusable",
+        "small_merge_path_unusable",
     ],
 )
 def test_rule_picks_by_row_lengths(stats, usable, expected):
@@ -64,7 +64,7 @@ SCATTERED = RowLengthStats(1_000_000, 1_000_000, 16_000_000, 16.0, 0.0, 16, 16, 
 
 @pytest.mark.parametrize(
     ("usable", "expected"),
-    [(["shuffle", "adaptive", "cusparse"], "adaptive"), (["shuffle", "cusparse"], "cusparse")],
+    [(["shuffle", "merge_path", "cusparse"], "merge_path"), (["shuffle", "cusparse"], "cusparse")],
 )
 def test_scattered_columns_go_to_the_gather_friendly_kernels(usable, expected):
     name, reason = _dispatch.auto_rule(SCATTERED, usable)
@@ -104,7 +104,7 @@ def test_column_spread_of_awkward_matrices(name):
 
 def test_imbalance_threshold_is_strict():
     at_threshold = _stats(10.0, 20.0, 0, 80, n_rows=1_000_000)  # max exactly 8 x mean
-    assert _dispatch.auto_rule(at_threshold, ["cusparse", "adaptive"])[0] == "cusparse"
+    assert _dispatch.auto_rule(at_threshold, ["cusparse", "merge_path"])[0] == "cusparse"
 
 
 class _FakeGpu(HostCopyBackend):
@@ -140,28 +140,28 @@ def _awkward(name):
 
 @pytest.mark.parametrize(
     ("matrix", "expected"),
-    [("power_law", "adaptive"), ("one_long_row", "adaptive"), ("random_200x150", "adaptive")],
+    [("power_law", "merge_path"), ("one_long_row", "merge_path"), ("random_200x150", "merge_path")],
 )
 def test_auto_chooses_from_the_mirror_statistics(fake_gpu, matrix, expected):
-    fake_gpu(_FakeGpu("adaptive"), _FakeGpu("cusparse"))
+    fake_gpu(_FakeGpu("merge_path"), _FakeGpu("cusparse"))
     A = _awkward(matrix)
     assert _dispatch.choose_auto(A, np.dtype(np.float64), np.dtype(np.int32)).name == expected
 
 
 def test_auto_never_picks_a_backend_that_refuses_the_matrix(fake_gpu):
-    fake_gpu(_FakeGpu("adaptive", refuse="too large"), _FakeGpu("cusparse"))
+    fake_gpu(_FakeGpu("merge_path", refuse="too large"), _FakeGpu("cusparse"))
     A = _awkward("power_law")
     assert _dispatch.choose_auto(A, np.dtype(np.float64), np.dtype(np.int32)).name == "cusparse"
 
 
 def test_auto_falls_back_to_scipy_when_every_gpu_backend_refuses(fake_gpu):
-    fake_gpu(_FakeGpu("adaptive", refuse="no"), _FakeGpu("cusparse", refuse="no"))
+    fake_gpu(_FakeGpu("merge_path", refuse="no"), _FakeGpu("cusparse", refuse="no"))
     A = _awkward("power_law")
     assert _dispatch.choose_auto(A, np.dtype(np.float64), np.dtype(np.int32)).name == "scipy"
 
 
 def test_plugged_in_lookup_wins_over_the_rules(fake_gpu, monkeypatch):
-    fake_gpu(_FakeGpu("adaptive"), _FakeGpu("cusparse"))
+    fake_gpu(_FakeGpu("merge_path"), _FakeGpu("cusparse"))
     monkeypatch.setattr(_dispatch, "_auto_lookups", [])
     _dispatch.register_auto_lookup(lambda mirror, dtype, names: "cusparse")
     A = _awkward("power_law")
@@ -171,16 +171,16 @@ def test_plugged_in_lookup_wins_over_the_rules(fake_gpu, monkeypatch):
 
 
 def test_lookup_naming_an_unusable_backend_is_ignored(fake_gpu, monkeypatch):
-    fake_gpu(_FakeGpu("adaptive"), _FakeGpu("cusparse"))
+    fake_gpu(_FakeGpu("merge_path"), _FakeGpu("cusparse"))
     monkeypatch.setattr(_dispatch, "_auto_lookups", [])
     _dispatch.register_auto_lookup(lambda mirror, dtype, names: "shuffle")
-    assert sg.explain(_awkward("power_law")).backend == "adaptive"
+    assert sg.explain(_awkward("power_law")).backend == "merge_path"
 
 
 def test_explain_shows_backend_policy_reason_and_statistics(fake_gpu):
-    fake_gpu(_FakeGpu("adaptive"), _FakeGpu("cusparse"))
+    fake_gpu(_FakeGpu("merge_path"), _FakeGpu("cusparse"))
     text = str(sg.explain(_awkward("power_law")))
-    assert "auto -> backend 'adaptive'" in text
+    assert "auto -> backend 'merge_path'" in text
     assert "NoPolicy" in text
     assert "irregular rows" in text
     assert "imbalance (max/mean)" in text
@@ -188,7 +188,7 @@ def test_explain_shows_backend_policy_reason_and_statistics(fake_gpu):
 
 
 def test_explain_notes_an_override(fake_gpu):
-    fake_gpu(_FakeGpu("adaptive"), _FakeGpu("cusparse"))
+    fake_gpu(_FakeGpu("merge_path"), _FakeGpu("cusparse"))
     A = _awkward("power_law")
     A.backend = "scipy"
     assert "use 'scipy'" in str(sg.explain(A))
@@ -207,7 +207,7 @@ def test_explain_of_a_plain_scipy_matrix_is_a_type_error():
 
 
 def test_auto_products_reach_the_chosen_backend(fake_gpu):
-    counting = CountingBackend(HostCopyBackend(), name="adaptive")
+    counting = CountingBackend(HostCopyBackend(), name="merge_path")
     fake_gpu(counting, _FakeGpu("cusparse"))
     A = _awkward("power_law")
     x = random_vector(A.shape[1], np.float64, seed=1)
@@ -219,7 +219,7 @@ def test_auto_products_reach_the_chosen_backend(fake_gpu):
 
 @pytest.mark.filterwarnings("ignore::scipy.sparse.SparseEfficiencyWarning")
 def test_cached_choice_is_dropped_when_the_matrix_changes(fake_gpu):
-    fake_gpu(_FakeGpu("adaptive"), _FakeGpu("cusparse"))
+    fake_gpu(_FakeGpu("merge_path"), _FakeGpu("cusparse"))
     A = _awkward("random_200x150")
     x = random_vector(A.shape[1], np.float64, seed=2)
     before = A @ x
@@ -231,7 +231,7 @@ def test_cached_choice_is_dropped_when_the_matrix_changes(fake_gpu):
 
 
 def test_cached_choice_follows_use_backend_and_policy(fake_gpu):
-    counting = CountingBackend(HostCopyBackend(), name="adaptive")
+    counting = CountingBackend(HostCopyBackend(), name="merge_path")
     fake_gpu(counting, _FakeGpu("cusparse"))
     sg.register_backend(CountingBackend(HostCopyBackend(), name="counting-test"))
     try:
@@ -247,11 +247,11 @@ def test_cached_choice_follows_use_backend_and_policy(fake_gpu):
 
 
 def test_tuning_lookups_do_not_decide_small_latency_bound_products(fake_gpu, monkeypatch):
-    fake_gpu(_FakeGpu("adaptive"), _FakeGpu("cusparse"))
+    fake_gpu(_FakeGpu("merge_path"), _FakeGpu("cusparse"))
     monkeypatch.setattr(_dispatch, "_auto_lookups", [lambda mirror, dtype, names: "cusparse"])
     A = _awkward("random_200x150")
     monkeypatch.setattr(_dispatch, "SMALL_ITEMS", 10**9)  # A is small: the rule decides
-    assert _dispatch.choose_auto(A, np.dtype(np.float64), np.dtype(np.int32)).name == "adaptive"
+    assert _dispatch.choose_auto(A, np.dtype(np.float64), np.dtype(np.int32)).name == "merge_path"
     monkeypatch.setattr(_dispatch, "SMALL_ITEMS", 0)  # A is large: the lookup decides
     _dispatch.invalidate_choices()
     B = _awkward("random_200x150")

@@ -20,6 +20,7 @@ import numpy as np
 
 from .. import _dispatch
 from .._console import console, progress, table
+from ..backends import canonical_name
 from ..cli import CommandError, require_matplotlib
 from ..tuning.policy import format_knobs
 
@@ -181,6 +182,7 @@ def _backends(args) -> list[str]:
             return [b.name for b in default_backends()]
         except _dispatch.BackendUnavailableError as exc:
             raise CommandError(str(exc), status=1) from None
+    args.backends = [canonical_name(name) for name in args.backends]
     for name in args.backends:
         if name in (_dispatch.AUTO, ORACLE):
             raise CommandError(

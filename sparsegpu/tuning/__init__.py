@@ -6,9 +6,9 @@
 
 from .cache import TunedEntry, TuningCache, TuningCacheError, TuningCacheWarning, TuningContext
 from .policy import (
-    AdaptivePolicy,
     CsrVectorPolicy,
     CusparsePolicy,
+    MergePathPolicy,
     NoPolicy,
     Policy,
     RowGroupPolicy,
@@ -16,9 +16,9 @@ from .policy import (
 )
 
 __all__ = [
-    "AdaptivePolicy",
     "CsrVectorPolicy",
     "CusparsePolicy",
+    "MergePathPolicy",
     "NoPolicy",
     "Policy",
     "RowGroupPolicy",
@@ -29,3 +29,17 @@ __all__ = [
     "TuningCacheWarning",
     "TuningContext",
 ]
+
+
+def __getattr__(name: str):
+    # the merge-path policy's former name, kept importable for a while
+    if name == "AdaptivePolicy":
+        import warnings
+
+        warnings.warn(
+            "AdaptivePolicy is now called MergePathPolicy; the old name will be removed",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return MergePathPolicy
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -49,6 +49,7 @@ import numpy as np
 
 from .. import _cuda
 from .._version import __version__
+from ..backends import ALIASES, POLICY_ALIASES
 
 CACHE_FORMAT = "sparsegpu-tuning-cache"
 DEFAULTS_FORMAT = "sparsegpu-tuning-defaults"
@@ -291,6 +292,9 @@ class TunedEntry:
     @classmethod
     def from_json(cls, raw, origin: str = "tuned") -> TunedEntry:
         values = _checked_fields(cls, raw, "entry", skip={"origin"})
+        # entries written under a former backend name load under the current one
+        values["backend"] = ALIASES.get(values["backend"], values["backend"])
+        values["policy_type"] = POLICY_ALIASES.get(values["policy_type"], values["policy_type"])
         if values["row_class"] not in ROW_CLASSES:
             raise ValueError(f"entry row_class {values['row_class']!r} is not one of {ROW_CLASSES}")
         for dtype_field in ("value_dtype", "index_dtype"):

@@ -255,14 +255,14 @@ class CusparsePolicy(Policy):
             raise TypeError(f"preprocess must be a bool, got {self.preprocess!r}")
 
 
-# (block_size, nnz_per_thread) pairs the adaptive kernel is compiled for: tiles of 512 to
+# (block_size, nnz_per_thread) pairs the merge-path kernel is compiled for: tiles of 512 to
 # 2048 merge items keep a complex128 tile in 48 KiB of static shared memory.
-ADAPTIVE_SHAPES = ((128, 4), (128, 8), (128, 16), (256, 4), (256, 8))
+MERGE_PATH_SHAPES = ((128, 4), (128, 8), (128, 16), (256, 4), (256, 8))
 
 
 @dataclass(frozen=True)
-class AdaptivePolicy(Policy):
-    """The load-balanced ``adaptive`` (merge-path) kernel.
+class MergePathPolicy(Policy):
+    """The load-balanced ``merge_path`` kernel (Merrill & Garland).
 
     Attributes
     ----------
@@ -272,7 +272,7 @@ class AdaptivePolicy(Policy):
     nnz_per_thread : int
         Merge-path items (nonzeros and row ends) each thread consumes.
 
-    ``(block_size, nnz_per_thread)`` must be one of ``ADAPTIVE_SHAPES``.
+    ``(block_size, nnz_per_thread)`` must be one of ``MERGE_PATH_SHAPES``.
     """
 
     block_size: int = 256
@@ -282,10 +282,10 @@ class AdaptivePolicy(Policy):
         super().__post_init__()
         _check_block_size(self)
         _as_int(self, "nnz_per_thread", self.nnz_per_thread)
-        if (self.block_size, self.nnz_per_thread) not in ADAPTIVE_SHAPES:
+        if (self.block_size, self.nnz_per_thread) not in MERGE_PATH_SHAPES:
             raise ValueError(
                 f"(block_size, nnz_per_thread) = ({self.block_size}, {self.nnz_per_thread}) "
-                f"is not compiled; choose one of {list(ADAPTIVE_SHAPES)}"
+                f"is not compiled; choose one of {list(MERGE_PATH_SHAPES)}"
             )
 
 

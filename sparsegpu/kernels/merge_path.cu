@@ -1,4 +1,4 @@
-// adaptive: merge-path CSR SpMV, y = A x, load-balanced for any row-length distribution.
+// merge_path: merge-path CSR SpMV, y = A x, load-balanced for any row-length distribution.
 //
 // Follows Merrill & Garland, "Merge-based Parallel Sparse Matrix-Vector Multiplication"
 // (SC'16): the "merge path" of the row-end offsets (indptr[1:]) and the nonzero indices
@@ -11,13 +11,13 @@
 // its segment. Partial rows are combined by a segmented (reduce-by-key) Hillis-Steele scan
 // in shared memory and, across tiles, by adding each row's carries in tile order: in the
 // last block to finish (few tiles; an atomic counter only elects that block) or in
-// adaptive_spmv_fixup (many tiles). No floating-point atomics: same input, same bits.
+// merge_path_fixup (many tiles). No floating-point atomics: same input, same bits.
 // Work O(n_rows + nnz); each value, index and row pointer is read once.
 #include "common.cuh"
 
 template <typename V, typename I, int BLOCK, int ITEMS>
 __global__ void __launch_bounds__(BLOCK)
-adaptive_spmv(const I* __restrict__ indptr, const I* __restrict__ indices,
+merge_path_spmv(const I* __restrict__ indptr, const I* __restrict__ indices,
               const V* __restrict__ data, const V* __restrict__ x, V* __restrict__ y,
               const I* __restrict__ tile_row, const I* __restrict__ tile_nz,
               I* __restrict__ carry_row, V* __restrict__ carry_value, I n_rows,
@@ -135,7 +135,7 @@ adaptive_spmv(const I* __restrict__ indptr, const I* __restrict__ indices,
         carry_value[tile] = scan_value[tid];
     }
     if (tiles_done == nullptr) {
-        return;  // many tiles: adaptive_spmv_fixup runs as a second launch
+        return;  // many tiles: merge_path_fixup runs as a second launch
     }
     // Few tiles: the last block to finish adds the carries itself (one launch instead of
     // two). The atomic only elects that block; sums keep their fixed order.
@@ -171,7 +171,7 @@ adaptive_spmv(const I* __restrict__ indptr, const I* __restrict__ indices,
 // Adds to y the partial sums of rows that span tiles, in tile order (deterministic).
 // One thread per tile; the first tile of each run of equal carry rows sums the run.
 template <typename V, typename I>
-__global__ void adaptive_spmv_fixup(const I* __restrict__ carry_row,
+__global__ void merge_path_fixup(const I* __restrict__ carry_row,
                                     const V* __restrict__ carry_value, int n_tiles,
                                     I n_rows, V* __restrict__ y) {
     const int t = blockIdx.x * blockDim.x + threadIdx.x;

@@ -1,8 +1,9 @@
-"""The ``adaptive`` backend: merge-path SpMV, balanced for any row-length distribution.
+"""The ``merge_path`` backend: merge-path SpMV, balanced for any row-length distribution.
 
-The kernel (``kernels/adaptive.cu``, after Merrill & Garland, SC'16) splits the merge of
-row ends and nonzeros into equal tiles, so a matrix whose rows follow a power law, with
-one row holding most nonzeros or with many empty rows, keeps every thread equally busy.
+The kernel (``kernels/merge_path.cu``: Merrill & Garland, "Merge-based Parallel Sparse
+Matrix-Vector Multiplication", SC'16) splits the merge of row ends and nonzeros into equal
+tiles, so a matrix whose rows follow a power law, with one row holding most nonzeros or
+with many empty rows, keeps every thread equally busy.
 Tile start coordinates are computed once per plan on the device (one ``searchsorted``);
 each product is one kernel launch (up to ``FUSED_FIXUP_MAX_TILES`` tiles the last block to
 finish adds the carried partial sums) or two (a fix-up launch adds them). Sums run in a
@@ -16,10 +17,10 @@ import numpy as np
 from .. import _compile, _cuda
 from .._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES, KernelLaunch, name_expression
 from .._mirror import DeviceMatrix
-from ..tuning.policy import ADAPTIVE_SHAPES, AdaptivePolicy
+from ..tuning.policy import MERGE_PATH_SHAPES, MergePathPolicy
 from .base import Backend, Plan
 
-SOURCE = "adaptive.cu"
+SOURCE = "merge_path.cu"
 FIXUP_BLOCK = 256
 # Up to this many tiles the last block adds the carries itself (a few strided passes over
 # the carries, cheaper than a second launch); beyond it a separate fix-up kernel does,
@@ -29,12 +30,12 @@ FUSED_FIXUP_MAX_TILES = 1024
 
 def spmv_name(value_dtype, index_dtype, block_size: int, nnz_per_thread: int) -> str:
     """C++ name expression of the main kernel for one instantiation."""
-    return name_expression("adaptive_spmv", value_dtype, index_dtype, block_size, nnz_per_thread)
+    return name_expression("merge_path_spmv", value_dtype, index_dtype, block_size, nnz_per_thread)
 
 
 def fixup_name(value_dtype, index_dtype) -> str:
     """C++ name expression of the carry fix-up kernel."""
-    return name_expression("adaptive_spmv_fixup", value_dtype, index_dtype)
+    return name_expression("merge_path_fixup", value_dtype, index_dtype)
 
 
 FAMILY = _compile.register_family(
@@ -44,7 +45,7 @@ FAMILY = _compile.register_family(
             spmv_name(v, i, block, items)
             for v in CXX_VALUE_TYPES
             for i in CXX_INDEX_TYPES
-            for block, items in ADAPTIVE_SHAPES
+            for block, items in MERGE_PATH_SHAPES
         )
         + tuple(fixup_name(v, i) for v in CXX_VALUE_TYPES for i in CXX_INDEX_TYPES),
     )
@@ -67,10 +68,10 @@ def tile_coordinates(indptr, nnz: int, tile_items: int, xp):
     return rows.astype(indptr.dtype), (diagonals - rows).astype(indptr.dtype)
 
 
-class AdaptivePlan(Plan):
+class MergePathPlan(Plan):
     """Compiled merge-path kernels, tile coordinates and per-stream carry buffers."""
 
-    def __init__(self, matrix: DeviceMatrix, policy: AdaptivePolicy):
+    def __init__(self, matrix: DeviceMatrix, policy: MergePathPolicy):
         super().__init__(matrix, policy)
         cupy = _cuda.cupy_or_none()
         self._cupy = cupy
@@ -143,24 +144,24 @@ class AdaptivePlan(Plan):
         return y
 
 
-class AdaptiveBackend(Backend):
+class MergePathBackend(Backend):
     """Merge-path SpMV: equal work per thread whatever the row lengths; deterministic."""
 
-    name = "adaptive"
+    name = "merge_path"
     description = "load-balanced merge-path SpMV for irregular rows (deterministic, no atomics)"
-    policy_type = AdaptivePolicy
+    policy_type = MergePathPolicy
 
     def untuned_policy(self, matrix):
-        return AdaptivePolicy(source="default")
+        return MergePathPolicy(source="default")
 
     def candidates(self, matrix):
         return [
-            AdaptivePolicy(block_size=block, nnz_per_thread=items, source="candidate")
-            for block, items in ADAPTIVE_SHAPES
+            MergePathPolicy(block_size=block, nnz_per_thread=items, source="candidate")
+            for block, items in MERGE_PATH_SHAPES
         ]
 
     def plan(self, matrix, policy):
-        return AdaptivePlan(matrix, policy)
+        return MergePathPlan(matrix, policy)
 
 
-BACKENDS = [AdaptiveBackend()]
+BACKENDS = [MergePathBackend()]
