@@ -32,7 +32,7 @@ import sparsegpu as sg
 from sparsegpu import _console, _cuda, _dispatch, _timing, probe
 from sparsegpu.backends.cusparse import CusparsePlan
 from sparsegpu.datasets import synthetic
-from sparsegpu.tuning.policy import CusparsePolicy
+from sparsegpu.tuning import CusparsePolicy
 
 # the SuiteSparse matrices bundled with sparsegpu (sparsegpu.datasets)
 DEFAULT_MATRICES = str(importlib.resources.files("sparsegpu.datasets") / "data")

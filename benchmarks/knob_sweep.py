@@ -31,13 +31,10 @@ import numpy as np
 
 import sparsegpu as sg
 from sparsegpu import _cuda, _dispatch, _timing, probe
+from sparsegpu.backends.csr_vector import CsrVectorPolicy
+from sparsegpu.backends.cusparse import CusparsePolicy
+from sparsegpu.backends.merge_path import MERGE_PATH_SHAPES, MergePathPolicy
 from sparsegpu.datasets import synthetic
-from sparsegpu.tuning.policy import (
-    MERGE_PATH_SHAPES,
-    CsrVectorPolicy,
-    CusparsePolicy,
-    MergePathPolicy,
-)
 
 GATHER_SOURCE = r"""
 template <typename V, typename I>

@@ -445,7 +445,9 @@ def _default_policy(matrix_obj, backend: Backend, mirror):
         return chosen
     policy = mirror.plans.get((backend.name, "default"))
     if policy is None:
-        policy = backend.default_policy(mirror)
+        from .tuning.cache import tuned_policy  # the tuned store, else the device's default
+
+        policy = tuned_policy(backend, mirror) or backend.default_policy(mirror)
         mirror.plans[(backend.name, "default")] = policy
     return policy
 

@@ -15,10 +15,10 @@ import scipy.sparse as sp
 import sparsegpu as sg
 from sparsegpu import _dispatch
 from sparsegpu.testing import HOST_COPY
+from sparsegpu.tuning import CsrVectorPolicy
 from sparsegpu.tuning import autotune as autotune_mod
 from sparsegpu.tuning.autotune import perf_counter_time
 from sparsegpu.tuning.cache import TuningCache, TuningCacheError, TuningCacheWarning, host_context
-from sparsegpu.tuning.policy import CsrVectorPolicy
 from tests.tuning_backends import (
     CANDIDATES,
     UNTUNED,

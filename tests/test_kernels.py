@@ -19,12 +19,10 @@ from sparsegpu import _compile, _dispatch, datasets
 from sparsegpu import _occupancy as occupancy
 from sparsegpu._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES, name_expression
 from sparsegpu.backends import csr_vector, swcache
+from sparsegpu.backends.csr_vector import CsrVectorPolicy
+from sparsegpu.backends.policy import THREADS_PER_ROW_CHOICES
+from sparsegpu.backends.swcache import SoftwareCachePolicy
 from sparsegpu.testing import assert_product_close, awkward_matrices, random_vector
-from sparsegpu.tuning.policy import (
-    THREADS_PER_ROW_CHOICES,
-    CsrVectorPolicy,
-    SoftwareCachePolicy,
-)
 
 KERNEL_BACKENDS = ("vector", "texture", "readonly", "shuffle", "swcache")
 DTYPE_PAIRS = [
@@ -323,7 +321,7 @@ def test_untuned_policy_and_candidates(cupy, backend_name):
     A = sg.csr_matrix(awkward_matrices(np.float64, np.int32)["random_200x150"])
     backend = _dispatch.registered()[backend_name]
     mirror = A._sg_mirror(backend.residence, np.float64)
-    untuned = backend.untuned_policy(mirror)
+    untuned = backend.default_policy(mirror)
     assert untuned.source == "occupancy"
     assert untuned.threads_per_row == occupancy.threads_per_row_for(mirror.stats.mean)
     candidates = backend.candidates(mirror)

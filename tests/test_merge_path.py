@@ -10,7 +10,12 @@ import sparsegpu as sg
 import sparsegpu.tuning
 from sparsegpu import _dispatch
 from sparsegpu.backends import canonical_name
-from sparsegpu.backends.merge_path import FAMILY, tile_coordinates
+from sparsegpu.backends.merge_path import (
+    FAMILY,
+    MERGE_PATH_SHAPES,
+    MergePathPolicy,
+    tile_coordinates,
+)
 from sparsegpu.testing import (
     INDEX_DTYPES,
     VALUE_DTYPES,
@@ -20,7 +25,6 @@ from sparsegpu.testing import (
     random_vector,
 )
 from sparsegpu.tuning.cache import TunedEntry
-from sparsegpu.tuning.policy import MERGE_PATH_SHAPES, MergePathPolicy
 
 AWKWARD_NAMES = list(awkward_matrices())
 DTYPE_IDS = [np.dtype(d).name for d in VALUE_DTYPES]

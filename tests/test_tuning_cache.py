@@ -19,6 +19,7 @@ import pytest
 import sparsegpu as sg
 from sparsegpu import _dispatch
 from sparsegpu.testing import HOST_COPY
+from sparsegpu.tuning import CsrVectorPolicy
 from sparsegpu.tuning import cache as cache_mod
 from sparsegpu.tuning.cache import (
     CACHE_FILE,
@@ -29,7 +30,6 @@ from sparsegpu.tuning.cache import (
     TuningContext,
     kernel_sources_digest,
 )
-from sparsegpu.tuning.policy import CsrVectorPolicy
 from tests.tuning_backends import UNTUNED, SweepBackend
 
 CONTEXT = TuningContext(

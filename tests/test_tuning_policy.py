@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from sparsegpu.tuning.policy import (
+from sparsegpu.tuning import (
     CsrVectorPolicy,
     CusparsePolicy,
     MergePathPolicy,

@@ -12,7 +12,7 @@ import numpy as np
 
 from .._mirror import CUPY, DeviceMatrix, Residence
 from .._spmm import csr_spmm
-from ..tuning.policy import Policy
+from .policy import Policy
 
 FLOAT_AND_COMPLEX = tuple(
     np.dtype(t) for t in (np.float32, np.float64, np.complex64, np.complex128)
@@ -201,23 +201,16 @@ class Backend:
         )
 
     def default_policy(self, matrix: DeviceMatrix) -> Policy:
-        """The policy used when none is given (cached per mirror by the dispatcher).
+        """The policy derived from the device and the matrix alone (occupancy, row lengths).
 
-        The tuning cache's entry for this device, dtypes and row-length class, else the
-        defaults shipped with sparsegpu, else :meth:`untuned_policy`.
+        Tuned policies are not looked up here: the tuning store sits above the backends and
+        is consulted by whoever selects the policy (:mod:`sparsegpu._dispatch`).
         """
-        from ..tuning.cache import tuned_policy
-
-        tuned = tuned_policy(self, matrix)
-        return tuned if tuned is not None else self.untuned_policy(matrix)
-
-    def untuned_policy(self, matrix: DeviceMatrix) -> Policy:
-        """The policy derived from the device and the matrix alone (occupancy, row lengths)."""
         return self.policy_type(source="default")
 
     def candidates(self, matrix: DeviceMatrix) -> list[Policy]:
-        """The policies the autotuner sweeps for this matrix (the untuned one included)."""
-        return [self.untuned_policy(matrix)]
+        """The policies the autotuner sweeps for this matrix (the default one included)."""
+        return [self.default_policy(matrix)]
 
     def plan(self, matrix: DeviceMatrix, policy: Policy) -> Plan:
         raise NotImplementedError

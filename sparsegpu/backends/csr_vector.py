@@ -11,6 +11,7 @@ shuffles). Block size and threads per row come from a :class:`CsrVectorPolicy`.
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -18,8 +19,8 @@ from .. import _compile, _cuda
 from .. import _occupancy as occupancy
 from .._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES, KernelLaunch, name_expression
 from .._mirror import DeviceMatrix
-from ..tuning.policy import THREADS_PER_ROW_CHOICES, CsrVectorPolicy
 from .base import Backend, Plan
+from .policy import SECONDARY, THREADS_PER_ROW_CHOICES, RowGroupPolicy, check_int_choice
 
 SOURCE = "csr_vector.cu"
 
@@ -45,6 +46,59 @@ LOAD_SHAPE_CANDIDATES = (
     {"unroll": 1, "stream_matrix": True},
     {"unroll": 2, "stream_matrix": True, "vector_loads": True},
 )
+
+
+UNROLL_CHOICES = (1, 2, 4, 8)
+
+
+@dataclass(frozen=True)
+class CsrVectorPolicy(RowGroupPolicy):
+    """The CSR vector kernel family (``vector``, ``texture``, ``readonly``, ``shuffle``).
+
+    Attributes
+    ----------
+    block_size, threads_per_row, max_registers
+        As in :class:`RowGroupPolicy`.
+    unroll : int
+        Independent (index, value, x) loads each thread keeps in flight per trip through a
+        row (1, 2, 4 or 8). More hides more latency on long or scattered rows, at the price
+        of registers and of predicated-off loads on short rows.
+    stream_matrix : bool
+        Read the matrix's values and indices with evict-first (``__ldcs``) loads, so that
+        the streamed matrix does not push x out of L1 and L2.
+    vector_loads : bool
+        Read values and indices as quads of 4 entries with 16-byte loads (each lane takes
+        whole aligned quads, skipping entries of the neighbouring rows): a quarter of the
+        load instructions and fewer L1 wavefronts for rows of a few dozen entries, where
+        the scalar loads of 4 sub-warp groups touch 4 misaligned segments each.
+
+    ``unroll`` (quads per trip with ``vector_loads``), ``stream_matrix`` and
+    ``vector_loads`` are compile-time macros of the kernel; a policy that changes them
+    compiles its own variant (once, memoized).
+    """
+
+    unroll: int = field(default=4, metadata=SECONDARY)
+    stream_matrix: bool = field(default=False, metadata=SECONDARY)
+    vector_loads: bool = field(default=False, metadata=SECONDARY)
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_int_choice(self, "unroll", UNROLL_CHOICES)
+        for name in ("stream_matrix", "vector_loads"):
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
+
+    def compile_options(self) -> tuple[str, ...]:
+        """NVRTC options this policy adds to its kernel's compilation."""
+        options = super().compile_options()
+        if self.unroll != 4:
+            options += (f"-DSPARSEGPU_UNROLL={self.unroll}",)
+        if self.stream_matrix:
+            options += ("-DSPARSEGPU_STREAM_MATRIX=1",)
+        if self.vector_loads:
+            options += ("-DSPARSEGPU_VECTOR_LOADS=1",)
+        return options
 
 
 def kernel_name(value_dtype, index_dtype, threads_per_row, load_path, reduction) -> str:
@@ -242,7 +296,7 @@ class CsrVectorBackend(Backend):
             policy.compile_options(),
         )
 
-    def untuned_policy(self, matrix: DeviceMatrix) -> CsrVectorPolicy:
+    def default_policy(self, matrix: DeviceMatrix) -> CsrVectorPolicy:
         """Threads per row from the mean row length; block size from the occupancy API."""
         if matrix.shape[0] == 0 or matrix.nnz == 0:
             return CsrVectorPolicy(source="default")
@@ -259,7 +313,7 @@ class CsrVectorBackend(Backend):
         and, at block size 512, the load-shape knobs that won somewhere in the H200 sweep
         (knob_sweep_h200.jsonl): fewer loads per trip, quad loads (with and without a cap
         of 40 registers), and streamed matrix loads."""
-        untuned = self.untuned_policy(matrix)
+        untuned = self.default_policy(matrix)
         out = [untuned]
         nearby = nearby_threads_per_row(untuned.threads_per_row)
         for threads_per_row in nearby:

@@ -12,13 +12,15 @@ fixed order whatever the scheduling: results are bitwise reproducible.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from .. import _compile, _cuda
 from .._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES, KernelLaunch, name_expression
 from .._mirror import DeviceMatrix
-from ..tuning.policy import MERGE_PATH_SHAPES, MergePathPolicy
 from .base import Backend, Plan
+from .policy import Policy, as_int, check_block_size
 
 SOURCE = "merge_path.cu"
 FIXUP_BLOCK = 256
@@ -26,6 +28,40 @@ FIXUP_BLOCK = 256
 # the carries, cheaper than a second launch); beyond it a separate fix-up kernel does,
 # so that one block's serial tail never shows on large matrices.
 FUSED_FIXUP_MAX_TILES = 1024
+
+
+# (block_size, nnz_per_thread) pairs the merge-path kernel is compiled for: tiles of 512 to
+# 2048 merge items keep a complex128 tile in 48 KiB of static shared memory.
+MERGE_PATH_SHAPES = ((128, 4), (128, 8), (128, 16), (256, 4), (256, 8))
+
+
+@dataclass(frozen=True)
+class MergePathPolicy(Policy):
+    """The load-balanced ``merge_path`` kernel (Merrill & Garland).
+
+    Attributes
+    ----------
+    block_size : int
+        Threads per block; one block consumes one tile of ``block_size * nnz_per_thread``
+        merge items.
+    nnz_per_thread : int
+        Merge-path items (nonzeros and row ends) each thread consumes.
+
+    ``(block_size, nnz_per_thread)`` must be one of ``MERGE_PATH_SHAPES``.
+    """
+
+    block_size: int = 256
+    nnz_per_thread: int = 8
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_block_size(self)
+        as_int(self, "nnz_per_thread", self.nnz_per_thread)
+        if (self.block_size, self.nnz_per_thread) not in MERGE_PATH_SHAPES:
+            raise ValueError(
+                f"(block_size, nnz_per_thread) = ({self.block_size}, {self.nnz_per_thread}) "
+                f"is not compiled; choose one of {list(MERGE_PATH_SHAPES)}"
+            )
 
 
 def spmv_name(value_dtype, index_dtype, block_size: int, nnz_per_thread: int) -> str:
@@ -151,7 +187,7 @@ class MergePathBackend(Backend):
     description = "load-balanced merge-path SpMV for irregular rows (deterministic, no atomics)"
     policy_type = MergePathPolicy
 
-    def untuned_policy(self, matrix):
+    def default_policy(self, matrix):
         return MergePathPolicy(source="default")
 
     def candidates(self, matrix):

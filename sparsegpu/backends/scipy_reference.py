@@ -7,12 +7,14 @@ takes.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import scipy.sparse as sp
 
 from .._mirror import HOST, DeviceMatrix
-from ..tuning.policy import NoPolicy
 from .base import INT32_AND_INT64, Backend, Plan
+from .policy import Policy
 
 ALL_SCIPY_DTYPES = tuple(
     np.dtype(t)
@@ -34,6 +36,11 @@ ALL_SCIPY_DTYPES = tuple(
         np.clongdouble,
     )
 )
+
+
+@dataclass(frozen=True)
+class NoPolicy(Policy):
+    """For backends with no knobs (``scipy``)."""
 
 
 class ScipyPlan(Plan):

@@ -4,10 +4,12 @@ Hirasawa, Shimoda, Ohshima and Honda's direct-mapped software cache ("A Software
 Implementation for GPU") in a CSR SpMV kernel
 (``kernels/swcache.cu``): each warp keeps ``num_lines`` lines of ``line_size`` elements of
 x in shared memory, with a tag per line; a miss fills the whole line cooperatively. The
-knobs live in a :class:`~sparsegpu.tuning.policy.SoftwareCachePolicy`.
+knobs live in a :class:`SoftwareCachePolicy`.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -15,9 +17,9 @@ from .. import _compile
 from .. import _occupancy as occupancy
 from .._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES, name_expression
 from .._mirror import DeviceMatrix
-from ..tuning.policy import THREADS_PER_ROW_CHOICES, SoftwareCachePolicy
 from .base import Backend
 from .csr_vector import KernelPlan, nearby_threads_per_row
+from .policy import THREADS_PER_ROW_CHOICES, RowGroupPolicy, check_int_choice
 
 SOURCE = "swcache.cu"
 TAG_BYTES = 8
@@ -32,6 +34,28 @@ UNTUNED_NUM_LINES = 8
 # GPUs) to many short ones.
 CANDIDATE_CACHE_SHAPES = ((256, 1), (128, 2), (128, 4), (64, 8), (32, 8), (32, 16), (16, 32))
 CANDIDATE_BLOCK_SIZES = (128, 256, 512)
+
+
+@dataclass(frozen=True)
+class SoftwareCachePolicy(RowGroupPolicy):
+    """The ``swcache`` kernel: a direct-mapped cache of x in shared memory.
+
+    Attributes
+    ----------
+    line_size : int
+        Elements of x per cache line (a power of two, 8..1024).
+    num_lines : int
+        Lines in the cache (a power of two, 1..1024). Each warp owns its own cache, so
+        shared memory per block is ``block_size / 32 * num_lines * (line_size * itemsize + 8)``.
+    """
+
+    line_size: int = 128
+    num_lines: int = 8
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_int_choice(self, "line_size", tuple(2**k for k in range(3, 11)))
+        check_int_choice(self, "num_lines", tuple(2**k for k in range(0, 11)))
 
 
 def kernel_name(value_dtype, index_dtype, threads_per_row) -> str:
@@ -87,7 +111,7 @@ class SoftwareCacheBackend(Backend):
             SOURCE, kernel_name(matrix.dtype, matrix.index_dtype, threads_per_row)
         )
 
-    def untuned_policy(self, matrix: DeviceMatrix) -> SoftwareCachePolicy:
+    def default_policy(self, matrix: DeviceMatrix) -> SoftwareCachePolicy:
         """Threads per row from the mean row length; block size from the occupancy API."""
         if matrix.shape[0] == 0 or matrix.nnz == 0:
             return SoftwareCachePolicy(source="default")
@@ -111,7 +135,7 @@ class SoftwareCacheBackend(Backend):
         """
         from .. import _cuda
 
-        untuned = self.untuned_policy(matrix)
+        untuned = self.default_policy(matrix)
         limit = _cuda.device_info().shared_memory_per_block_optin
         out = [untuned]
         for threads_per_row in nearby_threads_per_row(untuned.threads_per_row):

@@ -1,19 +1,19 @@
-"""Launch policies, their defaults, the autotuner and its on-disk cache.
+"""Launch policies, the autotuner and its on-disk cache.
+
+Every policy class is re-exported here; each is defined beside its kernel, in its backend
+module.
 
 :func:`sparsegpu.autotune` lives in :mod:`sparsegpu.tuning.autotune`; the cache in
 :mod:`sparsegpu.tuning.cache`.
 """
 
+from ..backends.csr_vector import CsrVectorPolicy
+from ..backends.cusparse import CusparsePolicy
+from ..backends.merge_path import MergePathPolicy
+from ..backends.policy import Policy, RowGroupPolicy
+from ..backends.scipy_reference import NoPolicy
+from ..backends.swcache import SoftwareCachePolicy
 from .cache import TunedEntry, TuningCache, TuningCacheError, TuningCacheWarning, TuningContext
-from .policy import (
-    CsrVectorPolicy,
-    CusparsePolicy,
-    MergePathPolicy,
-    NoPolicy,
-    Policy,
-    RowGroupPolicy,
-    SoftwareCachePolicy,
-)
 
 __all__ = [
     "CsrVectorPolicy",

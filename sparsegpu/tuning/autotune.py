@@ -430,7 +430,7 @@ def _prepare(backend, dtype, matrix, oracle, timer) -> _Sweep | CandidateResult:
     if not backend.supports(mirror):
         reason = backend.refuse_reason(mirror) or "unsupported"
         return CandidateResult(name, dtype_name, None, False, SKIPPED, message=reason)
-    untuned = backend.untuned_policy(mirror)
+    untuned = backend.default_policy(mirror)
     candidates = [untuned] + [p for p in backend.candidates(mirror) if p != untuned]
     candidates = list(dict.fromkeys(candidates))
     xp = mirror.xp

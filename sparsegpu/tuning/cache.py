@@ -696,7 +696,7 @@ def default_cache() -> TuningCache:
 def tuned_policy(backend, matrix, cache: TuningCache | None = None):
     """The cached policy of ``backend`` for mirror ``matrix``, or None.
 
-    Consulted by :meth:`sparsegpu.backends.base.Backend.default_policy`. Never raises for
+    Consulted by :func:`sparsegpu._dispatch._default_policy`. Never raises for
     cache trouble: an unreadable cache or an unusable entry gives a warning and None, so
     a product always runs (on the untuned policy at worst).
     """
