@@ -116,7 +116,6 @@ class CusparsePlan(Plan):
         cupy = _cuda.cupy_or_none()
         self._cupy = cupy
         self._lib = lib = _bindings()
-        self._device = cupy.cuda.Device()
         self._get_handle = cupy.cuda.device.get_cusparse_handle
         n_rows, n_cols = matrix.shape
         self._n_rows = n_rows

@@ -55,7 +55,6 @@ class ScipyPlan(Plan):
             matrix.shape, dtype=matrix.dtype.newbyteorder("=")
         )
         csr.data, csr.indices, csr.indptr = matrix.data, matrix.indices, matrix.indptr
-        self._csr = csr
         # scipy >= 1.13 names the hooks _matmul_*, older releases _mul_*
         self._vector = getattr(csr, "_matmul_vector", None) or csr._mul_vector
         self._multivector = getattr(csr, "_matmul_multivector", None) or csr._mul_multivector
