@@ -14,7 +14,7 @@ import sparsegpu
 
 from . import common
 
-TUNED_BACKENDS = ["shuffle", "adaptive", "cusparse"]
+TUNED_BACKENDS = ["shuffle", "merge_path", "cusparse"]
 
 
 class Autotune:

@@ -2,7 +2,7 @@
 
 For every matrix of ``sparsegpu.datasets.synthetic.suite(scale)`` and every Matrix Market
 file in ``--matrices`` (read with scipy.io.mmread), in each dtype asked for: the median
-time (CUDA events) of ``A @ x`` through sparsegpu's ``auto``, the ``adaptive`` and
+time (CUDA events) of ``A @ x`` through sparsegpu's ``auto``, the ``merge_path`` and
 ``cusparse`` backends, cupyx.scipy.sparse, and raw cuSPARSE SpMV with descriptors and
 workspace made once (CSR ALG1 and ALG2, the best kept). Every answer is checked against
 cupyx's before anything is timed. GB/s counts values + indices + row pointers + x + y
@@ -32,7 +32,7 @@ import sparsegpu as sg
 from sparsegpu import _console, _cuda, _dispatch, _registry, _select, _timing, probe
 from sparsegpu.backends.cusparse import CusparsePlan
 from sparsegpu.datasets import synthetic
-from sparsegpu.tuning.policy import CusparsePolicy
+from sparsegpu.tuning import CusparsePolicy
 
 # the SuiteSparse matrices bundled with sparsegpu (sparsegpu.datasets)
 DEFAULT_MATRICES = str(importlib.resources.files("sparsegpu.datasets") / "data")
@@ -64,7 +64,7 @@ def measure_host_overhead(cupy, cupyx_sparse) -> dict:
     out["auto_matvec_function_us"] = host_overhead_us(lambda: sg.matvec(A, x), cupy)
     plan = _dispatch.plan_for(A, np.float64)
     out["auto_plan_only_us"] = host_overhead_us(lambda: plan.matvec(x), cupy)
-    for name in ("cusparse", "adaptive"):
+    for name in ("cusparse", "merge_path"):
         B = sg.csr_matrix(A)
         B.backend = name
         out[f"{name}_us"] = host_overhead_us(lambda B=B: B @ x, cupy)
@@ -116,7 +116,7 @@ def bench_one(name, build, dtype, cupy, cupyx_sparse, copy_gbs) -> dict:
     times["raw_best"] = min(raw.values())
     check(Acx @ x, "cupyx")
     times["cupyx"] = _timing.cuda_time(lambda: Acx @ x, inner=inner).median_ms
-    for backend in ("adaptive", "cusparse"):
+    for backend in ("merge_path", "cusparse"):
         check(sg.matvec(A, x, backend=backend), backend)
         times[backend] = _timing.cuda_time(
             lambda backend=backend: sg.matvec(A, x, backend=backend), inner=inner
@@ -141,7 +141,7 @@ def bench_one(name, build, dtype, cupy, cupyx_sparse, copy_gbs) -> dict:
         "gb_per_s": {k: _timing.gb_per_s(nbytes, v) for k, v in times.items()},
         "auto_vs_raw_best": times["raw_best"] / times["auto"],
         "auto_vs_cupyx": times["cupyx"] / times["auto"],
-        "adaptive_vs_raw_best": times["raw_best"] / times["adaptive"],
+        "merge_path_vs_raw_best": times["raw_best"] / times["merge_path"],
     }
     row["pct_copy"] = {k: 100 * v / copy_gbs for k, v in row["gb_per_s"].items()}
     return row
@@ -172,7 +172,7 @@ def markdown(result) -> str:
         f"CUDA {result['versions']['cuda_runtime']}. Median of CUDA-event timings.",
         "",
         "| matrix | dtype | nnz | auto | auto ms | auto GB/s | % copy | raw best ms | "
-        "cupyx ms | adaptive ms | auto/raw | auto/cupyx |",
+        "cupyx ms | merge_path ms | auto/raw | auto/cupyx |",
         "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in result["results"]:
@@ -180,7 +180,7 @@ def markdown(result) -> str:
         lines.append(
             f"| {r['matrix']} | {r['dtype']} | {r['nnz']:,} | {r['auto_backend']} | "
             f"{ms['auto']:.4f} | {r['gb_per_s']['auto']:.0f} | {r['pct_copy']['auto']:.0f} | "
-            f"{ms['raw_best']:.4f} | {ms['cupyx']:.4f} | {ms['adaptive']:.4f} | "
+            f"{ms['raw_best']:.4f} | {ms['cupyx']:.4f} | {ms['merge_path']:.4f} | "
             f"{r['auto_vs_raw_best']:.2f}x | {r['auto_vs_cupyx']:.2f}x |"
         )
     lines += [
@@ -198,7 +198,7 @@ def markdown(result) -> str:
         "",
         f"Host time per `A @ x` call, 1,000 rows, cupy x, no sync: sparsegpu auto "
         f"({h['auto_backend']}) {h['auto_us']:.1f} µs, cusparse {h['cusparse_us']:.1f} µs, "
-        f"adaptive {h['adaptive_us']:.1f} µs; cupyx {h['cupyx_us']:.1f} µs. Of auto's: "
+        f"merge_path {h['merge_path_us']:.1f} µs; cupyx {h['cupyx_us']:.1f} µs. Of auto's: "
         f"`sparsegpu.matvec(A, x)` {h['auto_matvec_function_us']:.1f} µs, the plan's "
         f"matvec alone {h['auto_plan_only_us']:.1f} µs.",
     ]

@@ -31,13 +31,11 @@ sys.path.insert(0, str(ROOT))
 
 import sparsegpu as sg  # noqa: E402
 from sparsegpu import _console, _cuda, _dispatch, _registry, _timing, probe  # noqa: E402
+from sparsegpu.backends.csr_vector import CsrVectorPolicy  # noqa: E402
+from sparsegpu.backends.policy import THREADS_PER_ROW_CHOICES  # noqa: E402
+from sparsegpu.backends.swcache import SoftwareCachePolicy  # noqa: E402
 from sparsegpu.datasets import synthetic  # noqa: E402
 from sparsegpu.testing import assert_product_close, random_vector, tolerance  # noqa: E402
-from sparsegpu.tuning.policy import (  # noqa: E402
-    THREADS_PER_ROW_CHOICES,
-    CsrVectorPolicy,
-    SoftwareCachePolicy,
-)
 
 KERNEL_BACKENDS = ("vector", "texture", "readonly", "shuffle", "swcache")
 SWEEP_BLOCK_SIZES = (64, 128, 256)
@@ -72,7 +70,7 @@ def sweep(backend, mirror) -> list:
     Threads per row from an eighth to twice the untuned choice; the software cache keeps the
     untuned threads per row and sweeps its cache shape instead.
     """
-    untuned = backend.untuned_policy(mirror)
+    untuned = backend.default_policy(mirror)
     out = [untuned]
     if isinstance(untuned, SoftwareCachePolicy):
         for block in SWEEP_CACHE_BLOCK_SIZES:

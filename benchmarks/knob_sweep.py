@@ -2,7 +2,7 @@
 
 For each matrix and dtype: the ``shuffle`` backend (the CSR vector kernel with ``__ldg`` and
 the shuffle reduction) over threads per row x unroll x streamed matrix loads x register cap
-x block size, the ``adaptive`` kernel at every compiled shape, the ``cusparse`` backend
+x block size, the ``merge_path`` kernel at every compiled shape, the ``cusparse`` backend
 (descriptors reused: the raw-cuSPARSE time) with CSR ALG1 and ALG2, and two floors measured
 on the same matrix: the copy bandwidth, and a *gather* kernel that reads the matrix's column
 indices and x[column] once each and nothing else (no values, no y per row), which bounds
@@ -31,8 +31,10 @@ import numpy as np
 
 import sparsegpu as sg
 from sparsegpu import _cuda, _dispatch, _registry, _timing, probe
+from sparsegpu.backends.csr_vector import CsrVectorPolicy
+from sparsegpu.backends.cusparse import CusparsePolicy
+from sparsegpu.backends.merge_path import MERGE_PATH_SHAPES, MergePathPolicy
 from sparsegpu.datasets import synthetic
-from sparsegpu.tuning.policy import ADAPTIVE_SHAPES, AdaptivePolicy, CsrVectorPolicy, CusparsePolicy
 
 GATHER_SOURCE = r"""
 template <typename V, typename I>
@@ -52,14 +54,12 @@ __global__ void gather(const I* __restrict__ indices, const V* __restrict__ x,
 """
 
 SWEEPS = {
-    # matrix: (threads per row, unroll, stream, register caps, block rows, vector loads,
-    # block sizes)
+    # matrix: (threads per row, unroll, stream, register caps, vector loads, block sizes)
     "stencil3d27_150": (
         (8, 16),
         (1, 2, 4),
         (False, True),
         (None, 40),
-        (False, True),
         (False, True),
         (512, 1024),
     ),
@@ -68,11 +68,10 @@ SWEEPS = {
         (1, 2, 4),
         (False, True),
         (None,),
-        (False,),
         (False, True),
         (128, 512),
     ),
-    "uniform_4M_x16": ((4, 8), (1, 2), (True,), (None,), (False,), (False, True), (256,)),
+    "uniform_4M_x16": ((4, 8), (1, 2), (True,), (None,), (False, True), (256,)),
     "powerlaw_4M": ((), (), (), (), (), (), ()),
 }
 
@@ -137,16 +136,15 @@ def sweep_matrix(name, build, dtype, cupy, copy_gbs, repeat, emit):
     emit({**base, "backend": "gather_floor", "knobs": {}, "ms": floor_ms})
     for algorithm in ("csr_alg1", "csr_alg2"):
         timed("cusparse", CusparsePolicy(algorithm))
-    for block, items in ADAPTIVE_SHAPES:
-        timed("adaptive", AdaptivePolicy(block, items))
-    for tpr, unroll, stream, cap, rows, vector, block in itertools.product(*SWEEPS[name]):
+    for block, items in MERGE_PATH_SHAPES:
+        timed("merge_path", MergePathPolicy(block, items))
+    for tpr, unroll, stream, cap, vector, block in itertools.product(*SWEEPS[name]):
         policy = CsrVectorPolicy(
             block,
             tpr,
             cap,
             unroll=unroll,
             stream_matrix=stream,
-            block_rows=rows,
             vector_loads=vector,
         )
         timed("shuffle", policy)
@@ -168,7 +166,7 @@ def summarize(jsonl_path) -> tuple[dict, str]:
         "raw records in `knob_sweep_h200.jsonl` (`benchmarks/knob_sweep.py`). The gather "
         "floor reads the column indices and gathers x once each, nothing else.",
         "",
-        "| matrix | dtype | gather floor ms | cuSPARSE ms | adaptive ms | shuffle ms | % copy "
+        "| matrix | dtype | gather floor ms | cuSPARSE ms | merge_path ms | shuffle ms | % copy "
         "| shuffle/cuSPARSE | best shuffle policy | best without quad loads |",
         "|---|---|---:|---:|---:|---:|---:|---:|---|---|",
     ]
@@ -178,7 +176,7 @@ def summarize(jsonl_path) -> tuple[dict, str]:
             chosen = [r for r in group if r["backend"] == backend and keep(r)]
             return min(chosen, key=lambda r: r["ms"]) if chosen else None
 
-        floor, cus, ada = best("gather_floor"), best("cusparse"), best("adaptive")
+        floor, cus, merged = best("gather_floor"), best("cusparse"), best("merge_path")
         shu = best("shuffle")
         scalar = best("shuffle", lambda r: not r["knobs"].get("vector_loads"))
         row = {
@@ -186,14 +184,14 @@ def summarize(jsonl_path) -> tuple[dict, str]:
             "dtype": dtype,
             "gather_floor_ms": floor["ms"],
             "cusparse": cus,
-            "adaptive": ada,
+            "merge_path": merged,
             "shuffle": shu,
             "shuffle_scalar_loads": scalar,
         }
         out["rows"].append(row)
         if shu is None:
             lines.append(
-                f"| {matrix} | {dtype} | {floor['ms']:.4f} | {cus['ms']:.4f} | {ada['ms']:.4f} "
+                f"| {matrix} | {dtype} | {floor['ms']:.4f} | {cus['ms']:.4f} | {merged['ms']:.4f} "
                 "| - | - | - | - | - |"
             )
             continue
@@ -202,7 +200,7 @@ def summarize(jsonl_path) -> tuple[dict, str]:
             return " ".join(f"{k}={v}" for k, v in r["knobs"].items() if v not in (None, False))
 
         lines.append(
-            f"| {matrix} | {dtype} | {floor['ms']:.4f} | {cus['ms']:.4f} | {ada['ms']:.4f} | "
+            f"| {matrix} | {dtype} | {floor['ms']:.4f} | {cus['ms']:.4f} | {merged['ms']:.4f} | "
             f"{shu['ms']:.4f} | {shu['pct_copy']:.1f} | {cus['ms'] / shu['ms']:.2f}x | "
             f"{knobs(shu)} | {knobs(scalar)} ({scalar['pct_copy']:.1f}%) |"
         )

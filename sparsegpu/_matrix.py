@@ -146,7 +146,7 @@ class _SparseGPUMixin:
     @backend.setter
     def backend(self, name: str | None):
         if name is not None:
-            _registry.check_name(name)
+            name = _registry.check_name(name)
         self._sg_backend = name
 
     @property
@@ -156,7 +156,7 @@ class _SparseGPUMixin:
 
     @policy.setter
     def policy(self, policy):
-        from .tuning.policy import Policy
+        from .backends.policy import Policy
 
         if policy is not None and not isinstance(policy, Policy):
             raise TypeError(f"policy must be a sparsegpu Policy or None, got {policy!r}")

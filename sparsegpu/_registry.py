@@ -12,7 +12,7 @@ import importlib
 import threading
 from dataclasses import dataclass
 
-from .backends import BUILTIN_MODULES
+from .backends import BUILTIN_MODULES, canonical_name
 from .backends.base import Backend
 
 AUTO = "auto"
@@ -133,6 +133,7 @@ def get_backend(name: str) -> Backend:
     """
     if not isinstance(name, str):
         raise TypeError(f"a backend name must be a str, got {type(name).__name__}")
+    name = canonical_name(name)
     backend = registered().get(name)
     if backend is None:
         raise ValueError(
@@ -147,7 +148,9 @@ def get_backend(name: str) -> Backend:
 
 
 def check_name(name: str) -> str:
-    """Validate a name for ``A.backend`` / ``use_backend``; ``"auto"`` is always valid."""
+    """Validate a name for ``A.backend`` / ``use_backend`` (``"auto"`` is always valid);
+    returns the current name of a backend given by a former one."""
+    name = canonical_name(name)
     if name != AUTO:
         get_backend(name)
     return name

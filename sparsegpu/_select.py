@@ -60,7 +60,7 @@ def use_backend(name: str):
     >>> with sg.use_backend("scipy"):
     ...     y = A @ np.ones(3)
     """
-    _registry.check_name(name)
+    name = _registry.check_name(name)
     token = _scoped.set(name)
     try:
         yield name

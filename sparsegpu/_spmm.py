@@ -8,32 +8,26 @@ columns (once for k <= 32).
 
 from __future__ import annotations
 
-import numpy as np
-
 from ._compile import KernelFamily, get_kernel, register_family
+from ._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES, KernelLaunch, name_expression
+from ._occupancy import threads_per_row_for
 
-_VALUE_TYPES = {
-    np.dtype(np.float32): "float",
-    np.dtype(np.float64): "double",
-    np.dtype(np.complex64): "float2",
-    np.dtype(np.complex128): "double2",
-}
-_INDEX_TYPES = {np.dtype(np.int32): "int", np.dtype(np.int64): "long long"}
 _POWERS_OF_TWO = (1, 2, 4, 8, 16, 32)
 BLOCK_SIZE = 256
 
 
-def _name(value: str, index: str, threads_per_row: int, column_lanes: int) -> str:
-    return f"csr_spmm<{value}, {index}, {threads_per_row}, {column_lanes}>"
+def kernel_name(value_dtype, index_dtype, threads_per_row: int, column_lanes: int) -> str:
+    """The C++ name of one instantiation, e.g. ``csr_spmm<double, int, 32, 16>``."""
+    return name_expression("csr_spmm", value_dtype, index_dtype, threads_per_row, column_lanes)
 
 
 SPMM_FAMILY = register_family(
     KernelFamily(
         "csr_spmm.cu",
         tuple(
-            _name(v, i, t, c)
-            for v in _VALUE_TYPES.values()
-            for i in _INDEX_TYPES.values()
+            kernel_name(v, i, t, c)
+            for v in CXX_VALUE_TYPES
+            for i in CXX_INDEX_TYPES
             for t in _POWERS_OF_TWO
             for c in _POWERS_OF_TWO
             if c <= t
@@ -50,12 +44,10 @@ def launch_shape(mean_row_length: float, k: int) -> tuple[int, int]:
     """(threads_per_row, column_lanes) for k columns and the mean row length.
 
     Lanes across columns cover k (up to a warp); the rest of the warp splits the row's
-    nonzeros, as many lanes as the mean row length fills (the CSR-vector rule of seeds/003).
+    nonzeros by the matvec kernels' rule (:func:`sparsegpu._occupancy.threads_per_row_for`).
     """
     column_lanes = _power_of_two_at_least(max(k, 1))
-    nonzero_lanes = 1
-    while nonzero_lanes * 2 <= mean_row_length and column_lanes * nonzero_lanes * 2 <= 32:
-        nonzero_lanes *= 2
+    nonzero_lanes = threads_per_row_for(mean_row_length, limit=32 // column_lanes)
     return column_lanes * nonzero_lanes, column_lanes
 
 
@@ -84,17 +76,11 @@ def csr_spmm(matrix, X, out):
     threads_per_row, column_lanes = launch_shape(matrix.stats.mean, k)
     kernel = get_kernel(
         SPMM_FAMILY.source,
-        _name(
-            _VALUE_TYPES[matrix.dtype],
-            _INDEX_TYPES[matrix.index_dtype],
-            threads_per_row,
-            column_lanes,
-        ),
+        kernel_name(matrix.dtype, matrix.index_dtype, threads_per_row, column_lanes),
     )
     grid = (n_rows * threads_per_row + BLOCK_SIZE - 1) // BLOCK_SIZE
-    kernel(
-        (grid,),
-        (BLOCK_SIZE,),
-        (matrix.data, matrix.indices, matrix.indptr, X, out, np.int64(n_rows), np.int32(k)),
+    launch = KernelLaunch(
+        kernel, BLOCK_SIZE, (matrix.data, matrix.indices, matrix.indptr, X, out, n_rows, k)
     )
+    launch(grid)
     return out

@@ -53,6 +53,7 @@ import numpy as np
 from . import _cuda
 from ._files import ENV_CACHE_DIR, cache_dir, create_beside
 from ._version import __version__
+from .backends import ALIASES, POLICY_ALIASES
 
 CACHE_FORMAT = "sparsegpu-tuning-cache"
 DEFAULTS_FORMAT = "sparsegpu-tuning-defaults"
@@ -229,7 +230,7 @@ class TunedEntry:
     policy_type : str
         The policy class name (``"CsrVectorPolicy"``).
     knobs : dict
-        :meth:`~sparsegpu.tuning.policy.Policy.knobs` of the winner.
+        :meth:`~sparsegpu.backends.policy.Policy.knobs` of the winner.
     time_ms, gb_per_s : float
         Median time and bandwidth of the winner on the matrix it was tuned on.
     untuned_time_ms : float or None
@@ -274,6 +275,9 @@ class TunedEntry:
     @classmethod
     def from_json(cls, raw, origin: str = "tuned") -> TunedEntry:
         values = _checked_fields(cls, raw, "entry", skip={"origin"})
+        # entries written under a former backend name load under the current one
+        values["backend"] = ALIASES.get(values["backend"], values["backend"])
+        values["policy_type"] = POLICY_ALIASES.get(values["policy_type"], values["policy_type"])
         if values["row_class"] not in ROW_CLASSES:
             raise ValueError(f"entry row_class {values['row_class']!r} is not one of {ROW_CLASSES}")
         for dtype_field in ("value_dtype", "index_dtype"):
@@ -460,7 +464,7 @@ class TuningCache:
 
     Examples
     --------
-    >>> from sparsegpu.tuning.cache import TuningCache
+    >>> from sparsegpu.tuning import TuningCache
     >>> cache = TuningCache("/tmp/sparsegpu-doc-cache")
     >>> cache.path.name
     'tuning.json'

@@ -35,8 +35,8 @@ from . import _cuda, _dispatch, _registry, _select, datasets, suitesparse
 from ._oracle import Oracle, random_vector
 from ._timing import cuda_time, gb_per_s, host_time, spmv_bytes
 from ._version import __version__
+from .backends.policy import format_knobs
 from .datasets import synthetic
-from .tuning.policy import format_knobs
 
 SCHEMA = "sparsegpu-bench/1"
 DTYPE_CHOICES = ("float32", "float64", "complex64", "complex128")

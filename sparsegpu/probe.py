@@ -1,6 +1,7 @@
 """The device's memory bandwidth: the "100%" of every "% of peak" sparsegpu prints.
 
-Three experiments, after seeds/004 (how global-memory accesses coalesce):
+Three experiments, after Harris, "How to Access Global Memory Efficiently in CUDA C/C++
+Kernels" (NVIDIA developer blog, 2013; how global-memory accesses coalesce):
 
 * **copy**: one large device-to-device copy; GB/s counts the bytes read plus the bytes
   written. SpMV is bandwidth-bound, so this is the ceiling a kernel is measured against.
@@ -28,6 +29,7 @@ import numpy as np
 
 from . import _cuda
 from ._compile import KernelFamily, get_kernel, register_family
+from ._launch import KernelLaunch, name_expression
 from ._timing import cuda_time, gb_per_s
 from ._version import __version__
 
@@ -43,13 +45,12 @@ PROBE_FAMILY = register_family(
     KernelFamily(
         "probe.cu",
         tuple(
-            f"{kernel}<{ctype}>"
+            name_expression(kernel, dtype)
             for kernel in ("offset_increment", "stride_increment")
-            for ctype in ("float", "double")
+            for dtype in DTYPES
         ),
     )
 )
-_CTYPE = {"float32": "float", "float64": "double"}
 
 
 class NoGPUError(RuntimeError):
@@ -90,7 +91,7 @@ class ProbeResult:
     dtype : str
         Element type of the offset and stride experiments.
     offset, stride : list of BandwidthPoint
-        The seeds/004 experiments; empty when only the copy was measured.
+        Harris's offset and stride experiments; empty when only the copy was measured.
     created : str
         ISO time of the measurement.
     """
@@ -237,16 +238,16 @@ def _experiment(kernel_name, parameters, n, span, dtype, repeat, touched_slice):
     """Time ``kernel_name`` over ``n`` elements of a ``span``-element buffer per parameter."""
     cupy = _require_cupy()
     dtype = np.dtype(dtype)
-    kernel = get_kernel("probe.cu", f"{kernel_name}<{_CTYPE[dtype.name]}>")
+    kernel = get_kernel("probe.cu", name_expression(kernel_name, dtype))
     base = _filled(cupy, span, dtype)
-    grid = ((n + BLOCK_SIZE - 1) // BLOCK_SIZE,)
+    grid = (n + BLOCK_SIZE - 1) // BLOCK_SIZE
     points = []
     for parameter in parameters:
         values = base.copy()
-        args = (values, np.int64(n), np.int32(parameter))
-        kernel(grid, (BLOCK_SIZE,), args)
+        launch = KernelLaunch(kernel, BLOCK_SIZE, (values, n, parameter))
+        launch(grid)
         _check_increment(cupy, values, base, touched_slice(parameter))
-        timing = cuda_time(lambda a=args: kernel(grid, (BLOCK_SIZE,), a), repeat=repeat)
+        timing = cuda_time(lambda launch=launch: launch(grid), repeat=repeat)
         points.append(
             BandwidthPoint(
                 parameter, timing.median_ms, gb_per_s(2 * n * dtype.itemsize, timing.median_ms)

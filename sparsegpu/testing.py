@@ -19,7 +19,7 @@ import scipy.sparse as sp
 from ._mirror import Residence
 from ._oracle import random_values, random_vector, tolerance
 from .backends.base import Backend, Plan
-from .backends.cpu import ScipyBackend, ScipyPlan
+from .backends.scipy_reference import ScipyBackend, ScipyPlan
 
 VALUE_DTYPES = (np.float32, np.float64, np.complex64, np.complex128)
 INDEX_DTYPES = (np.int32, np.int64)

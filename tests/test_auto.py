@@ -47,10 +47,10 @@ EMPTY = RowLengthStats(10, 10, 0, 0.0, 0.0, 0, 0, 10)
         "regular",
         "power_law",
         "long_row_over_limit",
-        "adaptive_unusable",
+        "merge_path_unusable",
         "empty_is_small",
         "small",
-        "small_adaptive_unusable",
+        "small_merge_path_unusable",
     ],
 )
 def test_rule_picks_by_row_lengths(stats, usable, expected):

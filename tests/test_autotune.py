@@ -17,8 +17,8 @@ from sparsegpu import _dispatch, _registry
 from sparsegpu._timing import host_time
 from sparsegpu._tuning_store import TuningCache, TuningCacheError, TuningCacheWarning, host_context
 from sparsegpu.testing import HOST_COPY
+from sparsegpu.tuning import CsrVectorPolicy
 from sparsegpu.tuning import autotune as autotune_mod
-from sparsegpu.tuning.policy import CsrVectorPolicy
 from tests.tuning_backends import (
     CANDIDATES,
     UNTUNED,

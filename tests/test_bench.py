@@ -17,7 +17,7 @@ import sparsegpu as sg
 from sparsegpu import bench, cli
 from sparsegpu._mirror import HOST
 from sparsegpu.backends.base import Backend
-from sparsegpu.backends.cpu import ScipyBackend, ScipyPlan
+from sparsegpu.backends.scipy_reference import ScipyBackend, ScipyPlan
 from sparsegpu.datasets import synthetic
 
 

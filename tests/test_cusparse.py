@@ -7,6 +7,7 @@ import pytest
 import scipy.sparse as sp
 
 import sparsegpu as sg
+from sparsegpu.backends.cusparse import CUSPARSE_ALGORITHMS, CusparsePolicy
 from sparsegpu.testing import (
     INDEX_DTYPES,
     VALUE_DTYPES,
@@ -14,7 +15,6 @@ from sparsegpu.testing import (
     awkward_matrices,
     random_vector,
 )
-from sparsegpu.tuning.policy import CUSPARSE_ALGORITHMS, CusparsePolicy
 
 AWKWARD_NAMES = list(awkward_matrices())
 DTYPE_IDS = [np.dtype(d).name for d in VALUE_DTYPES]

@@ -16,14 +16,13 @@ import scipy.sparse as sp
 
 import sparsegpu as sg
 from sparsegpu import _compile, _dispatch, _registry, datasets
+from sparsegpu import _occupancy as occupancy
+from sparsegpu._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES, name_expression
 from sparsegpu.backends import csr_vector, swcache
+from sparsegpu.backends.csr_vector import CsrVectorPolicy
+from sparsegpu.backends.policy import THREADS_PER_ROW_CHOICES
+from sparsegpu.backends.swcache import SoftwareCachePolicy
 from sparsegpu.testing import assert_product_close, awkward_matrices, random_vector
-from sparsegpu.tuning import occupancy
-from sparsegpu.tuning.policy import (
-    THREADS_PER_ROW_CHOICES,
-    CsrVectorPolicy,
-    SoftwareCachePolicy,
-)
 
 KERNEL_BACKENDS = ("vector", "texture", "readonly", "shuffle", "swcache")
 DTYPE_PAIRS = [
@@ -58,10 +57,10 @@ def test_backend_is_registered(backend_name):
 def test_every_backend_variant_is_an_instantiation():
     names = set(csr_vector.FAMILY.instantiations)
     for backend in csr_vector.BACKENDS:
-        for value in csr_vector.CXX_VALUE_TYPES:
-            for index in csr_vector.CXX_INDEX_TYPES:
+        for value in CXX_VALUE_TYPES:
+            for index in CXX_INDEX_TYPES:
                 for threads in THREADS_PER_ROW_CHOICES:
-                    expr = csr_vector.name_expression(
+                    expr = csr_vector.kernel_name(
                         value, index, threads, backend.load_path, backend.reduction
                     )
                     assert expr in names
@@ -75,15 +74,13 @@ def test_family_is_registered_once_without_duplicates(family):
     assert (_compile.kernel_dir() / family).is_file()
 
 
-def test_name_expression_spelling():
+def test_kernel_name_spelling():
+    expected = "csr_vector<double, int, 8, 2, 1>"
+    assert csr_vector.kernel_name(np.float64, np.int32, 8, 2, 1) == expected
     assert (
-        csr_vector.name_expression(np.float64, np.int32, 8, 2, 1)
-        == "csr_vector<double, int, 8, 2, 1>"
+        swcache.kernel_name(np.complex128, np.int64, 32) == "csr_swcache<complex128, long long, 32>"
     )
-    assert (
-        swcache.name_expression(np.complex128, np.int64, 32)
-        == "csr_swcache<complex128, long long, 32>"
-    )
+    assert name_expression("gather", np.float32) == "gather<float>"
 
 
 @pytest.mark.parametrize(
@@ -222,7 +219,6 @@ def test_register_cap_becomes_a_compile_option():
         "max_registers": 48,
         "unroll": 4,
         "stream_matrix": False,
-        "block_rows": False,
         "vector_loads": False,
     }
     assert CsrVectorPolicy.from_knobs(knobs) == CsrVectorPolicy(128, 2, 48)
@@ -232,14 +228,11 @@ def test_register_cap_becomes_a_compile_option():
 
 def test_unroll_and_streaming_become_compile_options():
     assert CsrVectorPolicy(unroll=8).compile_options() == ("-DSPARSEGPU_UNROLL=8",)
-    policy = CsrVectorPolicy(
-        max_registers=40, unroll=2, stream_matrix=True, block_rows=True, vector_loads=True
-    )
+    policy = CsrVectorPolicy(max_registers=40, unroll=2, stream_matrix=True, vector_loads=True)
     assert policy.compile_options() == (
         "--maxrregcount=40",
         "-DSPARSEGPU_UNROLL=2",
         "-DSPARSEGPU_STREAM_MATRIX=1",
-        "-DSPARSEGPU_BLOCK_ROWS=1",
         "-DSPARSEGPU_VECTOR_LOADS=1",
     )
     # the software cache has neither knob
@@ -252,7 +245,7 @@ def test_unroll_and_streaming_become_compile_options():
         ({"unroll": 3}, ValueError, r"unroll=3 is not allowed; choose one of \[1, 2, 4, 8\]"),
         ({"unroll": 4.0}, TypeError, "unroll must be an int"),
         ({"stream_matrix": 1}, TypeError, "stream_matrix must be a bool, got int 1"),
-        ({"block_rows": "yes"}, TypeError, "block_rows must be a bool, got str 'yes'"),
+        ({"vector_loads": "yes"}, TypeError, "vector_loads must be a bool, got str 'yes'"),
     ],
 )
 def test_bad_unroll_and_streaming_are_clear_errors(knobs, error, match):
@@ -272,15 +265,15 @@ def test_register_caps(cupy, backend_name, max_registers):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    ("unroll", "stream_matrix", "block_rows", "vector_loads"),
+    ("unroll", "stream_matrix", "vector_loads"),
     [
-        (1, False, True, False),
-        (2, True, False, False),
-        (8, False, False, False),
-        (8, True, True, False),
-        (1, False, False, True),
-        (2, True, True, True),
-        (4, False, False, True),
+        (1, False, False),
+        (2, True, False),
+        (8, False, False),
+        (8, True, False),
+        (1, False, True),
+        (2, True, True),
+        (4, False, True),
     ],
 )
 @pytest.mark.parametrize("backend_name", [b for b in KERNEL_BACKENDS if b != "swcache"])
@@ -288,9 +281,7 @@ def test_register_caps(cupy, backend_name, max_registers):
     "matrix_name",
     ["power_law", "one_long_row", "half_rows_empty", "unsorted_indices", "row_1x300", "col_300x1"],
 )
-def test_launch_knob_variants(
-    cupy, backend_name, unroll, stream_matrix, block_rows, vector_loads, matrix_name
-):
+def test_launch_knob_variants(cupy, backend_name, unroll, stream_matrix, vector_loads, matrix_name):
     pairs = [(np.float32, np.int32), (np.float64, np.int64), (np.complex128, np.int32)]
     for value_dtype, index_dtype in pairs:
         A = awkward_matrices(value_dtype, index_dtype, seed=5)[matrix_name]
@@ -300,7 +291,6 @@ def test_launch_knob_variants(
                 threads_per_row,
                 unroll=unroll,
                 stream_matrix=stream_matrix,
-                block_rows=block_rows,
                 vector_loads=vector_loads,
             )
             check_product(A, backend_name, policy, cupy)
@@ -331,7 +321,7 @@ def test_untuned_policy_and_candidates(cupy, backend_name):
     A = sg.csr_matrix(awkward_matrices(np.float64, np.int32)["random_200x150"])
     backend = _registry.registered()[backend_name]
     mirror = A._sg_mirror(backend.residence, np.float64)
-    untuned = backend.untuned_policy(mirror)
+    untuned = backend.default_policy(mirror)
     assert untuned.source == "occupancy"
     assert untuned.threads_per_row == occupancy.threads_per_row_for(mirror.stats.mean)
     candidates = backend.candidates(mirror)
@@ -444,3 +434,10 @@ def test_bundled_suitesparse_matrices(cupy, backend_name, matrix_name):
     got = sg.matvec(sg.csr_matrix(A), cupy.asarray(x), backend=backend_name)
     max_row = int(np.diff(A.indptr).max())
     assert_product_close(got, A @ x, A.dtype, max_row, what=f"{backend_name} {matrix_name}")
+
+
+@pytest.mark.parametrize(
+    ("mean", "limit", "expected"), [(64.0, 32, 32), (64.0, 4, 4), (5.0, 1, 1), (5.0, 8, 2)]
+)
+def test_threads_per_row_within_a_limit(mean, limit, expected):
+    assert occupancy.threads_per_row_for(mean, limit=limit) == expected

@@ -229,7 +229,7 @@ def test_host_out_of_memory_is_reported_as_host_memory(monkeypatch):
     def out_of_memory(self, x, out=None):
         raise MemoryError("Unable to allocate 1.0 TiB")
 
-    from sparsegpu.backends.cpu import ScipyPlan
+    from sparsegpu.backends.scipy_reference import ScipyPlan
 
     monkeypatch.setattr(ScipyPlan, "matvec", out_of_memory)
     with pytest.raises(MemoryError, match="host memory") as info:

@@ -16,7 +16,7 @@ import scipy.sparse as sp
 
 import sparsegpu as sg
 from sparsegpu import _construct, _dispatch
-from sparsegpu.tuning.policy import CsrVectorPolicy
+from sparsegpu.tuning import CsrVectorPolicy
 
 KINDS = {"matrix": (sg.csr_matrix, sp.csr_matrix), "array": (sg.csr_array, sp.csr_array)}
 SPARSEGPU_CLASSES = {

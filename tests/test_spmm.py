@@ -10,6 +10,7 @@ import scipy.sparse as sp
 
 import sparsegpu as sg
 from sparsegpu import _spmm
+from sparsegpu._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES
 from sparsegpu.testing import (
     INDEX_DTYPES,
     VALUE_DTYPES,
@@ -26,9 +27,9 @@ COLUMNS = [1, 3, 32, 33, 64]
 def test_every_launch_shape_is_instantiated(k, mean_row_length):
     threads_per_row, column_lanes = _spmm.launch_shape(mean_row_length, k)
     assert column_lanes >= min(k, 32)
-    for value in _spmm._VALUE_TYPES.values():
-        for index in _spmm._INDEX_TYPES.values():
-            name = _spmm._name(value, index, threads_per_row, column_lanes)
+    for value in CXX_VALUE_TYPES:
+        for index in CXX_INDEX_TYPES:
+            name = _spmm.kernel_name(value, index, threads_per_row, column_lanes)
             assert name in _spmm.SPMM_FAMILY.instantiations
 
 

@@ -29,7 +29,7 @@ from sparsegpu._tuning_store import (
     kernel_sources_digest,
 )
 from sparsegpu.testing import HOST_COPY
-from sparsegpu.tuning.policy import CsrVectorPolicy
+from sparsegpu.tuning import CsrVectorPolicy
 from tests.tuning_backends import UNTUNED, SweepBackend
 
 CONTEXT = TuningContext(

@@ -8,10 +8,10 @@ import json
 import numpy as np
 import pytest
 
-from sparsegpu.tuning.policy import (
-    AdaptivePolicy,
+from sparsegpu.tuning import (
     CsrVectorPolicy,
     CusparsePolicy,
+    MergePathPolicy,
     NoPolicy,
     SoftwareCachePolicy,
 )
@@ -22,7 +22,7 @@ EXAMPLES = {
         block_size=512, threads_per_row=4, line_size=64, num_lines=16
     ),
     "CusparsePolicy": CusparsePolicy(algorithm="csr_alg2", preprocess=True),
-    "AdaptivePolicy": AdaptivePolicy(block_size=128, nnz_per_thread=4),
+    "MergePathPolicy": MergePathPolicy(block_size=128, nnz_per_thread=4),
     "NoPolicy": NoPolicy(),
 }
 
@@ -70,7 +70,7 @@ def test_block_size_of_wrong_type_is_refused(block_size):
         CsrVectorPolicy(block_size=block_size)
 
 
-@pytest.mark.parametrize("policy_type", [CsrVectorPolicy, AdaptivePolicy])
+@pytest.mark.parametrize("policy_type", [CsrVectorPolicy, MergePathPolicy])
 def test_block_size_is_checked_in_every_family(policy_type):
     with pytest.raises(ValueError, match="multiple of 32"):
         policy_type(block_size=100)
@@ -118,15 +118,15 @@ def test_cusparse_preprocess_must_be_a_bool():
 @pytest.mark.parametrize(
     "shape", [(256, 16), (1024, 8), (128, 0), (128, 65)], ids=lambda s: f"{s[0]}x{s[1]}"
 )
-def test_adaptive_shape_that_is_not_compiled_is_refused(shape):
+def test_merge_path_shape_that_is_not_compiled_is_refused(shape):
     with pytest.raises(ValueError, match=r"\(block_size, nnz_per_thread\) = .* is not compiled"):
-        AdaptivePolicy(block_size=shape[0], nnz_per_thread=shape[1])
+        MergePathPolicy(block_size=shape[0], nnz_per_thread=shape[1])
 
 
 @pytest.mark.parametrize("nnz_per_thread", [2.5, True])
-def test_adaptive_nnz_per_thread_of_wrong_type_is_refused(nnz_per_thread):
+def test_merge_path_nnz_per_thread_of_wrong_type_is_refused(nnz_per_thread):
     with pytest.raises(TypeError, match="nnz_per_thread must be an int"):
-        AdaptivePolicy(nnz_per_thread=nnz_per_thread)
+        MergePathPolicy(nnz_per_thread=nnz_per_thread)
 
 
 def test_numpy_integers_are_accepted_and_stored_as_int():

@@ -13,7 +13,7 @@ import scipy.sparse as sp
 from sparsegpu._timing import Timing
 from sparsegpu.backends.base import FLOAT_AND_COMPLEX, Backend, Plan
 from sparsegpu.testing import HOST_COPY
-from sparsegpu.tuning.policy import CsrVectorPolicy
+from sparsegpu.tuning import CsrVectorPolicy
 
 UNTUNED = CsrVectorPolicy(block_size=256, threads_per_row=32, source="default")
 CANDIDATES = tuple(
@@ -92,7 +92,7 @@ class SweepBackend(Backend):
     def unavailable_reason(self):
         return None
 
-    def untuned_policy(self, matrix):
+    def default_policy(self, matrix):
         return UNTUNED
 
     def candidates(self, matrix):

@@ -4,4 +4,27 @@ The registry in :mod:`sparsegpu._dispatch` loads the modules named in ``BUILTIN_
 in this order; the order is also the order of ``sparsegpu.backends()``.
 """
 
-BUILTIN_MODULES = ("cpu", "csr_vector", "swcache", "cusparse", "adaptive")
+from __future__ import annotations
+
+import warnings
+
+BUILTIN_MODULES = ("scipy_reference", "csr_vector", "swcache", "cusparse", "merge_path")
+
+# Former backend names, still accepted (with a DeprecationWarning): old name -> name.
+ALIASES = {"adaptive": "merge_path"}
+# Former policy class names, as stored in tuning caches: old name -> name.
+POLICY_ALIASES = {"AdaptivePolicy": "MergePathPolicy"}
+
+
+def canonical_name(name: str) -> str:
+    """The current name of backend ``name``: ``name`` itself unless it is a former name in
+    :data:`ALIASES`, which warns (DeprecationWarning) and returns the new one."""
+    new = ALIASES.get(name) if isinstance(name, str) else None
+    if new is None:
+        return name
+    warnings.warn(
+        f"backend {name!r} is now called {new!r}; the old name will be removed",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return new

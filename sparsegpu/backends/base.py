@@ -12,7 +12,7 @@ import numpy as np
 
 from .._mirror import CUPY, DeviceMatrix, Residence
 from .._spmm import csr_spmm
-from ..tuning.policy import Policy
+from .policy import Policy
 
 FLOAT_AND_COMPLEX = tuple(
     np.dtype(t) for t in (np.float32, np.float64, np.complex64, np.complex128)
@@ -201,17 +201,16 @@ class Backend:
         )
 
     def default_policy(self, matrix: DeviceMatrix) -> Policy:
-        """The policy from the device and the matrix alone, used when no tuned entry exists
-        (selection consults the tuning store first)."""
-        return self.untuned_policy(matrix)
+        """The policy derived from the device and the matrix alone (occupancy, row lengths).
 
-    def untuned_policy(self, matrix: DeviceMatrix) -> Policy:
-        """The policy derived from the device and the matrix alone (occupancy, row lengths)."""
+        Tuned policies are not looked up here: the tuning store sits above the backends and
+        is consulted by selection (:func:`sparsegpu._select.default_policy`).
+        """
         return self.policy_type(source="default")
 
     def candidates(self, matrix: DeviceMatrix) -> list[Policy]:
-        """The policies the autotuner sweeps for this matrix (the untuned one included)."""
-        return [self.untuned_policy(matrix)]
+        """The policies the autotuner sweeps for this matrix (the default one included)."""
+        return [self.default_policy(matrix)]
 
     def plan(self, matrix: DeviceMatrix, policy: Policy) -> Plan:
         raise NotImplementedError

@@ -1,34 +1,28 @@
 """The CSR vector kernel family: the ``vector``, ``texture``, ``readonly`` and ``shuffle`` backends.
 
-One templated CUDA source (``kernels/csr_vector.cu``, Bell & Garland's CSR vector kernel as
-tuned in seeds/003); the four backends differ only in two template arguments, the x-load
-path (plain global load, texture object, read-only ``__ldg``) and the reduction of a row's
-partial sums (shared memory or warp shuffles). Block size and threads per row come from a
-:class:`~sparsegpu.tuning.policy.CsrVectorPolicy`.
+One templated CUDA source (``kernels/csr_vector.cu``: Bell & Garland, "Implementing Sparse
+Matrix-Vector Multiplication on Throughput-Oriented Processors", SC'09, figure 22, with the
+load paths and reductions of G-DEP's K20 tuning of that kernel); the four backends differ
+only in two template arguments, the x-load path (plain global load, texture object,
+read-only ``__ldg``) and the reduction of a row's partial sums (shared memory or warp
+shuffles). Block size and threads per row come from a :class:`CsrVectorPolicy`.
 """
 
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from .. import _compile, _cuda
+from .. import _occupancy as occupancy
+from .._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES, KernelLaunch, name_expression
 from .._mirror import DeviceMatrix
-from ..tuning import occupancy
-from ..tuning.policy import THREADS_PER_ROW_CHOICES, CsrVectorPolicy
 from .base import Backend, Plan
+from .policy import SECONDARY, THREADS_PER_ROW_CHOICES, RowGroupPolicy, check_int_choice
 
 SOURCE = "csr_vector.cu"
-
-# C++ spellings of the value and index types, as in the name expressions.
-CXX_VALUE_TYPES = {
-    np.dtype(np.float32): "float",
-    np.dtype(np.float64): "double",
-    np.dtype(np.complex64): "complex64",
-    np.dtype(np.complex128): "complex128",
-}
-CXX_INDEX_TYPES = {np.dtype(np.int32): "int", np.dtype(np.int64): "long long"}
 
 # Template arguments; the same numbers as the constants in kernels/common.cuh and csr_vector.cu.
 LOAD_PLAIN, LOAD_TEXTURE, LOAD_READONLY = 0, 1, 2
@@ -54,11 +48,64 @@ LOAD_SHAPE_CANDIDATES = (
 )
 
 
-def name_expression(value_dtype, index_dtype, threads_per_row, load_path, reduction) -> str:
+UNROLL_CHOICES = (1, 2, 4, 8)
+
+
+@dataclass(frozen=True)
+class CsrVectorPolicy(RowGroupPolicy):
+    """The CSR vector kernel family (``vector``, ``texture``, ``readonly``, ``shuffle``).
+
+    Attributes
+    ----------
+    block_size, threads_per_row, max_registers
+        As in :class:`RowGroupPolicy`.
+    unroll : int
+        Independent (index, value, x) loads each thread keeps in flight per trip through a
+        row (1, 2, 4 or 8). More hides more latency on long or scattered rows, at the price
+        of registers and of predicated-off loads on short rows.
+    stream_matrix : bool
+        Read the matrix's values and indices with evict-first (``__ldcs``) loads, so that
+        the streamed matrix does not push x out of L1 and L2.
+    vector_loads : bool
+        Read values and indices as quads of 4 entries with 16-byte loads (each lane takes
+        whole aligned quads, skipping entries of the neighbouring rows): a quarter of the
+        load instructions and fewer L1 wavefronts for rows of a few dozen entries, where
+        the scalar loads of 4 sub-warp groups touch 4 misaligned segments each.
+
+    ``unroll`` (quads per trip with ``vector_loads``), ``stream_matrix`` and
+    ``vector_loads`` are compile-time macros of the kernel; a policy that changes them
+    compiles its own variant (once, memoized).
+    """
+
+    unroll: int = field(default=4, metadata=SECONDARY)
+    stream_matrix: bool = field(default=False, metadata=SECONDARY)
+    vector_loads: bool = field(default=False, metadata=SECONDARY)
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_int_choice(self, "unroll", UNROLL_CHOICES)
+        for name in ("stream_matrix", "vector_loads"):
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
+
+    def compile_options(self) -> tuple[str, ...]:
+        """NVRTC options this policy adds to its kernel's compilation."""
+        options = super().compile_options()
+        if self.unroll != 4:
+            options += (f"-DSPARSEGPU_UNROLL={self.unroll}",)
+        if self.stream_matrix:
+            options += ("-DSPARSEGPU_STREAM_MATRIX=1",)
+        if self.vector_loads:
+            options += ("-DSPARSEGPU_VECTOR_LOADS=1",)
+        return options
+
+
+def kernel_name(value_dtype, index_dtype, threads_per_row, load_path, reduction) -> str:
     """The C++ name of one instantiation, e.g. ``csr_vector<double, int, 8, 2, 1>``."""
-    value = CXX_VALUE_TYPES[np.dtype(value_dtype)]
-    index = CXX_INDEX_TYPES[np.dtype(index_dtype)]
-    return f"csr_vector<{value}, {index}, {threads_per_row}, {load_path}, {reduction}>"
+    return name_expression(
+        "csr_vector", value_dtype, index_dtype, threads_per_row, load_path, reduction
+    )
 
 
 def nearby_threads_per_row(threads_per_row: int) -> list[int]:
@@ -68,10 +115,11 @@ def nearby_threads_per_row(threads_per_row: int) -> list[int]:
 
 
 class KernelPlan(Plan):
-    """What the kernel plans share: the no-launch cases and the launch shape.
+    """What the kernel plans share: the no-launch cases, the launch shape and the launch.
 
-    Subclasses set ``kernel``, ``grid``, ``block`` and ``shared_bytes`` (when the matrix has
-    nonzeros) and implement :meth:`_arguments`.
+    Subclasses set ``kernel`` and ``shared_bytes`` (when the matrix has nonzeros), then call
+    :meth:`_bind` with the kernel's arguments: arrays and numbers fixed for the plan, and
+    the slot names ``"x"`` and ``"y"`` (and ``"x_texture"``) that each product fills.
     """
 
     def __init__(self, matrix: DeviceMatrix, policy):
@@ -82,9 +130,11 @@ class KernelPlan(Plan):
         self.grid = 0
         self.block = policy.block_size
         self.shared_bytes = 0
+        self._launch = None
 
-    def _set_grid(self, rows_per_block: int) -> None:
-        """One wave of resident blocks, fewer when the matrix is small (grid-stride kernels)."""
+    def _bind(self, rows_per_block: int, arguments) -> None:
+        """The grid (one wave of resident blocks, fewer when the matrix is small: the kernels
+        are grid-stride) and the bound launch."""
         resident = occupancy.resident_blocks(self.kernel, self.block, self.shared_bytes)
         if resident == 0:
             raise ValueError(
@@ -94,20 +144,13 @@ class KernelPlan(Plan):
             )
         needed = -(-self.matrix.shape[0] // rows_per_block)
         self.grid = max(1, min(needed, resident, MAX_GRID_BLOCKS))
-
-    def _arguments(self, x, y) -> tuple:
-        raise NotImplementedError
+        self._launch = KernelLaunch(self.kernel, self.block, arguments, self.shared_bytes)
 
     def _matvec(self, x, y):
         if not self.launches:
             y.fill(0)
             return y
-        self.kernel(
-            (self.grid,),
-            (self.block,),
-            self._arguments(x, y),
-            shared_mem=self.shared_bytes,
-        )
+        self._launch(self.grid, x=x, y=y)
         return y
 
 
@@ -184,11 +227,11 @@ class CsrVectorPlan(KernelPlan):
         self.kernel = backend._kernel(matrix, policy)
         self.shared_bytes = backend.shared_bytes(policy.block_size, matrix.dtype)
         occupancy.allow_shared_memory(self.kernel, self.shared_bytes)
-        self._set_grid(policy.block_size // policy.threads_per_row)
-
-    def _arguments(self, x, y):
-        m = self.matrix
-        return (m.indptr, m.indices, m.data, x, np.uint64(0), y, np.int64(m.shape[0]))
+        texture = "x_texture" if self.textures is not None else 0  # 0: no texture object
+        self._bind(
+            policy.block_size // policy.threads_per_row,
+            (matrix.indptr, matrix.indices, matrix.data, "x", texture, "y", matrix.shape[0]),
+        )
 
     def _matvec(self, x, y):
         if self.textures is None or not self.launches:
@@ -198,13 +241,7 @@ class CsrVectorPlan(KernelPlan):
             # odd offset (a column of a Krylov basis, say) is read through an aligned copy
             x = x.copy()
         texture, event = self.textures.texture_for(x)
-        m = self.matrix
-        self.kernel(
-            (self.grid,),
-            (self.block,),
-            (m.indptr, m.indices, m.data, x, texture, y, np.int64(m.shape[0])),
-            shared_mem=self.shared_bytes,
-        )
+        self._launch(self.grid, x=x, x_texture=texture, y=y)
         event.record()
         return y
 
@@ -249,7 +286,7 @@ class CsrVectorBackend(Backend):
     def _kernel(self, matrix: DeviceMatrix, policy: CsrVectorPolicy):
         return _compile.get_kernel(
             SOURCE,
-            name_expression(
+            kernel_name(
                 matrix.dtype,
                 matrix.index_dtype,
                 policy.threads_per_row,
@@ -259,7 +296,7 @@ class CsrVectorBackend(Backend):
             policy.compile_options(),
         )
 
-    def untuned_policy(self, matrix: DeviceMatrix) -> CsrVectorPolicy:
+    def default_policy(self, matrix: DeviceMatrix) -> CsrVectorPolicy:
         """Threads per row from the mean row length; block size from the occupancy API."""
         if matrix.shape[0] == 0 or matrix.nnz == 0:
             return CsrVectorPolicy(source="default")
@@ -276,7 +313,7 @@ class CsrVectorBackend(Backend):
         and, at block size 512, the load-shape knobs that won somewhere in the H200 sweep
         (knob_sweep_h200.jsonl): fewer loads per trip, quad loads (with and without a cap
         of 40 registers), and streamed matrix loads."""
-        untuned = self.untuned_policy(matrix)
+        untuned = self.default_policy(matrix)
         out = [untuned]
         nearby = nearby_threads_per_row(untuned.threads_per_row)
         for threads_per_row in nearby:
@@ -327,7 +364,7 @@ FAMILY = _compile.register_family(
     _compile.KernelFamily(
         SOURCE,
         tuple(
-            name_expression(value, index, threads_per_row, backend.load_path, backend.reduction)
+            kernel_name(value, index, threads_per_row, backend.load_path, backend.reduction)
             for backend in BACKENDS
             for value in CXX_VALUE_TYPES
             for index in CXX_INDEX_TYPES

@@ -15,13 +15,14 @@ way ``cupyx/cusparse.py`` uses them.
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 
 import numpy as np
 
 from .. import _cuda
 from .._mirror import DeviceMatrix
-from ..tuning.policy import CUSPARSE_ALGORITHMS, CusparsePolicy
 from .base import Backend, Plan
+from .policy import Policy
 
 # cusparseSpMVAlg_t / cusparseSpMMAlg_t values (cusparse.h, CUDA 12 and 13); the names
 # moved between CuPy releases, so the numbers are spelled out once here.
@@ -38,6 +39,35 @@ CUDA_DATA_TYPE = {
     np.dtype(np.complex64): 4,
     np.dtype(np.complex128): 5,
 }
+
+
+CUSPARSE_ALGORITHMS = ("default", "csr_alg1", "csr_alg2")
+
+
+@dataclass(frozen=True)
+class CusparsePolicy(Policy):
+    """cuSPARSE generic SpMV.
+
+    Attributes
+    ----------
+    algorithm : str
+        ``"default"``, ``"csr_alg1"`` or ``"csr_alg2"`` (CUSPARSE_SPMV_CSR_ALG1/2).
+    preprocess : bool
+        Call ``cusparseSpMV_preprocess`` once per plan where the library has it.
+    """
+
+    algorithm: str = "default"
+    preprocess: bool = False
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.algorithm not in CUSPARSE_ALGORITHMS:
+            raise ValueError(
+                f"algorithm={self.algorithm!r} is not allowed; "
+                f"choose one of {list(CUSPARSE_ALGORITHMS)}"
+            )
+        if not isinstance(self.preprocess, bool):
+            raise TypeError(f"preprocess must be a bool, got {self.preprocess!r}")
 
 
 def _bindings():
@@ -86,7 +116,6 @@ class CusparsePlan(Plan):
         cupy = _cuda.cupy_or_none()
         self._cupy = cupy
         self._lib = lib = _bindings()
-        self._device = cupy.cuda.Device()
         self._get_handle = cupy.cuda.device.get_cusparse_handle
         n_rows, n_cols = matrix.shape
         self._n_rows = n_rows
@@ -283,7 +312,7 @@ class CusparseBackend(Backend):
             return f"CuPy's cuSPARSE bindings cannot be imported: {exc}"
         return None
 
-    def untuned_policy(self, matrix):
+    def default_policy(self, matrix):
         # CSR ALG1: on the H200 (docs/benchmarks/results/auto_vs_cusparse_h200.json) it was
         # as fast as or faster than ALG2 and the library default on 11 of the 12 synthetic
         # runs, by up to 12% (long rows, float32)

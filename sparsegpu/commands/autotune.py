@@ -20,8 +20,9 @@ import numpy as np
 
 from .. import _registry
 from .._console import console, progress, table
+from ..backends import canonical_name
+from ..backends.policy import format_knobs
 from ..cli import CommandError, require_matplotlib
-from ..tuning.policy import format_knobs
 
 HELP = "tune every backend's launch policy on this GPU and remember the winners"
 
@@ -181,6 +182,7 @@ def _backends(args) -> list[str]:
             return [b.name for b in default_backends()]
         except _registry.BackendUnavailableError as exc:
             raise CommandError(str(exc), status=1) from None
+    args.backends = [canonical_name(name) for name in args.backends]
     for name in args.backends:
         if name in (_registry.AUTO, ORACLE):
             raise CommandError(

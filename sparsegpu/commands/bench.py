@@ -8,6 +8,7 @@ from pathlib import Path
 
 from .. import bench
 from .._console import console, group_by_reason, progress, table
+from ..backends import canonical_name
 from ..cli import CommandError, positive_int, require_matplotlib
 
 HELP = "time every available backend and cuSPARSE on matrices: ms, GB/s, share of peak, speed-up"
@@ -20,6 +21,11 @@ def _csv(text: str) -> list[str]:
     return items
 
 
+def _backend_names(text: str) -> list[str]:
+    """Comma-separated backend names, former names (``adaptive``) mapped to current ones."""
+    return [canonical_name(name) for name in _csv(text)]
+
+
 def add_arguments(parser) -> None:
     parser.add_argument(
         "matrices",
@@ -30,7 +36,7 @@ def add_arguments(parser) -> None:
     )
     parser.add_argument(
         "--backends",
-        type=_csv,
+        type=_backend_names,
         metavar="NAMES",
         help="comma-separated backends to time ('cupyx' is CuPy's own product); "
         "default: every available one",

@@ -1,7 +1,9 @@
-// Value types, arithmetic and x-load paths shared by the sparsegpu kernel families.
+// The one kernel types header: value types, arithmetic and load helpers of every sparsegpu
+// kernel family (csr_vector, swcache, merge_path, csr_spmm).
 //
 // CuPy's complex headers are not visible to nvcc in CI, so the two complex types are small
-// structs laid out like numpy's complex64/complex128 (real part first).
+// structs laid out like numpy's complex64/complex128 (real part first). Every kernel forms
+// a product with multiply_add, so a complex product is rounded the same way everywhere.
 #pragma once
 
 struct __align__(8) complex64 {
@@ -33,13 +35,24 @@ __device__ __forceinline__ float multiply_add(float acc, float a, float b) {
 __device__ __forceinline__ double multiply_add(double acc, double a, double b) {
   return fma(a, b, acc);
 }
+// complex: the a.im * b.im and a.im * b.re terms are added first, the a.re terms last
 __device__ __forceinline__ complex64 multiply_add(complex64 acc, complex64 a, complex64 b) {
-  return complex64{fmaf(-a.im, b.im, fmaf(a.re, b.re, acc.re)),
-                   fmaf(a.im, b.re, fmaf(a.re, b.im, acc.im))};
+  return complex64{fmaf(a.re, b.re, fmaf(-a.im, b.im, acc.re)),
+                   fmaf(a.re, b.im, fmaf(a.im, b.re, acc.im))};
 }
 __device__ __forceinline__ complex128 multiply_add(complex128 acc, complex128 a, complex128 b) {
-  return complex128{fma(-a.im, b.im, fma(a.re, b.re, acc.re)),
-                    fma(a.im, b.re, fma(a.re, b.im, acc.im))};
+  return complex128{fma(a.re, b.re, fma(-a.im, b.im, acc.re)),
+                    fma(a.re, b.im, fma(a.im, b.re, acc.im))};
+}
+
+// a * b, rounded as multiply_add(zero, a, b) rounds it (without adding the zero)
+__device__ __forceinline__ float multiply(float a, float b) { return a * b; }
+__device__ __forceinline__ double multiply(double a, double b) { return a * b; }
+__device__ __forceinline__ complex64 multiply(complex64 a, complex64 b) {
+  return complex64{fmaf(a.re, b.re, -a.im * b.im), fmaf(a.re, b.im, a.im * b.re)};
+}
+__device__ __forceinline__ complex128 multiply(complex128 a, complex128 b) {
+  return complex128{fma(a.re, b.re, -a.im * b.im), fma(a.re, b.im, a.im * b.re)};
 }
 
 __device__ __forceinline__ float add(float a, float b) { return a + b; }
@@ -54,51 +67,74 @@ __device__ __forceinline__ complex128 add(complex128 a, complex128 b) {
 // ---------------------------------------------------------------- warp shuffles
 constexpr unsigned FULL_WARP = 0xffffffffu;
 
-__device__ __forceinline__ float shuffle_xor(float v, int mask) {
-  return __shfl_xor_sync(FULL_WARP, v, mask);
+// v of the lane offset lanes away (lane ^ offset) among `lanes`, within groups of `width`
+__device__ __forceinline__ float shuffle_xor(float v, int offset, unsigned lanes = FULL_WARP,
+                                             int width = 32) {
+  return __shfl_xor_sync(lanes, v, offset, width);
 }
-__device__ __forceinline__ double shuffle_xor(double v, int mask) {
-  return __shfl_xor_sync(FULL_WARP, v, mask);
+__device__ __forceinline__ double shuffle_xor(double v, int offset, unsigned lanes = FULL_WARP,
+                                              int width = 32) {
+  return __shfl_xor_sync(lanes, v, offset, width);
 }
-__device__ __forceinline__ complex64 shuffle_xor(complex64 v, int mask) {
-  return complex64{__shfl_xor_sync(FULL_WARP, v.re, mask), __shfl_xor_sync(FULL_WARP, v.im, mask)};
+__device__ __forceinline__ complex64 shuffle_xor(complex64 v, int offset,
+                                                 unsigned lanes = FULL_WARP, int width = 32) {
+  return complex64{__shfl_xor_sync(lanes, v.re, offset, width),
+                   __shfl_xor_sync(lanes, v.im, offset, width)};
 }
-__device__ __forceinline__ complex128 shuffle_xor(complex128 v, int mask) {
-  return complex128{__shfl_xor_sync(FULL_WARP, v.re, mask),
-                    __shfl_xor_sync(FULL_WARP, v.im, mask)};
+__device__ __forceinline__ complex128 shuffle_xor(complex128 v, int offset,
+                                                  unsigned lanes = FULL_WARP, int width = 32) {
+  return complex128{__shfl_xor_sync(lanes, v.re, offset, width),
+                    __shfl_xor_sync(lanes, v.im, offset, width)};
 }
 
 // ---------------------------------------------------------------- x-load paths
 // Template arguments of the kernels; the numbers are part of the name expressions.
 constexpr int LOAD_PLAIN = 0;     // an ordinary global load (Bell & Garland's kernel)
 constexpr int LOAD_TEXTURE = 1;   // tex1Dfetch on a texture object over linear memory
-constexpr int LOAD_READONLY = 2;  // __ldg: the read-only data cache (seeds/000)
+constexpr int LOAD_READONLY = 2;  // __ldg: the read-only data cache
 
-// __ldg: float, double, and the complex types as float2 / double2.
-__device__ __forceinline__ float load_readonly(const float* p) { return __ldg(p); }
-__device__ __forceinline__ double load_readonly(const double* p) { return __ldg(p); }
-__device__ __forceinline__ complex64 load_readonly(const complex64* p) {
-  const float2 v = __ldg(reinterpret_cast<const float2*>(p));
+// Cache-hinted loads of a value or index. The complex types load as float2 / double2 (one
+// 8- or 16-byte load); the hint says which caches keep the line:
+//   load_readonly   __ldg: through the read-only data cache (x, read many times)
+//   load_streaming  __ldcs: evict-first in L1 and L2, for what a product reads once (the
+//                   matrix's values and indices), so that it does not push x out
+//   load_coherent   __ldcg: L2 only, for values other blocks of the same launch wrote
+constexpr int HINT_READONLY = 0;
+constexpr int HINT_STREAMING = 1;
+constexpr int HINT_COHERENT = 2;
+
+template <int Hint, typename T>
+__device__ __forceinline__ T load_hinted(const T* p) {
+  if constexpr (Hint == HINT_READONLY) {
+    return __ldg(p);
+  } else if constexpr (Hint == HINT_STREAMING) {
+    return __ldcs(p);
+  } else {
+    return __ldcg(p);
+  }
+}
+template <int Hint>
+__device__ __forceinline__ complex64 load_hinted(const complex64* p) {
+  const float2 v = load_hinted<Hint>(reinterpret_cast<const float2*>(p));
   return complex64{v.x, v.y};
 }
-__device__ __forceinline__ complex128 load_readonly(const complex128* p) {
-  const double2 v = __ldg(reinterpret_cast<const double2*>(p));
+template <int Hint>
+__device__ __forceinline__ complex128 load_hinted(const complex128* p) {
+  const double2 v = load_hinted<Hint>(reinterpret_cast<const double2*>(p));
   return complex128{v.x, v.y};
 }
 
-// Loads of data read once per product (the matrix's values and indices): __ldcs marks the
-// lines evict-first in L1 and L2, so the streamed matrix does not push x out of the caches.
-__device__ __forceinline__ int load_streaming(const int* p) { return __ldcs(p); }
-__device__ __forceinline__ long long load_streaming(const long long* p) { return __ldcs(p); }
-__device__ __forceinline__ float load_streaming(const float* p) { return __ldcs(p); }
-__device__ __forceinline__ double load_streaming(const double* p) { return __ldcs(p); }
-__device__ __forceinline__ complex64 load_streaming(const complex64* p) {
-  const float2 v = __ldcs(reinterpret_cast<const float2*>(p));
-  return complex64{v.x, v.y};
+template <typename T>
+__device__ __forceinline__ T load_readonly(const T* p) {
+  return load_hinted<HINT_READONLY>(p);
 }
-__device__ __forceinline__ complex128 load_streaming(const complex128* p) {
-  const double2 v = __ldcs(reinterpret_cast<const double2*>(p));
-  return complex128{v.x, v.y};
+template <typename T>
+__device__ __forceinline__ T load_streaming(const T* p) {
+  return load_hinted<HINT_STREAMING>(p);
+}
+template <typename T>
+__device__ __forceinline__ T load_coherent(const T* p) {
+  return load_hinted<HINT_COHERENT>(p);
 }
 
 // Textures cannot hold 64-bit channels: double is fetched as int2, complex128 as int4.

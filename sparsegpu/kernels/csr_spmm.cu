@@ -1,7 +1,8 @@
 // csr_spmm.cu: Y = A @ X for a CSR matrix A (n_rows x n_cols) and a dense row-major X
 // (n_cols x k), reading A once for all k columns instead of once per column.
 //
-// Bell & Garland's CSR-vector kernel (seeds/003, fig. 22) extended to several right-hand
+// Bell & Garland's CSR vector kernel ("Implementing Sparse Matrix-Vector Multiplication on
+// Throughput-Oriented Processors", SC'09, figure 22) extended to several right-hand
 // sides: a group of THREADS_PER_ROW threads works on one row; within the group,
 // COLUMN_LANES lanes cover consecutive columns of X (so each nonzero's X row segment is
 // one coalesced load and A's value and column index are one broadcast) and
@@ -9,52 +10,8 @@
 // shuffles. Columns beyond COLUMN_LANES are done in further passes over the row (from L1/L2).
 // Work O(nnz * k); A's bytes are read once per COLUMN_LANES columns.
 //
-// Value: float, double, float2 (complex64), double2 (complex128). Index: int, long long.
-
-template <typename Value>
-struct Arith;
-
-template <>
-struct Arith<float> {
-    __device__ static float zero() { return 0.0f; }
-    __device__ static float madd(float a, float x, float s) { return fmaf(a, x, s); }
-    __device__ static float shuffle_add(unsigned mask, float s, int offset, int width) {
-        return s + __shfl_xor_sync(mask, s, offset, width);
-    }
-};
-
-template <>
-struct Arith<double> {
-    __device__ static double zero() { return 0.0; }
-    __device__ static double madd(double a, double x, double s) { return fma(a, x, s); }
-    __device__ static double shuffle_add(unsigned mask, double s, int offset, int width) {
-        return s + __shfl_xor_sync(mask, s, offset, width);
-    }
-};
-
-template <>
-struct Arith<float2> {
-    __device__ static float2 zero() { return make_float2(0.0f, 0.0f); }
-    __device__ static float2 madd(float2 a, float2 x, float2 s) {
-        return make_float2(fmaf(a.x, x.x, fmaf(-a.y, x.y, s.x)), fmaf(a.x, x.y, fmaf(a.y, x.x, s.y)));
-    }
-    __device__ static float2 shuffle_add(unsigned mask, float2 s, int offset, int width) {
-        return make_float2(s.x + __shfl_xor_sync(mask, s.x, offset, width),
-                           s.y + __shfl_xor_sync(mask, s.y, offset, width));
-    }
-};
-
-template <>
-struct Arith<double2> {
-    __device__ static double2 zero() { return make_double2(0.0, 0.0); }
-    __device__ static double2 madd(double2 a, double2 x, double2 s) {
-        return make_double2(fma(a.x, x.x, fma(-a.y, x.y, s.x)), fma(a.x, x.y, fma(a.y, x.x, s.y)));
-    }
-    __device__ static double2 shuffle_add(unsigned mask, double2 s, int offset, int width) {
-        return make_double2(s.x + __shfl_xor_sync(mask, s.x, offset, width),
-                            s.y + __shfl_xor_sync(mask, s.y, offset, width));
-    }
-};
+// Value: float, double, complex64, complex128 (common.cuh). Index: int, long long.
+#include "common.cuh"
 
 template <typename Value, typename Index, int THREADS_PER_ROW, int COLUMN_LANES>
 __global__ void csr_spmm(const Value* __restrict__ data, const Index* __restrict__ indices,
@@ -83,16 +40,16 @@ __global__ void csr_spmm(const Value* __restrict__ data, const Index* __restrict
     const Index end = indptr[row + 1];
     for (int first_column = 0; first_column < k; first_column += COLUMN_LANES) {
         const int column = first_column + column_lane;
-        Value sum = Arith<Value>::zero();
+        Value sum = value_zero<Value>();
         if (column < k) {
             for (Index j = start + nonzero_lane; j < end; j += NONZERO_LANES) {
-                sum = Arith<Value>::madd(data[j], X[static_cast<long long>(indices[j]) * k + column],
-                                         sum);
+                sum = multiply_add(sum, data[j],
+                                   X[static_cast<long long>(indices[j]) * k + column]);
             }
         }
 #pragma unroll
         for (int offset = THREADS_PER_ROW / 2; offset >= COLUMN_LANES; offset /= 2) {
-            sum = Arith<Value>::shuffle_add(group_mask, sum, offset, THREADS_PER_ROW);
+            sum = add(sum, shuffle_xor(sum, offset, group_mask, THREADS_PER_ROW));
         }
         if (nonzero_lane == 0 && column < k) {
             Y[row * k + column] = sum;

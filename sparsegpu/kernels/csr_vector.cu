@@ -2,10 +2,12 @@
 //
 // Bell & Garland, "Implementing Sparse Matrix-Vector Multiplication on Throughput-Oriented
 // Processors" (SC'09), figure 22 (the CSR vector kernel), with CUSP's sub-warp groups
-// (ThreadsPerRow = 1..32), and the three x-load paths and two reductions of the K20 tuning
-// article in seeds/003: the vector, texture, readonly and shuffle backends are the template
-// arguments <LOAD_PLAIN, REDUCE_SHARED>, <LOAD_TEXTURE, REDUCE_SHARED>,
-// <LOAD_READONLY, REDUCE_SHARED> and <LOAD_READONLY, REDUCE_SHUFFLE>.
+// (ThreadsPerRow = 1..32), and the three x-load paths and two reductions of G-DEP's K20
+// tuning of that kernel ("Kepler explained, part 2: the new features of the Kepler
+// generation", G-DEP high-speed computing notes no. 25): the vector, texture, readonly and
+// shuffle backends are the template arguments <LOAD_PLAIN, REDUCE_SHARED>,
+// <LOAD_TEXTURE, REDUCE_SHARED>, <LOAD_READONLY, REDUCE_SHARED> and
+// <LOAD_READONLY, REDUCE_SHUFFLE>.
 //
 // Each group strides over the rows (grid-stride, 64-bit row ids, so any n fits any grid);
 // a warp steps through its rows together so that __syncwarp / __shfl_xor_sync always see the
@@ -26,9 +28,6 @@
 #endif
 #ifndef SPARSEGPU_STREAM_MATRIX
 #define SPARSEGPU_STREAM_MATRIX 0
-#endif
-#ifndef SPARSEGPU_BLOCK_ROWS
-#define SPARSEGPU_BLOCK_ROWS 0
 #endif
 #ifndef SPARSEGPU_VECTOR_LOADS
 #define SPARSEGPU_VECTOR_LOADS 0
@@ -100,37 +99,23 @@ __global__ void __launch_bounds__(1024)
   const int group_in_warp = (threadIdx.x & 31) / ThreadsPerRow;
 
   using Offset = typename OffsetOf<Index>::type;
-#if SPARSEGPU_BLOCK_ROWS
-  // each block owns one contiguous range of rows and its warps step through it together,
-  // so x lines loaded for one row are still in this SM's L1 when rows n and n^2 further on
-  // (a stencil's other grid lines and planes) come to need them
-  const long long rows_per_block = (blockDim.x >> 5) * ROWS_PER_WARP;
-  const long long steps = ((n_rows + rows_per_block - 1) / rows_per_block + gridDim.x - 1) /
-                          gridDim.x;
-  const long long block_begin = blockIdx.x * steps * rows_per_block;
-  const long long row_limit = min(n_rows, block_begin + steps * rows_per_block);
-  const long long row_stride = rows_per_block;
-  const long long first = block_begin + (threadIdx.x >> 5) * ROWS_PER_WARP;
-#else
   // grid-stride: at each step the warps of the whole grid cover consecutive rows
   const long long warp_id = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const long long n_warps = (static_cast<long long>(gridDim.x) * blockDim.x) >> 5;
-  const long long row_limit = n_rows;
   const long long row_stride = n_warps * ROWS_PER_WARP;
   const long long first = warp_id * ROWS_PER_WARP;
-#endif
   long long row = first + group_in_warp;
   Offset start = 0, end = 0;
-  if (row < row_limit) {
+  if (row < n_rows) {
     start = indptr[row];
     end = indptr[row + 1];
   }
-  for (long long first_row = first; first_row < row_limit;
+  for (long long first_row = first; first_row < n_rows;
        first_row += row_stride, row += row_stride) {
     // the next row's extent is loaded now, so its latency hides behind this row's loads
     const long long next_row = row + row_stride;
     Offset next_start = 0, next_end = 0;
-    if (next_row < row_limit) {
+    if (next_row < n_rows) {
       next_start = indptr[next_row];
       next_end = indptr[next_row + 1];
     }
@@ -203,7 +188,7 @@ __global__ void __launch_bounds__(1024)
         __syncwarp();
       }
     }
-    if (lane == 0 && row < row_limit) {
+    if (lane == 0 && row < n_rows) {
       y[row] = sum;
     }
     start = next_start;

@@ -1,5 +1,5 @@
-// Memory-bandwidth probes of `sparsegpu probe`, after seeds/004 (Harris, "How to access
-// global memory efficiently"): every thread adds one to one element, reading and writing it
+// Memory-bandwidth probes of `sparsegpu probe`, after Harris, "How to Access Global Memory
+// Efficiently in CUDA C/C++ Kernels" (NVIDIA developer blog, 2013): every thread adds one to one element, reading and writing it
 // once. `offset_increment` shifts the element by `offset` (a misaligned start);
 // `stride_increment` multiplies its position by `stride` (scattered, uncoalesced accesses).
 // O(n) work, 2 * n * sizeof(T) useful bytes moved.

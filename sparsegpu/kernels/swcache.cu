@@ -1,7 +1,7 @@
 // CSR SpMV with x read through a software-managed, direct-mapped cache in shared memory:
 // y = A @ x, one group of ThreadsPerRow threads per row.
 //
-// Hirasawa, Shimoda, Ohshima, Honda, "A Software Cache Implementation for GPU" (seeds/001):
+// Hirasawa, Shimoda, Ohshima, Honda, "A Software Cache Implementation for GPU":
 // a read-only cache of device memory held in shared memory as a tag array plus cache lines;
 // the line of x element c is c / line_size, its slot is fixed by the line number (direct
 // mapped), and a miss fills the whole line cooperatively, one element per thread.

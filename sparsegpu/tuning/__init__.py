@@ -1,4 +1,7 @@
-"""Launch policies, their defaults, the autotuner and its on-disk cache.
+"""Launch policies, the autotuner and its on-disk cache.
+
+Every policy class is re-exported here; each is defined beside its kernel, in its backend
+module.
 
 :func:`sparsegpu.autotune` lives in :mod:`sparsegpu.tuning.autotune`. The cache it writes
 (:class:`TuningCache`) is a plain store below selection (``sparsegpu._tuning_store``),
@@ -12,20 +15,17 @@ from .._tuning_store import (
     TuningCacheWarning,
     TuningContext,
 )
-from .policy import (
-    AdaptivePolicy,
-    CsrVectorPolicy,
-    CusparsePolicy,
-    NoPolicy,
-    Policy,
-    RowGroupPolicy,
-    SoftwareCachePolicy,
-)
+from ..backends.csr_vector import CsrVectorPolicy
+from ..backends.cusparse import CusparsePolicy
+from ..backends.merge_path import MergePathPolicy
+from ..backends.policy import Policy, RowGroupPolicy
+from ..backends.scipy_reference import NoPolicy
+from ..backends.swcache import SoftwareCachePolicy
 
 __all__ = [
-    "AdaptivePolicy",
     "CsrVectorPolicy",
     "CusparsePolicy",
+    "MergePathPolicy",
     "NoPolicy",
     "Policy",
     "RowGroupPolicy",
@@ -36,3 +36,17 @@ __all__ = [
     "TuningCacheWarning",
     "TuningContext",
 ]
+
+
+def __getattr__(name: str):
+    # the merge-path policy's former name, kept importable for a while
+    if name == "AdaptivePolicy":
+        import warnings
+
+        warnings.warn(
+            "AdaptivePolicy is now called MergePathPolicy; the old name will be removed",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return MergePathPolicy
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

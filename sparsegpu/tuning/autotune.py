@@ -36,7 +36,7 @@ from .._tuning_store import (
     now_iso,
 )
 from ..backends.base import FLOAT_AND_COMPLEX, INT32_AND_INT64
-from .policy import Policy
+from ..backends.policy import Policy
 
 ORACLE = "scipy"
 # A timed sample should last at least this long: CUDA events resolve about half a
@@ -361,7 +361,7 @@ def _prepare(backend, dtype, matrix, oracle, timer) -> _Sweep | CandidateResult:
     if not backend.supports(mirror):
         reason = backend.refuse_reason(mirror) or "unsupported"
         return CandidateResult(name, dtype_name, None, False, SKIPPED, message=reason)
-    untuned = backend.untuned_policy(mirror)
+    untuned = backend.default_policy(mirror)
     candidates = [untuned] + [p for p in backend.candidates(mirror) if p != untuned]
     candidates = list(dict.fromkeys(candidates))
     xp = mirror.xp

@@ -1,4 +1,4 @@
-"""The ``adaptive`` (merge-path) backend: partition, oracle, awkward matrices, determinism."""
+"""The ``merge_path`` backend: partition, oracle, awkward matrices, determinism."""
 
 from __future__ import annotations
 
@@ -7,7 +7,16 @@ import pytest
 import scipy.sparse as sp
 
 import sparsegpu as sg
-from sparsegpu.backends.adaptive import FAMILY, tile_coordinates
+import sparsegpu.tuning
+from sparsegpu import _registry
+from sparsegpu._tuning_store import TunedEntry
+from sparsegpu.backends import canonical_name
+from sparsegpu.backends.merge_path import (
+    FAMILY,
+    MERGE_PATH_SHAPES,
+    MergePathPolicy,
+    tile_coordinates,
+)
 from sparsegpu.testing import (
     INDEX_DTYPES,
     VALUE_DTYPES,
@@ -16,12 +25,11 @@ from sparsegpu.testing import (
     from_row_lengths,
     random_vector,
 )
-from sparsegpu.tuning.policy import ADAPTIVE_SHAPES, AdaptivePolicy
 
 AWKWARD_NAMES = list(awkward_matrices())
 DTYPE_IDS = [np.dtype(d).name for d in VALUE_DTYPES]
 INDEX_IDS = [np.dtype(d).name for d in INDEX_DTYPES]
-SHAPE_IDS = [f"{b}x{i}" for b, i in ADAPTIVE_SHAPES]
+SHAPE_IDS = [f"{b}x{i}" for b, i in MERGE_PATH_SHAPES]
 
 
 def _max_row(A) -> int:
@@ -57,15 +65,69 @@ def test_tiles_follow_the_merge_path(name, tile_items):
 
 def test_every_instantiation_is_registered():
     names = set(FAMILY.instantiations)
-    assert "adaptive_spmv<complex128_t, long long, 128, 16>" in names
-    assert "adaptive_spmv_fixup<float, int>" in names
-    assert len(names) == 4 * 2 * len(ADAPTIVE_SHAPES) + 4 * 2
+    assert "merge_path_spmv<complex128, long long, 128, 16>" in names
+    assert "merge_path_fixup<float, int>" in names
+    assert len(names) == 4 * 2 * len(MERGE_PATH_SHAPES) + 4 * 2
 
 
 @pytest.mark.parametrize("shape", [(64, 8), (256, 16), (512, 4)])
 def test_uncompiled_shapes_are_refused(shape):
     with pytest.raises(ValueError, match="not compiled"):
-        AdaptivePolicy(block_size=shape[0], nnz_per_thread=shape[1])
+        MergePathPolicy(block_size=shape[0], nnz_per_thread=shape[1])
+
+
+# ------------------------------------------------------- the former name ``adaptive``
+def test_former_name_warns_and_names_the_new_one():
+    with pytest.warns(DeprecationWarning, match="'adaptive' is now called 'merge_path'"):
+        assert canonical_name("adaptive") == "merge_path"
+
+
+def test_current_names_pass_without_a_warning(recwarn):
+    assert canonical_name("merge_path") == "merge_path"
+    assert canonical_name("auto") == "auto"
+    assert not recwarn.list
+
+
+def test_former_name_resolves_in_the_registry():
+    with pytest.warns(DeprecationWarning, match="merge_path"):
+        try:
+            backend = _registry.get_backend("adaptive")
+        except _registry.BackendUnavailableError as exc:  # no GPU here: the new name's reason
+            assert "'merge_path' is not available" in str(exc)
+        else:
+            assert backend.name == "merge_path"
+
+
+def test_tuning_cache_entries_under_the_former_names_load():
+    raw = {
+        "backend": "adaptive",
+        "value_dtype": "float64",
+        "index_dtype": "int32",
+        "row_class": "irregular",
+        "policy_type": "AdaptivePolicy",
+        "knobs": {"block_size": 256, "nnz_per_thread": 4},
+        "time_ms": 0.1,
+        "gb_per_s": 100.0,
+        "untuned_time_ms": None,
+        "matrix": "m",
+        "tuned_at": "2026-11-22T05:34:29+00:00",
+    }
+    entry = TunedEntry.from_json(raw)
+    assert entry.backend == "merge_path"
+    assert entry.policy(MergePathPolicy) == MergePathPolicy(256, 4)
+
+
+def test_former_policy_name_is_importable_with_a_warning():
+    with pytest.warns(DeprecationWarning, match="MergePathPolicy"):
+        assert sparsegpu.tuning.AdaptivePolicy is MergePathPolicy
+
+
+def test_former_name_computes_the_same_product(cupy):
+    A = sg.csr_matrix(awkward_matrices(np.float64, np.int32, seed=1)["power_law"])
+    x = cupy.asarray(random_vector(A.shape[1], np.float64, seed=2))
+    with pytest.warns(DeprecationWarning, match="merge_path"):
+        y = sg.matvec(A, x, backend="adaptive")
+    assert cupy.array_equal(y, sg.matvec(A, x, backend="merge_path"))
 
 
 # --------------------------------------------------------------------- GPU: products
@@ -75,18 +137,18 @@ def test_uncompiled_shapes_are_refused(shape):
 def test_matvec_matches_scipy(cupy, name, dtype, index_dtype):
     A = sg.csr_matrix(awkward_matrices(dtype, index_dtype, seed=1)[name])
     x = random_vector(A.shape[1], dtype, seed=2)
-    y = sg.matvec(A, cupy.asarray(x), backend="adaptive")
+    y = sg.matvec(A, cupy.asarray(x), backend="merge_path")
     assert isinstance(y, cupy.ndarray)
     assert_product_close(y, sp.csr_matrix(A) @ x, dtype, _max_row(A), what=name)
 
 
-@pytest.mark.parametrize("shape", ADAPTIVE_SHAPES, ids=SHAPE_IDS)
+@pytest.mark.parametrize("shape", MERGE_PATH_SHAPES, ids=SHAPE_IDS)
 @pytest.mark.parametrize("dtype", VALUE_DTYPES, ids=DTYPE_IDS)
 def test_every_shape_on_a_row_spanning_many_tiles(cupy, dtype, shape):
     A = _long_row_and_empty_rows(dtype, np.int32)
     x = random_vector(A.shape[1], dtype, seed=3)
-    policy = AdaptivePolicy(block_size=shape[0], nnz_per_thread=shape[1])
-    y = sg.matvec(A, cupy.asarray(x), backend="adaptive", policy=policy)
+    policy = MergePathPolicy(block_size=shape[0], nnz_per_thread=shape[1])
+    y = sg.matvec(A, cupy.asarray(x), backend="merge_path", policy=policy)
     assert_product_close(y, sp.csr_matrix(A) @ x, dtype, _max_row(A))
 
 
@@ -94,10 +156,10 @@ def test_every_shape_on_a_row_spanning_many_tiles(cupy, dtype, shape):
 def test_results_are_bitwise_reproducible(cupy, dtype):
     A = _long_row_and_empty_rows(dtype, np.int64)
     x = cupy.asarray(random_vector(A.shape[1], dtype, seed=4))
-    first = sg.matvec(A, x, backend="adaptive")
+    first = sg.matvec(A, x, backend="merge_path")
     stream = cupy.cuda.Stream(non_blocking=True)
     with stream:
-        again = [sg.matvec(A, x, backend="adaptive") for _ in range(5)]
+        again = [sg.matvec(A, x, backend="merge_path") for _ in range(5)]
     stream.synchronize()
     for y in again:
         assert cupy.array_equal(first.view(np.uint8), y.view(np.uint8))
@@ -107,5 +169,5 @@ def test_out_argument_is_written(cupy):
     A = sg.csr_matrix(awkward_matrices(np.float64, np.int32, seed=1)["power_law"])
     x = cupy.asarray(random_vector(A.shape[1], np.float64, seed=5))
     out = cupy.full(A.shape[0], np.nan)
-    assert sg.matvec(A, x, backend="adaptive", out=out) is out
+    assert sg.matvec(A, x, backend="merge_path", out=out) is out
     assert_product_close(out, sp.csr_matrix(A) @ x.get(), np.float64, _max_row(A))

@@ -1,7 +1,8 @@
 """Untuned launch shapes from the device itself: the CUDA occupancy API through CuPy.
 
-seeds/003 reads occupancy off tables (registers and shared memory per block against the
-SM's limits); here the driver computes it for the compiled kernel
+G-DEP's tuning of the CSR vector kernel for the K20 ("Kepler explained, part 2", G-DEP
+high-speed computing notes no. 25) reads occupancy off tables (registers and shared memory
+per block against the SM's limits); here the driver computes it for the compiled kernel
 (``cuOccupancyMaxActiveBlocksPerMultiprocessor``), so the numbers are right for every
 device, register count and shared-memory size.
 """
@@ -10,19 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .. import _cuda
+from . import _cuda
+from ._launch import kernel_handle
 
 BLOCK_SIZES = (64, 128, 256, 512, 1024)
 # Among block sizes with equal occupancy, prefer the one nearest this: the block-size sweeps
-# of seeds/003 peak between 128 and 512, and smaller blocks balance the tail of a grid better.
+# of that K20 tuning peak between 128 and 512, and smaller blocks balance a grid's tail better.
 PREFERRED_BLOCK_SIZE = 256
 # Default (non-opt-in) dynamic shared memory per block; beyond it a kernel must opt in.
 DEFAULT_DYNAMIC_SHARED_LIMIT = 48 * 1024
-
-
-def kernel_handle(kernel) -> int:
-    """The ``CUfunction`` handle of a ``cupy.RawKernel`` (compiles it if needed)."""
-    return getattr(kernel, "kernel", kernel).ptr
 
 
 def allow_shared_memory(kernel, shared_bytes: int) -> None:
@@ -107,16 +104,17 @@ def occupancy_block_size(
     return min(tied, key=lambda b: (abs(b - PREFERRED_BLOCK_SIZE), b))
 
 
-def threads_per_row_for(mean_row_length: float) -> int:
-    """The largest power of two <= half the mean row length, in 1..32.
+def threads_per_row_for(mean_row_length: float, limit: int = 32) -> int:
+    """The largest power of two <= half the mean row length, in 1..``limit``.
 
     Fewer threads than nonzeros per row keeps more rows, hence more independent loads, in
     flight per warp. On the H200 the autotuner's winners sat at about half the mean
     (5-point stencil, mean 5: 2 threads, 2.5x faster than 8; 27-point, mean 26: 8, 2.4x
     faster than 32; docs/benchmarks/results/autotune_h200.json), where CUSP's rule of the
-    power of two above the mean lost.
+    power of two above the mean lost. The SpMM kernel splits a row over what its column
+    lanes leave of a warp (``limit``) by the same rule.
     """
     threads = 1
-    while threads * 2 <= mean_row_length / 2 and threads < 32:
+    while threads * 2 <= mean_row_length / 2 and threads * 2 <= limit:
         threads *= 2
     return threads

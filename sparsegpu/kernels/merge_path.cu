@@ -1,4 +1,4 @@
-// adaptive: merge-path CSR SpMV, y = A x, load-balanced for any row-length distribution.
+// merge_path: merge-path CSR SpMV, y = A x, load-balanced for any row-length distribution.
 //
 // Follows Merrill & Garland, "Merge-based Parallel Sparse Matrix-Vector Multiplication"
 // (SC'16): the "merge path" of the row-end offsets (indptr[1:]) and the nonzero indices
@@ -11,13 +11,13 @@
 // its segment. Partial rows are combined by a segmented (reduce-by-key) Hillis-Steele scan
 // in shared memory and, across tiles, by adding each row's carries in tile order: in the
 // last block to finish (few tiles; an atomic counter only elects that block) or in
-// adaptive_spmv_fixup (many tiles). No floating-point atomics: same input, same bits.
+// merge_path_fixup (many tiles). No floating-point atomics: same input, same bits.
 // Work O(n_rows + nnz); each value, index and row pointer is read once.
-#include "adaptive_common.cuh"
+#include "common.cuh"
 
 template <typename V, typename I, int BLOCK, int ITEMS>
 __global__ void __launch_bounds__(BLOCK)
-adaptive_spmv(const I* __restrict__ indptr, const I* __restrict__ indices,
+merge_path_spmv(const I* __restrict__ indptr, const I* __restrict__ indices,
               const V* __restrict__ data, const V* __restrict__ x, V* __restrict__ y,
               const I* __restrict__ tile_row, const I* __restrict__ tile_nz,
               I* __restrict__ carry_row, V* __restrict__ carry_value, I n_rows,
@@ -56,7 +56,7 @@ adaptive_spmv(const I* __restrict__ indptr, const I* __restrict__ indices,
     for (int s = 0; s < ITEMS; ++s) {
         const int i = tid + s * BLOCK;
         if (i < num_nz) {
-            products[i] = value_mul(value[s], x[column[s]]);
+            products[i] = multiply(value[s], x[column[s]]);
         }
     }
 #pragma unroll
@@ -102,7 +102,7 @@ adaptive_spmv(const I* __restrict__ indptr, const I* __restrict__ indices,
                 running = value_zero<V>();
                 ++row;
             } else {
-                running = value_add(running, products[nz]);
+                running = add(running, products[nz]);
                 ++nz;
             }
         }
@@ -114,10 +114,10 @@ adaptive_spmv(const I* __restrict__ indptr, const I* __restrict__ indices,
     __syncthreads();
 #pragma unroll
     for (int offset = 1; offset < BLOCK; offset <<= 1) {
-        const bool add = tid >= offset && scan_row[tid - offset] == row;
+        const bool same_row = tid >= offset && scan_row[tid - offset] == row;
         V combined = scan_value[tid];
-        if (add) {
-            combined = value_add(scan_value[tid - offset], combined);
+        if (same_row) {
+            combined = add(scan_value[tid - offset], combined);
         }
         __syncthreads();
         scan_value[tid] = combined;
@@ -126,7 +126,7 @@ adaptive_spmv(const I* __restrict__ indptr, const I* __restrict__ indices,
     if (ends_a_row) {
         V total = first_partial;
         if (tid > 0 && scan_row[tid - 1] == first_row) {
-            total = value_add(scan_value[tid - 1], first_partial);
+            total = add(scan_value[tid - 1], first_partial);
         }
         y[r0 + first_row] = total;
     }
@@ -135,7 +135,7 @@ adaptive_spmv(const I* __restrict__ indptr, const I* __restrict__ indices,
         carry_value[tile] = scan_value[tid];
     }
     if (tiles_done == nullptr) {
-        return;  // many tiles: adaptive_spmv_fixup runs as a second launch
+        return;  // many tiles: merge_path_fixup runs as a second launch
     }
     // Few tiles: the last block to finish adds the carries itself (one launch instead of
     // two). The atomic only elects that block; sums keep their fixed order.
@@ -159,9 +159,9 @@ adaptive_spmv(const I* __restrict__ indptr, const I* __restrict__ indices,
         }
         V sum = load_coherent(carry_value + t);
         for (int u = t + 1; u < n_tiles && rows[u] == carry; ++u) {
-            sum = value_add(sum, load_coherent(carry_value + u));
+            sum = add(sum, load_coherent(carry_value + u));
         }
-        y[carry] = value_add(sum, load_coherent(y + carry));
+        y[carry] = add(sum, load_coherent(y + carry));
     }
     if (tid == 0) {
         *tiles_done = 0u;  // ready for the next product on this buffer
@@ -171,7 +171,7 @@ adaptive_spmv(const I* __restrict__ indptr, const I* __restrict__ indices,
 // Adds to y the partial sums of rows that span tiles, in tile order (deterministic).
 // One thread per tile; the first tile of each run of equal carry rows sums the run.
 template <typename V, typename I>
-__global__ void adaptive_spmv_fixup(const I* __restrict__ carry_row,
+__global__ void merge_path_fixup(const I* __restrict__ carry_row,
                                     const V* __restrict__ carry_value, int n_tiles,
                                     I n_rows, V* __restrict__ y) {
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
@@ -184,7 +184,7 @@ __global__ void adaptive_spmv_fixup(const I* __restrict__ carry_row,
     }
     V sum = carry_value[t];
     for (int u = t + 1; u < n_tiles && carry_row[u] == row; ++u) {
-        sum = value_add(sum, carry_value[u]);
+        sum = add(sum, carry_value[u]);
     }
-    y[row] = value_add(sum, y[row]);
+    y[row] = add(sum, y[row]);
 }

@@ -7,12 +7,14 @@ takes.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import scipy.sparse as sp
 
 from .._mirror import HOST, DeviceMatrix
-from ..tuning.policy import NoPolicy
 from .base import INT32_AND_INT64, Backend, Plan
+from .policy import Policy
 
 ALL_SCIPY_DTYPES = tuple(
     np.dtype(t)
@@ -36,6 +38,11 @@ ALL_SCIPY_DTYPES = tuple(
 )
 
 
+@dataclass(frozen=True)
+class NoPolicy(Policy):
+    """For backends with no knobs (``scipy``)."""
+
+
 class ScipyPlan(Plan):
     """Wraps the mirror in a plain scipy CSR (or CSC) matrix once; products call scipy's
     own kernels through its product hooks, not through its operator a second time."""
@@ -48,7 +55,6 @@ class ScipyPlan(Plan):
             matrix.shape, dtype=matrix.dtype.newbyteorder("=")
         )
         csr.data, csr.indices, csr.indptr = matrix.data, matrix.indices, matrix.indptr
-        self._csr = csr
         # scipy >= 1.13 names the hooks _matmul_*, older releases _mul_*
         self._vector = getattr(csr, "_matmul_vector", None) or csr._mul_vector
         self._multivector = getattr(csr, "_matmul_multivector", None) or csr._mul_multivector

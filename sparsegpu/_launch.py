@@ -1,0 +1,113 @@
+"""The one C++ type map and the one way sparsegpu launches a compiled kernel.
+
+Every kernel family spells its instantiations with :func:`name_expression` (the value and
+index types as ``kernels/common.cuh`` names them) and launches through a
+:class:`KernelLaunch`. A launch passes raw device pointers: the operands it is given must
+already be checked, which :meth:`sparsegpu.backends.base.Plan.operands` does once per
+product (``matvec``/``matmat`` -> ``operands`` -> ``_matvec``/``_matmat``).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from . import _cuda
+
+# C++ spellings of the value and index dtypes (kernels/common.cuh defines the complex ones).
+CXX_VALUE_TYPES = {
+    np.dtype(np.float32): "float",
+    np.dtype(np.float64): "double",
+    np.dtype(np.complex64): "complex64",
+    np.dtype(np.complex128): "complex128",
+}
+CXX_INDEX_TYPES = {np.dtype(np.int32): "int", np.dtype(np.int64): "long long"}
+
+
+def name_expression(template: str, value_dtype, index_dtype=None, *parameters) -> str:
+    """The C++ name of one instantiation: ``name_expression("csr_vector", np.float64,
+    np.int32, 8, 2, 1) == "csr_vector<double, int, 8, 2, 1>"``; without an index dtype,
+    only the value type (``"gather<float>"``)."""
+    arguments = [CXX_VALUE_TYPES[np.dtype(value_dtype)]]
+    if index_dtype is not None:
+        arguments.append(CXX_INDEX_TYPES[np.dtype(index_dtype)])
+    arguments += [str(p) for p in parameters]
+    return f"{template}<{', '.join(arguments)}>"
+
+
+def kernel_handle(kernel) -> int:
+    """The ``CUfunction`` handle of a ``cupy.RawKernel`` (compiles it if needed)."""
+    return getattr(kernel, "kernel", kernel).ptr
+
+
+def _slot_value(argument) -> int:
+    """An argument as the 8 bytes of its slot: a device array or texture object as its
+    pointer, an integer as itself."""
+    data = getattr(argument, "data", None)
+    if data is not None and hasattr(data, "ptr"):
+        return data.ptr
+    if hasattr(argument, "ptr"):
+        return argument.ptr
+    return int(argument)
+
+
+class KernelLaunch:
+    """One compiled kernel bound to its block size, shared memory and fixed arguments.
+
+    Launches through ``cuLaunchKernel`` from a packed argument buffer: CuPy's generic launch
+    converts every argument on every call (several microseconds for a dozen arguments, more
+    than a whole small product); here each argument has a fixed 8-byte slot (pointers and
+    integers, little-endian, so an ``int`` parameter reads its low four bytes) and a call
+    only rewrites the slots named per call.
+
+    Parameters
+    ----------
+    kernel : cupy.RawKernel
+    block : int
+        Threads per block.
+    arguments : sequence
+        The kernel's parameters in order: a device array (its pointer), a texture object
+        (its handle), an integer, or a str naming a slot filled by each call.
+    shared_bytes : int
+        Dynamic shared memory per block.
+    """
+
+    def __init__(self, kernel, block: int, arguments, shared_bytes: int = 0):
+        from cupy_backends.cuda.api import driver
+
+        self._driver_launch = driver.launchKernel
+        self._function = kernel_handle(kernel)
+        self._cupy = _cuda.cupy_or_none()
+        self.block = int(block)
+        self.shared_bytes = int(shared_bytes)
+        self._args = np.zeros(len(arguments), dtype=np.uint64)
+        self._slots = {}
+        for i, argument in enumerate(arguments):
+            if isinstance(argument, str):
+                self._slots[argument] = i
+            else:
+                self._args[i] = _slot_value(argument)
+        self._params = self._args.ctypes.data + 8 * np.arange(len(arguments), dtype=np.uint64)
+        self._params_ptr = self._params.ctypes.data
+        self._lock = threading.Lock()
+
+    def __call__(self, grid: int, **per_call) -> None:
+        """Launch ``grid`` blocks on CuPy's current stream; ``per_call`` fills the named slots."""
+        stream_ptr = self._cupy.cuda.get_current_stream().ptr
+        with self._lock:  # the slots are shared; the launch copies them
+            for name, argument in per_call.items():
+                self._args[self._slots[name]] = _slot_value(argument)
+            self._driver_launch(
+                self._function,
+                int(grid),
+                1,
+                1,
+                self.block,
+                1,
+                1,
+                self.shared_bytes,
+                stream_ptr,
+                self._params_ptr,
+                0,
+            )

@@ -1,0 +1,203 @@
+"""The ``merge_path`` backend: merge-path SpMV, balanced for any row-length distribution.
+
+The kernel (``kernels/merge_path.cu``: Merrill & Garland, "Merge-based Parallel Sparse
+Matrix-Vector Multiplication", SC'16) splits the merge of row ends and nonzeros into equal
+tiles, so a matrix whose rows follow a power law, with one row holding most nonzeros or
+with many empty rows, keeps every thread equally busy.
+Tile start coordinates are computed once per plan on the device (one ``searchsorted``);
+each product is one kernel launch (up to ``FUSED_FIXUP_MAX_TILES`` tiles the last block to
+finish adds the carried partial sums) or two (a fix-up launch adds them). Sums run in a
+fixed order whatever the scheduling: results are bitwise reproducible.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import _compile, _cuda
+from .._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES, KernelLaunch, name_expression
+from .._mirror import DeviceMatrix
+from .base import Backend, Plan
+from .policy import Policy, as_int, check_block_size
+
+SOURCE = "merge_path.cu"
+FIXUP_BLOCK = 256
+# Up to this many tiles the last block adds the carries itself (a few strided passes over
+# the carries, cheaper than a second launch); beyond it a separate fix-up kernel does,
+# so that one block's serial tail never shows on large matrices.
+FUSED_FIXUP_MAX_TILES = 1024
+
+
+# (block_size, nnz_per_thread) pairs the merge-path kernel is compiled for: tiles of 512 to
+# 2048 merge items keep a complex128 tile in 48 KiB of static shared memory.
+MERGE_PATH_SHAPES = ((128, 4), (128, 8), (128, 16), (256, 4), (256, 8))
+
+
+@dataclass(frozen=True)
+class MergePathPolicy(Policy):
+    """The load-balanced ``merge_path`` kernel (Merrill & Garland).
+
+    Attributes
+    ----------
+    block_size : int
+        Threads per block; one block consumes one tile of ``block_size * nnz_per_thread``
+        merge items.
+    nnz_per_thread : int
+        Merge-path items (nonzeros and row ends) each thread consumes.
+
+    ``(block_size, nnz_per_thread)`` must be one of ``MERGE_PATH_SHAPES``.
+    """
+
+    block_size: int = 256
+    nnz_per_thread: int = 8
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_block_size(self)
+        as_int(self, "nnz_per_thread", self.nnz_per_thread)
+        if (self.block_size, self.nnz_per_thread) not in MERGE_PATH_SHAPES:
+            raise ValueError(
+                f"(block_size, nnz_per_thread) = ({self.block_size}, {self.nnz_per_thread}) "
+                f"is not compiled; choose one of {list(MERGE_PATH_SHAPES)}"
+            )
+
+
+def spmv_name(value_dtype, index_dtype, block_size: int, nnz_per_thread: int) -> str:
+    """C++ name expression of the main kernel for one instantiation."""
+    return name_expression("merge_path_spmv", value_dtype, index_dtype, block_size, nnz_per_thread)
+
+
+def fixup_name(value_dtype, index_dtype) -> str:
+    """C++ name expression of the carry fix-up kernel."""
+    return name_expression("merge_path_fixup", value_dtype, index_dtype)
+
+
+FAMILY = _compile.register_family(
+    _compile.KernelFamily(
+        SOURCE,
+        tuple(
+            spmv_name(v, i, block, items)
+            for v in CXX_VALUE_TYPES
+            for i in CXX_INDEX_TYPES
+            for block, items in MERGE_PATH_SHAPES
+        )
+        + tuple(fixup_name(v, i) for v in CXX_VALUE_TYPES for i in CXX_INDEX_TYPES),
+    )
+)
+
+
+def tile_coordinates(indptr, nnz: int, tile_items: int, xp):
+    """Start (row, nonzero) of every tile of the merge path, plus the end: two arrays.
+
+    Tile ``t`` starts on diagonal ``d = t * tile_items`` of the merge of the row ends
+    ``indptr[1:]`` with the nonzero indices; its start row is the number of rows ``p``
+    whose end item comes before ``d``: ``indptr[p + 1] + p + 1 <= d``.
+    """
+    n_rows = int(indptr.shape[0]) - 1
+    n_items = n_rows + nnz
+    n_tiles = max(-(-n_items // tile_items), 1)
+    diagonals = xp.minimum(xp.arange(n_tiles + 1, dtype=np.int64) * tile_items, n_items)
+    keys = indptr[1:].astype(np.int64) + xp.arange(1, n_rows + 1, dtype=np.int64)
+    rows = xp.searchsorted(keys, diagonals, side="right").astype(np.int64)
+    return rows.astype(indptr.dtype), (diagonals - rows).astype(indptr.dtype)
+
+
+class MergePathPlan(Plan):
+    """Compiled merge-path kernels, tile coordinates and per-stream carry buffers."""
+
+    def __init__(self, matrix: DeviceMatrix, policy: MergePathPolicy):
+        super().__init__(matrix, policy)
+        cupy = _cuda.cupy_or_none()
+        self._cupy = cupy
+        n_rows = matrix.shape[0]
+        self._n_rows = n_rows
+        tile_items = policy.block_size * policy.nnz_per_thread
+        self._tile_row, self._tile_nz = tile_coordinates(
+            matrix.indptr, matrix.nnz, tile_items, cupy
+        )
+        self.n_tiles = int(self._tile_row.shape[0]) - 1
+        spmv = _compile.get_kernel(
+            SOURCE,
+            spmv_name(matrix.dtype, matrix.index_dtype, policy.block_size, policy.nnz_per_thread),
+        )
+        fixup = _compile.get_kernel(SOURCE, fixup_name(matrix.dtype, matrix.index_dtype))
+        self.fused_fixup = 1 < self.n_tiles <= FUSED_FIXUP_MAX_TILES
+        self._carries: dict = {}
+        self._spmv = KernelLaunch(
+            spmv,
+            policy.block_size,
+            (
+                matrix.indptr,
+                matrix.indices,
+                matrix.data,
+                "x",
+                "y",
+                self._tile_row,
+                self._tile_nz,
+                "carry_row",
+                "carry_value",
+                n_rows,
+                "tiles_done",
+            ),
+        )
+        self._fixup = KernelLaunch(
+            fixup,
+            FIXUP_BLOCK,
+            ("carry_row", "carry_value", self.n_tiles, n_rows, "y"),
+        )
+        self._fixup_grid = -(-self.n_tiles // FIXUP_BLOCK)
+
+    def _carry_buffers(self, stream_ptr: int):
+        """(carry rows, carry values, finished-tile counter or 0, a null pointer) for one
+        stream: scratch written by every product."""
+        buffers = self._carries.get(stream_ptr)
+        if buffers is None:
+            cupy = self._cupy
+            counter = cupy.zeros(1, dtype=np.uint32) if self.fused_fixup else 0
+            carry_row = cupy.empty(self.n_tiles, dtype=self.matrix.index_dtype)
+            carry_value = cupy.empty(self.n_tiles, dtype=self._dtype)
+            buffers = (carry_row, carry_value, counter)
+            self._carries[stream_ptr] = buffers
+        return buffers
+
+    def _matvec(self, x, y):
+        if self._n_rows == 0:
+            return y
+        stream_ptr = self._cupy.cuda.get_current_stream().ptr
+        carry_row, carry_value, counter = self._carry_buffers(stream_ptr)
+        self._spmv(
+            self.n_tiles,
+            x=x,
+            y=y,
+            carry_row=carry_row,
+            carry_value=carry_value,
+            tiles_done=counter,  # 0 (null): no fused fix-up
+        )
+        if self.n_tiles > FUSED_FIXUP_MAX_TILES:
+            self._fixup(self._fixup_grid, carry_row=carry_row, carry_value=carry_value, y=y)
+        return y
+
+
+class MergePathBackend(Backend):
+    """Merge-path SpMV: equal work per thread whatever the row lengths; deterministic."""
+
+    name = "merge_path"
+    description = "load-balanced merge-path SpMV for irregular rows (deterministic, no atomics)"
+    policy_type = MergePathPolicy
+
+    def default_policy(self, matrix):
+        return MergePathPolicy(source="default")
+
+    def candidates(self, matrix):
+        return [
+            MergePathPolicy(block_size=block, nnz_per_thread=items, source="candidate")
+            for block, items in MERGE_PATH_SHAPES
+        ]
+
+    def plan(self, matrix, policy):
+        return MergePathPlan(matrix, policy)
+
+
+BACKENDS = [MergePathBackend()]

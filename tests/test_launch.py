@@ -1,0 +1,64 @@
+"""sparsegpu._launch on the CPU: the type map, and what a launch packs into its argument
+slots (the driver is replaced by a recorder; the GPU suite runs the real launches)."""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+import types
+
+import numpy as np
+import pytest
+
+from sparsegpu import _launch
+
+
+class _Pointer:
+    def __init__(self, ptr):
+        self.ptr = ptr
+
+
+class _DeviceArray:
+    def __init__(self, ptr):
+        self.data = _Pointer(ptr)
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    """Every launch through a recording driver, as (function, grid, block, shared bytes,
+    stream, the first five slot values), on a fake current stream 77."""
+    calls = []
+
+    def launch_kernel(function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        slots = ctypes.cast(params, ctypes.POINTER(ctypes.c_void_p))
+        values = [ctypes.c_uint64.from_address(slots[i]).value for i in range(5)]
+        calls.append((function, gx, bx, shared, stream, values))
+
+    api = types.ModuleType("cupy_backends.cuda.api")
+    api.driver = types.SimpleNamespace(launchKernel=launch_kernel)
+    for name in ("cupy_backends", "cupy_backends.cuda"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "cupy_backends.cuda.api", api)
+    stream = types.SimpleNamespace(ptr=77)
+    cupy = types.SimpleNamespace(cuda=types.SimpleNamespace(get_current_stream=lambda: stream))
+    monkeypatch.setattr(_launch._cuda, "cupy_or_none", lambda: cupy)
+    return calls
+
+
+def test_name_expression_spells_the_common_header_types():
+    expected = "k<complex64, long long, 8, 1>"
+    assert _launch.name_expression("k", np.complex64, np.int64, 8, 1) == expected
+    assert _launch.name_expression("k", np.float64) == "k<double>"
+
+
+def test_a_launch_fills_fixed_and_per_call_slots(launches):
+    kernel = types.SimpleNamespace(kernel=_Pointer(1234))
+    launch = _launch.KernelLaunch(
+        kernel, 128, (_DeviceArray(0x1000), "x", np.int64(5), "texture", 2**40), shared_bytes=512
+    )
+    launch(9, x=_DeviceArray(0x2000), texture=_Pointer(42))
+    launch(3, x=_DeviceArray(0x3000), texture=0)
+    assert launches == [
+        (1234, 9, 128, 512, 77, [0x1000, 0x2000, 5, 42, 2**40]),
+        (1234, 3, 128, 512, 77, [0x1000, 0x3000, 5, 0, 2**40]),
+    ]
