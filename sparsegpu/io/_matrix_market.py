@@ -25,7 +25,8 @@ import numpy as np
 import scipy.io
 import scipy.sparse as sp
 
-from .._matrix import _cupy_to_host, csr_array, csr_matrix
+from .._cuda import to_host
+from .._matrix import csr_array, csr_matrix
 from ._body import check_body
 from ._files import create_beside
 from ._header import MMInfo, bad_file, check_memory, read_header
@@ -353,7 +354,7 @@ def mmwrite(path, A, *, comment: str = "", field=None, precision=None, symmetry=
         raise ValueError(
             f"{path}: mmwrite writes .mtx, .mtx.gz or .mtx.bz2 files, not tar archives"
         )
-    A = _cupy_to_host(A)
+    A = to_host(A)
     A = sp.coo_matrix(A) if sp.issparse(A) else np.asarray(A)
     kwargs = {"comment": comment, "field": field, "precision": precision}
     if symmetry is not None:
