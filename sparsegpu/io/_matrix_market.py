@@ -4,17 +4,20 @@ The body is parsed by :func:`scipy.io.mmread` (fast_matrix_market on scipy >= 1.
 own parser before). Around it: the header is read and checked first (:mod:`._header`),
 so a bad file gets a ValueError naming the file and nothing is allocated before the
 declared sizes are known to fit; then every entry is checked against the header
-(:mod:`._body`: scipy silently drops what it does not expect, and crashes on a NUL byte);
-after the parse, the symmetric triangle is checked and the result becomes a
+(:mod:`._body`: scipy silently drops what it does not expect, and crashes on a NUL byte),
+while scipy parses a NUL-free file on another thread (a parse whose file fails the check
+is dropped); after the parse, the symmetric triangle is checked and the result becomes a
 :class:`sparsegpu.csr_matrix`.
 """
 
 from __future__ import annotations
 
 import bz2
+import concurrent.futures
 import functools
 import gzip
 import inspect
+import io
 import os
 import re
 import shutil
@@ -35,6 +38,11 @@ ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.bz2", ".tar")
 _COMPRESSED = {".gz": gzip, ".bz2": bz2}
 # What a damaged compressed stream or archive raises while being read.
 _STREAM_ERRORS = (OSError, EOFError, zlib.error, tarfile.TarError)
+# Bytes read at once while looking for a NUL byte.
+_READ_BYTES = 16 << 20
+# A compressed file or archive member whose text is longer is checked and parsed from
+# its stream (decompressed twice) rather than from one copy in memory.
+_IN_MEMORY_BYTES = 256 << 20
 
 
 def _compression(path: str):
@@ -151,16 +159,64 @@ def _mmread_kwargs() -> dict:
 def _parse_body(open_stream, source, info: MMInfo):
     """scipy's parse of ``source`` (a path or a binary stream), errors named by file.
 
-    The body is checked first (:func:`._body.check_body`) on a stream from
-    ``open_stream()``, so scipy only sees files whose every entry matches the header.
+    Every entry is checked (:func:`._body.check_body`) on a stream from ``open_stream()``,
+    and scipy's result is only returned for a file that passes. The check and scipy's
+    parse run at the same time (on two threads: the check's error, if any, wins and the
+    parse is dropped) when the text has no NUL byte, the one thing that crashes scipy's
+    parser; anything else is checked first and parsed after. A compressed file or archive
+    member of up to :data:`_IN_MEMORY_BYTES` is decompressed once, into memory, for both.
     """
     check_memory(info)
+    if isinstance(source, str) and _compression(source) is None:
+        overlap = not _file_has_nul(source, info)
+    else:
+        text = _read_whole(open_stream, info)
+        if text is not None:
+            source = io.BytesIO(text)
+            open_stream = functools.partial(io.BytesIO, text)
+        overlap = text is not None and text.find(b"\0", info.header_bytes) < 0
+    if not overlap:
+        _check_entries(open_stream, info)
+        return _scipy_parse(source, info)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        parsed = pool.submit(_scipy_parse, source, info)
+        try:
+            _check_entries(open_stream, info)
+        except BaseException:
+            parsed.exception()  # wait for the parse, and drop it
+            raise
+        return parsed.result()
+
+
+def _file_has_nul(path: str, info: MMInfo) -> bool:
+    with open(path, "rb") as stream:
+        stream.seek(info.header_bytes)
+        while block := stream.read(_READ_BYTES):
+            if b"\0" in block:
+                return True
+    return False
+
+
+def _read_whole(open_stream, info: MMInfo) -> bytes | None:
+    """The decompressed text, or None when it is longer than :data:`_IN_MEMORY_BYTES`."""
+    try:
+        with open_stream() as stream:
+            text = stream.read(_IN_MEMORY_BYTES + 1)
+    except _STREAM_ERRORS as exc:
+        raise bad_file(info.source, f"cannot be read ({exc})") from exc
+    return text if len(text) <= _IN_MEMORY_BYTES else None
+
+
+def _check_entries(open_stream, info: MMInfo) -> None:
     try:
         with open_stream() as stream:
             stream.seek(info.header_bytes)
             check_body(stream, info)
     except _STREAM_ERRORS as exc:
         raise bad_file(info.source, f"cannot be read ({exc})") from exc
+
+
+def _scipy_parse(source, info: MMInfo):
     try:
         return scipy.io.mmread(source, **_mmread_kwargs())
     except MemoryError:
@@ -282,7 +338,7 @@ def mmread(path, *, array: bool = False, aux: bool = False):
         or fewer numbers than the field has, a number that is not whole (``0x1p3``,
         ``1.2.3``, ``2.5`` in an ``integer`` file, a non-integer index), a NUL or other
         byte no entry has. The message names the file, the line and the problem; the
-        entries are checked before scipy parses them.
+        entries are checked before any of scipy's parse is used.
 
     Examples
     --------
