@@ -106,6 +106,18 @@ def is_cupy_array(obj) -> bool:
     return False
 
 
+def to_host(a):
+    """CuPy arrays and cupyx sparse matrices as their numpy / scipy copies (tuples item by
+    item); anything else unchanged. For handing GPU inputs to scipy's constructors and writers."""
+    if is_cupy_array(a):
+        return a.get()
+    if type(a).__module__.startswith("cupyx.scipy.sparse") and hasattr(a, "get"):
+        return a.get()
+    if isinstance(a, tuple):
+        return tuple(to_host(item) for item in a)
+    return a
+
+
 @dataclass(frozen=True)
 class DeviceInfo:
     """What sparsegpu needs to know about one CUDA device."""

@@ -44,18 +44,6 @@ from ._mirror import DeviceMatrix, MatrixCache, MirrorKey, Residence
 from ._write_through import write_through
 
 
-def _cupy_to_host(arg):
-    """Turn CuPy / cupyx inputs into their host equivalents for scipy's constructors."""
-    if _cuda.is_cupy_array(arg):
-        return arg.get()
-    module = type(arg).__module__
-    if module.startswith("cupyx.scipy.sparse") and hasattr(arg, "get"):
-        return arg.get()
-    if isinstance(arg, tuple):
-        return tuple(_cupy_to_host(a) for a in arg)
-    return arg
-
-
 def _release(matrix) -> set[int]:
     """Drop a matrix's mirrors and its holds on buffers (call under MIRROR_LOCK).
 
@@ -131,7 +119,7 @@ class _SparseGPUMixin:
     _shape = _stored("_shape")
 
     def __init__(self, arg1, shape=None, dtype=None, copy=False, **kwargs):
-        super().__init__(_cupy_to_host(arg1), shape=shape, dtype=dtype, copy=copy, **kwargs)
+        super().__init__(_cuda.to_host(arg1), shape=shape, dtype=dtype, copy=copy, **kwargs)
 
     # ------------------------------------------------------------------ backend
     @property

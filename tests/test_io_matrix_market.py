@@ -409,6 +409,20 @@ def test_entries_that_do_not_match_the_header_are_refused_before_scipy(
     assert str(excinfo.value).startswith(f"{path}: ")
 
 
+@pytest.mark.parametrize("suffix", [".mtx", ".mtx.gz"])
+def test_a_file_with_a_nul_byte_never_reaches_scipy(tmp_path, monkeypatch, suffix):
+    # scipy's parser crashes on a NUL byte: the check refuses the file first
+    import scipy.io
+
+    calls = []
+    monkeypatch.setattr(scipy.io, "mmread", lambda *a, **k: calls.append(a))
+    path = tmp_path / f"m{suffix}"
+    path.write_bytes(_compressors()[suffix](mismatched_text("nul-after-last-value").encode()))
+    with pytest.raises(ValueError, match="NUL"):
+        sg.io.mmread(path)
+    assert calls == []
+
+
 def test_entries_are_checked_in_archives_too(tmp_path):
     text = mismatched_text("nul-after-last-value").encode()
     path = make_archive(tmp_path / "m.tar.gz", {"m/m.mtx": text})

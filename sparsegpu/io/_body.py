@@ -1,4 +1,4 @@
-"""The Matrix Market body, checked against its header before scipy parses it.
+"""The Matrix Market body, checked against its header before scipy's parse of it is used.
 
 scipy's parser (fast_matrix_market) reads a number from the front of each token and
 drops the rest: ``0x1p3`` is read as 0, ``2.5`` in an ``integer`` file as 2, a second

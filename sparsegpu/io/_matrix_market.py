@@ -4,8 +4,9 @@ The body is parsed by :func:`scipy.io.mmread` (fast_matrix_market on scipy >= 1.
 own parser before). Around it: the header is read and checked first (:mod:`._header`),
 so a bad file gets a ValueError naming the file and nothing is allocated before the
 declared sizes are known to fit; then every entry is checked against the header
-(:mod:`._body`: scipy silently drops what it does not expect, and crashes on a NUL byte);
-after the parse, the symmetric triangle is checked and the result becomes a
+(:mod:`._body`: scipy silently drops what it does not expect, and crashes on a NUL byte)
+before scipy sees the file; after the parse, the symmetric triangle is checked and the
+result becomes a
 :class:`sparsegpu.csr_matrix`.
 """
 
@@ -15,6 +16,7 @@ import bz2
 import functools
 import gzip
 import inspect
+import io
 import os
 import re
 import shutil
@@ -25,8 +27,9 @@ import numpy as np
 import scipy.io
 import scipy.sparse as sp
 
+from .._cuda import to_host
 from .._files import create_beside
-from .._matrix import _cupy_to_host, csr_array, csr_matrix
+from .._matrix import csr_array, csr_matrix
 from ._body import check_body
 from ._header import MMInfo, bad_file, check_memory, read_header
 
@@ -34,6 +37,9 @@ ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.bz2", ".tar")
 _COMPRESSED = {".gz": gzip, ".bz2": bz2}
 # What a damaged compressed stream or archive raises while being read.
 _STREAM_ERRORS = (OSError, EOFError, zlib.error, tarfile.TarError)
+# A compressed file or archive member whose text is longer is checked and parsed from
+# its stream (decompressed twice) rather than from one copy in memory.
+_IN_MEMORY_BYTES = 256 << 20
 
 
 def _compression(path: str):
@@ -150,16 +156,42 @@ def _mmread_kwargs() -> dict:
 def _parse_body(open_stream, source, info: MMInfo):
     """scipy's parse of ``source`` (a path or a binary stream), errors named by file.
 
-    The body is checked first (:func:`._body.check_body`) on a stream from
-    ``open_stream()``, so scipy only sees files whose every entry matches the header.
+    Every entry is checked first (:func:`._body.check_body`) on a stream from
+    ``open_stream()``, so scipy only ever sees files whose every entry matches the header
+    (its parser crashes on a NUL byte and silently drops what it does not expect). A
+    compressed file or archive member of up to :data:`_IN_MEMORY_BYTES` is decompressed
+    once, into memory, for both.
     """
     check_memory(info)
+    if not (isinstance(source, str) and _compression(source) is None):
+        text = _read_whole(open_stream, info)
+        if text is not None:
+            source = io.BytesIO(text)
+            open_stream = functools.partial(io.BytesIO, text)
+    _check_entries(open_stream, info)
+    return _scipy_parse(source, info)
+
+
+def _read_whole(open_stream, info: MMInfo) -> bytes | None:
+    """The decompressed text, or None when it is longer than :data:`_IN_MEMORY_BYTES`."""
+    try:
+        with open_stream() as stream:
+            text = stream.read(_IN_MEMORY_BYTES + 1)
+    except _STREAM_ERRORS as exc:
+        raise bad_file(info.source, f"cannot be read ({exc})") from exc
+    return text if len(text) <= _IN_MEMORY_BYTES else None
+
+
+def _check_entries(open_stream, info: MMInfo) -> None:
     try:
         with open_stream() as stream:
             stream.seek(info.header_bytes)
             check_body(stream, info)
     except _STREAM_ERRORS as exc:
         raise bad_file(info.source, f"cannot be read ({exc})") from exc
+
+
+def _scipy_parse(source, info: MMInfo):
     try:
         return scipy.io.mmread(source, **_mmread_kwargs())
     except MemoryError:
@@ -281,7 +313,7 @@ def mmread(path, *, array: bool = False, aux: bool = False):
         or fewer numbers than the field has, a number that is not whole (``0x1p3``,
         ``1.2.3``, ``2.5`` in an ``integer`` file, a non-integer index), a NUL or other
         byte no entry has. The message names the file, the line and the problem; the
-        entries are checked before scipy parses them.
+        entries are checked before any of scipy's parse is used.
 
     Examples
     --------
@@ -353,7 +385,7 @@ def mmwrite(path, A, *, comment: str = "", field=None, precision=None, symmetry=
         raise ValueError(
             f"{path}: mmwrite writes .mtx, .mtx.gz or .mtx.bz2 files, not tar archives"
         )
-    A = _cupy_to_host(A)
+    A = to_host(A)
     A = sp.coo_matrix(A) if sp.issparse(A) else np.asarray(A)
     kwargs = {"comment": comment, "field": field, "precision": precision}
     if symmetry is not None:
