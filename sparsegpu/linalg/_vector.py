@@ -1,7 +1,8 @@
 """Vector steps of the solvers, for NumPy and (fused, no host synchronisation) CuPy.
 
 On CuPy every scalar a solver computes stays a 0-d device array: dot products are
-cuBLAS calls writing to device memory, and the updates of an iteration are one
+sparsegpu's two-pass reduction kernel writing to device memory (a fixed order of
+additions, capturable into a CUDA graph), and the updates of an iteration are one
 fused elementwise kernel reading the scalars from device memory, so an iteration
 launches kernels back to back and never waits for the GPU. The same steps on NumPy are
 plain expressions (what CI tests).
@@ -13,21 +14,65 @@ import functools
 
 import numpy as np
 
+from .._compile import KernelFamily, get_kernel, register_family
+from .._launch import CXX_VALUE_TYPES, KernelLaunch, name_expression
+
 
 def _real_expression(kind: str, name: str) -> str:
     return f"{name}.real()" if kind == "c" else name
+
+
+DOT_FAMILY = register_family(
+    KernelFamily(
+        "dot.cu",
+        tuple(
+            name_expression(kernel, dtype)
+            for kernel in ("dot_partial", "dot_final")
+            for dtype in CXX_VALUE_TYPES
+        ),
+    )
+)
+DOT_BLOCK = 256  # as in dot.cu
+# Blocks of the first pass: enough to keep an H200's 132 SMs busy (8 blocks of 256 each),
+# and a count that depends on n alone, so the order of additions does too.
+DOT_MAX_BLOCKS = 1024
+
+
+class _Dot:
+    """``out = conj(a) . b`` with sparsegpu's two-pass kernel (``kernels/dot.cu``): a fixed
+    order of additions, no allocation and no cuBLAS, so the same launches can be captured
+    into a CUDA graph and replay bit-identical to the plain loop (cuBLAS may not be called
+    during a capture)."""
+
+    def __init__(self, xp, dtype):
+        self.xp, self.dtype = xp, np.dtype(dtype)
+        self.partial = xp.empty(DOT_MAX_BLOCKS, dtype=self.dtype)
+        self._partial = KernelLaunch(
+            get_kernel("dot.cu", name_expression("dot_partial", self.dtype)),
+            DOT_BLOCK,
+            ("a", "b", "n", self.partial),
+        )
+        self._final = KernelLaunch(
+            get_kernel("dot.cu", name_expression("dot_final", self.dtype)),
+            DOT_BLOCK,
+            (self.partial, "count", "out"),
+        )
+
+    def __call__(self, a, b, out=None):
+        if out is None:
+            out = self.xp.empty((), dtype=self.dtype)
+        n = int(a.shape[0])
+        blocks = max(1, min(DOT_MAX_BLOCKS, -(-n // DOT_BLOCK)))
+        self._partial(blocks, a=a, b=b, n=n)
+        self._final(1, count=blocks, out=out)
+        return out
 
 
 @functools.cache
 def _cupy_kernels(kind: str):
     """The fused CuPy kernels for real (``kind`` "f") or complex ("c") values."""
     import cupy
-    from cupy import cublas
 
-    # cuBLAS dot in device pointer mode: a 0-d device result, no synchronisation. A CuPy
-    # ReductionKernel here made CG take 13 ms an iteration on the 8M-row Poisson matrix on
-    # an H200 (cupyx's CG, with cuBLAS dots: 0.7 ms): a reduction to one value is too slow.
-    vdot = cublas.dotc if kind == "c" else cublas.dot
     rr = _real_expression(kind, "rr")
     # top of a CG iteration: converged (for good) once ||r|| < atol
     cg_check = cupy.ElementwiseKernel(
@@ -57,7 +102,7 @@ def _cupy_kernels(kind: str):
         "if (active) { rho_prev = rho; count += 1; }",
         "sparsegpu_keep",
     )
-    return vdot, cg_check, cg_direction, cg_update, keep
+    return cg_check, cg_direction, cg_update, keep
 
 
 class VectorOps:
@@ -69,8 +114,8 @@ class VectorOps:
         self.on_device = xp is not np
         if self.on_device:
             kind = "c" if self.dtype.kind == "c" else "f"
+            self._vdot = _Dot(xp, self.dtype)
             (
-                self._vdot,
                 self._cg_check,
                 self._cg_direction,
                 self._cg_update,

@@ -1,0 +1,77 @@
+// Dot products of the solvers: out = sum_i conj(a_i) * b_i, in two launches with a fixed
+// order of additions. dot_partial: each of `gridDim.x` blocks (a number fixed by n alone)
+// sums a grid-strided share into partial[block]; dot_final: one block sums the partials.
+// The same n always adds in the same order, so a solve replayed from a CUDA graph and the
+// same solve launched kernel by kernel compute bit-identical scalars (cuBLAS may not be
+// called during a stream capture, and an atomicAdd reduction is not reproducible).
+// O(n) work, 2 n sizeof(T) bytes read.
+#include "common.cuh"
+
+constexpr int DOT_BLOCK = 256;
+
+__device__ __forceinline__ float conj_multiply_add(float acc, float a, float b) {
+  return multiply_add(acc, a, b);
+}
+__device__ __forceinline__ double conj_multiply_add(double acc, double a, double b) {
+  return multiply_add(acc, a, b);
+}
+__device__ __forceinline__ complex64 conj_multiply_add(complex64 acc, complex64 a, complex64 b) {
+  return multiply_add(acc, complex64{a.re, -a.im}, b);
+}
+__device__ __forceinline__ complex128 conj_multiply_add(complex128 acc, complex128 a,
+                                                        complex128 b) {
+  return multiply_add(acc, complex128{a.re, -a.im}, b);
+}
+
+// Tree sum of one value per thread of a DOT_BLOCK-thread block; thread 0 returns the total.
+template <typename T>
+__device__ __forceinline__ T block_sum(T value) {
+  __shared__ T shared[DOT_BLOCK];
+  shared[threadIdx.x] = value;
+  __syncthreads();
+  for (int width = DOT_BLOCK / 2; width > 0; width >>= 1) {
+    if (threadIdx.x < width) {
+      shared[threadIdx.x] = add(shared[threadIdx.x], shared[threadIdx.x + width]);
+    }
+    __syncthreads();
+  }
+  return shared[0];
+}
+
+template <typename T>
+__global__ void __launch_bounds__(DOT_BLOCK) dot_partial(const T* a, const T* b, long long n,
+                                                         T* partial) {
+  T acc = value_zero<T>();
+  const long long stride = static_cast<long long>(DOT_BLOCK) * gridDim.x;
+  for (long long i = static_cast<long long>(blockIdx.x) * DOT_BLOCK + threadIdx.x; i < n;
+       i += stride) {
+    acc = conj_multiply_add(acc, a[i], b[i]);
+  }
+  T total = block_sum(acc);
+  if (threadIdx.x == 0) {
+    partial[blockIdx.x] = total;
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(DOT_BLOCK) dot_final(const T* partial, int count, T* out) {
+  T acc = value_zero<T>();
+  for (int i = threadIdx.x; i < count; i += DOT_BLOCK) {
+    acc = add(acc, partial[i]);
+  }
+  T total = block_sum(acc);
+  if (threadIdx.x == 0) {
+    out[0] = total;
+  }
+}
+
+template __global__ void dot_partial<float>(const float*, const float*, long long, float*);
+template __global__ void dot_partial<double>(const double*, const double*, long long, double*);
+template __global__ void dot_partial<complex64>(const complex64*, const complex64*, long long,
+                                                complex64*);
+template __global__ void dot_partial<complex128>(const complex128*, const complex128*, long long,
+                                                 complex128*);
+template __global__ void dot_final<float>(const float*, int, float*);
+template __global__ void dot_final<double>(const double*, int, double*);
+template __global__ void dot_final<complex64>(const complex64*, int, complex64*);
+template __global__ void dot_final<complex128>(const complex128*, int, complex128*);
