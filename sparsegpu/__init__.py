@@ -8,6 +8,7 @@ True
 
 from . import datasets, io, linalg, suitesparse
 from ._construct import block_diag, bmat, diags, eye, hstack, identity, kron, random, vstack
+from ._dispatch import plan
 from ._matrix import csc_array, csc_matrix, csr_array, csr_matrix, matvec
 from ._registry import (
     BackendStatus,
@@ -17,7 +18,7 @@ from ._registry import (
     unregister_backend,
 )
 from ._reorder import reorder
-from ._select import explain, use_backend
+from ._select import explain, planning, use_backend
 from ._version import __version__
 from .tuning.autotune import AutotuneReport, autotune
 
@@ -44,6 +45,8 @@ __all__ = [
     "kron",
     "linalg",
     "matvec",
+    "plan",
+    "planning",
     "random",
     "register_backend",
     "reorder",

@@ -14,22 +14,38 @@ import numpy as np
 
 from . import _cuda, _registry, _staging
 from ._mirror import ChoiceKey, DeviceMemoryError, PlanKey, is_out_of_memory, memory_error
-from ._select import AUTO, Choice, Request, env_backend, resolve_name, scoped_backend, select
+from ._select import (
+    AUTO,
+    Choice,
+    Request,
+    check_level,
+    env_backend,
+    from_memory,
+    measure,
+    resolve_level,
+    resolve_name,
+    scoped_backend,
+    select,
+)
 from .backends.base import Plan
 
 
 class Resolved(NamedTuple):
-    """A product's choice with its plan: what the matrix keeps per :class:`ChoiceKey`."""
+    """A product's choice with its plan: what the matrix keeps per :class:`ChoiceKey`.
+
+    ``measure_next``: the choice is ``auto``'s estimate and the planning level asks for a
+    measurement, made by the next product (a matrix multiplied once never pays for it).
+    """
 
     plan: Plan
     value_dtype: np.dtype
     on_host: bool
     choice: Choice
+    measure_next: bool = False
 
 
-def _resolve(matrix_obj, name: str, x_dtype, policy) -> Resolved:
-    """The choice and plan for one product; the slow, cached part."""
-    choice = select(matrix_obj, x_dtype, Request(name, policy))
+def _resolved(matrix_obj, choice: Choice, measure_next: bool = False) -> Resolved:
+    """The plan of ``choice`` (made once, on its mirror)."""
     backend = choice.implementation
     mirror = matrix_obj._sg_mirror(backend.residence, choice.value_dtype)
     if not backend.supports(mirror):
@@ -41,17 +57,138 @@ def _resolve(matrix_obj, name: str, x_dtype, policy) -> Resolved:
     plan = mirror.get_plan(
         PlanKey(backend.name, choice.policy), lambda: backend.plan(mirror, choice.policy)
     )
-    return Resolved(plan, choice.value_dtype, backend.residence.name == "host", choice)
+    on_host = backend.residence.name == "host"
+    return Resolved(plan, choice.value_dtype, on_host, choice, measure_next)
 
 
-def plan_for(matrix_obj, x_dtype=None, *, backend: str | None = None, policy=None) -> Plan:
+def _resolve(matrix_obj, name: str, x_dtype, policy, planning=None) -> Resolved:
+    """The choice and plan for one product; the slow, cached part."""
+    choice = select(matrix_obj, x_dtype, Request(name, policy, planning))
+    if not _plans_by_measurement(matrix_obj, choice, policy, planning):
+        return _resolved(matrix_obj, choice)
+    remembered = from_memory(matrix_obj, choice)
+    if remembered is not None:
+        return _resolved(matrix_obj, remembered)
+    return _resolved(matrix_obj, choice, measure_next=True)
+
+
+def _plans_by_measurement(matrix_obj, choice: Choice, policy, planning) -> bool:
+    """Whether ``auto``'s estimate is to be replaced by a measurement (a GPU choice of
+    ``auto`` without a policy given, at a level above ``estimate``)."""
+    return (
+        choice.requested == AUTO
+        and choice.level == "estimate"
+        and policy is None
+        and matrix_obj._sg_policy is None
+        and choice.implementation.residence.name != "host"
+        and resolve_level(planning, matrix_obj._sg_planning) != "estimate"
+    )
+
+
+def _measure_now(matrix_obj, cache, key, entry: Resolved, x, level=None) -> Resolved:
+    """Replace ``entry`` (an estimate) by the plan measured on ``x``, unless another thread
+    is planning this matrix: then this product runs on the estimate (planning one matrix
+    never blocks a product). A measurement that fails keeps the estimate."""
+    if not cache.planning_lock.acquire(blocking=False):
+        return entry
+    try:
+        current = cache.choices.get(key, entry)
+        if current is not entry and not current.measure_next:
+            return current  # measured by another thread meanwhile
+        level = level or resolve_level(key[3], matrix_obj._sg_planning)
+        xd = _to_residence(x if x.ndim == 1 else x[:, 0], entry.plan.matrix.residence,
+                           entry.value_dtype)  # fmt: skip
+        try:
+            choice = measure(matrix_obj, xd, entry.choice, level)
+        except MemoryError:
+            new = entry._replace(measure_next=False)
+        else:
+            new = _resolved(matrix_obj, choice)
+            cache.measured[entry.value_dtype] = choice
+        cache.choices[key] = new
+        return new
+    finally:
+        cache.planning_lock.release()
+
+
+def plan(A, x, *, level: str | None = None) -> Choice:
+    """Plan ``A @ x`` now, by measurement on this ``x``, and keep the winner for ``A``.
+
+    What ``auto`` does by itself on a matrix's second product, done at once (solvers and
+    benchmarks call it before a loop of products).
+
+    Parameters
+    ----------
+    A : sparsegpu matrix
+    x : numpy.ndarray or cupy.ndarray
+        A representative right-hand side (1-D of length ``A.shape[1]``, or 2-D: its first
+        column is used).
+    level : {"estimate", "measure", "exhaustive"}, optional
+        Default: ``A.planning``, ``sparsegpu.planning``, ``SPARSEGPU_PLANNING``, then
+        ``"measure"``.
+
+    Returns
+    -------
+    Choice
+        The decided backend and policy, with the times planning measured
+        (``choice.measurements``) and what planning cost (``choice.planning_ms``). Without a
+        GPU, or at level ``"estimate"``, the estimate.
+
+    Examples
+    --------
+    >>> import numpy as np, scipy.sparse as sp, sparsegpu as sg
+    >>> A = sg.csr_matrix(sp.eye(4))
+    >>> sg.plan(A, np.ones(4)).backend in [b.name for b in sg.backends()]
+    True
+    """
+    if not hasattr(A, "_sg_mirror"):
+        raise TypeError(
+            f"A must be a sparsegpu matrix, got {type(A).__name__}; wrap it with "
+            "sparsegpu.csr_matrix(A)"
+        )
+    if level is not None:
+        check_level(level)
+    if x.ndim not in (1, 2) or x.shape[0] != A.shape[1]:
+        raise ValueError(
+            f"dimension mismatch: A has shape {A.shape} but x has shape {x.shape}; "
+            f"x needs {A.shape[1]} rows"
+        )
+    key = _auto_key(A, x.dtype)
+    cache = A._sg_cache_dict()
+    estimate = select(A, x.dtype, Request(AUTO, None, level))
+    if not _plans_by_measurement(A, estimate, None, level):
+        cache.choices[key] = _resolved(A, estimate)
+        return estimate
+    entry = cache.choices[key] = _resolved(A, estimate, measure_next=True)
+    return _measure_now(A, cache, key, entry, x, resolve_level(level, A._sg_planning)).choice
+
+
+def _auto_key(A, x_dtype) -> ChoiceKey:
+    """The key of ``auto``'s choice for products ``A @ x`` without per-call options."""
+    return ChoiceKey(
+        AUTO, np.dtype(x_dtype), None, None, A._sg_policy, A._sg_planning, _registry.generation
+    )
+
+
+def plan_for(matrix_obj, x_dtype=None, *, backend: str | None = None, policy=None, x=None) -> Plan:
     """The plan a product ``A @ x`` with an x of ``x_dtype`` would run (made if needed).
 
     Solvers and benchmarks call ``plan.matvec(x, out=...)`` on device arrays directly,
-    skipping the per-call dispatch.
+    skipping the per-call dispatch. Given a representative ``x`` (a solver's right-hand
+    side) and ``auto`` in force, the matrix is planned by measurement first (:func:`plan`),
+    since the plan is about to run many times.
     """
     name = resolve_name(backend, matrix_obj._sg_backend)
-    return _resolve(matrix_obj, name, np.dtype(x_dtype or matrix_obj.dtype), policy).plan
+    dtype = np.dtype(x_dtype or matrix_obj.dtype)
+    if x is not None and name == AUTO and policy is None and _cuda.is_cupy_array(x):
+        key = _auto_key(matrix_obj, dtype)
+        entry = matrix_obj._sg_cache_dict().choices.get(key)
+        if entry is None or entry.measure_next:
+            plan(matrix_obj, x.astype(dtype, copy=False))
+            entry = matrix_obj._sg_cache_dict().choices.get(key)
+        if entry is not None:
+            return entry.plan
+    return _resolve(matrix_obj, name, dtype, policy).plan
 
 
 def _to_residence(x, residence, dtype, owner=None):
@@ -81,7 +218,7 @@ def _from_residence(y, want_cupy: bool):
     return y
 
 
-def product(matrix_obj, x, *, backend: str | None = None, policy=None, out=None):
+def product(matrix_obj, x, *, backend: str | None = None, policy=None, out=None, planning=None):
     """``A @ x`` for a 1-D or 2-D x (numpy or cupy) through the chosen backend.
 
     The result is in x's array module with scipy's dtype. Shapes are the caller's job
@@ -92,7 +229,7 @@ def product(matrix_obj, x, *, backend: str | None = None, policy=None, out=None)
     product costs a few dictionary lookups; the cache goes wherever the mirror goes.
     """
     try:
-        return _product(matrix_obj, x, backend, policy, out)
+        return _product(matrix_obj, x, backend, policy, out, planning)
     except DeviceMemoryError:
         raise
     except MemoryError as exc:  # CuPy's OutOfMemoryError is one; say what it needed
@@ -107,19 +244,30 @@ def product(matrix_obj, x, *, backend: str | None = None, policy=None, out=None)
         raise memory_error(nbytes, f"the product with this {matrix_obj.shape} matrix") from exc
 
 
-def _product(matrix_obj, x, backend, policy, out):
+def _product(matrix_obj, x, backend, policy, out, planning=None):
     _cuda.ensure_context()
     name = backend or matrix_obj._sg_backend or scoped_backend() or env_backend() or AUTO
     # A plain tuple finds the ChoiceKey it equals (same hash): cheaper per call to build.
-    key = (name, x.dtype, policy, matrix_obj._sg_policy, _registry.generation)
+    key = (
+        name,
+        x.dtype,
+        policy,
+        planning,
+        matrix_obj._sg_policy,
+        matrix_obj._sg_planning,
+        _registry.generation,
+    )
     cache = matrix_obj.__dict__.get("_sg_cache")
     entry = cache.choices.get(key) if cache is not None else None
     if entry is None:
         # Into the cache that holds the mirrors this choice was made from: if another
         # thread drops them meanwhile (``A.data = new``), the choice goes with them.
         cache = matrix_obj._sg_cache_dict()
-        entry = cache.choices[ChoiceKey(*key)] = _resolve(matrix_obj, name, x.dtype, policy)
-    plan, value_dtype, on_host, _ = entry
+        entry = _resolve(matrix_obj, name, x.dtype, policy, planning)
+        cache.choices[ChoiceKey(*key)] = entry
+    elif entry.measure_next:  # auto's second product of this matrix: plan by measurement
+        entry = _measure_now(matrix_obj, cache, ChoiceKey(*key), entry, x)
+    plan, value_dtype, on_host, _, _ = entry
     if out is None:
         if on_host:
             if type(x) is np.ndarray:  # the CPU path: scipy's kernel takes x as it is

@@ -24,7 +24,7 @@ import weakref
 import numpy as np
 import scipy.sparse as sp
 
-from . import _cuda, _dispatch, _registry
+from . import _cuda, _dispatch, _registry, _select
 from ._host_buffers import (
     ARRAY_NAMES,
     MIRROR_LOCK,
@@ -112,6 +112,7 @@ class _SparseGPUMixin:
     # need nothing extra in their dict.
     _sg_backend: str | None = None
     _sg_policy = None
+    _sg_planning: str | None = None
 
     data = _stored("data")
     indices = _stored("indices")
@@ -150,11 +151,24 @@ class _SparseGPUMixin:
             raise TypeError(f"policy must be a sparsegpu Policy or None, got {policy!r}")
         self._sg_policy = policy
 
+    @property
+    def planning(self) -> str | None:
+        """How ``auto`` plans this matrix's products: ``"estimate"`` (rules only),
+        ``"measure"`` (time a few candidates on the second product) or ``"exhaustive"``
+        (every backend and candidate policy); None defers to ``sparsegpu.planning``,
+        ``SPARSEGPU_PLANNING``, then ``"measure"``."""
+        return self._sg_planning
+
+    @planning.setter
+    def planning(self, level: str | None):
+        self._sg_planning = None if level is None else _select.check_level(level)
+
     def _sg_inherit(self, other):
         """Pass this matrix's backend choice on to a matrix derived from it."""
         if isinstance(other, _SparseGPUMixin):
             other._sg_backend = self._sg_backend
             other._sg_policy = self._sg_policy
+            other._sg_planning = self._sg_planning
         return other
 
     # ------------------------------------------------------------------- mirror
@@ -566,7 +580,7 @@ class csc_array(_CSCMixin, sp.csc_array):
     """A ``scipy.sparse.csc_array`` whose products run on a sparsegpu backend."""
 
 
-def matvec(A, x, *, backend: str | None = None, policy=None, out=None):
+def matvec(A, x, *, backend: str | None = None, policy=None, out=None, planning=None):
     """``A @ x`` with an explicit backend and policy (the top of the precedence).
 
     Parameters
@@ -580,11 +594,16 @@ def matvec(A, x, *, backend: str | None = None, policy=None, out=None):
         Launch policy of that backend's kernel family.
     out : array, optional
         Where to write the result (same module and dtype as the result).
+    planning : {"estimate", "measure", "exhaustive"}, optional
+        How ``auto`` plans this product (default: ``A.planning``, ``sparsegpu.planning``,
+        ``SPARSEGPU_PLANNING``, then ``"measure"``).
 
     Returns
     -------
     y : array in x's array module, with scipy's result dtype.
     """
+    if planning is not None:
+        _select.check_level(planning)
     if not isinstance(A, _SparseGPUMixin):
         raise TypeError(
             f"A must be a sparsegpu matrix, got {type(A).__name__}; wrap it with "
@@ -597,4 +616,4 @@ def matvec(A, x, *, backend: str | None = None, policy=None, out=None):
             f"dimension mismatch: A has shape {A.shape} but x has shape {x.shape}; "
             f"x needs {A.shape[1]} rows"
         )
-    return _dispatch.product(A, x, backend=backend, policy=policy, out=out)
+    return _dispatch.product(A, x, backend=backend, policy=policy, out=out, planning=planning)

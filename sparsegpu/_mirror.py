@@ -149,7 +149,9 @@ class ChoiceKey(NamedTuple):
     name: str
     x_dtype: np.dtype
     policy: Any
+    planning: str | None
     matrix_policy: Any
+    matrix_planning: str | None
     generation: int
 
 
@@ -161,11 +163,15 @@ class MatrixCache:
     mirrors it was made from, so it can never outlive them.
     """
 
-    __slots__ = ("mirrors", "choices", "reorderings")
+    __slots__ = ("mirrors", "choices", "reorderings", "measured", "planning_lock")
 
     def __init__(self):
         self.mirrors: dict[MirrorKey, DeviceMatrix] = {}
         self.choices: dict[ChoiceKey, Any] = {}
+        # value dtype -> the Choice planning measured for this matrix (what explain shows)
+        self.measured: dict[np.dtype, Any] = {}
+        # held (never waited for) by the thread planning this matrix
+        self.planning_lock = threading.Lock()
         # (method, backend name) -> (permuted matrix, permutation)
         self.reorderings: dict[tuple[str, str | None], Any] = {}
 

@@ -17,6 +17,17 @@ Policy
     own default (occupancy, row lengths). A policy of another family than the backend's
     is a TypeError; under ``auto`` a policy restricts the choice to its family.
 
+Planning (:func:`plan`, like FFTW's ``FFTW_ESTIMATE``/``FFTW_MEASURE`` and cuDNN's
+benchmark mode)
+    ``estimate``: the rules above. ``measure`` (the default): the first product of a
+    matrix runs on the estimate; the second times a short list of candidates on its real
+    operands with CUDA events (the estimate, cuSPARSE ALG1 and ALG2, ``merge_path``, the
+    vector family's shape for the row class, the tuned entry), checks they agree, and keeps
+    the fastest for this matrix and for matrices of the same fingerprint in this process.
+    ``exhaustive``: every usable backend with every candidate policy it has. The level
+    comes from ``planning=`` (``sg.matvec``/:func:`plan`), ``A.planning``, the innermost
+    ``with sparsegpu.planning(...)``, ``SPARSEGPU_PLANNING``, in that order.
+
 The tuning store (:mod:`sparsegpu._tuning_store`) is plain data passed in here; nothing
 registers itself into selection.
 """
@@ -24,15 +35,18 @@ registers itself into selection.
 from __future__ import annotations
 
 import os
+import threading
+import time
 import warnings
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import _cuda, _registry, _tuning_store
+from . import _cuda, _registry, _timing, _tuning_store
+from ._oracle import tolerance
 from ._registry import AUTO, get_backend, registered
 from ._tuning_store import (
     ROW_CLASSES,
@@ -44,8 +58,12 @@ from ._tuning_store import (
 from .backends.base import Backend
 
 ENV_VAR = "SPARSEGPU_BACKEND"
+PLANNING_ENV_VAR = "SPARSEGPU_PLANNING"
+LEVELS = ("estimate", "measure", "exhaustive")
+DEFAULT_LEVEL = "measure"
 
 _scoped: ContextVar[str | None] = ContextVar("sparsegpu_backend", default=None)
+_scoped_level: ContextVar[str | None] = ContextVar("sparsegpu_planning", default=None)
 
 
 # --------------------------------------------------------------------- precedence
@@ -224,6 +242,7 @@ class Request(NamedTuple):
 
     backend: str | None = None
     policy: Any = None
+    planning: str | None = None
 
 
 _NO_REQUEST = Request()
@@ -249,6 +268,13 @@ class Choice:
         The backend name in force (``"auto"`` or a backend's).
     override : str or None
         For :func:`explain`: a note when products of the matrix use another name now.
+    level : str
+        The planning level that decided: ``"estimate"`` (rules, a tuned entry, or the name
+        asked for), ``"measure"`` or ``"exhaustive"`` (timed on the real operands).
+    measurements : tuple of Measurement
+        What planning timed (empty for an estimate).
+    planning_ms : float or None
+        Wall milliseconds the planning took (None for an estimate).
     implementation : Backend
         The backend object itself (what dispatch makes the plan with).
     """
@@ -260,6 +286,9 @@ class Choice:
     value_dtype: np.dtype
     requested: str = AUTO
     override: str | None = None
+    level: str = "estimate"
+    measurements: tuple = ()
+    planning_ms: float | None = None
     implementation: Any = field(default=None, repr=False, compare=False)
 
     @property
@@ -280,6 +309,17 @@ class Choice:
                 f"{s.column_spread:.3f}, class {row_class(s)!r}"
             )
         lines.append(f"  value dtype: {self.value_dtype}")
+        lines.append(
+            f"  planning: {self.level}"
+            + (
+                f" ({self.planning_ms:.1f} ms, {len(self.measurements)} candidates timed on the "
+                "real operands)"
+                if self.planning_ms is not None
+                else ""
+            )
+        )
+        for m in self.measurements:
+            lines.append(f"    {m}")
         if self.override is not None:
             lines.append(f"  note: {self.override}")
         return "\n".join(lines)
@@ -419,17 +459,22 @@ def explain(A, x_dtype=None) -> Choice:
         )
     x_dtype = np.dtype(x_dtype or A.dtype)
     value_dtype = result_dtype(A.dtype, x_dtype)
-    backend, reason, stats = _auto(A, value_dtype, A._sg_policy, None)
-    policy = A._sg_policy
-    if policy is None or not isinstance(policy, backend.policy_type):
-        policy = default_policy(backend, A._sg_mirror(backend.residence, value_dtype), None)
     override = None
     name = resolve_name(None, A._sg_backend)
     if name != AUTO:
         override = f"products of this matrix use {name!r} now (A.backend, use_backend or env)"
-    return Choice(
+    cache = A.__dict__.get("_sg_cache")
+    measured = cache.measured.get(value_dtype) if cache is not None else None
+    if measured is not None:
+        return replace(measured, override=override)
+    backend, reason, stats = _auto(A, value_dtype, A._sg_policy, None)
+    policy = A._sg_policy
+    if policy is None or not isinstance(policy, backend.policy_type):
+        policy = default_policy(backend, A._sg_mirror(backend.residence, value_dtype), None)
+    estimate = Choice(
         backend.name, policy, reason, stats, value_dtype, AUTO, override, implementation=backend
     )
+    return from_memory(A, estimate) or estimate
 
 
 # -------------------------------------------------------------- the tuning store
@@ -515,3 +560,219 @@ def forget_tuned(mirror, backend_names) -> None:
     for name in backend_names:
         mirror.default_policies.pop(name, None)
     mirror.tuned_scores = None
+
+
+# ------------------------------------------------------------------------- planning
+@contextmanager
+def planning(level: str):
+    """Use planning level ``level`` for matrices planned inside this block (this thread).
+
+    Parameters
+    ----------
+    level : {"estimate", "measure", "exhaustive"}
+
+    Examples
+    --------
+    >>> import sparsegpu as sg
+    >>> with sg.planning("estimate"):
+    ...     pass
+    """
+    token = _scoped_level.set(check_level(level))
+    try:
+        yield level
+    finally:
+        _scoped_level.reset(token)
+
+
+def check_level(level) -> str:
+    """``level`` if it is a planning level, else a ValueError naming the choices."""
+    if level not in LEVELS:
+        raise ValueError(
+            f"unknown planning level {level!r}; choose one of {', '.join(map(repr, LEVELS))}"
+        )
+    return level
+
+
+def resolve_level(explicit: str | None, matrix_level: str | None) -> str:
+    """The planning level in force: ``planning=``, ``A.planning``, the scope, the
+    environment variable, then ``"measure"``."""
+    level = explicit or matrix_level or _scoped_level.get() or os.environ.get(PLANNING_ENV_VAR)
+    if level is None:
+        return DEFAULT_LEVEL
+    if level not in LEVELS:
+        raise ValueError(
+            f"{PLANNING_ENV_VAR}={level!r} is not a planning level; choose one of "
+            f"{', '.join(LEVELS)} (or unset it)"
+        )
+    return level
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One candidate timed by planning: its median milliseconds (None when it could not
+    run here) and whether its answer agreed with the estimate's."""
+
+    backend: str
+    policy: Any
+    ms: float | None
+    agreed: bool
+    note: str = ""
+
+    def __str__(self) -> str:
+        timing = f"{self.ms * 1e3:9.1f} us" if self.ms is not None else "        --"
+        flag = "" if self.agreed else "  (disagreed: left out)"
+        note = f"  ({self.note})" if self.note else ""
+        return f"{self.backend:<11} {timing}  {self.policy!r}{flag}{note}"
+
+
+# fingerprint -> (backend name, policy) measured fastest in this process
+_measured: dict[tuple, tuple[str, Any]] = {}
+_measured_lock = threading.Lock()
+
+
+def fingerprint(mirror) -> tuple:
+    """What two matrices must share for one's measured plan to serve the other: shape,
+    dtypes and every row statistic (a matrix with new values but the same pattern, as in
+    Newton or time-stepping codes, has the same fingerprint)."""
+    return (mirror.shape, str(mirror.dtype), str(mirror.index_dtype), mirror.stats)
+
+
+def remembered(mirror) -> tuple[str, Any] | None:
+    """The (backend, policy) planning measured fastest for this fingerprint, or None."""
+    return _measured.get(fingerprint(mirror))
+
+
+def forget_measurements() -> None:
+    """Forget every plan measured in this process (the next matrices plan again)."""
+    with _measured_lock:
+        _measured.clear()
+
+
+def _short_list(matrix, estimate: Choice, value_dtype, level: str, store) -> list:
+    """(backend, policy) pairs planning times: the estimate first, then, for ``measure``,
+    cuSPARSE with each algorithm, merge_path, the vector family's default shape and the
+    tuned entry; for ``exhaustive``, every usable backend with every candidate it has."""
+    pairs = [(estimate.implementation, estimate.policy)]
+    candidates = _gpu_candidates(
+        value_dtype, type(matrix._sg_policy) if matrix._sg_policy else None
+    )
+    for backend in candidates:
+        mirror = matrix._sg_mirror(backend.residence, value_dtype)
+        if not backend.supports(mirror):
+            continue
+        if level == "exhaustive":
+            policies = backend.candidates(mirror)
+        elif backend.name == "cusparse":
+            policies = [
+                p for p in backend.candidates(mirror) if not getattr(p, "preprocess", False)
+            ]
+        elif backend.name in ("merge_path", "shuffle"):
+            policies = [default_policy(backend, mirror, store)]
+        else:
+            continue
+        pairs += [(backend, policy) for policy in policies]
+    seen, unique = set(), []
+    for backend, policy in pairs:
+        if (backend.name, policy) not in seen:
+            seen.add((backend.name, policy))
+            unique.append((backend, policy))
+    return unique
+
+
+def measure(matrix, x, estimate: Choice, level: str, *, store=None) -> Choice:
+    """Time the candidates of ``level`` for ``matrix @ x`` on ``x`` and return the fastest
+    that agrees with the estimate's answer (see the module docstring).
+
+    ``x`` is a device vector of the estimate's value dtype. Runs on the current stream and
+    waits for it; each candidate's plan is made once (kept on the mirror like any plan).
+    The cost: per candidate, one checked product and 2 + 5 timed ones (several products a
+    sample for products under about 20 us).
+    """
+    from ._mirror import PlanKey
+
+    start = time.perf_counter()
+    value_dtype = estimate.value_dtype
+    pairs = _short_list(matrix, estimate, value_dtype, level, store)
+    reference = None
+    best = None
+    results = []
+    for backend, policy in pairs:
+        mirror = matrix._sg_mirror(backend.residence, value_dtype)
+        try:
+            plan = mirror.get_plan(
+                PlanKey(backend.name, policy), lambda b=backend, m=mirror, p=policy: b.plan(m, p)
+            )
+            xp = mirror.xp
+            y = xp.empty(mirror.shape[0], dtype=value_dtype)
+            plan.matvec(x, out=y)
+        except Exception as exc:  # a candidate that cannot run here is left out
+            results.append(
+                Measurement(backend.name, policy, None, False, f"{type(exc).__name__}: {exc}")
+            )
+            continue
+        if reference is None:
+            reference = y
+            scale = _agreement_scale(mirror, x, y)
+            agreed = True
+        else:
+            agreed = bool((xp.abs(y - reference) <= scale).all()) if y.size else True
+        inner = max(1, min(20, int(4e7 // max(mirror.nbytes + 16 * x.size, 1))))
+        timer = _timing.host_time if xp is np else _timing.cuda_time
+        ms = timer(
+            lambda plan=plan, y=y: plan.matvec(x, out=y), warmup=2, repeat=5, inner=inner
+        ).median_ms
+        results.append(Measurement(backend.name, policy, ms, agreed))
+        if agreed and (best is None or ms < best[2]):
+            best = (backend, policy, ms)
+    backend, policy, ms = best
+    planning_ms = (time.perf_counter() - start) * 1e3
+    timed = sum(m.ms is not None for m in results)
+    reason = (
+        f"measured fastest of {timed} candidates on this matrix's operands "
+        f"({ms * 1e3:.1f} us a product; the estimate, {estimate.backend}, "
+        f"{results[0].ms * 1e3:.1f} us)"
+    )
+    mirror = matrix._sg_mirror(backend.residence, value_dtype)
+    with _measured_lock:
+        _measured[fingerprint(mirror)] = (backend.name, policy)
+    return Choice(
+        backend.name, policy, reason, estimate.stats, value_dtype, estimate.requested,
+        level=level, measurements=tuple(results), planning_ms=planning_ms,
+        implementation=backend,
+    )  # fmt: skip
+
+
+def _agreement_scale(mirror, x, y) -> Any:
+    """How far a candidate's answer may be from the estimate's: the dtype's tolerance for
+    the longest row times a bound of the row sums' size (|y|, or |A|max |x|max x mean row
+    length when the rows cancel)."""
+    xp = mirror.xp
+    tol = tolerance(mirror.dtype, max(mirror.stats.max, 1))
+    size = float(xp.abs(y).max()) if y.size else 0.0
+    if mirror.nnz and x.size:
+        typical = (
+            float(xp.abs(mirror.data).max()) * float(xp.abs(x).max()) * max(mirror.stats.mean, 1.0)
+        )
+        size = max(size, typical)
+    return 4 * tol * max(size, 1.0)
+
+
+def from_memory(matrix, estimate: Choice) -> Choice | None:
+    """The estimate replaced by the plan measured for a matrix of the same fingerprint in
+    this process, or None."""
+    backend = estimate.implementation
+    if backend is None or backend.residence.name == "host":
+        return None
+    mirror = matrix._sg_mirror(backend.residence, estimate.value_dtype)
+    found = remembered(mirror)
+    if found is None:
+        return None
+    name, policy = found
+    chosen = next((b for b in _gpu_candidates(estimate.value_dtype) if b.name == name), None)
+    if chosen is None or not chosen.supports(mirror):
+        return None
+    return Choice(
+        name, policy, "measured on a matrix of the same fingerprint in this process",
+        estimate.stats, estimate.value_dtype, estimate.requested, estimate.override,
+        level="measure", implementation=chosen,
+    )  # fmt: skip

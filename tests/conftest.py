@@ -45,6 +45,16 @@ _CACHE_DIRS = itertools.count()
 
 
 @pytest.fixture(autouse=True)
+def _forget_measured_plans():
+    """Plans measured for a fingerprint are process-wide: one test's must not decide the
+    next test's choice."""
+    yield
+    from sparsegpu import _select
+
+    _select.forget_measurements()
+
+
+@pytest.fixture(autouse=True)
 def _isolated_tuning_cache(tmp_path_factory, monkeypatch):
     """Tests never read or write the user's tuning cache: each gets an empty one, and the
     package's shipped defaults read as empty (tests of them pass their path explicitly)."""

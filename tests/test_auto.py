@@ -129,6 +129,7 @@ def fake_gpu(monkeypatch):
         )
         # the awkward matrices are all small; the row-length rules are what is tested here
         monkeypatch.setattr(_select, "SMALL_ITEMS", 0)
+        monkeypatch.setenv("SPARSEGPU_PLANNING", "estimate")  # the rules, not measurements
         _registry.invalidate_choices()
         return backends
 

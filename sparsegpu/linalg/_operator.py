@@ -84,8 +84,10 @@ class Operator:
         return self._rmatvec(self._here(x))
 
 
-def _sparsegpu_operator(A, b_dtype) -> Operator:
-    plan = _dispatch.plan_for(A, b_dtype)
+def _sparsegpu_operator(A, b_dtype, b=None) -> Operator:
+    """The operator of a sparsegpu matrix: its plan, bound once per solve (planned by
+    measurement on ``b`` when ``auto`` is in force: a solve multiplies many times)."""
+    plan = _dispatch.plan_for(A, b_dtype, x=b)
     dtype = plan.matrix.dtype
     xp = plan.matrix.xp
     transposed_plan = []
@@ -187,6 +189,8 @@ class System:
         self.xp = xp
         self.dtype = _work_dtype(self.A.dtype, b.dtype)
         self.b = to_module(b, xp, self.dtype).ravel()
+        if isinstance(A, _SparseGPUMixin) and _cuda.is_cupy_array(self.b) and A.ndim == 2:
+            self.A = _sparsegpu_operator(A, self.dtype, self.b)
         self.x0_given = x0 is not None
         if x0 is None:
             self.x = xp.zeros(n, dtype=self.dtype)

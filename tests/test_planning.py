@@ -1,0 +1,199 @@
+"""Planning by measurement (issue 13): when ``auto`` measures, what it keeps, and that it
+never changes an answer nor blocks a product. On the CPU the GPU backends are played by
+host-copy stand-ins, one of them slow, so that a measurement has a clear winner."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import sparsegpu as sg
+from sparsegpu import _select
+from sparsegpu.testing import CountingBackend, HostCopyBackend, assert_product_close, random_vector
+
+
+class _Stand(HostCopyBackend):
+    """A host-copy backend under a GPU backend's name; ``delay_s`` slows each product and
+    ``wrong`` makes its answers wrong (a candidate planning must leave out)."""
+
+    def __init__(self, name, delay_s=0.0, wrong=False):
+        self.name, self.delay_s, self.wrong = name, delay_s, wrong
+        self.description = f"test-only stand-in for {name}"
+
+    def plan(self, matrix, policy):
+        inner = super().plan(matrix, policy)
+        stand = self
+
+        class _Plan(type(inner)):
+            def matvec(self, x, out=None):
+                if stand.delay_s:
+                    time.sleep(stand.delay_s)
+                y = inner.matvec(x, out=out)
+                if stand.wrong:
+                    y += 1.0
+                return y
+
+        plan = _Plan.__new__(_Plan)
+        plan.__dict__.update(inner.__dict__)
+        return plan
+
+
+@pytest.fixture
+def gpu(monkeypatch):
+    """Install stand-ins as the GPU backends (merge_path slow, so the rules' pick of
+    merge_path for small matrices loses the measurement)."""
+
+    def install(*backends):
+        monkeypatch.setattr(
+            _select, "_gpu_candidates", lambda value_dtype, policy_type=None: list(backends)
+        )
+        monkeypatch.delenv("SPARSEGPU_PLANNING", raising=False)
+        sg._registry.invalidate_choices()
+        return backends
+
+    return install
+
+
+def _matrix(seed=0, n=300):
+    return sg.csr_matrix(sp.random(n, n, density=0.05, random_state=seed, format="csr"))
+
+
+def _counted(name, delay_s=0.0, wrong=False):
+    return CountingBackend(_Stand(name, delay_s, wrong), name=name)
+
+
+def test_the_first_product_runs_on_the_estimate_and_the_second_measures(gpu):
+    slow, fast = _counted("merge_path", delay_s=2e-3), _counted("cusparse")
+    gpu(slow, fast)
+    A = _matrix()
+    x = random_vector(A.shape[1], np.float64, seed=1)
+    A @ x
+    assert (slow.matvecs, fast.matvecs) == (1, 0)  # used once: never pays for planning
+    assert sg.explain(A).level == "estimate"
+    A @ x
+    choice = sg.explain(A)
+    assert choice.level == "measure" and choice.backend == "cusparse"
+    assert {m.backend for m in choice.measurements} == {"merge_path", "cusparse"}
+    assert choice.planning_ms > 0 and "measured fastest of 2 candidates" in choice.reason
+    before = fast.matvecs
+    y = A @ x
+    assert fast.matvecs == before + 1  # planned once; the products run on the winner
+    assert_product_close(y, sp.csr_matrix(A) @ x, np.float64, 50)
+
+
+@pytest.mark.parametrize("how", ["matrix", "scope", "env", "call"])
+def test_estimate_level_never_measures(gpu, monkeypatch, how):
+    slow, fast = _counted("merge_path", delay_s=1e-3), _counted("cusparse")
+    gpu(slow, fast)
+    A = _matrix()
+    x = random_vector(A.shape[1], np.float64, seed=2)
+
+    def product():
+        if how == "call":
+            return sg.matvec(A, x, planning="estimate")
+        if how == "scope":
+            with sg.planning("estimate"):
+                return A @ x
+        return A @ x
+
+    if how == "matrix":
+        A.planning = "estimate"
+    if how == "env":
+        monkeypatch.setenv("SPARSEGPU_PLANNING", "estimate")
+    for _ in range(4):
+        product()
+    assert (slow.matvecs, fast.matvecs) == (4, 0)
+
+
+def test_unknown_levels_are_refused_with_the_choices(gpu, monkeypatch):
+    A = _matrix()
+    with pytest.raises(ValueError, match="unknown planning level 'fast'.*'measure'"):
+        A.planning = "fast"
+    with pytest.raises(ValueError, match="unknown planning level"):
+        with sg.planning("fast"):
+            pass
+    with pytest.raises(ValueError, match="unknown planning level"):
+        sg.matvec(A, np.ones(A.shape[1]), planning="fast")
+    gpu(_counted("merge_path"))
+    monkeypatch.setenv("SPARSEGPU_PLANNING", "fast")
+    with pytest.raises(ValueError, match="SPARSEGPU_PLANNING='fast' is not a planning level"):
+        A @ np.ones(A.shape[1])
+
+
+def test_a_candidate_that_disagrees_is_left_out(gpu):
+    wrong = _counted("cusparse", wrong=True)  # fastest, and wrong
+    gpu(_counted("merge_path", delay_s=1e-3), wrong)
+    A = _matrix(seed=3)
+    x = random_vector(A.shape[1], np.float64, seed=3)
+    choice = sg.plan(A, x)
+    assert choice.backend == "merge_path"
+    assert [m.agreed for m in choice.measurements] == [True, False]
+    assert "disagreed" in str(choice)
+    assert_product_close(A @ x, sp.csr_matrix(A) @ x, np.float64, 50)
+
+
+def test_a_matrix_of_the_same_fingerprint_reuses_the_measurement(gpu):
+    slow, fast = _counted("merge_path", delay_s=2e-3), _counted("cusparse")
+    gpu(slow, fast)
+    A = _matrix(seed=4)
+    x = random_vector(A.shape[1], np.float64, seed=4)
+    sg.plan(A, x)
+    B = sg.csr_matrix(A.copy() * 3.0)  # new values, same pattern: same fingerprint
+    slow_before = slow.matvecs
+    B @ x
+    B @ x
+    assert slow.matvecs == slow_before  # B never ran (nor measured) the slow backend
+    assert sg.explain(B).reason == "measured on a matrix of the same fingerprint in this process"
+
+
+def test_a_product_never_waits_for_another_threads_planning(gpu):
+    gpu(_counted("merge_path", delay_s=1e-3), _counted("cusparse"))
+    A = _matrix(seed=5)
+    x = random_vector(A.shape[1], np.float64, seed=5)
+    A @ x  # the estimate, and the planning lock exists
+    cache = A._sg_cache_dict()
+    assert cache.planning_lock.acquire()  # "another thread is planning A"
+    try:
+        done = []
+        worker = threading.Thread(target=lambda: done.append(A @ x))
+        worker.start()
+        worker.join(10)
+        assert done, "the product waited for the planning lock"
+        assert sg.explain(A).level == "estimate"  # it ran on the estimate, unplanned
+        assert_product_close(done[0], sp.csr_matrix(A) @ x, np.float64, 50)
+    finally:
+        cache.planning_lock.release()
+    A @ x
+    assert sg.explain(A).level == "measure"
+
+
+def test_a_policy_given_means_no_measurement(gpu):
+    slow = _counted("merge_path", delay_s=1e-3)
+    gpu(slow, _counted("cusparse"))
+    A = _matrix(seed=6)
+    A.policy = sg.tuning.NoPolicy()
+    x = random_vector(A.shape[1], np.float64, seed=6)
+    for _ in range(3):
+        A @ x
+    assert sg.explain(A).level == "estimate"
+
+
+def test_plan_without_a_gpu_returns_the_estimate():
+    if sg._cuda.unavailable_reason() is None:
+        pytest.skip("a GPU is usable here")
+    choice = sg.plan(_matrix(seed=7), np.ones(300))
+    assert choice.backend == "scipy" and choice.level == "estimate"
+    assert choice.measurements == () and choice.planning_ms is None
+
+
+def test_plan_checks_its_arguments():
+    with pytest.raises(TypeError, match="sparsegpu matrix"):
+        sg.plan(sp.eye(3, format="csr"), np.ones(3))
+    with pytest.raises(ValueError, match="x needs 3 rows"):
+        sg.plan(sg.csr_matrix(sp.eye(3)), np.ones(4))
+    with pytest.raises(ValueError, match="unknown planning level"):
+        sg.plan(sg.csr_matrix(sp.eye(3)), np.ones(3), level="slow")
