@@ -85,7 +85,9 @@ def _plans_by_measurement(matrix_obj, choice: Choice, policy, planning) -> bool:
     )
 
 
-def _measure_now(matrix_obj, cache, key, entry: Resolved, x, level=None) -> Resolved:
+def _measure_now(
+    matrix_obj, cache, key, entry: Resolved, x, level=None, capturable=False
+) -> Resolved:
     """Replace ``entry`` (an estimate) by the plan measured on ``x``, unless another thread
     is planning this matrix: then this product runs on the estimate (planning one matrix
     never blocks a product). A measurement that fails keeps the estimate."""
@@ -99,7 +101,7 @@ def _measure_now(matrix_obj, cache, key, entry: Resolved, x, level=None) -> Reso
         xd = _to_residence(x if x.ndim == 1 else x[:, 0], entry.plan.matrix.residence,
                            entry.value_dtype)  # fmt: skip
         try:
-            choice = measure(matrix_obj, xd, entry.choice, level)
+            choice = measure(matrix_obj, xd, entry.choice, level, capturable=capturable)
         except MemoryError:
             new = entry._replace(measure_next=False)
         else:
@@ -111,7 +113,7 @@ def _measure_now(matrix_obj, cache, key, entry: Resolved, x, level=None) -> Reso
         cache.planning_lock.release()
 
 
-def plan(A, x, *, level: str | None = None) -> Choice:
+def plan(A, x, *, level: str | None = None, capturable: bool = False) -> Choice:
     """Plan ``A @ x`` now, by measurement on this ``x``, and keep the winner for ``A``.
 
     What ``auto`` does by itself on a matrix's second product, done at once (solvers and
@@ -126,6 +128,9 @@ def plan(A, x, *, level: str | None = None) -> Choice:
     level : {"estimate", "measure", "exhaustive"}, optional
         Default: ``A.planning``, ``sparsegpu.planning``, ``SPARSEGPU_PLANNING``, then
         ``"measure"``.
+    capturable : bool
+        Only backends whose products a CUDA graph can hold (what a solver that captures
+        its iterations asks for; cuSPARSE is not among them).
 
     Returns
     -------
@@ -160,7 +165,8 @@ def plan(A, x, *, level: str | None = None) -> Choice:
         cache.choices[key] = _resolved(A, estimate)
         return estimate
     entry = cache.choices[key] = _resolved(A, estimate, measure_next=True)
-    return _measure_now(A, cache, key, entry, x, resolve_level(level, A._sg_planning)).choice
+    level = resolve_level(level, A._sg_planning)
+    return _measure_now(A, cache, key, entry, x, level, capturable).choice
 
 
 def _auto_key(A, x_dtype) -> ChoiceKey:
@@ -170,21 +176,25 @@ def _auto_key(A, x_dtype) -> ChoiceKey:
     )
 
 
-def plan_for(matrix_obj, x_dtype=None, *, backend: str | None = None, policy=None, x=None) -> Plan:
+def plan_for(
+    matrix_obj, x_dtype=None, *, backend: str | None = None, policy=None, x=None, capturable=False
+) -> Plan:
     """The plan a product ``A @ x`` with an x of ``x_dtype`` would run (made if needed).
 
     Solvers and benchmarks call ``plan.matvec(x, out=...)`` on device arrays directly,
     skipping the per-call dispatch. Given a representative ``x`` (a solver's right-hand
     side) and ``auto`` in force, the matrix is planned by measurement first (:func:`plan`),
-    since the plan is about to run many times.
+    since the plan is about to run many times; ``capturable`` keeps to backends a CUDA
+    graph can hold.
     """
     name = resolve_name(backend, matrix_obj._sg_backend)
     dtype = np.dtype(x_dtype or matrix_obj.dtype)
     if x is not None and name == AUTO and policy is None and _cuda.is_cupy_array(x):
         key = _auto_key(matrix_obj, dtype)
         entry = matrix_obj._sg_cache_dict().choices.get(key)
-        if entry is None or entry.measure_next:
-            plan(matrix_obj, x.astype(dtype, copy=False))
+        stale = capturable and entry is not None and not entry.choice.implementation.capturable
+        if entry is None or entry.measure_next or stale:
+            plan(matrix_obj, x.astype(dtype, copy=False), capturable=capturable)
             entry = matrix_obj._sg_cache_dict().choices.get(key)
         if entry is not None:
             return entry.plan

@@ -648,17 +648,19 @@ def forget_measurements() -> None:
         _measured.clear()
 
 
-def _short_list(matrix, estimate: Choice, value_dtype, level: str, store) -> list:
+def _short_list(matrix, estimate: Choice, value_dtype, level: str, store, capturable) -> list:
     """(backend, policy) pairs planning times: the estimate first, then, for ``measure``,
     cuSPARSE with each algorithm, merge_path, the vector family's default shape and the
     tuned entry; for ``exhaustive``, every usable backend with every candidate it has."""
     pairs = [(estimate.implementation, estimate.policy)]
+    if capturable and not estimate.implementation.capturable:
+        pairs = []
     candidates = _gpu_candidates(
         value_dtype, type(matrix._sg_policy) if matrix._sg_policy else None
     )
     for backend in candidates:
         mirror = matrix._sg_mirror(backend.residence, value_dtype)
-        if not backend.supports(mirror):
+        if not backend.supports(mirror) or (capturable and not backend.capturable):
             continue
         if level == "exhaustive":
             policies = backend.candidates(mirror)
@@ -679,20 +681,23 @@ def _short_list(matrix, estimate: Choice, value_dtype, level: str, store) -> lis
     return unique
 
 
-def measure(matrix, x, estimate: Choice, level: str, *, store=None) -> Choice:
+def measure(matrix, x, estimate: Choice, level: str, *, store=None, capturable=False) -> Choice:
     """Time the candidates of ``level`` for ``matrix @ x`` on ``x`` and return the fastest
     that agrees with the estimate's answer (see the module docstring).
 
     ``x`` is a device vector of the estimate's value dtype. Runs on the current stream and
     waits for it; each candidate's plan is made once (kept on the mirror like any plan).
     The cost: per candidate, one checked product and 2 + 5 timed ones (several products a
-    sample for products under about 20 us).
+    sample for products under about 20 us). ``capturable``: only backends whose products a
+    CUDA graph can hold (a solver about to capture its iterations).
     """
     from ._mirror import PlanKey
 
     start = time.perf_counter()
     value_dtype = estimate.value_dtype
-    pairs = _short_list(matrix, estimate, value_dtype, level, store)
+    pairs = _short_list(matrix, estimate, value_dtype, level, store, capturable)
+    if not pairs:
+        return estimate
     reference = None
     best = None
     results = []
@@ -724,14 +729,19 @@ def measure(matrix, x, estimate: Choice, level: str, *, store=None) -> Choice:
         results.append(Measurement(backend.name, policy, ms, agreed))
         if agreed and (best is None or ms < best[2]):
             best = (backend, policy, ms)
+    if best is None:  # nothing ran here: keep the estimate
+        return estimate
     backend, policy, ms = best
     planning_ms = (time.perf_counter() - start) * 1e3
     timed = sum(m.ms is not None for m in results)
     reason = (
         f"measured fastest of {timed} candidates on this matrix's operands "
-        f"({ms * 1e3:.1f} us a product; the estimate, {estimate.backend}, "
-        f"{results[0].ms * 1e3:.1f} us)"
+        f"({ms * 1e3:.1f} us a product"
     )
+    first = results[0]
+    if first.backend == estimate.backend and first.policy == estimate.policy and first.ms:
+        reason += f"; the estimate, {estimate.backend}, {first.ms * 1e3:.1f} us"
+    reason += ")" + (" among capturable backends" if capturable else "")
     mirror = matrix._sg_mirror(backend.residence, value_dtype)
     with _measured_lock:
         _measured[fingerprint(mirror)] = (backend.name, policy)

@@ -160,6 +160,9 @@ class Backend:
         What it computes with; anything else is refused with a TypeError.
     policy_type : type
         The policy dataclass of its kernel family.
+    capturable : bool
+        Whether its products can be captured into a CUDA graph (a solver's block of
+        iterations replayed at once).
     """
 
     name: str = ""
@@ -168,6 +171,7 @@ class Backend:
     value_dtypes: tuple = FLOAT_AND_COMPLEX
     index_dtypes: tuple = INT32_AND_INT64
     policy_type: type = Policy
+    capturable: bool = True
 
     def unavailable_reason(self) -> str | None:
         """Why this backend cannot run here (no GPU, no library), or None."""

@@ -301,6 +301,8 @@ class CusparseBackend(Backend):
     name = "cusparse"
     description = "cuSPARSE generic SpMV/SpMM; descriptors and workspace made once per plan"
     policy_type = CusparsePolicy
+    # CuPy refuses cuSPARSE calls on a capturing stream (NotImplementedError, H200, CuPy 14)
+    capturable = False
 
     def unavailable_reason(self):
         reason = _cuda.unavailable_reason()
