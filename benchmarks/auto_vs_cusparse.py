@@ -407,7 +407,9 @@ def plot(result, path) -> None:
     import matplotlib.pyplot as plt
 
     dtypes = sorted({r["dtype"] for r in result["results"]})
-    fig, axes = plt.subplots(2, len(dtypes), figsize=(9 * len(dtypes), 9), squeeze=False)
+    most = max(sum(r["dtype"] == d for r in result["results"]) for d in dtypes)
+    width = max(9.0, 0.4 * most)  # room for every matrix name
+    fig, axes = plt.subplots(2, len(dtypes), figsize=(width * len(dtypes), 9), squeeze=False)
     series = (
         ("auto", "sparsegpu auto"),
         ("raw_best", "raw cuSPARSE (best alg)"),
@@ -439,7 +441,8 @@ def plot(result, path) -> None:
         ax.set_yscale("log")
         ax.set_xticks(pos, names, rotation=60, ha="right", fontsize=7)
         ax.set_ylabel("speed-up (higher is better)")
-        ax.set_title(f"{dtype}: speed-up of sparsegpu auto ([set]: {SET_LEGEND})")
+        ax.set_title(f"{dtype}: speed-up of sparsegpu auto")
+        ax.set_xlabel(f"[set]: {SET_LEGEND}", fontsize=8)
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
