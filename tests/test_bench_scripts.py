@@ -213,3 +213,94 @@ def test_heldout_builds_are_host_matrices(script):
             continue  # one real matrix is enough here
         A = make(None)
         assert A.shape[0] > 0 and A.nnz > 0 and isinstance(A.data, np.ndarray), name
+
+
+# -------------------------------------------------- bench_one with CPU stand-ins for the GPU
+class _FakeMeasurement:
+    def __init__(self, backend, ms):
+        self.backend, self.policy, self.ms, self.agreed = backend, ("policy", backend), ms, True
+
+
+class _FakeChoice:
+    """What ``sparsegpu.plan`` returns, as far as the benchmark reads it."""
+
+    backend = "scipy"
+    policy = ("policy", "scipy")
+    reason = "measured fastest"
+    level = "measure"
+    planning_ms = np.float64(3.5)
+    measurements = (_FakeMeasurement("scipy", 0.1), _FakeMeasurement("cusparse", None))
+
+
+def test_bench_one_with_cpu_stand_ins(script, monkeypatch):
+    """Every step of bench_one, with numpy for cupy, scipy for cupyx and fake timings: catches
+    a broken row (a name, a key, a field that is not JSON) before the GPU run."""
+    import scipy.sparse as sp
+
+    import sparsegpu as sg
+    from sparsegpu._mirror import HOST
+
+    class FakeRegistry:
+        @staticmethod
+        def registered():
+            return {"cusparse": type("B", (), {"residence": HOST})()}
+
+    class FakePlan:
+        def __init__(self, mirror, policy):
+            self.A = sp.csr_matrix((mirror.data, mirror.indices, mirror.indptr), mirror.shape)
+
+        def matvec(self, x, out=None):
+            out[...] = self.A @ x
+            return out
+
+    planned = []
+
+    def fake_plan(A, x):
+        planned.append(A)
+        return _FakeChoice()
+
+    timings = iter(range(1, 1000))
+    monkeypatch.setattr(script, "_registry", FakeRegistry)
+    monkeypatch.setattr(script, "CusparsePlan", FakePlan)
+    monkeypatch.setattr(
+        script._timing,
+        "cuda_time",
+        lambda fn, inner=1: (fn(), type("T", (), {"median_ms": 0.01 * next(timings)})())[1],
+    )
+    monkeypatch.setattr(sg, "matvec", lambda A, x, backend=None: sp.csr_matrix(A) @ x)
+    monkeypatch.setattr(sg, "plan", fake_plan, raising=False)
+    folder = Path(script.DEFAULT_MATRICES)
+    rows = []
+    for label, name, make, _ in script.matrices("heldout", "small", folder, cupy=None)[:3]:
+        host = make(None)
+        for dtype in (np.float64, np.float32):
+            rows.append(
+                script.bench_one(name, lambda host=host: host, dtype, np, sp, 3000.0, label)
+            )
+    assert len(planned) == len(rows)
+    row = rows[0]
+    assert row["set"] == "heldout-generated" and row["dtype"] == "float64"
+    assert row["auto_backend"] == "scipy" and row["auto_level"] == "measure"
+    assert row["planning_ms"] == 3.5 and type(row["planning_ms"]) is float
+    assert row["planning_measurements"][1] == {
+        "backend": "cusparse",
+        "policy": "('policy', 'cusparse')",
+        "ms": None,
+        "agreed": True,
+    }
+    assert set(row["ms"]) == {
+        "raw_csr_alg1",
+        "raw_csr_alg2",
+        "raw_best",
+        "cupyx",
+        "merge_path",
+        "cusparse",
+        "auto_estimate",
+        "auto",
+    }
+    assert row["auto_vs_raw_best"] == row["ms"]["raw_best"] / row["ms"]["auto"]
+    result = fake_result(script)
+    result["results"] = rows
+    result["summary"] = script.summarize(rows)
+    json.dumps(result)
+    assert "| arrow_20k_x8_4x5k | heldout-generated | float64 |" in script.markdown(result)
