@@ -170,6 +170,135 @@ def test_suite_refuses_unknown_scale():
         synthetic.suite("huge")
 
 
+# ------------------------------------------------------------------- held-out classes
+def test_arrow_dense_rows_first_then_short_rows():
+    A = synthetic.arrow(1_000, row_length=5, n_dense=3, dense_length=400, n_cols=2_000, seed=1)
+    lengths = row_lengths(A)
+    assert A.shape == (1_000, 2_000) and A.nnz == 3 * 400 + 997 * 5
+    assert list(lengths[:3]) == [400] * 3 and np.all(lengths[3:] == 5)
+    assert rows_sorted(A) and A.has_sorted_indices
+    assert A.indices.min() >= 0 and A.indices.max() < 2_000
+    dense = A.indices[: A.indptr[1]]
+    assert len(np.unique(dense)) == 400  # distinct columns, spread over all of them
+    assert dense[-1] > 2_000 * 0.99 - 5
+
+
+def test_arrow_dense_rows_clipped_to_the_columns():
+    A = synthetic.arrow(100, row_length=2, n_dense=1, dense_length=1_000, n_cols=50)
+    assert row_lengths(A)[0] == 50 and len(np.unique(A.indices[:50])) == 50
+
+
+def test_arrow_refuses_bad_sizes():
+    with pytest.raises(ValueError, match="invalid sizes"):
+        synthetic.arrow(10, n_dense=11)
+
+
+def test_rmat_shape_duplicates_summed_and_skew():
+    A = synthetic.rmat(10, edge_factor=8, seed=2)
+    lengths = row_lengths(A)
+    assert A.shape == (1024, 1024)
+    assert 0 < A.nnz <= 8 * 1024 and A.nnz > 0.5 * 8 * 1024
+    assert rows_sorted(A) and A.has_sorted_indices
+    rows = np.repeat(np.arange(1024), lengths)
+    keys = rows * 1024 + A.indices
+    assert np.all(np.diff(keys) > 0)  # no repeated entry: duplicates were summed
+    assert lengths.max() > 10 * lengths.mean()  # a skewed, graph-like degree distribution
+
+
+def test_rmat_sums_repeated_edges():
+    # scale 1, many edges: the 4 possible entries each summed from many draws
+    A = synthetic.rmat(1, edge_factor=200, permute=False, seed=3)
+    assert A.nnz == 4
+    assert np.abs(A.data).max() > 1  # sums of many values in [-1, 1)
+
+
+def test_rmat_unpermuted_puts_the_heavy_vertex_first():
+    lengths = row_lengths(synthetic.rmat(10, edge_factor=8, permute=False, seed=2))
+    assert lengths.argmax() == 0
+
+
+def test_rmat_refuses_bad_probabilities():
+    with pytest.raises(ValueError, match="R-MAT"):
+        synthetic.rmat(4, a=0.6, b=0.3, c=0.3)
+
+
+def test_permuted_is_a_symmetric_permutation():
+    A = synthetic.stencil_2d(7)
+    B = synthetic.permuted(A, seed=3)
+    assert B.shape == A.shape and B.nnz == A.nnz
+    assert rows_sorted(B) and B.has_sorted_indices
+    assert sorted(row_lengths(B)) == sorted(row_lengths(A))
+    dense_a, dense_b = A.toarray(), B.toarray()
+    assert not np.array_equal(dense_a, dense_b)
+    np.testing.assert_array_equal(dense_b, dense_b.T)  # symmetry survives P A P^T
+    # recover p from the diagonal-free structure: P A P^T has the same spectrum
+    np.testing.assert_allclose(np.linalg.eigvalsh(dense_a), np.linalg.eigvalsh(dense_b))
+
+
+def test_permuted_matches_scipy_indexing():
+    A = synthetic.uniform_random(60, 5, seed=4)
+    A.sum_duplicates()
+    B = synthetic.permuted(A, seed=5)
+    p = np.argsort(np.random.default_rng(5).random(60))
+    np.testing.assert_array_equal(B.toarray(), A.toarray()[p][:, p])
+
+
+def test_permuted_refuses_non_square():
+    with pytest.raises(ValueError, match="square"):
+        synthetic.permuted(synthetic.uniform_random(5, 2, n_cols=7))
+
+
+HELDOUT_SEEDED = {
+    "arrow": lambda seed: synthetic.arrow(300, 4, 2, 100, seed=seed),
+    "rmat": lambda seed: synthetic.rmat(8, 4, seed=seed),
+    "permuted": lambda seed: synthetic.permuted(synthetic.stencil_2d(10), seed=seed),
+}
+
+
+@pytest.mark.parametrize("case", HELDOUT_SEEDED, ids=list(HELDOUT_SEEDED))
+def test_heldout_generators_same_seed_same_matrix(case):
+    build = HELDOUT_SEEDED[case]
+    assert same(build(7), build(7)) and not same(build(7), build(8))
+
+
+HELDOUT_SMALL = synthetic.heldout_suite("small")
+
+
+def test_heldout_suites_name_the_same_classes():
+    def strip(names):
+        return [name.split("_")[0] + ("_permuted" if "permuted" in name else "") for name in names]
+
+    assert strip(HELDOUT_SMALL) == strip(synthetic.heldout_suite("full"))
+
+
+def test_heldout_names_are_not_tuning_names():
+    tuning = set(synthetic.suite("full")) | set(synthetic.suite("small"))
+    held = set(synthetic.heldout_suite("full")) | set(HELDOUT_SMALL)
+    assert not tuning & held
+
+
+@pytest.mark.parametrize("name", list(HELDOUT_SMALL))
+def test_small_heldout_suite_builds(name):
+    A = HELDOUT_SMALL[name]()
+    assert isinstance(A, sg.csr_matrix) and A.nnz > 0
+    assert A.indptr[-1] == A.nnz and np.all(np.diff(A.indptr) >= 0)
+    assert A.indices.min() >= 0 and A.indices.max() < A.shape[1]
+    if A.has_sorted_indices:
+        assert rows_sorted(A)
+    assert same(A, HELDOUT_SMALL[name]())  # seeded: the same matrix every time
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.complex128], ids=["float32", "complex128"])
+@pytest.mark.parametrize("name", ["arrow_20k_x8_4x5k", "rmat_s12_e8", "stencil2d_50_permuted"])
+def test_heldout_dtypes(name, dtype):
+    assert synthetic.heldout_suite("small", dtype=dtype)[name]().dtype == dtype
+
+
+def test_heldout_suite_refuses_unknown_scale():
+    with pytest.raises(ValueError, match="scale"):
+        synthetic.heldout_suite("huge")
+
+
 # ------------------------------------------------------------------------------ GPU
 def test_stencil_built_on_the_gpu_matches_the_host(cupy):
     assert same(synthetic.stencil_3d(5, points=27, xp=cupy), synthetic.stencil_3d(5, points=27))
@@ -183,3 +312,14 @@ def test_seeded_generators_on_the_gpu_are_reproducible(cupy, case):
         "long-rows": lambda: synthetic.long_rows(300, long=200, n_long=2, seed=5, xp=cupy),
     }[case]
     assert same(build(), build())
+
+
+@pytest.mark.parametrize("case", HELDOUT_SEEDED, ids=list(HELDOUT_SEEDED))
+def test_heldout_generators_on_the_gpu_are_reproducible(cupy, case):
+    build = {
+        "arrow": lambda: synthetic.arrow(300, 4, 2, 100, seed=5, xp=cupy),
+        "rmat": lambda: synthetic.rmat(8, 4, seed=5, xp=cupy),
+        "permuted": lambda: synthetic.permuted(synthetic.stencil_2d(10), seed=5, xp=cupy),
+    }[case]
+    A = build()
+    assert same(A, build()) and rows_sorted(A)

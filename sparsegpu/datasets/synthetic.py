@@ -196,6 +196,268 @@ def long_rows(
     return _finish(_values(xp, rng, nnz, dtype), cols, indptr.astype(idx_dtype), (n_rows, n_cols))
 
 
+def _row_of_entry(xp, indptr, nnz: int):
+    """The row of every entry of a CSR ``indptr`` (searchsorted: CuPy's repeat wants host
+    counts)."""
+    return xp.searchsorted(indptr[1:], xp.arange(nnz, dtype=np.int64), side="right")
+
+
+def arrow(
+    n_rows: int,
+    row_length: int = 8,
+    n_dense: int = 16,
+    dense_length: int = 1_000_000,
+    n_cols: int | None = None,
+    dtype=np.float64,
+    seed=0,
+    xp=np,
+) -> csr_matrix:
+    """An arrow-like matrix: a few dense rows first, then many short random rows.
+
+    Parameters
+    ----------
+    n_rows : int
+        Rows in all, the dense ones included.
+    row_length : int, optional
+        Nonzeros of every short row, at uniformly random columns (drawn with replacement,
+        sorted; a rare repeated column is a duplicate entry).
+    n_dense : int, optional
+        How many dense rows: rows ``0 .. n_dense - 1``, like the head of an arrow.
+    dense_length : int, optional
+        Nonzeros of every dense row (clipped to ``n_cols``), at distinct columns spread
+        evenly over ``0 .. n_cols - 1``.
+    n_cols : int, optional
+        Columns; ``n_rows`` when not given.
+    dtype : numpy dtype, optional
+        The value dtype.
+    seed : int, optional
+        Seed of the columns and values.
+    xp : module, optional
+        numpy or cupy, where the arrays are built.
+
+    Returns
+    -------
+    csr_matrix
+        Host matrix with sorted indices: ``n_dense * dense_length + (n_rows - n_dense) *
+        row_length`` nonzeros.
+
+    Notes
+    -----
+    With ``arrow(2_000_000)`` (16 rows of 10^6 among 2 million rows of 8) one row is
+    125,000 times longer than the rest: a kernel that gives each row the same threads
+    stalls on the dense rows, one that splits the nonzeros evenly should not.
+    """
+    n_cols = n_rows if n_cols is None else n_cols
+    if n_rows < 0 or n_cols <= 0 or row_length < 0 or dense_length < 0:
+        raise ValueError(
+            f"invalid sizes n_rows={n_rows}, n_cols={n_cols}, row_length={row_length}, "
+            f"dense_length={dense_length}"
+        )
+    if not 0 <= n_dense <= n_rows:
+        raise ValueError(f"invalid sizes n_dense={n_dense} for n_rows={n_rows}")
+    rng = _rng(xp, seed)
+    dense_length = min(dense_length, n_cols)
+    n_short = n_rows - n_dense
+    nnz = n_dense * dense_length + n_short * row_length
+    idx_dtype = _index_dtype(max(n_rows, n_cols), nnz)
+    dense_cols = (xp.arange(dense_length, dtype=np.int64) * n_cols) // max(dense_length, 1)
+    short_cols = rng.integers(0, n_cols, size=(n_short, row_length), dtype=np.int64)
+    cols = xp.concatenate(
+        [xp.tile(dense_cols, n_dense), xp.sort(short_cols, axis=1).ravel()]
+    ).astype(idx_dtype)
+    lengths = xp.full(n_rows, row_length, dtype=np.int64)
+    lengths[:n_dense] = dense_length
+    indptr = xp.zeros(n_rows + 1, dtype=np.int64)
+    indptr[1:] = xp.cumsum(lengths)
+    return _finish(_values(xp, rng, nnz, dtype), cols, indptr.astype(idx_dtype), (n_rows, n_cols))
+
+
+def rmat(
+    scale: int,
+    edge_factor: int = 16,
+    a: float = 0.57,
+    b: float = 0.19,
+    c: float = 0.19,
+    permute: bool = True,
+    dtype=np.float64,
+    seed=0,
+    xp=np,
+) -> csr_matrix:
+    """The adjacency matrix of an R-MAT graph (the Graph500 generator's parameters).
+
+    Parameters
+    ----------
+    scale : int
+        ``2 ** scale`` vertices: a square matrix of that many rows.
+    edge_factor : int, optional
+        ``edge_factor * 2 ** scale`` edges are drawn (Graph500: 16).
+    a, b, c : float, optional
+        Probabilities of the top-left, top-right and bottom-left quadrant at every level
+        of the recursion (``d = 1 - a - b - c``). Graph500: 0.57, 0.19, 0.19.
+    permute : bool, optional
+        Relabel the vertices by a random permutation (as Graph500 does), so that the
+        high-degree vertices are not the first rows.
+    dtype : numpy dtype, optional
+        The value dtype.
+    seed : int, optional
+        Seed of the edges, the permutation and the values.
+    xp : module, optional
+        numpy or cupy, where the arrays are built.
+
+    Returns
+    -------
+    csr_matrix
+        Host matrix with sorted indices. Directed (not symmetrized), self-loops kept;
+        repeated edges are summed into one entry, so ``nnz`` is somewhat below the edges
+        drawn. Every edge's value is uniform in [-1, 1).
+    """
+    d = 1.0 - a - b - c
+    if scale < 0 or edge_factor < 0 or min(a, b, c, d) < 0:
+        raise ValueError(f"invalid R-MAT scale={scale}, edge_factor={edge_factor}, a, b, c")
+    rng = _rng(xp, seed)
+    n = 2**scale
+    m = edge_factor * n
+    rows = xp.zeros(m, dtype=np.int64)
+    cols = xp.zeros(m, dtype=np.int64)
+    for level in range(scale):
+        u = rng.random(m, dtype=np.float32)
+        bit = 1 << (scale - 1 - level)
+        rows += (u >= a + b).astype(np.int64) * bit
+        cols += (((u >= a) & (u < a + b)) | (u >= a + b + c)).astype(np.int64) * bit
+        del u
+    if permute:
+        labels = xp.argsort(rng.random(n))
+        rows, cols = labels[rows], labels[cols]
+    keys = xp.sort(rows * n + cols)
+    del rows, cols
+    # values drawn after the sort: i.i.d. per edge all the same; a group of equal keys
+    # (a repeated edge) is summed into one entry
+    values = _values(xp, rng, m, dtype)
+    first = xp.ones(m, dtype=bool)
+    first[1:] = keys[1:] != keys[:-1]
+    group = xp.cumsum(first) - 1
+    keys = keys[first]
+    nnz = int(keys.size)
+    summed = xp.bincount(group, weights=values.real, minlength=nnz)
+    if np.dtype(dtype).kind == "c":
+        summed = summed + 1j * xp.bincount(group, weights=values.imag, minlength=nnz)
+    row_of_entry = keys // n
+    idx_dtype = _index_dtype(n, nnz)
+    indptr = xp.searchsorted(row_of_entry, xp.arange(n + 1, dtype=np.int64), side="left")
+    return _finish(
+        summed.astype(dtype),
+        (keys - row_of_entry * n).astype(idx_dtype),
+        indptr.astype(idx_dtype),
+        (n, n),
+    )
+
+
+def permuted(A, seed=0, xp=np) -> csr_matrix:
+    """``P A P^T`` for a random permutation ``P``: the same matrix numbered in random order.
+
+    Parameters
+    ----------
+    A : sparse matrix
+        Square, CSR (or convertible with ``tocsr``).
+    seed : int, optional
+        Seed of the permutation.
+    xp : module, optional
+        numpy or cupy, where the arrays are built.
+
+    Returns
+    -------
+    csr_matrix
+        Host matrix with sorted indices: row ``i`` is row ``p[i]`` of ``A`` with every
+        column ``j`` renamed ``q[j]`` where ``q`` inverts ``p``. Same row lengths (in
+        another order), same nonzeros; a mesh loses its banded locality, so the gathers
+        of ``x`` become random.
+    """
+    A = A.tocsr() if A.format != "csr" else A
+    n = A.shape[0]
+    if A.shape[1] != n:
+        raise ValueError(f"a symmetric permutation needs a square matrix, not {A.shape}")
+    rng = _rng(xp, seed)
+    indptr = xp.asarray(A.indptr, dtype=np.int64)
+    indices = xp.asarray(A.indices)
+    data = xp.asarray(A.data)
+    nnz = int(indptr[-1])
+    p = xp.argsort(rng.random(n))
+    q = xp.empty(n, dtype=np.int64)
+    q[p] = xp.arange(n, dtype=np.int64)
+    lengths = (indptr[1:] - indptr[:-1])[p]
+    new_indptr = xp.zeros(n + 1, dtype=np.int64)
+    new_indptr[1:] = xp.cumsum(lengths)
+    row_of_entry = _row_of_entry(xp, new_indptr, nnz)
+    source = indptr[:-1][p][row_of_entry] + (
+        xp.arange(nnz, dtype=np.int64) - new_indptr[:-1][row_of_entry]
+    )
+    cols = q[indices[source].astype(np.int64)]
+    order = xp.argsort(row_of_entry * n + cols)
+    idx_dtype = _index_dtype(n, nnz)
+    return _finish(
+        data[source][order], cols[order].astype(idx_dtype), new_indptr.astype(idx_dtype), (n, n)
+    )
+
+
+def heldout_suite(scale: str = "full", dtype=np.float64, xp=np) -> dict:
+    """Matrices that took no part in tuning or fitting, as ``{name: callable -> csr_matrix}``.
+
+    The held-out set of issue 13: classes :func:`suite` lacks (arrow-like, R-MAT graphs,
+    meshes numbered in random order, short-and-wide and tall-and-narrow) and the classes
+    it has with other parameters. ``scale="full"`` is for the GPU (each at most about 45
+    million nonzeros); ``"small"`` gives the same classes at CPU-friendly sizes, in the
+    same order.
+
+    Parameters
+    ----------
+    scale : {"full", "small"}
+        The sizes.
+    dtype : numpy dtype, optional
+        The value dtype.
+    xp : module, optional
+        numpy or cupy, where the arrays are built.
+
+    Returns
+    -------
+    dict
+        Name to a callable building the matrix (only those asked for are built).
+    """
+    kw = {"dtype": dtype, "xp": xp}
+    if scale == "full":
+        return {
+            "arrow_2M_x8_16x1M": lambda: arrow(2_000_000, 8, 16, 1_000_000, **kw),
+            "rmat_s21_e16": lambda: rmat(21, 16, **kw),
+            "stencil3d7_150_permuted": lambda: permuted(stencil_3d(150, **kw), seed=1, xp=xp),
+            "stencil2d_3000_permuted": lambda: permuted(stencil_2d(3000, **kw), seed=2, xp=xp),
+            "wide_2k_x400_4M": lambda: uniform_random(2_000, 400, n_cols=4_000_000, seed=3, **kw),
+            "tall_72k_x16_2700": lambda: uniform_random(72_000, 16, n_cols=2_700, seed=4, **kw),
+            "stencil2d_2900": lambda: stencil_2d(2900, **kw),
+            "stencil3d7_120": lambda: stencil_3d(120, points=7, **kw),
+            "uniform_1500k_x24": lambda: uniform_random(1_500_000, 24, seed=5, **kw),
+            "powerlaw_3M_e2.2": lambda: power_law(
+                3_000_000, mean=12.0, max_row=50_000, exponent=2.2, seed=6, **kw
+            ),
+            "uniform_60k_x700": lambda: uniform_random(60_000, 700, seed=7, **kw),
+        }
+    if scale == "small":
+        return {
+            "arrow_20k_x8_4x5k": lambda: arrow(20_000, 8, 4, 5_000, **kw),
+            "rmat_s12_e8": lambda: rmat(12, 8, **kw),
+            "stencil3d7_12_permuted": lambda: permuted(stencil_3d(12, **kw), seed=1, xp=xp),
+            "stencil2d_50_permuted": lambda: permuted(stencil_2d(50, **kw), seed=2, xp=xp),
+            "wide_50_x40_100k": lambda: uniform_random(50, 40, n_cols=100_000, seed=3, **kw),
+            "tall_7k_x16_270": lambda: uniform_random(7_200, 16, n_cols=270, seed=4, **kw),
+            "stencil2d_45": lambda: stencil_2d(45, **kw),
+            "stencil3d7_10": lambda: stencil_3d(10, points=7, **kw),
+            "uniform_15k_x24": lambda: uniform_random(15_000, 24, seed=5, **kw),
+            "powerlaw_30k_e2.2": lambda: power_law(
+                30_000, mean=12.0, max_row=2_000, exponent=2.2, seed=6, **kw
+            ),
+            "uniform_600_x70": lambda: uniform_random(600, 70, seed=7, **kw),
+        }
+    raise ValueError(f"scale={scale!r}; use 'full' or 'small'")
+
+
 def suite(scale: str = "full", dtype=np.float64, xp=np) -> dict:
     """The benchmark suite of DESIGN.md as ``{name: callable -> csr_matrix}``.
 
