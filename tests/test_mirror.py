@@ -1,9 +1,11 @@
 """The device mirror is made once, validated once, shared, and never stale.
 
-Each mutation path of DESIGN.md "Data flow" is applied after a product has built a
-mirror, then a product is compared with plain scipy's on the same mutated matrix. On CI
-the host-copy backend (which copies the arrays as an upload would) stands in for the GPU;
-on a GPU machine every GPU backend runs the same tests.
+Each way a scipy matrix can change in place (item and diagonal assignment, index sorting,
+duplicate summing, pruning, resizing, in-place arithmetic, assigning ``data``/``indices``/
+``indptr``/``shape``/dtype, aliases through a transpose) is applied after a product has
+built a mirror, then a product is compared with plain scipy's on the same mutated matrix.
+On CI the host-copy backend (which copies the arrays as an upload would) stands in for the
+GPU; on a GPU machine every GPU backend runs the same tests.
 """
 
 from __future__ import annotations

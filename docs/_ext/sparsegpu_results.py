@@ -30,7 +30,7 @@ from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
 from sparsegpu import bench, probe
-from sparsegpu.tuning.policy import format_knobs
+from sparsegpu.backends.policy import format_knobs
 
 logger = logging.getLogger(__name__)
 PLOT_FOLDER = "_generated"

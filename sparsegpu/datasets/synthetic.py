@@ -459,7 +459,8 @@ def heldout_suite(scale: str = "full", dtype=np.float64, xp=np) -> dict:
 
 
 def suite(scale: str = "full", dtype=np.float64, xp=np) -> dict:
-    """The benchmark suite of DESIGN.md as ``{name: callable -> csr_matrix}``.
+    """The benchmark suite, one matrix per row-length class (stencils, uniform, power-law
+    and long rows), as ``{name: callable -> csr_matrix}``.
 
     ``scale="full"`` gives the sizes of the kernel-family issue (tens of millions of
     nonzeros, for the GPU); ``"small"`` gives the same classes at CPU-friendly sizes.

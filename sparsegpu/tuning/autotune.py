@@ -4,8 +4,10 @@ For every backend and value dtype, :func:`autotune` runs the backend's
 :meth:`~sparsegpu.backends.base.Backend.candidates` (its untuned default first), checks
 each candidate's answer against scipy (the oracle) before and after timing it, times the
 correct ones (CUDA events for GPU backends: warm-up, then the median of repeats; the
-block-size sweep of seeds/003), and writes each backend's winner to the tuning cache,
-where :meth:`~sparsegpu.backends.base.Backend.default_policy` and ``auto`` find it.
+block-size sweep of G-DEP's K20 tuning of the CSR vector kernel, "Kepler explained, part
+2", G-DEP high-speed computing notes no. 25), and writes each backend's winner to the
+tuning store (:mod:`sparsegpu._tuning_store`). The autotuner only writes it: selection
+(:func:`sparsegpu._select.default_policy`, and ``auto``) consults it.
 A wrong or failing candidate is reported and never cached.
 """
 

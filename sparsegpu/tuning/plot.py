@@ -1,4 +1,6 @@
-"""The figure of seeds/003: time of one product versus block size, one line per backend.
+"""Time of one product versus block size, one line per backend: the figure of G-DEP's K20
+tuning of the CSR vector kernel ("Kepler explained, part 2", G-DEP high-speed computing
+notes no. 25).
 
 Backends whose policies have a ``block_size`` knob are drawn as lines (at each block size
 the best time over their other knobs); backends without one (cuSPARSE) as a dashed
