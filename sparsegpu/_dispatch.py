@@ -73,15 +73,23 @@ def _resolve(matrix_obj, name: str, x_dtype, policy, planning=None) -> Resolved:
 
 
 def _plans_by_measurement(matrix_obj, choice: Choice, policy, planning) -> bool:
-    """Whether ``auto``'s estimate is to be replaced by a measurement (a GPU choice of
-    ``auto`` without a policy given, at a level above ``estimate``)."""
-    return (
-        choice.requested == AUTO
-        and choice.level == "estimate"
-        and policy is None
-        and matrix_obj._sg_policy is None
-        and choice.implementation.residence.name != "host"
-        and resolve_level(planning, matrix_obj._sg_planning) != "estimate"
+    """Whether the estimate is to be replaced by a measurement: at a level above
+    ``estimate``, without a policy given, on the GPU: ``auto``'s choice of backend, or the
+    policy of a named backend that has a short list (cuSPARSE's algorithm)."""
+    if (
+        choice.level != "estimate"
+        or policy is not None
+        or matrix_obj._sg_policy is not None
+        or choice.implementation.residence.name == "host"
+        or resolve_level(planning, matrix_obj._sg_planning) == "estimate"
+    ):
+        return False
+    if choice.requested == AUTO:
+        return True
+    # a backend named without a policy: plan its policy when it has a short list to time
+    backend = choice.implementation
+    return bool(
+        backend.planning_candidates(matrix_obj._sg_mirror(backend.residence, choice.value_dtype))
     )
 
 
@@ -106,7 +114,8 @@ def _measure_now(
             new = entry._replace(measure_next=False)
         else:
             new = _resolved(matrix_obj, choice)
-            cache.measured[entry.value_dtype] = choice
+            if choice.requested == AUTO:  # what explain(A) shows
+                cache.measured[entry.value_dtype] = choice
         cache.choices[key] = new
         return new
     finally:

@@ -625,7 +625,7 @@ class Measurement:
         return f"{self.backend:<11} {timing}  {self.policy!r}{flag}{note}"
 
 
-# fingerprint -> (backend name, policy) measured fastest in this process
+# (name asked for, fingerprint) -> (backend name, policy) measured fastest in this process
 _measured: dict[tuple, tuple[str, Any]] = {}
 _measured_lock = threading.Lock()
 
@@ -637,9 +637,10 @@ def fingerprint(mirror) -> tuple:
     return (mirror.shape, str(mirror.dtype), str(mirror.index_dtype), mirror.stats)
 
 
-def remembered(mirror) -> tuple[str, Any] | None:
-    """The (backend, policy) planning measured fastest for this fingerprint, or None."""
-    return _measured.get(fingerprint(mirror))
+def remembered(requested: str, mirror) -> tuple[str, Any] | None:
+    """The (backend, policy) planning measured fastest for this fingerprint when
+    ``requested`` (``"auto"`` or a backend's name) was in force, or None."""
+    return _measured.get((requested, fingerprint(mirror)))
 
 
 def forget_measurements() -> None:
@@ -655,6 +656,12 @@ def _short_list(matrix, estimate: Choice, value_dtype, level: str, store, captur
     pairs = [(estimate.implementation, estimate.policy)]
     if capturable and not estimate.implementation.capturable:
         pairs = []
+    if estimate.requested != AUTO:  # a backend named: plan its policy only
+        backend = estimate.implementation
+        mirror = matrix._sg_mirror(backend.residence, value_dtype)
+        return pairs + [
+            (backend, p) for p in backend.planning_candidates(mirror) if p != estimate.policy
+        ]
     candidates = _gpu_candidates(
         value_dtype, type(matrix._sg_policy) if matrix._sg_policy else None
     )
@@ -664,10 +671,8 @@ def _short_list(matrix, estimate: Choice, value_dtype, level: str, store, captur
             continue
         if level == "exhaustive":
             policies = backend.candidates(mirror)
-        elif backend.name == "cusparse":
-            policies = [
-                p for p in backend.candidates(mirror) if not getattr(p, "preprocess", False)
-            ]
+        elif backend.planning_candidates(mirror):
+            policies = backend.planning_candidates(mirror)
         elif backend.name in ("merge_path", "shuffle"):
             policies = [default_policy(backend, mirror, store)]
         else:
@@ -744,7 +749,7 @@ def measure(matrix, x, estimate: Choice, level: str, *, store=None, capturable=F
     reason += ")" + (" among capturable backends" if capturable else "")
     mirror = matrix._sg_mirror(backend.residence, value_dtype)
     with _measured_lock:
-        _measured[fingerprint(mirror)] = (backend.name, policy)
+        _measured[(estimate.requested, fingerprint(mirror))] = (backend.name, policy)
     return Choice(
         backend.name, policy, reason, estimate.stats, value_dtype, estimate.requested,
         level=level, measurements=tuple(results), planning_ms=planning_ms,
@@ -774,11 +779,14 @@ def from_memory(matrix, estimate: Choice) -> Choice | None:
     if backend is None or backend.residence.name == "host":
         return None
     mirror = matrix._sg_mirror(backend.residence, estimate.value_dtype)
-    found = remembered(mirror)
+    found = remembered(estimate.requested, mirror)
     if found is None:
         return None
     name, policy = found
-    chosen = next((b for b in _gpu_candidates(estimate.value_dtype) if b.name == name), None)
+    if estimate.requested != AUTO:
+        chosen = backend if name == backend.name else None
+    else:
+        chosen = next((b for b in _gpu_candidates(estimate.value_dtype) if b.name == name), None)
     if chosen is None or not chosen.supports(mirror):
         return None
     return Choice(

@@ -160,6 +160,9 @@ class CountingBackend(Backend):
     def unavailable_reason(self):
         return self.inner.unavailable_reason()
 
+    def planning_candidates(self, matrix):
+        return self.inner.planning_candidates(matrix)
+
     def plan(self, matrix, policy):
         return _CountingPlan(self, self.inner.plan(matrix, policy))
 

@@ -14,6 +14,7 @@ import scipy.sparse as sp
 import sparsegpu as sg
 from sparsegpu import _select
 from sparsegpu.testing import CountingBackend, HostCopyBackend, assert_product_close, random_vector
+from sparsegpu.tuning import CsrVectorPolicy, NoPolicy
 
 
 class _Stand(HostCopyBackend):
@@ -23,6 +24,10 @@ class _Stand(HostCopyBackend):
     def __init__(self, name, delay_s=0.0, wrong=False):
         self.name, self.delay_s, self.wrong = name, delay_s, wrong
         self.description = f"test-only stand-in for {name}"
+
+    def planning_candidates(self, matrix):
+        # as the real cuSPARSE backend, a short list of its own (one policy here)
+        return [NoPolicy(source="candidate")] if self.name == "cusparse" else []
 
     def plan(self, matrix, policy):
         inner = super().plan(matrix, policy)
@@ -197,3 +202,65 @@ def test_plan_checks_its_arguments():
         sg.plan(sg.csr_matrix(sp.eye(3)), np.ones(4))
     with pytest.raises(ValueError, match="unknown planning level"):
         sg.plan(sg.csr_matrix(sp.eye(3)), np.ones(3), level="slow")
+
+
+class _Knobbed(HostCopyBackend):
+    """A named backend with a short list of policies (as cuSPARSE has its algorithms):
+    every block size but 128 is slow."""
+
+    name = "knobbed"
+    description = "test-only: a backend whose policy planning picks"
+    policy_type = CsrVectorPolicy
+
+    def default_policy(self, matrix):
+        return CsrVectorPolicy(block_size=256, threads_per_row=1, source="default")
+
+    def planning_candidates(self, matrix):
+        return [CsrVectorPolicy(block_size=b, threads_per_row=1) for b in (64, 128, 256)]
+
+    def plan(self, matrix, policy):
+        inner = super().plan(matrix, NoPolicy())
+        delay = 0.0 if policy.block_size == 128 else 2e-3
+
+        class _Plan(type(inner)):
+            def matvec(self, x, out=None):
+                time.sleep(delay)
+                return inner.matvec(x, out=out)
+
+        plan = _Plan.__new__(_Plan)
+        plan.__dict__.update(inner.__dict__)
+        plan.policy = policy
+        return plan
+
+
+@pytest.fixture
+def knobbed():
+    sg.register_backend(_Knobbed(), replace=True)
+    yield
+    sg.unregister_backend("knobbed")
+
+
+def test_a_named_backend_gets_its_policy_planned(knobbed, monkeypatch):
+    monkeypatch.delenv("SPARSEGPU_PLANNING", raising=False)
+    A = _matrix(seed=8)
+    A.backend = "knobbed"
+    x = random_vector(A.shape[1], np.float64, seed=8)
+    A @ x
+    A @ x  # the second product times the short list
+    entry = next(iter(A._sg_cache_dict().choices.values()))
+    assert entry.choice.level == "measure" and entry.plan.policy.block_size == 128
+    assert sg.explain(A).requested == "auto"  # explain describes auto, not the named plan
+    B = sg.csr_matrix(A.copy() * 2.0)  # same fingerprint under another name: auto's own
+    assert sg.explain(B).reason != "measured on a matrix of the same fingerprint in this process"
+    assert_product_close(A @ x, sp.csr_matrix(A) @ x, np.float64, 50)
+
+
+def test_a_named_backend_with_a_policy_given_is_not_planned(knobbed):
+    A = _matrix(seed=9)
+    A.backend = "knobbed"
+    A.policy = CsrVectorPolicy(block_size=64, threads_per_row=1)
+    x = random_vector(A.shape[1], np.float64, seed=9)
+    for _ in range(3):
+        A @ x
+    entry = next(iter(A._sg_cache_dict().choices.values()))
+    assert entry.choice.level == "estimate" and entry.plan.policy.block_size == 64

@@ -216,6 +216,12 @@ class Backend:
         """The policies the autotuner sweeps for this matrix (the default one included)."""
         return [self.default_policy(matrix)]
 
+    def planning_candidates(self, matrix: DeviceMatrix) -> list[Policy]:
+        """The few policies planning by measurement times for this backend (a short list,
+        each a few products' worth); empty when the default policy is the only sensible
+        one without a full sweep."""
+        return []
+
     def plan(self, matrix: DeviceMatrix, policy: Policy) -> Plan:
         raise NotImplementedError
 
