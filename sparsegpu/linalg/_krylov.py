@@ -59,9 +59,9 @@ def _not_captured(name: str, graphs, why: str) -> str:
     return f"{name}: iterations run without graphs ({why})"
 
 
-def _start(name, A, b, x0, M, rtol, atol):
+def _start(name, A, b, x0, M, rtol, atol, capturable=False):
     _check_tolerances(name, rtol, atol)
-    system = System(name, A, b, x0, M)
+    system = System(name, A, b, x0, M, capturable=capturable)
     ops = VectorOps(system.xp, system.dtype)
     bnorm = ops.norm(system.b)
     if system.x0_given:
@@ -125,7 +125,8 @@ def cg(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None, callback=Non
     info_out = options.SolveInfo("cg")
     options.check_graphs("cg", graphs)
     A, b, x0, M, callback, ordering = _reordered("cg", A, b, x0, M, callback, reorder, info_out)
-    system, ops, bnorm, tolerance, r = _start("cg", A, b, x0, M, rtol, atol)
+    wanted = graphs is not False and callback is None
+    system, ops, bnorm, tolerance, r = _start("cg", A, b, x0, M, rtol, atol, wanted)
     n = system.A.shape[0]
     maxiter = _check_iterations("cg", maxiter, 10 * n)
     every = 1 if callback is not None else 8
@@ -135,10 +136,7 @@ def cg(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None, callback=Non
         if check_every < 1:
             raise ValueError(f"cg: check_every must be a positive integer, got {check_every!r}")
         every = int(check_every)
-    M_captures = system.M is None or (_captures(M) and system.M.xp is system.xp)
-    refusal = options.graph_refusal(graphs, ops.on_device, callback, M_captures) or (
-        None if _captures(A) else f"A is a {type(A).__name__}, not a sparsegpu matrix"
-    )
+    refusal = _graph_refusal(graphs, system, ops, callback, A, M)
     info_out.graphs_reason = refusal or ""
     if bnorm == 0:
         info_out.iterations = 0
@@ -148,8 +146,8 @@ def cg(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None, callback=Non
     callback = system.wrap_callback(callback)
     if refusal is None:
         with _graphs.private_stream() as stream:
-            k = _cg_graphs(step, maxiter, every if check_every is not None else 16, stream,
-                           info_out)  # fmt: skip
+            k = _blocks(step, maxiter, every if check_every is not None else GRAPH_BLOCK,
+                        stream, info_out)  # fmt: skip
             if k is not None:
                 _cg_plain(step, k, maxiter, every, callback)
     else:
@@ -158,6 +156,17 @@ def cg(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None, callback=Non
     info_out.iterations = int(count)
     options.record(info_out)
     return ordering.back(system.result(system.x)), 0 if bool(converged) else maxiter
+
+
+def _graph_refusal(graphs, system, ops, callback, A, M) -> str | None:
+    """Why this solve's iterations are not captured (None: capture them): the options, A
+    and M not sparsegpu matrices, or planned on a backend a graph cannot hold (cuSPARSE)."""
+    M_captures = system.M is None or (_captures(M) and system.M.xp is system.xp)
+    return (
+        options.graph_refusal(graphs, ops.on_device, callback, M_captures)
+        or (None if _captures(A) else f"A is a {type(A).__name__}, not a sparsegpu matrix")
+        or options.backend_refusal((("", system.A), ("the preconditioner's ", system.M)))
+    )
 
 
 def _captures(operator) -> bool:
@@ -203,9 +212,9 @@ class _CGStep:
         ops.cg_update(self.p, self.q, self.rho, self.pq, self.active, system.x, self.r)
         ops.keep(self.rho, self.active, self.rho_prev, self.count)
 
-    def full(self):
+    def full(self, first: bool = False):
         self.top()
-        self.rest(False)
+        self.rest(first)
 
     def done(self) -> bool:
         return bool(self.ops.to_host(self.converged))
@@ -223,23 +232,47 @@ def _cg_plain(step, start, maxiter, every, callback) -> None:
             callback(step.system.x)
 
 
-def _cg_graphs(step, maxiter, block, stream, info_out):
-    """Iteration 0 plain (it also warms the plan and the kernels on ``stream``), then
+def _iterate(step, maxiter, every, block, callback, refusal, info_out) -> None:
+    """Run ``step.full(first)`` up to ``maxiter`` times, stopping once ``step.done()``:
+    blocks of ``block`` iterations replayed as CUDA graphs when ``refusal`` is None (the
+    reason recorded either way), else launched one by one with the flag read every
+    ``every`` iterations (every iteration with a callback, called after each iteration
+    that did not stop the solve). A step's iterations after it stopped change nothing."""
+    info_out.graphs_reason = refusal or ""
+    if refusal is None:
+        with _graphs.private_stream() as stream:
+            k = _blocks(step, maxiter, block, stream, info_out)
+            if k is not None:
+                _plain(step, k, maxiter, every, None)
+    else:
+        _plain(step, 0, maxiter, every, callback)
+
+
+def _plain(step, start, maxiter, every, callback) -> None:
+    for k in range(start, maxiter):
+        step.full(k == 0)
+        if (callback is not None or (k + 1) % every == 0) and step.done():
+            return
+        if callback is not None:
+            callback(step.system.x)
+
+
+def _blocks(step, maxiter, block, stream, info_out):
+    """Iteration 0 plain (it warms the plans and compiles the kernels on ``stream``), then
     blocks of ``block`` iterations replayed as one graph, the flag read between blocks.
     Returns None when done, else the iteration the plain loop goes on from (a capture
     failed, or fewer than ``block`` iterations are left)."""
     if maxiter == 0:
         return None
-    step.top()
+    step.full(True)
     if step.done():
         return None
-    step.rest(True)
     k = 1
     block = max(1, min(block, maxiter - 1))
     if maxiter - k < block:
         info_out.graphs_reason = f"maxiter={maxiter}: too few iterations to capture"
         return k
-    captured = _graphs.Block(step.full, block, stream)
+    captured = _graphs.Block(lambda: step.full(False), block, stream)
     if captured.failure is not None:
         info_out.graphs_reason = captured.failure
         return k
@@ -253,79 +286,108 @@ def _cg_graphs(step, maxiter, block, stream, info_out):
     return k
 
 
+GRAPH_BLOCK = 16  # iterations a captured block holds (cg's default too)
+CHECK_EVERY = 8  # iterations between flag reads without graphs
+
+
 def bicgstab(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None, callback=None,
              graphs="auto", reorder=None):  # fmt: skip
     """BiCGSTAB for a general square ``A`` (scipy's algorithm and breakdown codes).
 
     Parameters and returns as :func:`cg` (without ``check_every``); ``info`` is 0 when
     converged, the iteration limit when not, -10 or -11 on a breakdown (``rho`` or
-    ``omega`` vanished), as scipy reports them. ``graphs`` is accepted; the iterations
-    are not captured yet (its breakdown tests read two scalars a iteration on the host),
-    as ``last_solve_info()`` says.
+    ``omega`` vanished), as scipy reports them. Every scalar stays on the device (the
+    breakdown and convergence tests set a device status that the host reads every 8
+    iterations, or between captured blocks of 16 with ``graphs``; iterations after the
+    solve stopped change nothing), so ``graphs`` captures it as it does :func:`cg`.
     """
     info_out = options.SolveInfo("bicgstab")
     options.check_graphs("bicgstab", graphs)
-    info_out.graphs_reason = _not_captured("bicgstab", graphs, "breakdown tests on the host")
     A, b, x0, M, callback, ordering = _reordered(
         "bicgstab", A, b, x0, M, callback, reorder, info_out
     )
-    system, ops, bnorm, tolerance, r = _start("bicgstab", A, b, x0, M, rtol, atol)
+    wanted = graphs is not False and callback is None
+    system, ops, bnorm, tolerance, r = _start("bicgstab", A, b, x0, M, rtol, atol, wanted)
     n = system.A.shape[0]
     maxiter = _check_iterations("bicgstab", maxiter, 10 * n)
-    options.record(info_out)
+    refusal = _graph_refusal(graphs, system, ops, callback, A, M)
+    info_out.graphs_reason = refusal or ""
     if bnorm == 0:
+        info_out.iterations = 0
+        options.record(info_out)
         return ordering.back(system.result(system.b)), 0
-    x, info = _bicgstab(system, ops, tolerance, r, maxiter, system.wrap_callback(callback))
-    return ordering.back(x), info
+    step = _BiCGStabStep(system, ops, r, tolerance)
+    _iterate(step, maxiter, 1 if callback is not None else CHECK_EVERY, GRAPH_BLOCK,
+             system.wrap_callback(callback), refusal, info_out)  # fmt: skip
+    status, count = ops.to_host(step.status), ops.to_host(step.count)
+    info_out.iterations = int(count)
+    options.record(info_out)
+    status = int(status)
+    info = 0 if status == 1 else (maxiter if status == 0 else status)
+    return ordering.back(system.result(system.x)), info
 
 
-def _bicgstab(system, ops, tolerance, r, maxiter, callback):
-    xp, x = system.xp, system.x
-    eps = np.finfo(system.dtype).eps
-    rhotol = omegatol = eps**2
-    rtilde = r.copy()
-    p = v = alpha = omega = rho_prev = None
-    for iteration in range(maxiter):
-        rho = ops.vdot(rtilde, r)
-        scalars = [ops.vdot(r, r), rho] + ([omega] if omega is not None else [])
-        host = ops.to_host(xp.stack(scalars))
-        if np.sqrt(abs(host[0])) < tolerance:
-            return system.result(x), 0
-        rho_h = complex(host[1])
-        if abs(rho_h) < rhotol:
-            return system.result(x), -10
-        if iteration > 0:
-            omega_h = complex(host[2])
-            if abs(omega_h) < omegatol:
-                return system.result(x), -11
-            beta = (rho / rho_prev) * (alpha / omega)
-            p -= omega * v
-            p *= beta
-            p += r
+class _BiCGStabStep:
+    """One BiCGSTAB iteration (scipy's) on preallocated device buffers, every scalar a 0-d
+    array: ``status`` is 0 while running, 1 converged, -10 or -11 on a breakdown (then no
+    later iteration changes x or r). The same kernels with or without graphs."""
+
+    def __init__(self, system, ops, r, tolerance):
+        xp, dtype, n = system.xp, system.dtype, system.A.shape[0]
+        self.system, self.ops, self.r, self.tolerance = system, ops, r, tolerance
+        eps = float(np.finfo(dtype).eps)
+        self.rhotol = self.omegatol = eps**2
+        self.rtilde = r.copy()
+        self.p = xp.zeros(n, dtype=dtype)
+        self.v = xp.zeros(n, dtype=dtype)
+        self.t = xp.zeros(n, dtype=dtype)
+        self.phat = self.p if system.M is None else xp.zeros(n, dtype=dtype)
+        self.shat = r if system.M is None else xp.zeros(n, dtype=dtype)
+        for name in ("rho", "rr", "rho_prev", "alpha", "omega", "rv", "ss", "tr", "tt"):
+            setattr(self, name, xp.zeros((), dtype=dtype))
+        self.status = xp.zeros((), dtype=np.int32)
+        self.active = xp.zeros((), dtype=bool)
+        self.stepped = xp.zeros((), dtype=bool)
+        self.going = xp.zeros((), dtype=bool)
+        self.count = xp.zeros((), dtype=np.int64)
+
+    def _precondition(self, v, out):
+        system = self.system
+        if out is v:  # no preconditioner: phat is p, shat is r
+            return
+        if system.M.xp is system.xp:
+            system.M.matvec(v, out=out)
         else:
-            p = r.copy()
-        phat = system.precondition(p)
-        v = system.A.matvec(phat)
-        rv = ops.vdot(rtilde, v)
-        # s = r - alpha v on the device; rv (breakdown) and ||s|| come back together
-        alpha = rho / xp.where(rv == 0, xp.ones_like(rv), rv)
-        r -= alpha * v
-        rv_h, ss = ops.to_host(xp.stack([rv, ops.vdot(r, r)]))
-        if rv_h == 0:
-            return system.result(x), -11
-        if np.sqrt(abs(ss)) < tolerance:
-            x += alpha * phat
-            return system.result(x), 0
-        shat = system.precondition(r)
-        t = system.A.matvec(shat)
-        omega = ops.vdot(t, r) / ops.vdot(t, t)
-        x += alpha * phat
-        x += omega * shat
-        r -= omega * t
-        rho_prev = rho
-        if callback is not None:
-            callback(x)
-    return system.result(x), maxiter
+            out[...] = system.precondition(v)
+
+    def full(self, first: bool):
+        ops, A, r, x = self.ops, self.system.A, self.r, self.system.x
+        ops.vdot(self.rtilde, r, out=self.rho)
+        ops.vdot(r, r, out=self.rr)
+        ops.bicg_check(self.rr, self.rho, self.omega, self.tolerance, self.rhotol,
+                       self.omegatol, first, self.status, self.active)  # fmt: skip
+        ops.bicg_direction(r, self.v, self.rho, self.rho_prev, self.alpha, self.omega,
+                           self.active, first, self.p)  # fmt: skip
+        self._precondition(self.p, self.phat)
+        A.matvec(self.phat, out=self.v)
+        ops.vdot(self.rtilde, self.v, out=self.rv)
+        ops.bicg_alpha(self.rho, self.rv, self.active, self.alpha)
+        ops.masked_axpy(self.alpha, self.v, self.active, True, r)  # s = r - alpha v
+        ops.vdot(r, r, out=self.ss)
+        ops.bicg_middle(self.rv, self.ss, self.tolerance, self.active, self.status,
+                        self.stepped, self.going)  # fmt: skip
+        ops.masked_axpy(self.alpha, self.phat, self.stepped, False, x)
+        self._precondition(r, self.shat)
+        A.matvec(self.shat, out=self.t)
+        ops.vdot(self.t, r, out=self.tr)
+        ops.vdot(self.t, self.t, out=self.tt)
+        ops.bicg_omega(self.tr, self.tt, self.rho, self.going, self.stepped, self.omega,
+                       self.rho_prev, self.count)  # fmt: skip
+        ops.masked_axpy(self.omega, self.shat, self.going, False, x)
+        ops.masked_axpy(self.omega, self.t, self.going, True, r)
+
+    def done(self) -> bool:
+        return bool(self.ops.to_host(self.status) != 0)
 
 
 def _scalar(value, dtype):

@@ -52,14 +52,21 @@ class Operator:
     xp : module
         numpy or cupy: where the products run. Vectors from the other module are moved
         (each call: slow, but correct; it only happens when A and the vectors live apart).
+    backend : str or None
+        The backend a sparsegpu matrix's plan runs on (None for other operators).
+    capturable : bool
+        Whether a CUDA graph can hold the products (a sparsegpu matrix on a backend that
+        allows capture; cuSPARSE does not).
     """
 
-    def __init__(self, shape, dtype, xp, matvec, rmatvec=None):
+    def __init__(self, shape, dtype, xp, matvec, rmatvec=None, backend=None, capturable=False):
         self.shape = (int(shape[0]), int(shape[1]))
         self.dtype = np.dtype(dtype)
         self.xp = xp
         self._matvec = matvec
         self._rmatvec = rmatvec
+        self.backend = backend
+        self.capturable = capturable
 
     def _here(self, x):
         if _cuda.is_cupy_array(x) == (self.xp is not np):
@@ -84,10 +91,12 @@ class Operator:
         return self._rmatvec(self._here(x))
 
 
-def _sparsegpu_operator(A, b_dtype, b=None) -> Operator:
+def _sparsegpu_operator(A, b_dtype, b=None, capturable=False) -> Operator:
     """The operator of a sparsegpu matrix: its plan, bound once per solve (planned by
-    measurement on ``b`` when ``auto`` is in force: a solve multiplies many times)."""
-    plan = _dispatch.plan_for(A, b_dtype, x=b)
+    measurement on ``b`` when ``auto`` is in force: a solve multiplies many times; among
+    the backends a CUDA graph can hold when ``capturable``, for a solve that captures)."""
+    resolved = _dispatch.resolved_for(A, b_dtype, x=b, capturable=capturable)
+    plan, backend = resolved.plan, resolved.choice.implementation
     dtype = plan.matrix.dtype
     xp = plan.matrix.xp
     transposed_plan = []
@@ -101,7 +110,8 @@ def _sparsegpu_operator(A, b_dtype, b=None) -> Operator:
             return t_plan.matvec(x.conj()).conj()
         return t_plan.matvec(x)
 
-    return Operator(A.shape, dtype, xp, lambda x, out: plan.matvec(x, out=out), rmatvec)
+    return Operator(A.shape, dtype, xp, lambda x, out: plan.matvec(x, out=out), rmatvec,
+                    backend.name, bool(backend.capturable))  # fmt: skip
 
 
 def _native_module(A, b_xp):
@@ -144,14 +154,15 @@ def _generic_operator(A, b_dtype, b_xp) -> Operator:
     return Operator(shape, dtype, xp, lambda x, out: A @ x, rmatvec)
 
 
-def as_operator(A, b_dtype, b_xp, what: str = "A") -> Operator:
-    """The operator of ``A`` for a right-hand side of ``b_dtype`` living in ``b_xp``."""
+def as_operator(A, b_dtype, b_xp, what: str = "A", capturable=False) -> Operator:
+    """The operator of ``A`` for a right-hand side of ``b_dtype`` living in ``b_xp``
+    (``capturable``: auto plans among the backends a CUDA graph can hold)."""
     if A is None:
         raise TypeError(f"{what} is None; pass a matrix or an operator")
     if isinstance(A, _SparseGPUMixin):
         if A.ndim != 2:
             raise ValueError(f"{what} must be 2-D, got shape {A.shape}")
-        return _sparsegpu_operator(A, b_dtype)
+        return _sparsegpu_operator(A, b_dtype, capturable=capturable)
     return _generic_operator(A, b_dtype, b_xp)
 
 
@@ -166,14 +177,17 @@ class System:
     b, x : arrays
         Right-hand side and starting guess (a fresh array the solver may overwrite).
     x0_given : bool
+
+    ``capturable``: a solve that means to capture its iterations as CUDA graphs; ``auto``
+    then plans A and M among the backends a graph can hold.
     """
 
-    def __init__(self, name, A, b, x0=None, M=None, square=True):
+    def __init__(self, name, A, b, x0=None, M=None, square=True, capturable=False):
         b_xp = array_module(b) if _cuda.is_cupy_array(b) else np
         if not (_cuda.is_cupy_array(b) or isinstance(b, np.ndarray)):
             b = np.asarray(b)
         self.out_xp = b_xp
-        self.A = as_operator(A, _work_dtype(b.dtype), b_xp)
+        self.A = as_operator(A, _work_dtype(b.dtype), b_xp, capturable=capturable)
         m, n = self.A.shape
         if square and m != n:
             raise ValueError(
@@ -190,7 +204,7 @@ class System:
         self.dtype = _work_dtype(self.A.dtype, b.dtype)
         self.b = to_module(b, xp, self.dtype).ravel()
         if isinstance(A, _SparseGPUMixin) and _cuda.is_cupy_array(self.b) and A.ndim == 2:
-            self.A = _sparsegpu_operator(A, self.dtype, self.b)
+            self.A = _sparsegpu_operator(A, self.dtype, self.b, capturable)
         self.x0_given = x0 is not None
         if x0 is None:
             self.x = xp.zeros(n, dtype=self.dtype)
@@ -205,7 +219,7 @@ class System:
             self.x = to_module(x0, xp, self.dtype).ravel().copy()
         self.M = None
         if M is not None:
-            self.M = as_operator(M, self.dtype, xp, "M")
+            self.M = as_operator(M, self.dtype, xp, "M", capturable)
             if self.M.shape != (n, n):
                 raise ValueError(
                     f"{name}: the preconditioner M has shape {self.M.shape}; it must be "

@@ -105,6 +105,77 @@ def _cupy_kernels(kind: str):
     return cg_check, cg_direction, cg_update, keep
 
 
+def _magnitude(kind: str, name: str) -> str:
+    """``|name|`` as a double in CUDA."""
+    return f"(double)abs({name})" if kind == "c" else f"fabs((double){name})"
+
+
+@functools.cache
+def _cupy_bicgstab_kernels(kind: str):
+    """BiCGSTAB's scalar steps (0-d arrays, one thread) and the masked axpy, for real
+    (``kind`` "f") or complex ("c") values; ``_bicgstab_host`` is their NumPy twin."""
+    import cupy
+
+    mag = functools.partial(_magnitude, kind)
+    # top: status 1 once ||r|| < tol, -10 when rho vanished, -11 when omega did
+    check = cupy.ElementwiseKernel(
+        "T rr, T rho, T omega, float64 tol, float64 rhotol, float64 omegatol, bool first",
+        "int32 status, bool active",
+        f"""if (status == 0) {{
+              if (sqrt({mag("rr")}) < tol) status = 1;
+              else if ({mag("rho")} < rhotol) status = -10;
+              else if (!first && {mag("omega")} < omegatol) status = -11;
+            }}
+            active = status == 0;""",
+        "sparsegpu_bicg_check",
+    )
+    # p = r (first) or r + beta (p - omega v), beta = (rho / rho_prev) (alpha / omega)
+    direction = cupy.ElementwiseKernel(
+        "T r, T v, T rho, T rho_prev, T alpha, T omega, bool active, bool first",
+        "T p",
+        "if (active) p = first ? r : (p - omega * v) * ((rho / rho_prev) * (alpha / omega)) + r;",
+        "sparsegpu_bicg_direction",
+    )
+    alpha = cupy.ElementwiseKernel(
+        "T rho, T rv, bool active",
+        "T alpha",
+        "if (active) alpha = rho / (rv == (T)0 ? (T)1 : rv);",
+        "sparsegpu_bicg_alpha",
+    )
+    # after s = r - alpha v: -11 when rv was 0, 1 when ||s|| < tol; stepped: x takes
+    # alpha phat; going: the second half runs
+    middle = cupy.ElementwiseKernel(
+        "T rv, T ss, float64 tol, bool active",
+        "int32 status, bool stepped, bool going",
+        f"""stepped = active && !(rv == (T)0);
+            if (active) {{
+              if (rv == (T)0) status = -11;
+              else if (sqrt({mag("ss")}) < tol) status = 1;
+            }}
+            going = active && status == 0;""",
+        "sparsegpu_bicg_middle",
+    )
+    omega = cupy.ElementwiseKernel(
+        "T tr, T tt, T rho, bool going, bool stepped",
+        "T omega, T rho_prev, int64 count",
+        "if (going) { omega = tr / tt; rho_prev = rho; } if (stepped) count += 1;",
+        "sparsegpu_bicg_omega",
+    )
+    return check, direction, alpha, middle, omega
+
+
+@functools.cache
+def _cupy_masked_axpy():
+    import cupy
+
+    return cupy.ElementwiseKernel(
+        "T a, T v, bool flag, bool subtract",
+        "T y",
+        "if (flag) y = subtract ? y - a * v : y + a * v;",
+        "sparsegpu_masked_axpy",
+    )
+
+
 class VectorOps:
     """The vector steps of the solvers in one array module and dtype."""
 
@@ -121,6 +192,8 @@ class VectorOps:
                 self._cg_update,
                 self._keep,
             ) = _cupy_kernels(kind)
+            self._bicg = _cupy_bicgstab_kernels(kind)
+            self._masked_axpy = _cupy_masked_axpy()
 
     def vdot(self, a, b, out=None):
         """``conj(a) . b`` of two contiguous vectors as a 0-d array (on the device for CuPy:
@@ -177,4 +250,74 @@ class VectorOps:
             self._keep(rho, active, rho_prev, count)
         elif active:
             rho_prev[...] = rho
+            count += 1
+
+    def masked_axpy(self, a, v, flag, subtract: bool, y):
+        """``y -= a v`` (``subtract``) or ``y += a v``, where ``flag``."""
+        if self.on_device:
+            self._masked_axpy(a, v, flag, subtract, y)
+        elif flag:
+            if subtract:
+                y -= a * v
+            else:
+                y += a * v
+
+    # ---------------------------------------------------------- BiCGSTAB steps
+    def bicg_check(self, rr, rho, omega, tol, rhotol, omegatol, first, status, active):
+        """The top of a BiCGSTAB iteration: ``status`` (0 running, 1 converged, -10, -11)
+        and ``active`` (this iteration runs)."""
+        if self.on_device:
+            self._bicg[0](rr, rho, omega, float(tol), float(rhotol), float(omegatol), first,
+                          status, active)  # fmt: skip
+            return
+        if status == 0:
+            if np.sqrt(abs(complex(rr))) < tol:
+                status[...] = 1
+            elif abs(complex(rho)) < rhotol:
+                status[...] = -10
+            elif not first and abs(complex(omega)) < omegatol:
+                status[...] = -11
+        active[...] = status == 0
+
+    def bicg_direction(self, r, v, rho, rho_prev, alpha, omega, active, first, p):
+        """``p = r`` (first) or ``r + (rho / rho_prev) (alpha / omega) (p - omega v)``."""
+        if self.on_device:
+            self._bicg[1](r, v, rho, rho_prev, alpha, omega, active, first, p)
+        elif active:
+            if first:
+                p[...] = r
+            else:
+                p[...] = (p - omega * v) * ((rho / rho_prev) * (alpha / omega)) + r
+
+    def bicg_alpha(self, rho, rv, active, alpha):
+        """``alpha = rho / rv`` (rv = 0 read as 1: the breakdown is caught after)."""
+        if self.on_device:
+            self._bicg[2](rho, rv, active, alpha)
+        elif active:
+            alpha[...] = rho / (rv if rv != 0 else 1)
+
+    def bicg_middle(self, rv, ss, tol, active, status, stepped, going):
+        """After ``s = r - alpha v``: ``status`` -11 (rv was 0) or 1 (``||s|| < tol``);
+        ``stepped`` (x takes ``alpha phat``), ``going`` (the second half runs)."""
+        if self.on_device:
+            self._bicg[3](rv, ss, float(tol), active, status, stepped, going)
+            return
+        stepped[...] = bool(active) and rv != 0
+        if active:
+            if rv == 0:
+                status[...] = -11
+            elif np.sqrt(abs(complex(ss))) < tol:
+                status[...] = 1
+        going[...] = bool(active) and status == 0
+
+    def bicg_omega(self, tr, tt, rho, going, stepped, omega, rho_prev, count):
+        """``omega = tr / tt`` and ``rho_prev = rho`` where ``going``; ``count += 1`` where
+        ``stepped``."""
+        if self.on_device:
+            self._bicg[4](tr, tt, rho, going, stepped, omega, rho_prev, count)
+            return
+        if going:
+            omega[...] = tr / tt
+            rho_prev[...] = rho
+        if stepped:
             count += 1
