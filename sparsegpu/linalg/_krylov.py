@@ -7,16 +7,16 @@ in, CuPy arrays out, and the iteration never leaves the GPU.
 
 Host synchronisation (the choice, per solver)
 ---------------------------------------------
-* ``cg`` keeps every scalar on the device (fused kernels, see ``_vector``). The
-  convergence flag is computed on the device every iteration; the host reads it (one
-  scalar transfer) every ``check_every`` iterations (default 8; 1 with a callback). An
-  iteration that finds the residual converged freezes x and r on the device, so the
-  answer and ``info`` are those of scipy's iteration, and at most ``check_every - 1``
-  launched iterations are no-ops.
-* ``bicgstab``, ``gmres`` and ``minres`` have scalar recurrences whose breakdown and
-  convergence tests decide the next step: each iteration transfers the few scalars those
-  tests need (batched: bicgstab 2, gmres 1, minres 2 transfers of at most a handful of
-  numbers per iteration); vectors never leave the device.
+* ``cg``, ``bicgstab`` and ``minres`` keep every scalar on the device (fused kernels and
+  the two-pass dot, see ``_vector``): the convergence, breakdown and stopping tests set a
+  device flag every iteration, and the host reads it (one scalar transfer) every
+  ``check_every`` iterations (cg: default 8; the others 8; 1 with a callback), or between
+  blocks of iterations replayed as CUDA graphs (``graphs``, ``_graphs``). An iteration
+  that finds the solve stopped changes nothing (masked updates), so the answer, ``info``
+  and the iteration count are those of scipy's iteration, with or without graphs.
+* ``gmres`` has a Hessenberg least-squares problem solved by Givens rotations on the host:
+  each inner iteration transfers one Hessenberg column (at most ``restart + 1`` numbers);
+  vectors never leave the device.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from .._matrix import _SparseGPUMixin
 from . import _graphs
 from . import _options as options
 from ._operator import System
-from ._vector import VectorOps
+from ._vector import MINRES_ROTATE_STATE, VectorOps
 
 
 def _check_iterations(name: str, maxiter, default: int) -> int:
@@ -249,12 +249,14 @@ def _iterate(step, maxiter, every, block, callback, refusal, info_out) -> None:
 
 
 def _plain(step, start, maxiter, every, callback) -> None:
+    last = getattr(step, "calls_back_last", lambda: False)
     for k in range(start, maxiter):
         step.full(k == 0)
-        if (callback is not None or (k + 1) % every == 0) and step.done():
-            return
-        if callback is not None:
+        stop = (callback is not None or (k + 1) % every == 0) and step.done()
+        if callback is not None and (not stop or last()):
             callback(step.system.x)
+        if stop:
+            return
 
 
 def _blocks(step, maxiter, block, stream, info_out):
@@ -268,11 +270,16 @@ def _blocks(step, maxiter, block, stream, info_out):
     if step.done():
         return None
     k = 1
-    block = max(1, min(block, maxiter - 1))
-    if maxiter - k < block:
+    period = getattr(step, "period", 1)
+    block = min(block, maxiter - 1)
+    block -= block % period
+    if block < 1:
         info_out.graphs_reason = f"maxiter={maxiter}: too few iterations to capture"
         return k
+    turn = getattr(step, "turn", None)
     captured = _graphs.Block(lambda: step.full(False), block, stream)
+    if turn is not None:  # the capture ran no iteration: the buffers are where they were
+        step.turn = turn
     if captured.failure is not None:
         info_out.graphs_reason = captured.failure
         return k
@@ -534,112 +541,117 @@ def minres(A, b, x0=None, *, shift=0.0, rtol=1e-5, maxiter=None, M=None, callbac
     definite); ``maxiter`` defaults to ``5 * n``. Returns ``x, info`` with scipy's
     ``info``: 0 converged, the iteration limit when it was reached.
 
-    Each iteration transfers two scalars (the Lanczos norm and ||x||) for scipy's
-    stopping tests. ``graphs`` and ``reorder`` as :func:`cg`; ``graphs`` is accepted, the
-    iterations are not captured yet (those stopping tests run on the host).
+    scipy's scalar recurrences and stopping tests run on the device (one thread), so the
+    host reads the stop flag every 8 iterations, or between captured blocks of 15 with
+    ``graphs`` (as :func:`cg`); iterations after the stop change nothing. ``reorder`` as
+    :func:`cg`.
     """
     info_out = options.SolveInfo("minres")
     options.check_graphs("minres", graphs)
-    info_out.graphs_reason = _not_captured("minres", graphs, "stopping tests on the host")
     _check_tolerances("minres", rtol, 0.0)
     A, b, x0, M, callback, ordering = _reordered("minres", A, b, x0, M, callback, reorder, info_out)
-    system = System("minres", A, b, x0, M)
+    wanted = graphs is not False and callback is None
+    system = System("minres", A, b, x0, M, capturable=wanted)
     ops = VectorOps(system.xp, system.dtype)
     maxiter = _check_iterations("minres", maxiter, 5 * system.A.shape[0])
+    info_out.graphs_reason = _graph_refusal(graphs, system, ops, callback, A, M) or ""
+    x, info = _minres(system, ops, shift, rtol, maxiter, system.wrap_callback(callback),
+                      info_out)  # fmt: skip
     options.record(info_out)
-    x, info = _minres(system, ops, shift, rtol, maxiter, system.wrap_callback(callback))
     return ordering.back(x), info
 
 
-def _minres(system, ops, shift, rtol, maxiter, callback):
-    xp, dtype, n, x = system.xp, system.dtype, system.A.shape[0], system.x
-    eps = np.finfo(dtype).eps
+def _minres(system, ops, shift, rtol, maxiter, callback, info_out):
+    x = system.x
     r1 = system.b - system.A.matvec(x) if system.x0_given else system.b.copy()
     y = system.precondition(r1)
     beta1 = float(ops.to_host(ops.vdot(r1, y)).real)
     if beta1 < 0:
         raise ValueError("minres: the preconditioner M is not positive definite")
+    info_out.iterations = 0
     if beta1 == 0:
         return system.result(x), 0
     bnorm = ops.norm(system.b)
     if bnorm == 0:
         return system.result(system.b), 0
-    beta1 = np.sqrt(beta1)
-    oldb = 0.0
-    beta = beta1
-    dbar = epsln = 0.0
-    phibar = rhs1 = beta1
-    rhs2 = tnorm2 = gmax = 0.0
-    gmin = np.finfo(dtype).max
-    cs, sn = -1.0, 0.0
-    w = xp.zeros(n, dtype=dtype)
-    w2 = xp.zeros(n, dtype=dtype)
-    r2 = r1
-    istop = itn = 0
-    while itn < maxiter:
-        itn += 1
-        v = y * _scalar(1.0 / beta, dtype)
-        y = system.A.matvec(v)
-        if shift:
-            y = y - _scalar(shift, dtype) * v
-        if itn >= 2:
-            y = y - _scalar(beta / oldb, dtype) * r1
-        alfa = float(ops.to_host(ops.vdot(v, y)).real)
-        y = y - _scalar(alfa / beta, dtype) * r2
-        r1, r2 = r2, y
-        y = system.precondition(r2)
-        oldb = beta
-        beta = float(ops.to_host(ops.vdot(r2, y)).real)
-        if beta < 0:
-            raise ValueError("minres: A (or M) does not define a Hermitian matrix")
-        beta = np.sqrt(beta)
-        tnorm2 += alfa**2 + oldb**2 + beta**2
-        if itn == 1 and beta / beta1 <= 10 * eps:
-            istop = -1
-        oldeps = epsln
-        delta = cs * dbar + sn * alfa
-        gbar = sn * dbar - cs * alfa
-        epsln = sn * beta
-        dbar = -cs * beta
-        root = np.hypot(gbar, dbar)
-        gamma = max(np.hypot(gbar, beta), eps)
-        cs, sn = gbar / gamma, beta / gamma
-        phi = cs * phibar
-        phibar = sn * phibar
-        w1, w2 = w2, w
-        w = (v - _scalar(oldeps, dtype) * w1 - _scalar(delta, dtype) * w2) * _scalar(
-            1.0 / gamma, dtype
-        )
-        x += _scalar(phi, dtype) * w
-        gmax, gmin = max(gmax, gamma), min(gmin, gamma)
-        z = rhs1 / gamma
-        rhs1 = rhs2 - delta * z
-        rhs2 = -epsln * z
-        anorm = np.sqrt(tnorm2)
-        ynorm = ops.norm(x)
-        epsx = anorm * ynorm * eps
-        rnorm = phibar
-        test1 = np.inf if ynorm == 0 or anorm == 0 else rnorm / (anorm * ynorm)
-        test2 = np.inf if anorm == 0 else root / anorm
-        acond = gmax / gmin
-        if istop == 0:
-            if 1 + test2 <= 1:
-                istop = 2
-            if 1 + test1 <= 1:
-                istop = 1
-            if itn >= maxiter:
-                istop = 6
-            if acond >= 0.1 / eps:
-                istop = 4
-            if epsx >= beta1:
-                istop = 3
-            if test2 <= rtol:
-                istop = 2
-            if test1 <= rtol:
-                istop = 1
-        if callback is not None:
-            callback(x)
-        if istop != 0:
-            break
-    info = maxiter if istop == 6 else 0
-    return system.result(x), info
+    step = _MinresStep(system, ops, r1, y, np.sqrt(beta1), shift, rtol, maxiter)
+    refusal = info_out.graphs_reason or None
+    _iterate(step, maxiter, 1 if callback is not None else CHECK_EVERY, GRAPH_BLOCK, callback,
+             refusal, info_out)  # fmt: skip
+    istop, error, itn = (ops.to_host(a) for a in (step.istop, step.error, step.itn))
+    if bool(error):
+        raise ValueError("minres: A (or M) does not define a Hermitian matrix")
+    info_out.iterations = int(itn)
+    return system.result(x), maxiter if int(istop) == 6 else 0
+
+
+class _MinresStep:
+    """One MINRES iteration (scipy's) on preallocated device buffers: the Lanczos vectors
+    r1, r2 and the next one rotate through three buffers, as do w, w1 and w2 (``turn``
+    counts iterations; a captured block holds a multiple of ``period`` of them, so every
+    replay starts in the layout its capture did); the scalars are float64 0-d arrays
+    updated on the device, ``istop`` scipy's stop code and ``active`` whether the next
+    iteration runs."""
+
+    period = 3
+
+    def __init__(self, system, ops, r, y, beta1, shift, rtol, maxiter):
+        xp, dtype, n = system.xp, system.dtype, system.A.shape[0]
+        self.system, self.ops = system, ops
+        self.eps = float(np.finfo(dtype).eps)
+        self.beta1, self.rtol, self.maxiter = float(beta1), float(rtol), int(maxiter)
+        self.shift = _scalar(shift, dtype)
+        self.turn = 0
+        # r1 (its content unused by the first iteration), r2 = r, the next
+        self.r = [xp.zeros(n, dtype=dtype), r, xp.empty(n, dtype=dtype)]
+        self.y = None if system.M is None else xp.asarray(y, dtype=dtype).copy()
+        self.w = [xp.zeros(n, dtype=dtype) for _ in range(3)]
+        self.v = xp.empty(n, dtype=dtype)
+        start = {"beta": beta1, "phibar": beta1, "rhs1": beta1, "cs": -1.0,
+                 "gmin": float(np.finfo(dtype).max)}  # fmt: skip
+        self.state = {
+            name: xp.full((), start.get(name, 0.0), dtype=np.float64)
+            for name in MINRES_ROTATE_STATE
+        }
+        self.vy = xp.zeros((), dtype=dtype)
+        self.ry = xp.zeros((), dtype=dtype)
+        self.xx = xp.zeros((), dtype=dtype)
+        self.istop = xp.zeros((), dtype=np.int32)
+        self.active = xp.ones((), dtype=bool)
+        self.error = xp.zeros((), dtype=bool)
+        self.itn = xp.zeros((), dtype=np.int64)
+
+    def full(self, first: bool):
+        ops, system, state, t = self.ops, self.system, self.state, self.turn
+        r1, r2, nxt = self.r[t % 3], self.r[(t + 1) % 3], self.r[(t + 2) % 3]
+        y = r2 if self.y is None else self.y
+        ops.minres_scale(y, state["beta"], self.active, self.v)
+        system.A.matvec(self.v, out=nxt)
+        ops.minres_lanczos(self.v, r1, self.shift, state["beta"], state["oldb"], first,
+                           self.active, nxt)  # fmt: skip
+        ops.vdot(self.v, nxt, out=self.vy)
+        ops.minres_orthogonalize(r2, self.vy, state["beta"], self.active, nxt)
+        # r1, r2 = r2, next; y = M r2
+        if self.y is None:
+            y = nxt
+        elif system.M.xp is system.xp:
+            system.M.matvec(nxt, out=self.y)
+        else:
+            self.y[...] = system.precondition(nxt)
+        ops.vdot(nxt, y, out=self.ry)
+        ops.minres_rotate(self.vy, self.ry, self.eps, self.beta1, first, state, self.istop,
+                          self.active, self.error)  # fmt: skip
+        # w1, w2 = w2, w; w = (v - oldeps w1 - delta w2) / gamma
+        w1, w2, w = self.w[(t + 2) % 3], self.w[t % 3], self.w[(t + 1) % 3]
+        ops.minres_update(self.v, w1, w2, state, self.active, w, system.x)
+        ops.vdot(system.x, system.x, out=self.xx)
+        ops.minres_stop(self.xx, state, self.eps, self.beta1, self.rtol, self.maxiter,
+                        self.istop, self.active, self.itn)  # fmt: skip
+        self.turn = t + 1
+
+    def done(self) -> bool:
+        return not bool(self.ops.to_host(self.active))
+
+    def calls_back_last(self) -> bool:
+        """scipy calls back after the iteration that stops MINRES (not after an error)."""
+        return not bool(self.ops.to_host(self.error))

@@ -164,6 +164,115 @@ def _cupy_bicgstab_kernels(kind: str):
     return check, direction, alpha, middle, omega
 
 
+# MINRES's scalar state (float64 0-d arrays, scipy's names), in the order its kernels take it
+MINRES_ROTATE_STATE = (
+    "oldb", "beta", "tnorm2", "dbar", "epsln", "cs", "sn", "phibar", "rhs1", "rhs2", "gmax",
+    "gmin", "oldeps", "delta", "root", "gamma", "phi",
+)  # fmt: skip
+
+
+@functools.cache
+def _cupy_minres_kernels(kind: str):
+    """MINRES's steps for real (``kind`` "f") or complex ("c") vectors: the Lanczos vector
+    updates and, on one thread, scipy's scalar recurrences and stopping tests (each
+    ``VectorOps.minres_*`` method is the NumPy twin of one)."""
+    import cupy
+
+    real = functools.partial(_real_expression, kind)
+    mag = functools.partial(_magnitude, kind)
+    scale = cupy.ElementwiseKernel(
+        "T y, float64 beta, bool active",
+        "T v",
+        "if (active) v = y * (T)(1.0 / beta);",
+        "sparsegpu_minres_scale",
+    )
+    # y = A v - shift v - (beta / oldb) r1 (the last term from the second iteration on)
+    lanczos = cupy.ElementwiseKernel(
+        "T v, T r1, T shift, float64 beta, float64 oldb, bool first, bool active",
+        "T y",
+        """if (active && shift != (T)0) y = y - shift * v;
+           if (active && !first) y = y - (T)(beta / oldb) * r1;""",
+        "sparsegpu_minres_lanczos",
+    )
+    # y -= (alfa / beta) r2 with alfa = v . y
+    orthogonalize = cupy.ElementwiseKernel(
+        "T r2, T vy, float64 beta, bool active",
+        "T y",
+        f"if (active) y = y - (T)((double){real('vy')} / beta) * r2;",
+        "sparsegpu_minres_orthogonalize",
+    )
+    state = ", ".join(f"float64 {name}" for name in MINRES_ROTATE_STATE)
+    rotate = cupy.ElementwiseKernel(
+        "T vy, T ry, float64 eps, float64 beta1, bool first",
+        f"{state}, int32 istop, bool active, bool error",
+        f"""if (active) {{
+              double alfa = (double){real("vy")};
+              double beta2 = (double){real("ry")};
+              if (beta2 < 0) {{ error = true; active = false; }}
+              else {{
+                oldb = beta;
+                beta = sqrt(beta2);
+                tnorm2 += alfa * alfa + oldb * oldb + beta * beta;
+                if (first && beta / beta1 <= 10 * eps) istop = -1;
+                oldeps = epsln;
+                delta = cs * dbar + sn * alfa;
+                double gbar = sn * dbar - cs * alfa;
+                epsln = sn * beta;
+                dbar = -cs * beta;
+                root = hypot(gbar, dbar);
+                gamma = fmax(hypot(gbar, beta), eps);
+                cs = gbar / gamma;
+                sn = beta / gamma;
+                phi = cs * phibar;
+                phibar = sn * phibar;
+                gmax = fmax(gmax, gamma);
+                gmin = fmin(gmin, gamma);
+                double z = rhs1 / gamma;
+                rhs1 = rhs2 - delta * z;
+                rhs2 = -epsln * z;
+              }}
+            }}""",
+        "sparsegpu_minres_rotate",
+    )
+    # w = (v - oldeps w1 - delta w2) / gamma, x += phi w
+    update = cupy.ElementwiseKernel(
+        "T v, T w1, T w2, float64 oldeps, float64 delta, float64 gamma, float64 phi, bool active",
+        "T w, T x",
+        """if (active) {
+             w = (v - (T)oldeps * w1 - (T)delta * w2) * (T)(1.0 / gamma);
+             x = x + (T)phi * w;
+           }""",
+        "sparsegpu_minres_update",
+    )
+    stop = cupy.ElementwiseKernel(
+        "T xx, float64 tnorm2, float64 phibar, float64 root, float64 gmax, float64 gmin, "
+        "float64 eps, float64 beta1, float64 rtol, int64 maxiter, float64 inf",
+        "int32 istop, bool active, int64 itn",
+        f"""if (active) {{
+              itn += 1;
+              double anorm = sqrt(tnorm2);
+              double ynorm = sqrt({mag("xx")});
+              double epsx = anorm * ynorm * eps;
+              double rnorm = phibar;
+              double test1 = (ynorm == 0 || anorm == 0) ? inf : rnorm / (anorm * ynorm);
+              double test2 = anorm == 0 ? inf : root / anorm;
+              double acond = gmax / gmin;
+              if (istop == 0) {{
+                if (1 + test2 <= 1) istop = 2;
+                if (1 + test1 <= 1) istop = 1;
+                if (itn >= maxiter) istop = 6;
+                if (acond >= 0.1 / eps) istop = 4;
+                if (epsx >= beta1) istop = 3;
+                if (test2 <= rtol) istop = 2;
+                if (test1 <= rtol) istop = 1;
+              }}
+              active = istop == 0;
+            }}""",
+        "sparsegpu_minres_stop",
+    )
+    return scale, lanczos, orthogonalize, rotate, update, stop
+
+
 @functools.cache
 def _cupy_masked_axpy():
     import cupy
@@ -194,6 +303,7 @@ class VectorOps:
             ) = _cupy_kernels(kind)
             self._bicg = _cupy_bicgstab_kernels(kind)
             self._masked_axpy = _cupy_masked_axpy()
+            self._minres = _cupy_minres_kernels(kind)
 
     def vdot(self, a, b, out=None):
         """``conj(a) . b`` of two contiguous vectors as a 0-d array (on the device for CuPy:
@@ -321,3 +431,107 @@ class VectorOps:
             rho_prev[...] = rho
         if stepped:
             count += 1
+
+    # ------------------------------------------------------------ MINRES steps
+    def minres_scale(self, y, beta, active, v):
+        """``v = y / beta`` (as ``y * (1 / beta)``, scipy's), where ``active`` (as the next
+        two: after the stop the Lanczos vectors are left as they are)."""
+        if self.on_device:
+            self._minres[0](y, beta, active, v)
+        elif active:
+            v[...] = y * self.dtype.type(1.0 / float(beta))
+
+    def minres_lanczos(self, v, r1, shift, beta, oldb, first, active, y):
+        """``y -= shift v`` (shift nonzero), then ``y -= (beta / oldb) r1`` (not first)."""
+        if self.on_device:
+            self._minres[1](v, r1, shift, beta, oldb, first, active, y)
+            return
+        if not active:
+            return
+        if shift != 0:
+            y[...] = y - shift * v
+        if not first:
+            y[...] = y - self.dtype.type(float(beta) / float(oldb)) * r1
+
+    def minres_orthogonalize(self, r2, vy, beta, active, y):
+        """``y -= (alfa / beta) r2`` with ``alfa = Re(vy)``."""
+        if self.on_device:
+            self._minres[2](r2, vy, beta, active, y)
+        elif active:
+            y[...] = y - self.dtype.type(float(np.real(vy)) / float(beta)) * r2
+
+    def minres_rotate(self, vy, ry, eps, beta1, first, state, istop, active, error):
+        """scipy's scalar recurrences of one MINRES iteration (``state``: the 0-d float64
+        arrays of ``MINRES_ROTATE_STATE``), where ``active``; ``error`` (and not
+        ``active``) when ``(r2, M r2)`` came out negative."""
+        if self.on_device:
+            self._minres[3](vy, ry, float(eps), float(beta1), first,
+                            *(state[name] for name in MINRES_ROTATE_STATE), istop, active,
+                            error)  # fmt: skip
+            return
+        if not active:
+            return
+        s = {name: float(state[name]) for name in MINRES_ROTATE_STATE}
+        alfa, beta2 = float(np.real(vy)), float(np.real(ry))
+        if beta2 < 0:
+            error[...], active[...] = True, False
+            return
+        s["oldb"] = s["beta"]
+        s["beta"] = beta = np.sqrt(beta2)
+        s["tnorm2"] += alfa * alfa + s["oldb"] * s["oldb"] + beta * beta
+        if first and beta / beta1 <= 10 * eps:
+            istop[...] = -1
+        s["oldeps"] = s["epsln"]
+        s["delta"] = s["cs"] * s["dbar"] + s["sn"] * alfa
+        gbar = s["sn"] * s["dbar"] - s["cs"] * alfa
+        s["epsln"] = s["sn"] * beta
+        s["dbar"] = -s["cs"] * beta
+        s["root"] = np.hypot(gbar, s["dbar"])
+        s["gamma"] = gamma = max(np.hypot(gbar, beta), eps)
+        s["cs"], s["sn"] = gbar / gamma, beta / gamma
+        s["phi"] = s["cs"] * s["phibar"]
+        s["phibar"] = s["sn"] * s["phibar"]
+        s["gmax"], s["gmin"] = max(s["gmax"], gamma), min(s["gmin"], gamma)
+        z = s["rhs1"] / gamma
+        s["rhs1"] = s["rhs2"] - s["delta"] * z
+        s["rhs2"] = -s["epsln"] * z
+        for name, value in s.items():
+            state[name][...] = value
+
+    def minres_update(self, v, w1, w2, state, active, w, x):
+        """``w = (v - oldeps w1 - delta w2) / gamma`` and ``x += phi w``, where ``active``."""
+        oldeps, delta, gamma, phi = (state[k] for k in ("oldeps", "delta", "gamma", "phi"))
+        if self.on_device:
+            self._minres[4](v, w1, w2, oldeps, delta, gamma, phi, active, w, x)
+        elif active:
+            t = self.dtype.type
+            w[...] = (v - t(float(oldeps)) * w1 - t(float(delta)) * w2) * t(1.0 / float(gamma))
+            x += t(float(phi)) * w
+
+    def minres_stop(self, xx, state, eps, beta1, rtol, maxiter, istop, active, itn):
+        """scipy's stopping tests after an iteration (``xx = x . x``): ``istop`` and
+        ``active``; ``itn += 1`` where the iteration ran."""
+        tnorm2, phibar, root, gmax, gmin = (
+            state[k] for k in ("tnorm2", "phibar", "root", "gmax", "gmin")
+        )
+        if self.on_device:
+            self._minres[5](xx, tnorm2, phibar, root, gmax, gmin, float(eps), float(beta1),
+                            float(rtol), int(maxiter), np.inf, istop, active, itn)  # fmt: skip
+            return
+        if not active:
+            return
+        itn += 1
+        anorm = np.sqrt(float(tnorm2))
+        ynorm = np.sqrt(abs(complex(xx)))
+        epsx = anorm * ynorm * eps
+        rnorm = float(phibar)
+        test1 = np.inf if ynorm == 0 or anorm == 0 else rnorm / (anorm * ynorm)
+        test2 = np.inf if anorm == 0 else float(root) / anorm
+        acond = float(gmax) / float(gmin)
+        if istop == 0:
+            for hit, code in ((1 + test2 <= 1, 2), (1 + test1 <= 1, 1), (itn >= maxiter, 6),
+                              (acond >= 0.1 / eps, 4), (epsx >= beta1, 3), (test2 <= rtol, 2),
+                              (test1 <= rtol, 1)):  # fmt: skip
+                if hit:
+                    istop[...] = code
+        active[...] = istop == 0
