@@ -288,6 +288,27 @@ def test_auto_plans_among_capturable_backends_for_graphs(cupy):
     assert info == 0 and used.graphs, used.graphs_reason
 
 
+def lsqr_problem(dtype, m=60, n=40):
+    S = (sp.random(m, n, density=0.2, random_state=1, format="csr") + sp.eye(m, n)).astype(dtype)
+    if np.dtype(dtype).kind == "c":
+        S = (S + 1j * sp.random(m, n, density=0.2, random_state=2, format="csr")).astype(dtype)
+    return S.tocsr(), rhs(m, dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex128],
+                         ids=["float32", "float64", "complex128"])  # fmt: skip
+@pytest.mark.parametrize("options", [{}, {"iter_lim": 4}, {"damp": 0.5, "calc_var": True}],
+                         ids=str)  # fmt: skip
+def test_lsqr_graphs_change_nothing(gpu_backend_name, cupy, dtype, options):
+    S, b = lsqr_problem(dtype)
+    b = cupy.asarray(b)
+    plain = sg.linalg.lsqr(ours(S, gpu_backend_name), b, graphs=False, **options)
+    got = sg.linalg.lsqr(ours(S, gpu_backend_name), b, graphs=True, **options)
+    assert_captured(sg.linalg.last_solve_info(), gpu_backend_name)
+    assert got[1:9] == plain[1:9] and plain[2] > 1
+    assert cupy.array_equal(got[0], plain[0]) and cupy.array_equal(got[9], plain[9])
+
+
 # ------------------------------------------- the block bookkeeping, replayed on the host
 class ReplayOnHost:
     """Stands in for a captured graph: ``launch`` runs the step ``size`` times."""
@@ -472,3 +493,34 @@ def test_minres_counts_scipys_iterations_and_calls_back_after_the_last():
     sg.linalg.minres(sg.csr_matrix(S), b, rtol=1e-10, callback=lambda xk: seen.append(1))
     spl.minres(S, b, rtol=1e-10, callback=lambda xk: theirs.append(1))
     assert sg.linalg.last_solve_info().iterations == len(seen) == len(theirs)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128], ids=["float64", "complex128"])
+@pytest.mark.parametrize("iter_lim", [None, 1, 2, 3, 17, 40])
+@pytest.mark.parametrize("options", [{}, {"damp": 0.5, "calc_var": True}], ids=str)
+@pytest.mark.parametrize("block_class", [ReplayOnHost, FailedCapture], ids=["replay", "failed"])
+def test_lsqr_blocks_give_the_plain_answer(host_graphs, block_class, options, iter_lim, dtype):
+    host_graphs(block_class)
+    S, b = lsqr_problem(dtype)
+    options = {"atol": 1e-12, "btol": 1e-12, "iter_lim": iter_lim, **options}
+    plain = sg.linalg.lsqr(sg.csr_matrix(S), b, graphs=False, **options)
+    got = sg.linalg.lsqr(sg.csr_matrix(S), b, **options)
+    used = sg.linalg.last_solve_info()
+    assert got[1:9] == plain[1:9] and used.iterations == plain[2]
+    np.testing.assert_array_equal(got[0], plain[0])
+    np.testing.assert_array_equal(got[9], plain[9])
+    if block_class is ReplayOnHost and iter_lim in (None, 40):
+        assert used.graphs and used.block == 16
+    if block_class is FailedCapture and iter_lim not in (1, 2):
+        assert not used.graphs and used.graphs_reason == FailedCapture.failure
+
+
+def test_lsqr_says_when_its_matrix_cannot_be_captured(host_graphs, monkeypatch):
+    host_graphs(ReplayOnHost)
+    monkeypatch.setattr(sg._registry.registered()["host-copy"], "capturable", False)
+    S, b = lsqr_problem(np.float64)
+    want = sg.linalg.lsqr(ours(S, "scipy"), b)
+    got = sg.linalg.lsqr(ours(S, "host-copy"), b)
+    used = sg.linalg.last_solve_info()
+    assert not used.graphs and used.graphs_reason == "backend 'host-copy' cannot be captured"
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-12)

@@ -81,14 +81,24 @@ class Operator:
             return out
         return y
 
-    def rmatvec(self, x):
-        """``A^H @ x``; raises TypeError when the operator has no adjoint."""
+    def rmatvec(self, x, out=None):
+        """``A^H @ x`` (into ``out`` when given); raises TypeError when the operator has no
+        adjoint."""
         if self._rmatvec is None:
             raise TypeError(
                 "this operator has no adjoint product (rmatvec); pass a matrix or a "
                 "LinearOperator with rmatvec"
             )
-        return self._rmatvec(self._here(x))
+        y = self._rmatvec(self._here(x), out)
+        if out is not None and y is not out:
+            out[...] = y
+            return out
+        return y
+
+    def adjoint(self):
+        """``(backend, capturable)`` of the adjoint products (a sparsegpu matrix's
+        transpose plan, made now), or ``(None, False)`` for other operators."""
+        return self._adjoint() if hasattr(self, "_adjoint") else (None, False)
 
 
 def _sparsegpu_operator(A, b_dtype, b=None, capturable=False) -> Operator:
@@ -99,19 +109,35 @@ def _sparsegpu_operator(A, b_dtype, b=None, capturable=False) -> Operator:
     plan, backend = resolved.plan, resolved.choice.implementation
     dtype = plan.matrix.dtype
     xp = plan.matrix.xp
-    transposed_plan = []
+    transposed = []  # the transpose's Resolved, made on the first adjoint product
+    scratch = []  # conj(x) for complex adjoint products into out
 
-    def rmatvec(x):
-        if not transposed_plan:
-            transposed_plan.append(_dispatch.plan_for(A.T, b_dtype))
-        t_plan = transposed_plan[0]
-        if dtype.kind == "c":
-            # A^H x = conj(A^T conj(x)): two cheap passes instead of a conjugated copy
+    def adjoint():
+        if not transposed:
+            transposed.append(_dispatch.resolved_for(A.T, b_dtype, x=b, capturable=capturable))
+        return transposed[0]
+
+    def rmatvec(x, out=None):
+        t_plan = adjoint().plan
+        if dtype.kind != "c":
+            return t_plan.matvec(x, out=out)
+        # A^H x = conj(A^T conj(x)): two cheap passes instead of a conjugated copy
+        if out is None:
             return t_plan.matvec(x.conj()).conj()
-        return t_plan.matvec(x)
+        if not scratch:
+            scratch.append(xp.empty_like(x))
+        xp.conj(x, out=scratch[0])
+        t_plan.matvec(scratch[0], out=out)
+        xp.conj(out, out=out)
+        return out
 
-    return Operator(A.shape, dtype, xp, lambda x, out: plan.matvec(x, out=out), rmatvec,
-                    backend.name, bool(backend.capturable))  # fmt: skip
+    operator = Operator(A.shape, dtype, xp, lambda x, out: plan.matvec(x, out=out), rmatvec,
+                        backend.name, bool(backend.capturable))  # fmt: skip
+    operator._adjoint = lambda: (
+        adjoint().choice.implementation.name,
+        bool(adjoint().choice.implementation.capturable),
+    )
+    return operator
 
 
 def _native_module(A, b_xp):
@@ -140,13 +166,13 @@ def _generic_operator(A, b_dtype, b_xp) -> Operator:
             dtype,
             xp,
             lambda x, out: A.matvec(x).ravel(),
-            (lambda x: rmatvec(x).ravel()) if callable(rmatvec) else None,
+            (lambda x, out: rmatvec(x).ravel()) if callable(rmatvec) else None,
         )
     if not hasattr(A, "__matmul__"):
         raise TypeError(f"cannot multiply by a {type(A).__name__}; give it matvec or @")
     adjoint = []
 
-    def rmatvec(x):
+    def rmatvec(x, out=None):
         if not adjoint:
             adjoint.append(A.conj().T)
         return adjoint[0] @ x

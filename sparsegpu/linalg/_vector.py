@@ -273,6 +273,230 @@ def _cupy_minres_kernels(kind: str):
     return scale, lanczos, orthogonalize, rotate, update, stop
 
 
+# LSQR's scalar state (float64 0-d arrays, scipy's names), in the order its kernel takes it
+LSQR_STATE = (
+    "alfa", "beta", "anorm", "rhobar", "phibar", "ddnorm", "res2", "xnorm", "xxnorm", "z",
+    "cs2", "sn2", "acond", "rnorm", "r1norm", "r2norm", "arnorm", "t1", "t2", "rho",
+)  # fmt: skip
+
+# scipy's LSQR iteration after the two products, on one thread (``_lsqr_recurrences`` is
+# its host twin, line for line)
+_LSQR_RECURRENCES = """
+if (active) {
+  itn += 1;
+  if (beta > 0) alfa = sqrt(MAG(vv));
+  double wnorm2 = MAG(ww);
+  double rhobar1, psi;
+  if (damp > 0) {
+    rhobar1 = sqrt(rhobar * rhobar + dampsq);
+    double cs1 = rhobar / rhobar1, sn1 = damp / rhobar1;
+    psi = sn1 * phibar;
+    phibar = cs1 * phibar;
+  } else {
+    rhobar1 = rhobar;
+    psi = 0;
+  }
+  double cs, sn;
+  sparsegpu_sym_ortho(rhobar1, beta, cs, sn, rho);
+  double theta = sn * alfa;
+  rhobar = -cs * alfa;
+  double phi = cs * phibar;
+  phibar = sn * phibar;
+  double tau = sn * phi;
+  t1 = phi / rho;
+  t2 = -theta / rho;
+  ddnorm += wnorm2 / (rho * rho);
+  double delta = sn2 * rho, gambar = -cs2 * rho;
+  double rhs = phi - delta * z;
+  double zbar = rhs / gambar;
+  xnorm = sqrt(xxnorm + zbar * zbar);
+  double gamma = sqrt(gambar * gambar + theta * theta);
+  cs2 = gambar / gamma;
+  sn2 = theta / gamma;
+  z = rhs / gamma;
+  xxnorm += z * z;
+  acond = anorm * sqrt(ddnorm);
+  res2 += psi * psi;
+  rnorm = sqrt(phibar * phibar + res2);
+  arnorm = alfa * fabs(tau);
+  if (damp > 0) {
+    double r1sq = rnorm * rnorm - dampsq * xxnorm;
+    r1norm = sqrt(fabs(r1sq)) * (r1sq < 0 ? -1 : 1);
+  } else {
+    r1norm = rnorm;
+  }
+  r2norm = rnorm;
+  double test1 = rnorm / bnorm;
+  double test2 = arnorm / (anorm * rnorm + eps);
+  double test3 = 1 / (acond + eps);
+  double tt1 = test1 / (1 + anorm * xnorm / bnorm);
+  double rtol = btol + atol * anorm * xnorm / bnorm;
+  if (itn >= iter_lim) istop = 7;
+  if (1 + test3 <= 1) istop = 6;
+  if (1 + test2 <= 1) istop = 5;
+  if (1 + tt1 <= 1) istop = 4;
+  if (test3 <= ctol) istop = 3;
+  if (test2 <= atol) istop = 2;
+  if (test1 <= rtol) istop = 1;
+}
+stepped = active;
+active = active && istop == 0;
+"""
+
+_SYM_ORTHO = """
+__device__ double sparsegpu_sign(double a) { return (a > 0) - (a < 0); }
+// scipy's _sym_ortho: (c, s, r) with r = hypot(a, b)
+__device__ void sparsegpu_sym_ortho(double a, double b, double& c, double& s, double& r) {
+  if (b == 0) { c = sparsegpu_sign(a); s = 0; r = fabs(a); }
+  else if (a == 0) { c = 0; s = sparsegpu_sign(b); r = fabs(b); }
+  else if (fabs(b) > fabs(a)) {
+    double tau = a / b;
+    s = sparsegpu_sign(b) / sqrt(1 + tau * tau); c = s * tau; r = b / s;
+  } else {
+    double tau = b / a;
+    c = sparsegpu_sign(a) / sqrt(1 + tau * tau); s = c * tau; r = a / c;
+  }
+}
+"""
+
+
+@functools.cache
+def _cupy_lsqr_kernels(kind: str):
+    """LSQR's steps for real (``kind`` "f") or complex ("c") vectors (each
+    ``VectorOps.lsqr_*`` method is the NumPy twin of one)."""
+    import cupy
+
+    mag = functools.partial(_magnitude, kind)
+    # u = A v - alfa u
+    bidiag = cupy.ElementwiseKernel(
+        "T av, float64 alfa, bool active",
+        "T u",
+        "if (active) u = av - (T)alfa * u;",
+        "sparsegpu_lsqr_bidiag",
+    )
+    # y *= 1 / c where flag, gate > 0 and c > 0
+    scale = cupy.ElementwiseKernel(
+        "float64 c, float64 gate, bool flag",
+        "T y",
+        "if (flag && gate > 0 && c > 0) y = y * (T)(1.0 / c);",
+        "sparsegpu_lsqr_scale",
+    )
+    # beta = ||u||, and anorm with it where beta > 0
+    norm_u = cupy.ElementwiseKernel(
+        "T uu, float64 alfa, float64 dampsq, bool active",
+        "float64 beta, float64 anorm",
+        f"""if (active) {{
+              beta = sqrt({mag("uu")});
+              if (beta > 0) anorm = sqrt(anorm * anorm + alfa * alfa + beta * beta + dampsq);
+            }}""",
+        "sparsegpu_lsqr_norm_u",
+    )
+    # v = A^H u - beta v where beta > 0
+    adjoint = cupy.ElementwiseKernel(
+        "T atu, float64 beta, bool active",
+        "T v",
+        "if (active && beta > 0) v = atu - (T)beta * v;",
+        "sparsegpu_lsqr_adjoint",
+    )
+    state = ", ".join(f"float64 {name}" for name in LSQR_STATE)
+    recurrences = cupy.ElementwiseKernel(
+        "T vv, T ww, float64 damp, float64 dampsq, float64 bnorm, float64 atol, "
+        "float64 btol, float64 ctol, float64 eps, int64 iter_lim",
+        f"{state}, int32 istop, bool active, bool stepped, int64 itn",
+        _LSQR_RECURRENCES.replace("MAG(vv)", mag("vv")).replace("MAG(ww)", mag("ww")),
+        "sparsegpu_lsqr_recurrences",
+        preamble=_SYM_ORTHO,
+    )
+    # var += |w / rho|^2 (calc_var), x += t1 w, w = v + t2 w
+    update = cupy.ElementwiseKernel(
+        "T v, float64 t1, float64 t2, float64 rho, bool stepped, bool calc_var",
+        "T w, T x, V var",
+        f"""if (stepped) {{
+              if (calc_var) {{
+                T q = w * (T)(1.0 / rho);
+                double a = {mag("q")};
+                var += (V)(a * a);
+              }}
+              x = x + (T)t1 * w;
+              w = v + (T)t2 * w;
+            }}""",
+        "sparsegpu_lsqr_update",
+    )
+    return bidiag, scale, norm_u, adjoint, recurrences, update
+
+
+def _lsqr_sym_ortho(a, b):
+    """scipy's _sym_ortho on host floats (the twin of the kernel's)."""
+    if b == 0:
+        return float(np.sign(a)), 0.0, abs(a)
+    if a == 0:
+        return 0.0, float(np.sign(b)), abs(b)
+    if abs(b) > abs(a):
+        tau = a / b
+        s = np.sign(b) / np.sqrt(1 + tau * tau)
+        return s * tau, s, b / s
+    tau = b / a
+    c = np.sign(a) / np.sqrt(1 + tau * tau)
+    return c, c * tau, a / c
+
+
+def _lsqr_recurrences(vv, ww, damp, dampsq, bnorm, atol, btol, ctol, eps, iter_lim, S, istop,
+                      active, stepped, itn):  # fmt: skip
+    """The host twin of ``_LSQR_RECURRENCES`` (``S``: the state as floats, updated)."""
+    if active:
+        itn += 1
+        if S["beta"] > 0:
+            S["alfa"] = np.sqrt(abs(complex(vv)))
+        wnorm2 = abs(complex(ww))
+        if damp > 0:
+            rhobar1 = np.sqrt(S["rhobar"] * S["rhobar"] + dampsq)
+            cs1, sn1 = S["rhobar"] / rhobar1, damp / rhobar1
+            psi = sn1 * S["phibar"]
+            S["phibar"] = cs1 * S["phibar"]
+        else:
+            rhobar1, psi = S["rhobar"], 0.0
+        cs, sn, rho = _lsqr_sym_ortho(rhobar1, S["beta"])
+        S["rho"] = rho
+        theta = sn * S["alfa"]
+        S["rhobar"] = -cs * S["alfa"]
+        phi = cs * S["phibar"]
+        S["phibar"] = sn * S["phibar"]
+        tau = sn * phi
+        S["t1"], S["t2"] = phi / rho, -theta / rho
+        S["ddnorm"] += wnorm2 / (rho * rho)
+        delta, gambar = S["sn2"] * rho, -S["cs2"] * rho
+        rhs = phi - delta * S["z"]
+        zbar = rhs / gambar
+        S["xnorm"] = np.sqrt(S["xxnorm"] + zbar * zbar)
+        gamma = np.sqrt(gambar * gambar + theta * theta)
+        S["cs2"], S["sn2"] = gambar / gamma, theta / gamma
+        S["z"] = rhs / gamma
+        S["xxnorm"] += S["z"] * S["z"]
+        S["acond"] = S["anorm"] * np.sqrt(S["ddnorm"])
+        S["res2"] += psi * psi
+        rnorm = S["rnorm"] = np.sqrt(S["phibar"] * S["phibar"] + S["res2"])
+        S["arnorm"] = S["alfa"] * abs(tau)
+        if damp > 0:
+            r1sq = rnorm * rnorm - dampsq * S["xxnorm"]
+            S["r1norm"] = np.sqrt(abs(r1sq)) * (-1 if r1sq < 0 else 1)
+        else:
+            S["r1norm"] = rnorm
+        S["r2norm"] = rnorm
+        anorm, xnorm = S["anorm"], S["xnorm"]
+        test1 = rnorm / bnorm
+        test2 = S["arnorm"] / (anorm * rnorm + eps)
+        test3 = 1 / (S["acond"] + eps)
+        tt1 = test1 / (1 + anorm * xnorm / bnorm)
+        rtol = btol + atol * anorm * xnorm / bnorm
+        for hit, code in ((itn >= iter_lim, 7), (1 + test3 <= 1, 6), (1 + test2 <= 1, 5),
+                          (1 + tt1 <= 1, 4), (test3 <= ctol, 3), (test2 <= atol, 2),
+                          (test1 <= rtol, 1)):  # fmt: skip
+            if hit:
+                istop[...] = code
+    stepped[...] = bool(active)
+    active[...] = bool(active) and istop == 0
+
+
 @functools.cache
 def _cupy_masked_axpy():
     import cupy
@@ -304,6 +528,7 @@ class VectorOps:
             self._bicg = _cupy_bicgstab_kernels(kind)
             self._masked_axpy = _cupy_masked_axpy()
             self._minres = _cupy_minres_kernels(kind)
+            self._lsqr = _cupy_lsqr_kernels(kind)
 
     def vdot(self, a, b, out=None):
         """``conj(a) . b`` of two contiguous vectors as a 0-d array (on the device for CuPy:
@@ -535,3 +760,63 @@ class VectorOps:
                 if hit:
                     istop[...] = code
         active[...] = istop == 0
+
+    # -------------------------------------------------------------- LSQR steps
+    def lsqr_bidiag(self, av, alfa, active, u):
+        """``u = A v - alfa u``, where ``active``."""
+        if self.on_device:
+            self._lsqr[0](av, alfa, active, u)
+        elif active:
+            u[...] = av - self.dtype.type(float(alfa)) * u
+
+    def lsqr_scale(self, c, gate, flag, y):
+        """``y *= 1 / c`` where ``flag``, ``gate > 0`` and ``c > 0``."""
+        if self.on_device:
+            self._lsqr[1](c, gate, flag, y)
+        elif flag and gate > 0 and c > 0:
+            y *= self.dtype.type(1.0 / float(c))
+
+    def lsqr_norm_u(self, uu, state, dampsq, active):
+        """``beta = ||u||``, and ``anorm`` grown by it where ``beta > 0``."""
+        beta, anorm, alfa = state["beta"], state["anorm"], state["alfa"]
+        if self.on_device:
+            self._lsqr[2](uu, alfa, float(dampsq), active, beta, anorm)
+        elif active:
+            beta[...] = np.sqrt(abs(complex(uu)))
+            if beta > 0:
+                a, b = float(anorm), float(beta)
+                anorm[...] = np.sqrt(a * a + float(alfa) ** 2 + b * b + dampsq)
+
+    def lsqr_adjoint(self, atu, beta, active, v):
+        """``v = A^H u - beta v`` where ``active`` and ``beta > 0``."""
+        if self.on_device:
+            self._lsqr[3](atu, beta, active, v)
+        elif active and beta > 0:
+            v[...] = atu - self.dtype.type(float(beta)) * v
+
+    def lsqr_recurrences(self, vv, ww, limits, state, istop, active, stepped, itn):
+        """scipy's recurrences and stopping tests of one LSQR iteration (``limits``: damp,
+        dampsq, bnorm, atol, btol, ctol, eps, iter_lim)."""
+        if self.on_device:
+            damp, dampsq, bnorm, atol, btol, ctol, eps, iter_lim = limits
+            self._lsqr[4](vv, ww, float(damp), float(dampsq), float(bnorm), float(atol),
+                          float(btol), float(ctol), float(eps), int(iter_lim),
+                          *(state[name] for name in LSQR_STATE), istop, active, stepped,
+                          itn)  # fmt: skip
+            return
+        S = {name: float(state[name]) for name in LSQR_STATE}
+        _lsqr_recurrences(vv, ww, *limits, S, istop, active, stepped, itn)
+        for name, value in S.items():
+            state[name][...] = value
+
+    def lsqr_update(self, v, state, stepped, calc_var, w, x, var):
+        """``var += |w / rho|^2`` (``calc_var``), ``x += t1 w``, ``w = v + t2 w``."""
+        t1, t2, rho = state["t1"], state["t2"], state["rho"]
+        if self.on_device:
+            self._lsqr[5](v, t1, t2, rho, stepped, calc_var, w, x, var)
+        elif stepped:
+            t = self.dtype.type
+            if calc_var:
+                var += np.abs(w * t(1.0 / float(rho))) ** 2
+            x += t(float(t1)) * w
+            w[...] = v + t(float(t2)) * w
