@@ -237,7 +237,9 @@ def _iterate(step, maxiter, every, block, callback, refusal, info_out) -> None:
     blocks of ``block`` iterations replayed as CUDA graphs when ``refusal`` is None (the
     reason recorded either way), else launched one by one with the flag read every
     ``every`` iterations (every iteration with a callback, called after each iteration
-    that did not stop the solve). A step's iterations after it stopped change nothing."""
+    that did not stop the solve, and after the one that did where the step's
+    ``calls_back_last()`` says so: minres). A step's iterations after it stopped change
+    nothing."""
     info_out.graphs_reason = refusal or ""
     if refusal is None:
         with _graphs.private_stream() as stream:
