@@ -188,13 +188,24 @@ def _auto_key(A, x_dtype) -> ChoiceKey:
 def plan_for(
     matrix_obj, x_dtype=None, *, backend: str | None = None, policy=None, x=None, capturable=False
 ) -> Plan:
+    """The plan a product ``A @ x`` with an x of ``x_dtype`` would run (made if needed);
+    :func:`resolved_for`'s plan."""
+    return resolved_for(
+        matrix_obj, x_dtype, backend=backend, policy=policy, x=x, capturable=capturable
+    ).plan
+
+
+def resolved_for(
+    matrix_obj, x_dtype=None, *, backend: str | None = None, policy=None, x=None, capturable=False
+) -> Resolved:
     """The plan a product ``A @ x`` with an x of ``x_dtype`` would run (made if needed).
 
     Solvers and benchmarks call ``plan.matvec(x, out=...)`` on device arrays directly,
     skipping the per-call dispatch. Given a representative ``x`` (a solver's right-hand
     side) and ``auto`` in force, the matrix is planned by measurement first (:func:`plan`),
     since the plan is about to run many times; ``capturable`` keeps to backends a CUDA
-    graph can hold.
+    graph can hold. The choice (``.choice.implementation``: the backend) comes with the
+    plan, for callers that must know what the plan runs on.
     """
     name = resolve_name(backend, matrix_obj._sg_backend)
     dtype = np.dtype(x_dtype or matrix_obj.dtype)
@@ -206,8 +217,8 @@ def plan_for(
             plan(matrix_obj, x.astype(dtype, copy=False), capturable=capturable)
             entry = matrix_obj._sg_cache_dict().choices.get(key)
         if entry is not None:
-            return entry.plan
-    return _resolve(matrix_obj, name, dtype, policy).plan
+            return entry
+    return _resolve(matrix_obj, name, dtype, policy)
 
 
 def _to_residence(x, residence, dtype, owner=None):

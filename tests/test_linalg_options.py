@@ -29,6 +29,20 @@ def solve(solver, A, b, **options):
     return getattr(sg.linalg, solver)(A, b, **options)
 
 
+CUSPARSE_REASON = (
+    "backend 'cusparse' cannot be captured (CuPy refuses cuSPARSE calls during stream capture)"
+)
+
+
+def assert_captured(used, backend_name):
+    """Graphs were used, or (cuSPARSE: CuPy refuses its calls while capturing) the solve
+    fell back to the plain loop and said why."""
+    if sg._registry.registered()[backend_name].capturable:
+        assert used.graphs, used.graphs_reason
+    else:
+        assert not used.graphs and used.graphs_reason == CUSPARSE_REASON, used.graphs_reason
+
+
 # ----------------------------------------------------------------------------- reorder
 @pytest.mark.parametrize("cls", [sg.csr_matrix, sg.csr_array, sg.csc_matrix])
 def test_reorder_returns_the_permuted_matrix_of_the_same_class(cls):
@@ -179,22 +193,36 @@ def test_graphs_ignored_on_the_host(backend_name):
     assert used.graphs is False and "nothing to capture" in used.graphs_reason
 
 
+# what each solver is given in the graph tests: cg a Hermitian positive definite matrix,
+# bicgstab a general one; cg's check_every is its block size under graphs
+GRAPH_CASES = [
+    ("cg", {}), ("cg", {"check_every": 1}), ("cg", {"check_every": 5}),
+    ("bicgstab", {}), ("bicgstab", {"maxiter": 3}), ("bicgstab", {"maxiter": 15}),
+    ("minres", {}), ("minres", {"maxiter": 4}), ("minres", {"maxiter": 20}),
+    ("minres", {"shift": 2.5}),
+]  # fmt: skip
+
+
+def graph_problem(solver, dtype, n):
+    return (general if solver == "bicgstab" else hpd)(dtype, n=n)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex128],
                          ids=["float32", "float64", "complex128"])  # fmt: skip
-@pytest.mark.parametrize("check_every", [None, 1, 5])
-def test_cg_graphs_change_neither_x_nor_the_iteration_count(
-    gpu_backend_name, cupy, dtype, check_every
+@pytest.mark.parametrize("solver,options", GRAPH_CASES, ids=lambda c: str(c))
+def test_graphs_change_neither_x_nor_the_iteration_count(
+    gpu_backend_name, cupy, dtype, solver, options
 ):
-    S = hpd(dtype, n=20)
+    S = graph_problem(solver, dtype, 20)
     b = rhs(S.shape[0], dtype, xp=cupy)
     rtol = 1e-4 if np.dtype(dtype).char in "fF" else 1e-10
-    options = {"rtol": rtol, "check_every": check_every}
-    plain, info_plain = sg.linalg.cg(ours(S, gpu_backend_name), b, graphs=False, **options)
+    run = getattr(sg.linalg, solver)
+    plain, info_plain = run(ours(S, gpu_backend_name), b, graphs=False, rtol=rtol, **options)
     plain_used = sg.linalg.last_solve_info()
-    x, info = sg.linalg.cg(ours(S, gpu_backend_name), b, graphs=True, **options)
+    x, info = run(ours(S, gpu_backend_name), b, graphs=True, rtol=rtol, **options)
     used = sg.linalg.last_solve_info()
-    assert used.graphs, used.graphs_reason
-    assert info == info_plain == 0
+    assert_captured(used, gpu_backend_name)
+    assert info == info_plain and info in (0, options.get("maxiter"))
     assert used.iterations == plain_used.iterations > 1
     assert cupy.array_equal(x, plain)
 
@@ -212,13 +240,19 @@ def test_cg_graphs_stop_at_maxiter_like_plain(gpu_backend_name, cupy, maxiter):
     assert cupy.array_equal(x, plain)
 
 
-def test_cg_graphs_hold_a_sparsegpu_preconditioner(gpu_backend_name, cupy):
-    S = sp.csr_matrix(sg.datasets.load("bcsstk13"))
+@pytest.mark.parametrize("solver", ["cg", "bicgstab", "minres"])
+def test_graphs_hold_a_sparsegpu_preconditioner(gpu_backend_name, cupy, solver):
+    # a real system for cg; bicgstab takes thousands of iterations on bcsstk13
+    if solver == "cg":
+        S = sp.csr_matrix(sg.datasets.load("bcsstk13"))
+    else:
+        S = graph_problem(solver, np.float64, 20)
     b = rhs(S.shape[0], np.float64, xp=cupy)
     M = ours(jacobi(S), gpu_backend_name)
-    plain, _ = sg.linalg.cg(ours(S, gpu_backend_name), b, rtol=1e-8, M=M, graphs=False)
-    x, info = sg.linalg.cg(ours(S, gpu_backend_name), b, rtol=1e-8, M=M)
-    assert sg.linalg.last_solve_info().graphs
+    run = getattr(sg.linalg, solver)
+    plain, _ = run(ours(S, gpu_backend_name), b, rtol=1e-8, M=M, graphs=False)
+    x, info = run(ours(S, gpu_backend_name), b, rtol=1e-8, M=M)
+    assert_captured(sg.linalg.last_solve_info(), gpu_backend_name)
     assert info == 0 and cupy.array_equal(x, plain)
 
 
@@ -246,8 +280,37 @@ def test_cg_graphs_with_numpy_operands_on_a_gpu_backend(gpu_backend_name, cupy):
     b = rhs(S.shape[0], np.float64)
     x, info = sg.linalg.cg(ours(S, gpu_backend_name), b, rtol=1e-10)
     assert isinstance(x, np.ndarray) and info == 0
-    assert sg.linalg.last_solve_info().graphs
+    assert_captured(sg.linalg.last_solve_info(), gpu_backend_name)
     assert relative_residual(S, x, b) <= 1e-10
+
+
+def test_auto_plans_among_capturable_backends_for_graphs(cupy):
+    S = sp.csr_matrix(sg.datasets.load("bcsstk13"))
+    b = rhs(S.shape[0], np.float64, xp=cupy)
+    x, info = sg.linalg.cg(sg.csr_matrix(S), b, rtol=1e-8)
+    used = sg.linalg.last_solve_info()
+    assert info == 0 and used.graphs, used.graphs_reason
+
+
+def lsqr_problem(dtype, m=60, n=40):
+    S = (sp.random(m, n, density=0.2, random_state=1, format="csr") + sp.eye(m, n)).astype(dtype)
+    if np.dtype(dtype).kind == "c":
+        S = (S + 1j * sp.random(m, n, density=0.2, random_state=2, format="csr")).astype(dtype)
+    return S.tocsr(), rhs(m, dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex128],
+                         ids=["float32", "float64", "complex128"])  # fmt: skip
+@pytest.mark.parametrize("options", [{}, {"iter_lim": 4}, {"damp": 0.5, "calc_var": True}],
+                         ids=str)  # fmt: skip
+def test_lsqr_graphs_change_nothing(gpu_backend_name, cupy, dtype, options):
+    S, b = lsqr_problem(dtype)
+    b = cupy.asarray(b)
+    plain = sg.linalg.lsqr(ours(S, gpu_backend_name), b, graphs=False, **options)
+    got = sg.linalg.lsqr(ours(S, gpu_backend_name), b, graphs=True, **options)
+    assert_captured(sg.linalg.last_solve_info(), gpu_backend_name)
+    assert got[1:9] == plain[1:9] and plain[2] > 1
+    assert cupy.array_equal(got[0], plain[0]) and cupy.array_equal(got[9], plain[9])
 
 
 # ------------------------------------------- the block bookkeeping, replayed on the host
@@ -285,22 +348,40 @@ def host_graphs(monkeypatch):
     return use
 
 
+HOST_CASES = [
+    *[("cg", {"check_every": c}) for c in (None, 1, 5)],
+    *[
+        (solver, {"M": M})
+        for solver in ("bicgstab", "minres")
+        for M in (None, "matrix", "operator")
+    ],
+    ("minres", {"shift": 2.5}),
+]
+
+
 @pytest.mark.parametrize("maxiter", [None, 1, 2, 3, 17, 40])
-@pytest.mark.parametrize("check_every", [None, 1, 5])
+@pytest.mark.parametrize("solver,options", HOST_CASES, ids=lambda c: str(c))
 @pytest.mark.parametrize("block_class", [ReplayOnHost, FailedCapture], ids=["replay", "failed"])
-def test_cg_blocks_give_the_plain_answer(host_graphs, block_class, maxiter, check_every):
+def test_blocks_give_the_plain_answer(host_graphs, block_class, solver, options, maxiter):
     host_graphs(block_class)
-    S = hpd(np.float64, n=16)
+    S = graph_problem(solver, np.float64, 16)
     b = rhs(S.shape[0], np.float64)
-    options = {"rtol": 1e-12, "maxiter": maxiter, "check_every": check_every}
-    plain, info_plain = sg.linalg.cg(sg.csr_matrix(S), b, graphs=False, **options)
+    options = {"rtol": 1e-12, "maxiter": maxiter, **options}
+    if options.get("M") is not None:
+        M = jacobi(S)
+        options["M"] = sg.csr_matrix(M) if options["M"] == "matrix" else spl.aslinearoperator(M)
+    run = getattr(sg.linalg, solver)
+    plain, info_plain = run(sg.csr_matrix(S), b, graphs=False, **options)
     count = sg.linalg.last_solve_info().iterations
-    x, info = sg.linalg.cg(sg.csr_matrix(S), b, **options)
+    x, info = run(sg.csr_matrix(S), b, **options)
     used = sg.linalg.last_solve_info()
     assert info == info_plain
     assert used.iterations == count
     np.testing.assert_array_equal(x, plain)
-    if block_class is FailedCapture and maxiter not in (1, 2):
+    if block_class is ReplayOnHost and maxiter in (None, 40) and not options.get("check_every"):
+        assert used.graphs and used.block == (15 if solver == "minres" else 16)
+    too_few = maxiter in (1, 2) or (solver == "minres" and maxiter == 3)
+    if block_class is FailedCapture and not too_few:
         assert not used.graphs and used.graphs_reason == FailedCapture.failure
 
 
@@ -342,3 +423,108 @@ def test_no_collection_during_a_capture():
     seen = []
     Block(lambda: seen.append(gc.isenabled()), 2, FakeStream())
     assert seen == [False, False] and gc.isenabled()
+
+
+def test_bicgstab_breakdown_in_a_block_is_reported_like_plain(host_graphs):
+    """rho vanishes at the first iteration's top (-10) and omega inside a block (-11):
+    the status the host reads between blocks gives scipy's codes."""
+    host_graphs(ReplayOnHost)
+    b = np.array([1.0, 0.0])
+    rotation = sg.csr_matrix(sp.csr_matrix(np.array([[0.0, 1.0], [-1.0, 0.0]])))
+    want_x, want = spl.bicgstab(sp.csr_matrix(rotation.toarray()), b, maxiter=40)
+    x, info = sg.linalg.bicgstab(rotation, b, maxiter=40)
+    assert info == want != 0
+    np.testing.assert_allclose(x, want_x)
+
+
+def test_bicgstab_counts_the_iterations_scipy_runs():
+    S = general(np.float64, n=16)
+    b = rhs(S.shape[0], np.float64)
+    seen = []
+    x, info = sg.linalg.bicgstab(sg.csr_matrix(S), b, rtol=1e-10,
+                                 callback=lambda xk: seen.append(1))  # fmt: skip
+    used = sg.linalg.last_solve_info()
+    assert info == 0 and used.iterations in (len(seen), len(seen) + 1)
+
+
+def test_a_backend_that_cannot_be_captured_is_said(host_graphs, monkeypatch):
+    """A's plan on a backend without capture (cuSPARSE on a GPU): the plain loop, and why."""
+    host_graphs(ReplayOnHost)
+    backend = sg._registry.registered()["host-copy"]
+    monkeypatch.setattr(backend, "capturable", False)
+    S = hpd(np.float64)
+    b = rhs(S.shape[0], np.float64)
+    for solver in ("cg", "bicgstab"):
+        plain = solve(solver, ours(S, "scipy"), b, rtol=1e-10)[0]
+        x, info = solve(solver, ours(S, "host-copy"), b, rtol=1e-10)
+        used = sg.linalg.last_solve_info()
+        assert info == 0 and not used.graphs
+        assert used.graphs_reason == "backend 'host-copy' cannot be captured"
+        np.testing.assert_allclose(x, plain, rtol=1e-12)
+    M = ours(jacobi(S), "host-copy")
+    sg.linalg.cg(ours(S, "scipy"), b, M=M)
+    reason = sg.linalg.last_solve_info().graphs_reason
+    assert reason == "the preconditioner's backend 'host-copy' cannot be captured"
+
+
+def test_cusparse_reason_names_cupys_refusal():
+    from types import SimpleNamespace
+
+    from sparsegpu.linalg import _options
+
+    cusparse = SimpleNamespace(backend="cusparse", capturable=False)
+    ok = SimpleNamespace(backend="merge_path", capturable=True)
+    assert _options.backend_refusal((("", ok), ("M ", None))) is None
+    assert _options.backend_refusal((("", cusparse),)) == CUSPARSE_REASON
+    assert not sg._registry.registered()["cusparse"].capturable
+
+
+@pytest.mark.parametrize("graphs", [False, "auto"])
+def test_minres_stops_on_an_indefinite_preconditioner_inside_a_block(host_graphs, graphs):
+    """(r2, M r2) < 0 some iterations in: scipy's error, found by the host between blocks."""
+    host_graphs(ReplayOnHost)
+    S = hpd(np.float64)
+    n = S.shape[0]
+    M = sg.csr_matrix(sp.diags(np.where(np.arange(n) < 0.8 * n, 1.0, -1.0)).tocsr())
+    with pytest.raises(ValueError, match="does not define a Hermitian"):
+        sg.linalg.minres(sg.csr_matrix(S), np.ones(n), M=M, graphs=graphs)
+
+
+def test_minres_counts_scipys_iterations_and_calls_back_after_the_last():
+    S = hpd(np.float64)
+    b = rhs(S.shape[0], np.float64)
+    seen, theirs = [], []
+    sg.linalg.minres(sg.csr_matrix(S), b, rtol=1e-10, callback=lambda xk: seen.append(1))
+    spl.minres(S, b, rtol=1e-10, callback=lambda xk: theirs.append(1))
+    assert sg.linalg.last_solve_info().iterations == len(seen) == len(theirs)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128], ids=["float64", "complex128"])
+@pytest.mark.parametrize("iter_lim", [None, 1, 2, 3, 17, 40])
+@pytest.mark.parametrize("options", [{}, {"damp": 0.5, "calc_var": True}], ids=str)
+@pytest.mark.parametrize("block_class", [ReplayOnHost, FailedCapture], ids=["replay", "failed"])
+def test_lsqr_blocks_give_the_plain_answer(host_graphs, block_class, options, iter_lim, dtype):
+    host_graphs(block_class)
+    S, b = lsqr_problem(dtype)
+    options = {"atol": 1e-12, "btol": 1e-12, "iter_lim": iter_lim, **options}
+    plain = sg.linalg.lsqr(sg.csr_matrix(S), b, graphs=False, **options)
+    got = sg.linalg.lsqr(sg.csr_matrix(S), b, **options)
+    used = sg.linalg.last_solve_info()
+    assert got[1:9] == plain[1:9] and used.iterations == plain[2]
+    np.testing.assert_array_equal(got[0], plain[0])
+    np.testing.assert_array_equal(got[9], plain[9])
+    if block_class is ReplayOnHost and iter_lim in (None, 40):
+        assert used.graphs and used.block == 16
+    if block_class is FailedCapture and iter_lim not in (1, 2):
+        assert not used.graphs and used.graphs_reason == FailedCapture.failure
+
+
+def test_lsqr_says_when_its_matrix_cannot_be_captured(host_graphs, monkeypatch):
+    host_graphs(ReplayOnHost)
+    monkeypatch.setattr(sg._registry.registered()["host-copy"], "capturable", False)
+    S, b = lsqr_problem(np.float64)
+    want = sg.linalg.lsqr(ours(S, "scipy"), b)
+    got = sg.linalg.lsqr(ours(S, "host-copy"), b)
+    used = sg.linalg.last_solve_info()
+    assert not used.graphs and used.graphs_reason == "backend 'host-copy' cannot be captured"
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-12)

@@ -7,16 +7,16 @@ in, CuPy arrays out, and the iteration never leaves the GPU.
 
 Host synchronisation (the choice, per solver)
 ---------------------------------------------
-* ``cg`` keeps every scalar on the device (fused kernels, see ``_vector``). The
-  convergence flag is computed on the device every iteration; the host reads it (one
-  scalar transfer) every ``check_every`` iterations (default 8; 1 with a callback). An
-  iteration that finds the residual converged freezes x and r on the device, so the
-  answer and ``info`` are those of scipy's iteration, and at most ``check_every - 1``
-  launched iterations are no-ops.
-* ``bicgstab``, ``gmres`` and ``minres`` have scalar recurrences whose breakdown and
-  convergence tests decide the next step: each iteration transfers the few scalars those
-  tests need (batched: bicgstab 2, gmres 1, minres 2 transfers of at most a handful of
-  numbers per iteration); vectors never leave the device.
+* ``cg``, ``bicgstab`` and ``minres`` keep every scalar on the device (fused kernels and
+  the two-pass dot, see ``_vector``): the convergence, breakdown and stopping tests set a
+  device flag every iteration, and the host reads it (one scalar transfer) every
+  ``check_every`` iterations (cg: default 8; the others 8; 1 with a callback), or between
+  blocks of iterations replayed as CUDA graphs (``graphs``, ``_graphs``). An iteration
+  that finds the solve stopped changes nothing (masked updates), so the answer, ``info``
+  and the iteration count are those of scipy's iteration, with or without graphs.
+* ``gmres`` has a Hessenberg least-squares problem solved by Givens rotations on the host:
+  each inner iteration transfers one Hessenberg column (at most ``restart + 1`` numbers);
+  vectors never leave the device.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from .._matrix import _SparseGPUMixin
 from . import _graphs
 from . import _options as options
 from ._operator import System
-from ._vector import VectorOps
+from ._vector import MINRES_ROTATE_STATE, VectorOps
 
 
 def _check_iterations(name: str, maxiter, default: int) -> int:
@@ -59,9 +59,9 @@ def _not_captured(name: str, graphs, why: str) -> str:
     return f"{name}: iterations run without graphs ({why})"
 
 
-def _start(name, A, b, x0, M, rtol, atol):
+def _start(name, A, b, x0, M, rtol, atol, capturable=False):
     _check_tolerances(name, rtol, atol)
-    system = System(name, A, b, x0, M)
+    system = System(name, A, b, x0, M, capturable=capturable)
     ops = VectorOps(system.xp, system.dtype)
     bnorm = ops.norm(system.b)
     if system.x0_given:
@@ -125,7 +125,8 @@ def cg(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None, callback=Non
     info_out = options.SolveInfo("cg")
     options.check_graphs("cg", graphs)
     A, b, x0, M, callback, ordering = _reordered("cg", A, b, x0, M, callback, reorder, info_out)
-    system, ops, bnorm, tolerance, r = _start("cg", A, b, x0, M, rtol, atol)
+    wanted = graphs is not False and callback is None
+    system, ops, bnorm, tolerance, r = _start("cg", A, b, x0, M, rtol, atol, wanted)
     n = system.A.shape[0]
     maxiter = _check_iterations("cg", maxiter, 10 * n)
     every = 1 if callback is not None else 8
@@ -135,10 +136,7 @@ def cg(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None, callback=Non
         if check_every < 1:
             raise ValueError(f"cg: check_every must be a positive integer, got {check_every!r}")
         every = int(check_every)
-    M_captures = system.M is None or (_captures(M) and system.M.xp is system.xp)
-    refusal = options.graph_refusal(graphs, ops.on_device, callback, M_captures) or (
-        None if _captures(A) else f"A is a {type(A).__name__}, not a sparsegpu matrix"
-    )
+    refusal = _graph_refusal(graphs, system, ops, callback, A, M)
     info_out.graphs_reason = refusal or ""
     if bnorm == 0:
         info_out.iterations = 0
@@ -148,8 +146,8 @@ def cg(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None, callback=Non
     callback = system.wrap_callback(callback)
     if refusal is None:
         with _graphs.private_stream() as stream:
-            k = _cg_graphs(step, maxiter, every if check_every is not None else 16, stream,
-                           info_out)  # fmt: skip
+            k = _blocks(step, maxiter, every if check_every is not None else GRAPH_BLOCK,
+                        stream, info_out)  # fmt: skip
             if k is not None:
                 _cg_plain(step, k, maxiter, every, callback)
     else:
@@ -158,6 +156,17 @@ def cg(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None, callback=Non
     info_out.iterations = int(count)
     options.record(info_out)
     return ordering.back(system.result(system.x)), 0 if bool(converged) else maxiter
+
+
+def _graph_refusal(graphs, system, ops, callback, A, M) -> str | None:
+    """Why this solve's iterations are not captured (None: capture them): the options, A
+    and M not sparsegpu matrices, or planned on a backend a graph cannot hold (cuSPARSE)."""
+    M_captures = system.M is None or (_captures(M) and system.M.xp is system.xp)
+    return (
+        options.graph_refusal(graphs, ops.on_device, callback, M_captures)
+        or (None if _captures(A) else f"A is a {type(A).__name__}, not a sparsegpu matrix")
+        or options.backend_refusal((("", system.A), ("the preconditioner's ", system.M)))
+    )
 
 
 def _captures(operator) -> bool:
@@ -203,9 +212,9 @@ class _CGStep:
         ops.cg_update(self.p, self.q, self.rho, self.pq, self.active, system.x, self.r)
         ops.keep(self.rho, self.active, self.rho_prev, self.count)
 
-    def full(self):
+    def full(self, first: bool = False):
         self.top()
-        self.rest(False)
+        self.rest(first)
 
     def done(self) -> bool:
         return bool(self.ops.to_host(self.converged))
@@ -223,23 +232,56 @@ def _cg_plain(step, start, maxiter, every, callback) -> None:
             callback(step.system.x)
 
 
-def _cg_graphs(step, maxiter, block, stream, info_out):
-    """Iteration 0 plain (it also warms the plan and the kernels on ``stream``), then
+def _iterate(step, maxiter, every, block, callback, refusal, info_out) -> None:
+    """Run ``step.full(first)`` up to ``maxiter`` times, stopping once ``step.done()``:
+    blocks of ``block`` iterations replayed as CUDA graphs when ``refusal`` is None (the
+    reason recorded either way), else launched one by one with the flag read every
+    ``every`` iterations (every iteration with a callback, called after each iteration
+    that did not stop the solve, and after the one that did where the step's
+    ``calls_back_last()`` says so: minres). A step's iterations after it stopped change
+    nothing."""
+    info_out.graphs_reason = refusal or ""
+    if refusal is None:
+        with _graphs.private_stream() as stream:
+            k = _blocks(step, maxiter, block, stream, info_out)
+            if k is not None:
+                _plain(step, k, maxiter, every, None)
+    else:
+        _plain(step, 0, maxiter, every, callback)
+
+
+def _plain(step, start, maxiter, every, callback) -> None:
+    last = getattr(step, "calls_back_last", lambda: False)
+    for k in range(start, maxiter):
+        step.full(k == 0)
+        stop = (callback is not None or (k + 1) % every == 0) and step.done()
+        if callback is not None and (not stop or last()):
+            callback(step.system.x)
+        if stop:
+            return
+
+
+def _blocks(step, maxiter, block, stream, info_out):
+    """Iteration 0 plain (it warms the plans and compiles the kernels on ``stream``), then
     blocks of ``block`` iterations replayed as one graph, the flag read between blocks.
     Returns None when done, else the iteration the plain loop goes on from (a capture
     failed, or fewer than ``block`` iterations are left)."""
     if maxiter == 0:
         return None
-    step.top()
+    step.full(True)
     if step.done():
         return None
-    step.rest(True)
     k = 1
-    block = max(1, min(block, maxiter - 1))
-    if maxiter - k < block:
+    period = getattr(step, "period", 1)
+    block = min(block, maxiter - 1)
+    block -= block % period
+    if block < 1:
         info_out.graphs_reason = f"maxiter={maxiter}: too few iterations to capture"
         return k
-    captured = _graphs.Block(step.full, block, stream)
+    turn = getattr(step, "turn", None)
+    captured = _graphs.Block(lambda: step.full(False), block, stream)
+    if turn is not None:  # the capture ran no iteration: the buffers are where they were
+        step.turn = turn
     if captured.failure is not None:
         info_out.graphs_reason = captured.failure
         return k
@@ -253,79 +295,108 @@ def _cg_graphs(step, maxiter, block, stream, info_out):
     return k
 
 
+GRAPH_BLOCK = 16  # iterations a captured block holds (cg's default too)
+CHECK_EVERY = 8  # iterations between flag reads without graphs
+
+
 def bicgstab(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None, callback=None,
              graphs="auto", reorder=None):  # fmt: skip
     """BiCGSTAB for a general square ``A`` (scipy's algorithm and breakdown codes).
 
     Parameters and returns as :func:`cg` (without ``check_every``); ``info`` is 0 when
     converged, the iteration limit when not, -10 or -11 on a breakdown (``rho`` or
-    ``omega`` vanished), as scipy reports them. ``graphs`` is accepted; the iterations
-    are not captured yet (its breakdown tests read two scalars a iteration on the host),
-    as ``last_solve_info()`` says.
+    ``omega`` vanished), as scipy reports them. Every scalar stays on the device (the
+    breakdown and convergence tests set a device status that the host reads every 8
+    iterations, or between captured blocks of 16 with ``graphs``; iterations after the
+    solve stopped change nothing), so ``graphs`` captures it as it does :func:`cg`.
     """
     info_out = options.SolveInfo("bicgstab")
     options.check_graphs("bicgstab", graphs)
-    info_out.graphs_reason = _not_captured("bicgstab", graphs, "breakdown tests on the host")
     A, b, x0, M, callback, ordering = _reordered(
         "bicgstab", A, b, x0, M, callback, reorder, info_out
     )
-    system, ops, bnorm, tolerance, r = _start("bicgstab", A, b, x0, M, rtol, atol)
+    wanted = graphs is not False and callback is None
+    system, ops, bnorm, tolerance, r = _start("bicgstab", A, b, x0, M, rtol, atol, wanted)
     n = system.A.shape[0]
     maxiter = _check_iterations("bicgstab", maxiter, 10 * n)
-    options.record(info_out)
+    refusal = _graph_refusal(graphs, system, ops, callback, A, M)
+    info_out.graphs_reason = refusal or ""
     if bnorm == 0:
+        info_out.iterations = 0
+        options.record(info_out)
         return ordering.back(system.result(system.b)), 0
-    x, info = _bicgstab(system, ops, tolerance, r, maxiter, system.wrap_callback(callback))
-    return ordering.back(x), info
+    step = _BiCGStabStep(system, ops, r, tolerance)
+    _iterate(step, maxiter, 1 if callback is not None else CHECK_EVERY, GRAPH_BLOCK,
+             system.wrap_callback(callback), refusal, info_out)  # fmt: skip
+    status, count = ops.to_host(step.status), ops.to_host(step.count)
+    info_out.iterations = int(count)
+    options.record(info_out)
+    status = int(status)
+    info = 0 if status == 1 else (maxiter if status == 0 else status)
+    return ordering.back(system.result(system.x)), info
 
 
-def _bicgstab(system, ops, tolerance, r, maxiter, callback):
-    xp, x = system.xp, system.x
-    eps = np.finfo(system.dtype).eps
-    rhotol = omegatol = eps**2
-    rtilde = r.copy()
-    p = v = alpha = omega = rho_prev = None
-    for iteration in range(maxiter):
-        rho = ops.vdot(rtilde, r)
-        scalars = [ops.vdot(r, r), rho] + ([omega] if omega is not None else [])
-        host = ops.to_host(xp.stack(scalars))
-        if np.sqrt(abs(host[0])) < tolerance:
-            return system.result(x), 0
-        rho_h = complex(host[1])
-        if abs(rho_h) < rhotol:
-            return system.result(x), -10
-        if iteration > 0:
-            omega_h = complex(host[2])
-            if abs(omega_h) < omegatol:
-                return system.result(x), -11
-            beta = (rho / rho_prev) * (alpha / omega)
-            p -= omega * v
-            p *= beta
-            p += r
+class _BiCGStabStep:
+    """One BiCGSTAB iteration (scipy's) on preallocated device buffers, every scalar a 0-d
+    array: ``status`` is 0 while running, 1 converged, -10 or -11 on a breakdown (then no
+    later iteration changes x or r). The same kernels with or without graphs."""
+
+    def __init__(self, system, ops, r, tolerance):
+        xp, dtype, n = system.xp, system.dtype, system.A.shape[0]
+        self.system, self.ops, self.r, self.tolerance = system, ops, r, tolerance
+        eps = float(np.finfo(dtype).eps)
+        self.rhotol = self.omegatol = eps**2
+        self.rtilde = r.copy()
+        self.p = xp.zeros(n, dtype=dtype)
+        self.v = xp.zeros(n, dtype=dtype)
+        self.t = xp.zeros(n, dtype=dtype)
+        self.phat = self.p if system.M is None else xp.zeros(n, dtype=dtype)
+        self.shat = r if system.M is None else xp.zeros(n, dtype=dtype)
+        for name in ("rho", "rr", "rho_prev", "alpha", "omega", "rv", "ss", "tr", "tt"):
+            setattr(self, name, xp.zeros((), dtype=dtype))
+        self.status = xp.zeros((), dtype=np.int32)
+        self.active = xp.zeros((), dtype=bool)
+        self.stepped = xp.zeros((), dtype=bool)
+        self.going = xp.zeros((), dtype=bool)
+        self.count = xp.zeros((), dtype=np.int64)
+
+    def _precondition(self, v, out):
+        system = self.system
+        if out is v:  # no preconditioner: phat is p, shat is r
+            return
+        if system.M.xp is system.xp:
+            system.M.matvec(v, out=out)
         else:
-            p = r.copy()
-        phat = system.precondition(p)
-        v = system.A.matvec(phat)
-        rv = ops.vdot(rtilde, v)
-        # s = r - alpha v on the device; rv (breakdown) and ||s|| come back together
-        alpha = rho / xp.where(rv == 0, xp.ones_like(rv), rv)
-        r -= alpha * v
-        rv_h, ss = ops.to_host(xp.stack([rv, ops.vdot(r, r)]))
-        if rv_h == 0:
-            return system.result(x), -11
-        if np.sqrt(abs(ss)) < tolerance:
-            x += alpha * phat
-            return system.result(x), 0
-        shat = system.precondition(r)
-        t = system.A.matvec(shat)
-        omega = ops.vdot(t, r) / ops.vdot(t, t)
-        x += alpha * phat
-        x += omega * shat
-        r -= omega * t
-        rho_prev = rho
-        if callback is not None:
-            callback(x)
-    return system.result(x), maxiter
+            out[...] = system.precondition(v)
+
+    def full(self, first: bool):
+        ops, A, r, x = self.ops, self.system.A, self.r, self.system.x
+        ops.vdot(self.rtilde, r, out=self.rho)
+        ops.vdot(r, r, out=self.rr)
+        ops.bicg_check(self.rr, self.rho, self.omega, self.tolerance, self.rhotol,
+                       self.omegatol, first, self.status, self.active)  # fmt: skip
+        ops.bicg_direction(r, self.v, self.rho, self.rho_prev, self.alpha, self.omega,
+                           self.active, first, self.p)  # fmt: skip
+        self._precondition(self.p, self.phat)
+        A.matvec(self.phat, out=self.v)
+        ops.vdot(self.rtilde, self.v, out=self.rv)
+        ops.bicg_alpha(self.rho, self.rv, self.active, self.alpha)
+        ops.masked_axpy(self.alpha, self.v, self.active, True, r)  # s = r - alpha v
+        ops.vdot(r, r, out=self.ss)
+        ops.bicg_middle(self.rv, self.ss, self.tolerance, self.active, self.status,
+                        self.stepped, self.going)  # fmt: skip
+        ops.masked_axpy(self.alpha, self.phat, self.stepped, False, x)
+        self._precondition(r, self.shat)
+        A.matvec(self.shat, out=self.t)
+        ops.vdot(self.t, r, out=self.tr)
+        ops.vdot(self.t, self.t, out=self.tt)
+        ops.bicg_omega(self.tr, self.tt, self.rho, self.going, self.stepped, self.omega,
+                       self.rho_prev, self.count)  # fmt: skip
+        ops.masked_axpy(self.omega, self.shat, self.going, False, x)
+        ops.masked_axpy(self.omega, self.t, self.going, True, r)
+
+    def done(self) -> bool:
+        return bool(self.ops.to_host(self.status) != 0)
 
 
 def _scalar(value, dtype):
@@ -472,112 +543,117 @@ def minres(A, b, x0=None, *, shift=0.0, rtol=1e-5, maxiter=None, M=None, callbac
     definite); ``maxiter`` defaults to ``5 * n``. Returns ``x, info`` with scipy's
     ``info``: 0 converged, the iteration limit when it was reached.
 
-    Each iteration transfers two scalars (the Lanczos norm and ||x||) for scipy's
-    stopping tests. ``graphs`` and ``reorder`` as :func:`cg`; ``graphs`` is accepted, the
-    iterations are not captured yet (those stopping tests run on the host).
+    scipy's scalar recurrences and stopping tests run on the device (one thread), so the
+    host reads the stop flag every 8 iterations, or between captured blocks of 15 with
+    ``graphs`` (as :func:`cg`); iterations after the stop change nothing. ``reorder`` as
+    :func:`cg`.
     """
     info_out = options.SolveInfo("minres")
     options.check_graphs("minres", graphs)
-    info_out.graphs_reason = _not_captured("minres", graphs, "stopping tests on the host")
     _check_tolerances("minres", rtol, 0.0)
     A, b, x0, M, callback, ordering = _reordered("minres", A, b, x0, M, callback, reorder, info_out)
-    system = System("minres", A, b, x0, M)
+    wanted = graphs is not False and callback is None
+    system = System("minres", A, b, x0, M, capturable=wanted)
     ops = VectorOps(system.xp, system.dtype)
     maxiter = _check_iterations("minres", maxiter, 5 * system.A.shape[0])
+    info_out.graphs_reason = _graph_refusal(graphs, system, ops, callback, A, M) or ""
+    x, info = _minres(system, ops, shift, rtol, maxiter, system.wrap_callback(callback),
+                      info_out)  # fmt: skip
     options.record(info_out)
-    x, info = _minres(system, ops, shift, rtol, maxiter, system.wrap_callback(callback))
     return ordering.back(x), info
 
 
-def _minres(system, ops, shift, rtol, maxiter, callback):
-    xp, dtype, n, x = system.xp, system.dtype, system.A.shape[0], system.x
-    eps = np.finfo(dtype).eps
+def _minres(system, ops, shift, rtol, maxiter, callback, info_out):
+    x = system.x
     r1 = system.b - system.A.matvec(x) if system.x0_given else system.b.copy()
     y = system.precondition(r1)
     beta1 = float(ops.to_host(ops.vdot(r1, y)).real)
     if beta1 < 0:
         raise ValueError("minres: the preconditioner M is not positive definite")
+    info_out.iterations = 0
     if beta1 == 0:
         return system.result(x), 0
     bnorm = ops.norm(system.b)
     if bnorm == 0:
         return system.result(system.b), 0
-    beta1 = np.sqrt(beta1)
-    oldb = 0.0
-    beta = beta1
-    dbar = epsln = 0.0
-    phibar = rhs1 = beta1
-    rhs2 = tnorm2 = gmax = 0.0
-    gmin = np.finfo(dtype).max
-    cs, sn = -1.0, 0.0
-    w = xp.zeros(n, dtype=dtype)
-    w2 = xp.zeros(n, dtype=dtype)
-    r2 = r1
-    istop = itn = 0
-    while itn < maxiter:
-        itn += 1
-        v = y * _scalar(1.0 / beta, dtype)
-        y = system.A.matvec(v)
-        if shift:
-            y = y - _scalar(shift, dtype) * v
-        if itn >= 2:
-            y = y - _scalar(beta / oldb, dtype) * r1
-        alfa = float(ops.to_host(ops.vdot(v, y)).real)
-        y = y - _scalar(alfa / beta, dtype) * r2
-        r1, r2 = r2, y
-        y = system.precondition(r2)
-        oldb = beta
-        beta = float(ops.to_host(ops.vdot(r2, y)).real)
-        if beta < 0:
-            raise ValueError("minres: A (or M) does not define a Hermitian matrix")
-        beta = np.sqrt(beta)
-        tnorm2 += alfa**2 + oldb**2 + beta**2
-        if itn == 1 and beta / beta1 <= 10 * eps:
-            istop = -1
-        oldeps = epsln
-        delta = cs * dbar + sn * alfa
-        gbar = sn * dbar - cs * alfa
-        epsln = sn * beta
-        dbar = -cs * beta
-        root = np.hypot(gbar, dbar)
-        gamma = max(np.hypot(gbar, beta), eps)
-        cs, sn = gbar / gamma, beta / gamma
-        phi = cs * phibar
-        phibar = sn * phibar
-        w1, w2 = w2, w
-        w = (v - _scalar(oldeps, dtype) * w1 - _scalar(delta, dtype) * w2) * _scalar(
-            1.0 / gamma, dtype
-        )
-        x += _scalar(phi, dtype) * w
-        gmax, gmin = max(gmax, gamma), min(gmin, gamma)
-        z = rhs1 / gamma
-        rhs1 = rhs2 - delta * z
-        rhs2 = -epsln * z
-        anorm = np.sqrt(tnorm2)
-        ynorm = ops.norm(x)
-        epsx = anorm * ynorm * eps
-        rnorm = phibar
-        test1 = np.inf if ynorm == 0 or anorm == 0 else rnorm / (anorm * ynorm)
-        test2 = np.inf if anorm == 0 else root / anorm
-        acond = gmax / gmin
-        if istop == 0:
-            if 1 + test2 <= 1:
-                istop = 2
-            if 1 + test1 <= 1:
-                istop = 1
-            if itn >= maxiter:
-                istop = 6
-            if acond >= 0.1 / eps:
-                istop = 4
-            if epsx >= beta1:
-                istop = 3
-            if test2 <= rtol:
-                istop = 2
-            if test1 <= rtol:
-                istop = 1
-        if callback is not None:
-            callback(x)
-        if istop != 0:
-            break
-    info = maxiter if istop == 6 else 0
-    return system.result(x), info
+    step = _MinresStep(system, ops, r1, y, np.sqrt(beta1), shift, rtol, maxiter)
+    refusal = info_out.graphs_reason or None
+    _iterate(step, maxiter, 1 if callback is not None else CHECK_EVERY, GRAPH_BLOCK, callback,
+             refusal, info_out)  # fmt: skip
+    istop, error, itn = (ops.to_host(a) for a in (step.istop, step.error, step.itn))
+    if bool(error):
+        raise ValueError("minres: A (or M) does not define a Hermitian matrix")
+    info_out.iterations = int(itn)
+    return system.result(x), maxiter if int(istop) == 6 else 0
+
+
+class _MinresStep:
+    """One MINRES iteration (scipy's) on preallocated device buffers: the Lanczos vectors
+    r1, r2 and the next one rotate through three buffers, as do w, w1 and w2 (``turn``
+    counts iterations; a captured block holds a multiple of ``period`` of them, so every
+    replay starts in the layout its capture did); the scalars are float64 0-d arrays
+    updated on the device, ``istop`` scipy's stop code and ``active`` whether the next
+    iteration runs."""
+
+    period = 3
+
+    def __init__(self, system, ops, r, y, beta1, shift, rtol, maxiter):
+        xp, dtype, n = system.xp, system.dtype, system.A.shape[0]
+        self.system, self.ops = system, ops
+        self.eps = float(np.finfo(dtype).eps)
+        self.beta1, self.rtol, self.maxiter = float(beta1), float(rtol), int(maxiter)
+        self.shift = _scalar(shift, dtype)
+        self.turn = 0
+        # r1 (its content unused by the first iteration), r2 = r, the next
+        self.r = [xp.zeros(n, dtype=dtype), r, xp.empty(n, dtype=dtype)]
+        self.y = None if system.M is None else xp.asarray(y, dtype=dtype).copy()
+        self.w = [xp.zeros(n, dtype=dtype) for _ in range(3)]
+        self.v = xp.empty(n, dtype=dtype)
+        start = {"beta": beta1, "phibar": beta1, "rhs1": beta1, "cs": -1.0,
+                 "gmin": float(np.finfo(dtype).max)}  # fmt: skip
+        self.state = {
+            name: xp.full((), start.get(name, 0.0), dtype=np.float64)
+            for name in MINRES_ROTATE_STATE
+        }
+        self.vy = xp.zeros((), dtype=dtype)
+        self.ry = xp.zeros((), dtype=dtype)
+        self.xx = xp.zeros((), dtype=dtype)
+        self.istop = xp.zeros((), dtype=np.int32)
+        self.active = xp.ones((), dtype=bool)
+        self.error = xp.zeros((), dtype=bool)
+        self.itn = xp.zeros((), dtype=np.int64)
+
+    def full(self, first: bool):
+        ops, system, state, t = self.ops, self.system, self.state, self.turn
+        r1, r2, nxt = self.r[t % 3], self.r[(t + 1) % 3], self.r[(t + 2) % 3]
+        y = r2 if self.y is None else self.y
+        ops.minres_scale(y, state["beta"], self.active, self.v)
+        system.A.matvec(self.v, out=nxt)
+        ops.minres_lanczos(self.v, r1, self.shift, state["beta"], state["oldb"], first,
+                           self.active, nxt)  # fmt: skip
+        ops.vdot(self.v, nxt, out=self.vy)
+        ops.minres_orthogonalize(r2, self.vy, state["beta"], self.active, nxt)
+        # r1, r2 = r2, next; y = M r2
+        if self.y is None:
+            y = nxt
+        elif system.M.xp is system.xp:
+            system.M.matvec(nxt, out=self.y)
+        else:
+            self.y[...] = system.precondition(nxt)
+        ops.vdot(nxt, y, out=self.ry)
+        ops.minres_rotate(self.vy, self.ry, self.eps, self.beta1, first, state, self.istop,
+                          self.active, self.error)  # fmt: skip
+        # w1, w2 = w2, w; w = (v - oldeps w1 - delta w2) / gamma
+        w1, w2, w = self.w[(t + 2) % 3], self.w[t % 3], self.w[(t + 1) % 3]
+        ops.minres_update(self.v, w1, w2, state, self.active, w, system.x)
+        ops.vdot(system.x, system.x, out=self.xx)
+        ops.minres_stop(self.xx, state, self.eps, self.beta1, self.rtol, self.maxiter,
+                        self.istop, self.active, self.itn)  # fmt: skip
+        self.turn = t + 1
+
+    def done(self) -> bool:
+        return not bool(self.ops.to_host(self.active))
+
+    def calls_back_last(self) -> bool:
+        """scipy calls back after the iteration that stops MINRES (not after an error)."""
+        return not bool(self.ops.to_host(self.error))

@@ -52,14 +52,21 @@ class Operator:
     xp : module
         numpy or cupy: where the products run. Vectors from the other module are moved
         (each call: slow, but correct; it only happens when A and the vectors live apart).
+    backend : str or None
+        The backend a sparsegpu matrix's plan runs on (None for other operators).
+    capturable : bool
+        Whether a CUDA graph can hold the products (a sparsegpu matrix on a backend that
+        allows capture; cuSPARSE does not).
     """
 
-    def __init__(self, shape, dtype, xp, matvec, rmatvec=None):
+    def __init__(self, shape, dtype, xp, matvec, rmatvec=None, backend=None, capturable=False):
         self.shape = (int(shape[0]), int(shape[1]))
         self.dtype = np.dtype(dtype)
         self.xp = xp
         self._matvec = matvec
         self._rmatvec = rmatvec
+        self.backend = backend
+        self.capturable = capturable
 
     def _here(self, x):
         if _cuda.is_cupy_array(x) == (self.xp is not np):
@@ -74,34 +81,63 @@ class Operator:
             return out
         return y
 
-    def rmatvec(self, x):
-        """``A^H @ x``; raises TypeError when the operator has no adjoint."""
+    def rmatvec(self, x, out=None):
+        """``A^H @ x`` (into ``out`` when given); raises TypeError when the operator has no
+        adjoint."""
         if self._rmatvec is None:
             raise TypeError(
                 "this operator has no adjoint product (rmatvec); pass a matrix or a "
                 "LinearOperator with rmatvec"
             )
-        return self._rmatvec(self._here(x))
+        y = self._rmatvec(self._here(x), out)
+        if out is not None and y is not out:
+            out[...] = y
+            return out
+        return y
+
+    def adjoint(self):
+        """``(backend, capturable)`` of the adjoint products (a sparsegpu matrix's
+        transpose plan, made now), or ``(None, False)`` for other operators."""
+        return self._adjoint() if hasattr(self, "_adjoint") else (None, False)
 
 
-def _sparsegpu_operator(A, b_dtype, b=None) -> Operator:
+def _sparsegpu_operator(A, b_dtype, b=None, capturable=False) -> Operator:
     """The operator of a sparsegpu matrix: its plan, bound once per solve (planned by
-    measurement on ``b`` when ``auto`` is in force: a solve multiplies many times)."""
-    plan = _dispatch.plan_for(A, b_dtype, x=b)
+    measurement on ``b`` when ``auto`` is in force: a solve multiplies many times; among
+    the backends a CUDA graph can hold when ``capturable``, for a solve that captures)."""
+    resolved = _dispatch.resolved_for(A, b_dtype, x=b, capturable=capturable)
+    plan, backend = resolved.plan, resolved.choice.implementation
     dtype = plan.matrix.dtype
     xp = plan.matrix.xp
-    transposed_plan = []
+    transposed = []  # the transpose's Resolved, made on the first adjoint product
+    scratch = []  # conj(x) for complex adjoint products into out
 
-    def rmatvec(x):
-        if not transposed_plan:
-            transposed_plan.append(_dispatch.plan_for(A.T, b_dtype))
-        t_plan = transposed_plan[0]
-        if dtype.kind == "c":
-            # A^H x = conj(A^T conj(x)): two cheap passes instead of a conjugated copy
+    def adjoint():
+        if not transposed:
+            transposed.append(_dispatch.resolved_for(A.T, b_dtype, x=b, capturable=capturable))
+        return transposed[0]
+
+    def rmatvec(x, out=None):
+        t_plan = adjoint().plan
+        if dtype.kind != "c":
+            return t_plan.matvec(x, out=out)
+        # A^H x = conj(A^T conj(x)): two cheap passes instead of a conjugated copy
+        if out is None:
             return t_plan.matvec(x.conj()).conj()
-        return t_plan.matvec(x)
+        if not scratch:
+            scratch.append(xp.empty_like(x))
+        xp.conj(x, out=scratch[0])
+        t_plan.matvec(scratch[0], out=out)
+        xp.conj(out, out=out)
+        return out
 
-    return Operator(A.shape, dtype, xp, lambda x, out: plan.matvec(x, out=out), rmatvec)
+    operator = Operator(A.shape, dtype, xp, lambda x, out: plan.matvec(x, out=out), rmatvec,
+                        backend.name, bool(backend.capturable))  # fmt: skip
+    operator._adjoint = lambda: (
+        adjoint().choice.implementation.name,
+        bool(adjoint().choice.implementation.capturable),
+    )
+    return operator
 
 
 def _native_module(A, b_xp):
@@ -130,13 +166,13 @@ def _generic_operator(A, b_dtype, b_xp) -> Operator:
             dtype,
             xp,
             lambda x, out: A.matvec(x).ravel(),
-            (lambda x: rmatvec(x).ravel()) if callable(rmatvec) else None,
+            (lambda x, out: rmatvec(x).ravel()) if callable(rmatvec) else None,
         )
     if not hasattr(A, "__matmul__"):
         raise TypeError(f"cannot multiply by a {type(A).__name__}; give it matvec or @")
     adjoint = []
 
-    def rmatvec(x):
+    def rmatvec(x, out=None):
         if not adjoint:
             adjoint.append(A.conj().T)
         return adjoint[0] @ x
@@ -144,14 +180,15 @@ def _generic_operator(A, b_dtype, b_xp) -> Operator:
     return Operator(shape, dtype, xp, lambda x, out: A @ x, rmatvec)
 
 
-def as_operator(A, b_dtype, b_xp, what: str = "A") -> Operator:
-    """The operator of ``A`` for a right-hand side of ``b_dtype`` living in ``b_xp``."""
+def as_operator(A, b_dtype, b_xp, what: str = "A", capturable=False) -> Operator:
+    """The operator of ``A`` for a right-hand side of ``b_dtype`` living in ``b_xp``
+    (``capturable``: auto plans among the backends a CUDA graph can hold)."""
     if A is None:
         raise TypeError(f"{what} is None; pass a matrix or an operator")
     if isinstance(A, _SparseGPUMixin):
         if A.ndim != 2:
             raise ValueError(f"{what} must be 2-D, got shape {A.shape}")
-        return _sparsegpu_operator(A, b_dtype)
+        return _sparsegpu_operator(A, b_dtype, capturable=capturable)
     return _generic_operator(A, b_dtype, b_xp)
 
 
@@ -166,14 +203,17 @@ class System:
     b, x : arrays
         Right-hand side and starting guess (a fresh array the solver may overwrite).
     x0_given : bool
+
+    ``capturable``: a solve that means to capture its iterations as CUDA graphs; ``auto``
+    then plans A and M among the backends a graph can hold.
     """
 
-    def __init__(self, name, A, b, x0=None, M=None, square=True):
+    def __init__(self, name, A, b, x0=None, M=None, square=True, capturable=False):
         b_xp = array_module(b) if _cuda.is_cupy_array(b) else np
         if not (_cuda.is_cupy_array(b) or isinstance(b, np.ndarray)):
             b = np.asarray(b)
         self.out_xp = b_xp
-        self.A = as_operator(A, _work_dtype(b.dtype), b_xp)
+        self.A = as_operator(A, _work_dtype(b.dtype), b_xp, capturable=capturable)
         m, n = self.A.shape
         if square and m != n:
             raise ValueError(
@@ -190,7 +230,7 @@ class System:
         self.dtype = _work_dtype(self.A.dtype, b.dtype)
         self.b = to_module(b, xp, self.dtype).ravel()
         if isinstance(A, _SparseGPUMixin) and _cuda.is_cupy_array(self.b) and A.ndim == 2:
-            self.A = _sparsegpu_operator(A, self.dtype, self.b)
+            self.A = _sparsegpu_operator(A, self.dtype, self.b, capturable)
         self.x0_given = x0 is not None
         if x0 is None:
             self.x = xp.zeros(n, dtype=self.dtype)
@@ -205,7 +245,7 @@ class System:
             self.x = to_module(x0, xp, self.dtype).ravel().copy()
         self.M = None
         if M is not None:
-            self.M = as_operator(M, self.dtype, xp, "M")
+            self.M = as_operator(M, self.dtype, xp, "M", capturable)
             if self.M.shape != (n, n):
                 raise ValueError(
                     f"{name}: the preconditioner M has shape {self.M.shape}; it must be "

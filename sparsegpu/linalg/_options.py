@@ -100,6 +100,19 @@ def graph_refusal(graphs, on_device: bool, callback, M_capturable: bool) -> str 
     return None
 
 
+def backend_refusal(operators) -> str | None:
+    """Why the products of these operators (A, then M; None entries skipped) cannot go into
+    a graph: a sparsegpu matrix planned on a backend that does not allow capture."""
+    for what, operator in operators:
+        if operator is None or operator.backend is None or operator.capturable:
+            continue
+        why = " (CuPy refuses cuSPARSE calls during stream capture)"
+        return f"{what}backend {operator.backend!r} cannot be captured" + (
+            why if operator.backend == "cusparse" else ""
+        )
+    return None
+
+
 # ------------------------------------------------------------------ reordering
 class Ordering:
     """A problem moved into a reordered space (or left as it is when ``perm`` is None)."""
