@@ -35,12 +35,13 @@ CUSPARSE_REASON = (
 
 
 def assert_captured(used, backend_name):
-    """Graphs were used, or (cuSPARSE: CuPy refuses its calls while capturing) the solve
-    fell back to the plain loop and said why."""
+    """Graphs were used, or (cuSPARSE, texture: not capturable) the solve fell back to the
+    plain loop and said why."""
     if sg._registry.registered()[backend_name].capturable:
         assert used.graphs, used.graphs_reason
     else:
-        assert not used.graphs and used.graphs_reason == CUSPARSE_REASON, used.graphs_reason
+        assert not used.graphs, used.graphs_reason
+        assert used.graphs_reason.startswith(f"backend {backend_name!r} cannot be captured (")
 
 
 # ----------------------------------------------------------------------------- reorder
@@ -285,9 +286,11 @@ def test_cg_graphs_with_numpy_operands_on_a_gpu_backend(gpu_backend_name, cupy):
 
 
 def test_auto_plans_among_capturable_backends_for_graphs(cupy):
+    # bcsstk13 (condition ~1e10) with Jacobi: unpreconditioned cg needs more than 10 n
     S = sp.csr_matrix(sg.datasets.load("bcsstk13"))
     b = rhs(S.shape[0], np.float64, xp=cupy)
-    x, info = sg.linalg.cg(sg.csr_matrix(S), b, rtol=1e-8)
+    M = sg.csr_matrix(jacobi(S))
+    x, info = sg.linalg.cg(sg.csr_matrix(S), b, rtol=1e-8, M=M)
     used = sg.linalg.last_solve_info()
     assert info == 0 and used.graphs, used.graphs_reason
 
@@ -369,11 +372,13 @@ def test_blocks_give_the_plain_answer(host_graphs, block_class, solver, options,
     options = {"rtol": 1e-12, "maxiter": maxiter, **options}
     if options.get("M") is not None:
         M = jacobi(S)
-        options["M"] = sg.csr_matrix(M) if options["M"] == "matrix" else spl.aslinearoperator(M)
+        options["M"] = ours(M, "scipy") if options["M"] == "matrix" else spl.aslinearoperator(M)
     run = getattr(sg.linalg, solver)
-    plain, info_plain = run(sg.csr_matrix(S), b, graphs=False, **options)
+    # on the scipy backend: the block bookkeeping on NumPy operands, on every machine (on a
+    # GPU, auto may plan another backend for a solve without graphs, a rounding apart)
+    plain, info_plain = run(ours(S, "scipy"), b, graphs=False, **options)
     count = sg.linalg.last_solve_info().iterations
-    x, info = run(sg.csr_matrix(S), b, **options)
+    x, info = run(ours(S, "scipy"), b, **options)
     used = sg.linalg.last_solve_info()
     assert info == info_plain
     assert used.iterations == count
@@ -507,8 +512,8 @@ def test_lsqr_blocks_give_the_plain_answer(host_graphs, block_class, options, it
     host_graphs(block_class)
     S, b = lsqr_problem(dtype)
     options = {"atol": 1e-12, "btol": 1e-12, "iter_lim": iter_lim, **options}
-    plain = sg.linalg.lsqr(sg.csr_matrix(S), b, graphs=False, **options)
-    got = sg.linalg.lsqr(sg.csr_matrix(S), b, **options)
+    plain = sg.linalg.lsqr(ours(S, "scipy"), b, graphs=False, **options)
+    got = sg.linalg.lsqr(ours(S, "scipy"), b, **options)
     used = sg.linalg.last_solve_info()
     assert got[1:9] == plain[1:9] and used.iterations == plain[2]
     np.testing.assert_array_equal(got[0], plain[0])

@@ -265,6 +265,9 @@ class CsrVectorBackend(Backend):
         self.description = description
         self.load_path = load_path
         self.reduction = reduction
+        # a texture object is made per x buffer, and waiting for the event of the one it
+        # replaces is not allowed in a capture (cudaErrorCapturedEvent on the H200)
+        self.capturable = load_path != LOAD_TEXTURE
 
     def shared_bytes(self, block_size: int, value_dtype) -> int:
         """Dynamic shared memory of one block: a partial sum per thread for the shared reduction."""

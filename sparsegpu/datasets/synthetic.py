@@ -333,6 +333,9 @@ def rmat(
     # values drawn after the sort: i.i.d. per edge all the same; a group of equal keys
     # (a repeated edge) is summed into one entry
     values = _values(xp, rng, m, dtype)
+    # repeated edges are summed on the host: CuPy's weighted bincount adds with atomics, in
+    # an order that differs run to run, and the matrix must be the same for the same seed
+    keys, values, xp = _to_host(keys), _to_host(values), np
     first = xp.ones(m, dtype=bool)
     first[1:] = keys[1:] != keys[:-1]
     group = xp.cumsum(first) - 1

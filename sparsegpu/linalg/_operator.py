@@ -13,6 +13,7 @@ import numpy as np
 
 from .. import _cuda, _dispatch
 from .._matrix import _SparseGPUMixin
+from .._oracle import random_vector
 
 
 def array_module(a):
@@ -230,7 +231,12 @@ class System:
         self.dtype = _work_dtype(self.A.dtype, b.dtype)
         self.b = to_module(b, xp, self.dtype).ravel()
         if isinstance(A, _SparseGPUMixin) and _cuda.is_cupy_array(self.b) and A.ndim == 2:
-            self.A = _sparsegpu_operator(A, self.dtype, self.b, capturable)
+            # planned on b where it can multiply A; a least-squares A (not square) on a
+            # seeded random vector of its columns
+            probe = self.b
+            if A.shape[1] != self.b.shape[0]:
+                probe = random_vector(A.shape[1], self.dtype, seed=0, xp=xp)
+            self.A = _sparsegpu_operator(A, self.dtype, probe, capturable)
         self.x0_given = x0 is not None
         if x0 is None:
             self.x = xp.zeros(n, dtype=self.dtype)

@@ -100,15 +100,22 @@ def graph_refusal(graphs, on_device: bool, callback, M_capturable: bool) -> str 
     return None
 
 
+# why a built-in backend cannot be captured (measured on the H200, CuPy 14)
+_WHY = {
+    "cusparse": " (CuPy refuses cuSPARSE calls during stream capture)",
+    "texture": " (a texture object per x buffer; waiting for the one it replaces is not "
+    "allowed while capturing)",
+}
+
+
 def backend_refusal(operators) -> str | None:
     """Why the products of these operators (A, then M; None entries skipped) cannot go into
     a graph: a sparsegpu matrix planned on a backend that does not allow capture."""
     for what, operator in operators:
         if operator is None or operator.backend is None or operator.capturable:
             continue
-        why = " (CuPy refuses cuSPARSE calls during stream capture)"
-        return f"{what}backend {operator.backend!r} cannot be captured" + (
-            why if operator.backend == "cusparse" else ""
+        return f"{what}backend {operator.backend!r} cannot be captured" + _WHY.get(
+            operator.backend, ""
         )
     return None
 
