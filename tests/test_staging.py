@@ -12,7 +12,7 @@ import scipy.sparse.linalg as spl
 
 from sparsegpu.testing import assert_product_close
 
-from .test_linalg import hpd, ours, rhs
+from .test_linalg import TOL, hpd, ours, rhs
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex128],
@@ -63,7 +63,7 @@ def test_threads_get_right_answers(gpu_backend_name, cupy):
 def test_scipy_cg_on_a_sparsegpu_matrix(gpu_backend_name, cupy):
     S = hpd(np.float64, n=30)
     b = rhs(S.shape[0], np.float64)
-    x, info = spl.cg(ours(S, gpu_backend_name), b, atol=0, rtol=1e-10)
-    want, _ = spl.cg(sp.csr_matrix(S), b, atol=0, rtol=1e-10)
+    x, info = spl.cg(ours(S, gpu_backend_name), b, atol=0, **{TOL: 1e-10})
+    want, _ = spl.cg(sp.csr_matrix(S), b, atol=0, **{TOL: 1e-10})
     assert info == 0
     np.testing.assert_allclose(x, want, rtol=1e-8, atol=1e-10)
