@@ -18,8 +18,8 @@ still run):
 * ``numpy_path``: ``scipy.sparse.linalg.cg`` with numpy vectors, ``--iterations``
   iterations, on a ``--numpy-grid``^3 (1.6M-row) Poisson matrix: scipy's matrix; scipy's
   own vector work (a product that costs nothing: the floor of this path); a sparsegpu
-  matrix with x registered in place, with every x through the pinned staging buffer, and
-  with pageable copies. Wall medians of ``--repeat`` runs.
+  matrix with x copied into the pinned staging buffer in chunks overlapped with their
+  transfers (the default), in one copy, and with pageable copies. Wall medians of ``--repeat`` runs.
 
 Usage: ``python benchmarks/solver_graphs.py --out DIR`` (writes solver_graphs_h200.json
 and .md; prints the table last).
@@ -188,19 +188,19 @@ def pageable_copies(cupy):
 
 
 @contextmanager
-def staging_only(cupy):
-    """Every upload through the pinned staging buffer (no vector registered in place)."""
-    smallest = _staging.REGISTER_MIN_BYTES
-    _staging.REGISTER_MIN_BYTES = 1 << 62
+def one_copy(cupy):
+    """Every upload as one host copy into the staging buffer, then one transfer."""
+    smallest = _staging.PIPELINE_MIN_BYTES
+    _staging.PIPELINE_MIN_BYTES = 1 << 62
     try:
         yield
     finally:
-        _staging.REGISTER_MIN_BYTES = smallest
+        _staging.PIPELINE_MIN_BYTES = smallest
 
 
 COPY_MODES = {
-    "registered": ("x sent from where it lies (registered), pinned results", None),
-    "pinned": ("x through a pinned staging buffer, pinned results", staging_only),
+    "pipelined": ("x copied in chunks overlapped with their transfers, pinned results", None),
+    "pinned": ("x through the pinned staging buffer in one copy, pinned results", one_copy),
     "pageable": ("pageable copies both ways", pageable_copies),
 }
 

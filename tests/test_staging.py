@@ -10,7 +10,6 @@ import pytest
 import scipy.sparse as sp
 import scipy.sparse.linalg as spl
 
-from sparsegpu.datasets.synthetic import stencil_2d
 from sparsegpu.testing import assert_product_close
 
 from .test_linalg import TOL, hpd, ours, rhs
@@ -71,71 +70,50 @@ def test_scipy_cg_on_a_sparsegpu_matrix(gpu_backend_name, cupy):
 
 
 @pytest.fixture
-def register_small(monkeypatch):
-    """Every vector counts as large enough to be page-locked in place."""
+def small_chunks(monkeypatch):
+    """Every upload copied and sent in chunks of 256 bytes (several per test vector)."""
     from sparsegpu import _staging
 
-    monkeypatch.setattr(_staging, "REGISTER_MIN_BYTES", 0)
+    monkeypatch.setattr(_staging, "PIPELINE_MIN_BYTES", 0)
+    monkeypatch.setattr(_staging, "CHUNK_BYTES", 256)
     return _staging
 
 
-def test_a_vector_uploaded_twice_is_sent_from_where_it_lies(gpu_backend_name, cupy,
-                                                            register_small):  # fmt: skip
-    S = hpd(np.float64)
+def test_chunks_cover_the_rows_once():
+    from sparsegpu._staging import chunks
+
+    for rows, row_bytes, chunk_bytes in [(0, 8, 64), (1, 8, 64), (100, 8, 64), (7, 1000, 64),
+                                         (1_601_613, 8, 1 << 20)]:  # fmt: skip
+        pieces = chunks(rows, row_bytes, chunk_bytes)
+        covered = [i for a, b in pieces for i in range(a, b)] if rows < 1000 else None
+        assert covered is None or covered == list(range(rows))
+        assert all(b > a for a, b in pieces)
+        assert sum(b - a for a, b in pieces) == rows
+        assert all((b - a) * row_bytes <= max(chunk_bytes, row_bytes) for a, b in pieces)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex128],
+                         ids=["float32", "float64", "complex128"])  # fmt: skip
+def test_chunked_uploads_give_scipys_products(gpu_backend_name, cupy, small_chunks, dtype):
+    S = hpd(dtype)
     A = ours(S, gpu_backend_name)
-    x = rhs(S.shape[0], np.float64, seed=3)
-    before = register_small.registered_bytes()
-    first = A @ x  # staged, remembered
-    assert register_small.registered_bytes() == before
-    x *= 2  # changed in place between products, as scipy's cg changes p
-    second = A @ x  # registered now
-    assert register_small.registered_bytes() == before + x.nbytes
-    x[:] = rhs(S.shape[0], np.float64, seed=4)
-    third = A @ x
-    want = x.copy()
-    x[:] = np.nan  # changed right after the product: the product has read x already
-    np.testing.assert_allclose(first * 2, second, rtol=1e-12)
-    np.testing.assert_allclose(third, S @ want, rtol=1e-12)
-    del x  # its memory is unregistered before NumPy frees it
-    assert register_small.registered_bytes() == before
+    max_row = int(np.diff(S.indptr).max())
+    wide = np.stack([rhs(S.shape[0], dtype, seed=s) for s in range(3)], axis=1)
+    for x in (rhs(S.shape[0], dtype, seed=7), wide[:, 1], rhs(S.shape[0], np.float32, seed=8)):
+        first = A @ x
+        kept = first.copy()
+        second = A @ (2 * x)  # the staging buffer refilled while nothing else holds it
+        assert_product_close(first, S @ x, dtype, max_row)
+        assert_product_close(second, S @ (2 * x), dtype, max_row)
+        np.testing.assert_array_equal(first, kept)
+    Y = A @ wide  # a 2-D X goes in chunks of rows
+    assert_product_close(Y, S @ wide, dtype, max_row)
 
 
-def test_views_and_other_dtypes_keep_the_staging_buffer(gpu_backend_name, cupy, register_small):
-    S = hpd(np.float64)
-    A = ours(S, gpu_backend_name)
-    before = register_small.registered_bytes()
-    wide = np.stack([rhs(S.shape[0], np.float64, seed=s) for s in range(2)], axis=1)
-    column = wide[:, 1]  # strided view, not its own memory
-    single = rhs(S.shape[0], np.float32, seed=5)  # converted on the way
-    for _ in range(3):
-        np.testing.assert_allclose(A @ column, S @ column, rtol=1e-12)
-        assert_product_close(A @ single, S @ single, np.float64, int(np.diff(S.indptr).max()))
-    assert register_small.registered_bytes() == before
-
-
-def test_registrations_stay_under_the_limit(gpu_backend_name, cupy, register_small, monkeypatch):
-    # vectors of 320 kB: each in memory of its own, so each can be registered
-    S = (sp.csr_matrix(stencil_2d(200)) + 4 * sp.identity(200 * 200)).tocsr()
-    A = ours(S, gpu_backend_name)
-    xs = [rhs(S.shape[0], np.float64, seed=s) for s in range(4)]
-    before = register_small.registered_bytes()
-    monkeypatch.setattr(register_small, "REGISTER_LIMIT_BYTES",
-                        before + 2 * xs[0].nbytes)  # fmt: skip
-    for _ in range(3):
-        for x in xs:
-            np.testing.assert_allclose(A @ x, S @ x, rtol=1e-12)
-            assert register_small.registered_bytes() <= register_small.REGISTER_LIMIT_BYTES
-    assert register_small.registered_bytes() > before  # some are registered, not all
-    del xs, x
-    assert register_small.registered_bytes() == before
-
-
-def test_scipy_cg_with_registered_vectors(gpu_backend_name, cupy, register_small):
+def test_scipy_cg_with_chunked_uploads(gpu_backend_name, cupy, small_chunks):
     S = hpd(np.float64, n=30)
     b = rhs(S.shape[0], np.float64)
-    before = register_small.registered_bytes()
     x, info = spl.cg(ours(S, gpu_backend_name), b, atol=0, **{TOL: 1e-10})
     want, _ = spl.cg(sp.csr_matrix(S), b, atol=0, **{TOL: 1e-10})
     assert info == 0
     np.testing.assert_allclose(x, want, rtol=1e-8, atol=1e-10)
-    assert register_small.registered_bytes() == before  # cg's p is gone, so is its lock
