@@ -11,6 +11,8 @@ still run):
   Time to solution is the wall median of ``--repeat`` solves after one warm-up (a graph
   solve captures anew each call: the capture is in the time). Iteration counts come from
   ``last_solve_info()`` (ours) and a callback (cupyx, an untimed run).
+* ``others``: ``bicgstab``, ``minres`` and ``lsqr`` (``atol = btol = --rtol``) with graphs
+  and without on the three Laplacians, iteration counts from ``last_solve_info()``.
 * ``reorder``: a 3-D 7-point mesh of ``--mesh-grid``^3 rows numbered in random order,
   ``cg(..., reorder="rcm")`` against ``reorder=None``: the solve with the permutation
   cached on the matrix (what every solve after the first costs) and the first solve,
@@ -135,6 +137,44 @@ def bench_graphs(args, cupy, report):
             r["graphs"]["iterations"] == r["plain"]["iterations"] for r in rows
         ),
     }
+
+
+def bench_others(args, cupy, report):
+    """bicgstab, minres and lsqr with graphs against without, on the real Laplacians."""
+    rows = report["others"] = []
+    for name, S, _, kind in problems([]):
+        if kind != "real" or name == "bcsstk13":
+            continue
+        A = sg.csr_matrix(S)
+        b = cupy.asarray(np.random.default_rng(0).uniform(-1, 1, S.shape[0]))
+        solvers = {
+            "bicgstab": lambda graphs, A=A, b=b: sg.linalg.bicgstab(
+                A, b, rtol=args.rtol, graphs=graphs
+            ),
+            "minres": lambda graphs, A=A, b=b: sg.linalg.minres(
+                A, b, rtol=args.rtol, graphs=graphs
+            ),
+            "lsqr": lambda graphs, A=A, b=b: sg.linalg.lsqr(
+                A, b, atol=args.rtol, btol=args.rtol, graphs=graphs
+            ),
+        }
+        for solver, run in solvers.items():
+            row = {"matrix": name, "solver": solver, "n": S.shape[0], "nnz": int(S.nnz)}
+            for graphs in (True, False):
+                run(graphs)  # warm-up
+                seconds, result = timed(lambda g=graphs, r=run: r(g), cupy, args.repeat)
+                used = sg.linalg.last_solve_info()
+                x = result[0]
+                row["graphs" if graphs else "plain"] = {
+                    "seconds": seconds,
+                    "iterations": used.iterations,
+                    "graphs": used.graphs,
+                    "why": used.graphs_reason,
+                    "residual": float(cupy.linalg.norm(b - A @ x) / cupy.linalg.norm(b)),
+                }
+            row["vs_plain"] = row["plain"]["seconds"] / row["graphs"]["seconds"]
+            row["iterations_identical"] = row["plain"]["iterations"] == row["graphs"]["iterations"]
+            rows.append(row)
 
 
 def scrambled_mesh(grid, seed=0):
@@ -270,6 +310,21 @@ def markdown(report) -> str:
             f"{summary['geomean_vs_cupyx_all']:.2f}x; iteration counts identical with and "
             f"without graphs: {summary['iterations_identical']}.",
         ]
+    others = report.get("others")
+    if others:
+        lines += [
+            "",
+            "bicgstab, minres and lsqr to the same tolerance, with graphs against without:",
+            "",
+            "| matrix | solver | iterations (graphs / plain) | graphs ms | plain ms | vs plain |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r in others:
+            g, p = r["graphs"], r["plain"]
+            lines.append(
+                f"| {r['matrix']} | {r['solver']} | {g['iterations']} / {p['iterations']} | "
+                f"{g['seconds'] * 1e3:.2f} | {p['seconds'] * 1e3:.2f} | {r['vs_plain']:.2f}x |"
+            )
     entry = report.get("reorder")
     if entry and "speedup" in entry:
         lines += [
@@ -336,7 +391,7 @@ def main(argv=None) -> int:
     parser.add_argument("--mesh-grid", type=int, default=150, help="150^3 x 7 = 23.6M nonzeros")
     parser.add_argument("--numpy-grid", type=int, default=117, help="117^3 = 1.6M rows")
     parser.add_argument("--iterations", type=int, default=20)
-    parser.add_argument("--sections", default="graphs,reorder,numpy_path")
+    parser.add_argument("--sections", default="graphs,others,reorder,numpy_path")
     args = parser.parse_args(argv)
     from sparsegpu import _cuda
 
@@ -351,7 +406,12 @@ def main(argv=None) -> int:
         "repeat": args.repeat,
         "errors": {},
     }
-    sections = {"graphs": bench_graphs, "reorder": bench_reorder, "numpy_path": bench_numpy_path}
+    sections = {
+        "graphs": bench_graphs,
+        "others": bench_others,
+        "reorder": bench_reorder,
+        "numpy_path": bench_numpy_path,
+    }
     for name in args.sections.split(","):
         start = time.perf_counter()
         try:
