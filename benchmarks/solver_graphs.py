@@ -20,8 +20,8 @@ still run):
 * ``numpy_path``: ``scipy.sparse.linalg.cg`` with numpy vectors, ``--iterations``
   iterations, on a ``--numpy-grid``^3 (1.6M-row) Poisson matrix: scipy's matrix; scipy's
   own vector work (a product that costs nothing: the floor of this path); a sparsegpu
-  matrix with x copied into the pinned staging buffer in chunks overlapped with their
-  transfers (the default), in one copy, and with pageable copies. Wall medians of ``--repeat`` runs.
+  matrix with x through the pinned staging buffer and with pageable copies. Wall medians
+  of ``--repeat`` runs.
 
 Usage: ``python benchmarks/solver_graphs.py --out DIR`` (writes solver_graphs_h200.json
 and .md; prints the table last).
@@ -227,20 +227,8 @@ def pageable_copies(cupy):
         _staging.upload, _staging.download = upload, download
 
 
-@contextmanager
-def one_copy(cupy):
-    """Every upload as one host copy into the staging buffer, then one transfer."""
-    smallest = _staging.PIPELINE_MIN_BYTES
-    _staging.PIPELINE_MIN_BYTES = 1 << 62
-    try:
-        yield
-    finally:
-        _staging.PIPELINE_MIN_BYTES = smallest
-
-
 COPY_MODES = {
-    "pipelined": ("x copied in chunks overlapped with their transfers, pinned results", None),
-    "pinned": ("x through the pinned staging buffer in one copy, pinned results", one_copy),
+    "pinned": ("x through the pinned staging buffer, pinned results", None),
     "pageable": ("pageable copies both ways", pageable_copies),
 }
 

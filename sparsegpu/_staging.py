@@ -12,19 +12,18 @@ fresh block of CuPy's pinned memory pool that the returned array owns: it goes b
 the pool only when that array is freed, so a result never aliases a buffer that a later
 product overwrites.
 
-A large x is copied in chunks, several at once (NumPy's copy releases the GIL), and each
-chunk is sent as soon as it is in the pinned buffer, so the host copy and the PCIe
-transfer overlap instead of following each other. (Page-locking the caller's array in
-place was tried and measured slower: scipy's ``cg`` allocates a new ``p`` every solve, and
-registering 12.8 MB costs more than the copies it saves over 20 iterations.)
+Two ways to shorten the upload were built and measured slower on the H200 (scipy's ``cg``,
+1.6M rows, ``benchmarks/solver_graphs.py``): page-locking the caller's array in place
+(``cudaHostRegister``; scipy allocates a new ``p`` every solve, and registering 12.8 MB cost
+more than 20 iterations of copies saved: 11.82 against 10.79 ms an iteration), and copying
+x in 1 MB chunks on a few threads with each chunk sent as soon as it was in the buffer
+(9.94 against 9.29 ms). scipy's own vector work is 8.0 ms of those 9.3.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 import weakref
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -55,53 +54,18 @@ def _buffer(owner, cupy, shape, dtype) -> _Upload:
     return entry
 
 
-#: Uploads at least this large are copied and sent in chunks of :data:`CHUNK_BYTES`.
-PIPELINE_MIN_BYTES = 4 << 20
-CHUNK_BYTES = 1 << 20
-_copiers: ThreadPoolExecutor | None = None
-
-
-def _copier_pool() -> ThreadPoolExecutor:
-    global _copiers
-    with _lock:
-        if _copiers is None:
-            workers = max(1, min(4, (os.cpu_count() or 1) - 1))
-            _copiers = ThreadPoolExecutor(workers, thread_name_prefix="sparsegpu-staging")
-    return _copiers
-
-
-def chunks(rows: int, row_bytes: int, chunk_bytes: int | None = None) -> list[tuple[int, int]]:
-    """Row ranges ``[(start, stop), ...]`` of about ``chunk_bytes`` each covering ``rows``."""
-    step = max(1, (CHUNK_BYTES if chunk_bytes is None else chunk_bytes) // max(row_bytes, 1))
-    return [(start, min(start + step, rows)) for start in range(0, rows, step)]
-
-
 def upload(x: np.ndarray, dtype, owner):
     """x (NumPy) as a new C-contiguous CuPy array of ``dtype``, copied through the pinned
     buffer ``owner`` (a mirror) keeps for this thread, shape and dtype; asynchronous on
-    the current stream (a large x in overlapped chunks, see the module)."""
+    the current stream."""
     cupy = _cuda.cupy_or_none()
-    x = np.asarray(x)
     staging = _buffer(owner, cupy, x.shape, dtype)
     if staging.sent is not None:
         staging.sent.synchronize()  # the previous upload has left the buffer
+    np.copyto(staging.host, x, casting="unsafe")
     device = cupy.empty(x.shape, dtype=dtype)
     stream = cupy.cuda.get_current_stream()
-    host = staging.host
-    if host.nbytes < PIPELINE_MIN_BYTES or x.ndim == 0:
-        np.copyto(host, x, casting="unsafe")
-        device.set(host, stream=stream)
-    else:
-        row_bytes = host.nbytes // host.shape[0]
-        pieces = chunks(host.shape[0], row_bytes)
-        pool = _copier_pool()
-        copies = [pool.submit(np.copyto, host[a:b], x[a:b], casting="unsafe") for a, b in pieces]
-        for (a, b), copy in zip(pieces, copies, strict=True):
-            copy.result()
-            cupy.cuda.runtime.memcpyAsync(
-                device.data.ptr + a * row_bytes, host.ctypes.data + a * row_bytes,
-                (b - a) * row_bytes, cupy.cuda.runtime.memcpyHostToDevice, stream.ptr,
-            )  # fmt: skip
+    device.set(staging.host, stream=stream)
     staging.sent = stream.record()
     return device
 
