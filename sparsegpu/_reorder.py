@@ -18,9 +18,15 @@ from ._matrix import _SparseGPUMixin
 METHODS = ("rcm",)
 
 
-def rcm_permutation(A) -> np.ndarray:
+def rcm_permutation(A, symmetric: bool = False) -> np.ndarray:
     """The reverse Cuthill-McKee ordering of the square matrix ``A``'s symmetrized pattern
-    (int64 ``perm``: row ``i`` of the reordered matrix is row ``perm[i]`` of A)."""
+    (int64 ``perm``: row ``i`` of the reordered matrix is row ``perm[i]`` of A).
+
+    ``symmetric=True`` says A's pattern is symmetric already (a Hermitian matrix: what
+    ``cg`` and ``minres`` require), so ``|A| + |A|^T`` is not formed: about a fifth of
+    the ordering's time on a large mesh, and the same ordering where A's column indices
+    are sorted. On a pattern that is not symmetric it is still a valid permutation, only
+    possibly a worse one."""
     S = sp.csr_matrix(A)
     if S.shape[0] != S.shape[1]:
         raise ValueError(
@@ -28,7 +34,8 @@ def rcm_permutation(A) -> np.ndarray:
             "permutation of a rectangular matrix does not exist"
         )
     pattern = sp.csr_matrix((np.ones(S.nnz, dtype=np.int8), S.indices, S.indptr), shape=S.shape)
-    pattern = (pattern + pattern.T).tocsr()
+    if not symmetric:
+        pattern = (pattern + pattern.T).tocsr()
     return np.asarray(reverse_cuthill_mckee(pattern, symmetric_mode=True), dtype=np.int64)
 
 
@@ -41,7 +48,7 @@ def permute(A, perm: np.ndarray):
     return B
 
 
-def reorder(A, method: str = "rcm"):
+def reorder(A, method: str = "rcm", *, symmetric: bool = False):
     """A symmetric locality reordering of the square sparse matrix ``A``.
 
     Parameters
@@ -50,6 +57,9 @@ def reorder(A, method: str = "rcm"):
     method : {"rcm"}
         ``"rcm"``: reverse Cuthill-McKee (``scipy.sparse.csgraph``) on the symmetrized
         pattern.
+    symmetric : bool, optional
+        A's pattern is known to be symmetric (A Hermitian): the symmetrized pattern is not
+        formed, which saves time on large matrices (see :func:`rcm_permutation`).
 
     Returns
     -------
@@ -70,5 +80,5 @@ def reorder(A, method: str = "rcm"):
     """
     if method not in METHODS:
         raise ValueError(f"unknown reordering method {method!r}; use one of {METHODS}")
-    perm = rcm_permutation(A)
+    perm = rcm_permutation(A, symmetric=symmetric)
     return permute(A, perm), perm

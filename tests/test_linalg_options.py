@@ -144,10 +144,30 @@ def test_the_permutation_is_made_once_per_matrix(backend_name, monkeypatch):
     A = ours(scrambled(hpd(np.float64)), backend_name)
     made = []
     real = _reorder.reorder
-    monkeypatch.setattr(_reorder, "reorder", lambda *a: made.append(1) or real(*a))
+    monkeypatch.setattr(_reorder, "reorder", lambda *a, **k: made.append(1) or real(*a, **k))
     for seed in range(3):
         sg.linalg.cg(A, rhs(A.shape[0], np.float64, seed=seed), reorder="rcm")
     assert len(made) == 1
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_hermitian_solvers_order_without_symmetrizing(solver, monkeypatch):
+    from sparsegpu import _reorder
+
+    S = scrambled(hpd(np.float64))
+    S.sort_indices()
+    asked = []
+    real = _reorder.rcm_permutation
+
+    def recording(A, symmetric=False):
+        asked.append(symmetric)
+        return real(A, symmetric)
+
+    monkeypatch.setattr(_reorder, "rcm_permutation", recording)
+    getattr(sg.linalg, solver)(sg.csr_matrix(S), rhs(S.shape[0], np.float64), reorder="rcm")
+    assert asked == [solver in ("cg", "minres")]
+    # a symmetric pattern with sorted indices: the same ordering either way
+    np.testing.assert_array_equal(real(S, symmetric=True), real(S))
 
 
 def test_rcm_needs_a_sparsegpu_matrix_and_auto_skips_operators():

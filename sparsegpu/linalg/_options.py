@@ -211,16 +211,21 @@ def choose_ordering(name: str, A, reorder, info: SolveInfo):
         )
     else:
         info.reorder_reason = "rcm asked for"
-    B, perm = cached_rcm(A)
+    B, perm = cached_rcm(A, symmetric=name in HERMITIAN_SOLVERS)
     info.reorder = "rcm"
     return B, Ordering(perm)
 
 
-def cached_rcm(A):
+#: Solvers whose A must be Hermitian: its pattern is symmetric, so the ordering need not
+#: symmetrize it.
+HERMITIAN_SOLVERS = ("cg", "minres")
+
+
+def cached_rcm(A, symmetric: bool = False):
     """``sg.reorder(A)``, kept beside A's mirrors (dropped with them when A changes), so
     that solves with several right-hand sides permute the matrix once."""
     kept = A._sg_cache_dict().reorderings
     entry = kept.get(("rcm", A.backend))
     if entry is None:
-        entry = kept[("rcm", A.backend)] = _reorder.reorder(A, "rcm")
+        entry = kept[("rcm", A.backend)] = _reorder.reorder(A, "rcm", symmetric=symmetric)
     return entry
