@@ -170,6 +170,33 @@ def test_hermitian_solvers_order_without_symmetrizing(solver, monkeypatch):
     np.testing.assert_array_equal(real(S, symmetric=True), real(S))
 
 
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64], ids=["int32", "int64"])
+@pytest.mark.parametrize("dtype", [np.float32, np.complex128], ids=["float32", "complex128"])
+@pytest.mark.parametrize("kind", ["mesh", "empty-rows"])
+def test_large_matrices_are_permuted_on_the_device(cupy, monkeypatch, kind, dtype, index_dtype):
+    from sparsegpu import _reorder
+    from sparsegpu.testing import random_sparse
+
+    if kind == "mesh":
+        S = scrambled(hpd(dtype))
+    else:  # a few empty rows and columns, nonzeros anywhere
+        S = random_sparse((150, 150), 0.01, 3, dtype).tocsr()
+        assert (np.diff(S.indptr) == 0).any()
+    S.indices, S.indptr = S.indices.astype(index_dtype), S.indptr.astype(index_dtype)
+    perm = _reorder.rcm_permutation(S)
+    on_host = S[perm][:, perm]
+    monkeypatch.setattr(_reorder, "DEVICE_PERMUTE_MIN_NNZ", 0)
+    used = []
+    real = _reorder._permuted_on_device
+    monkeypatch.setattr(_reorder, "_permuted_on_device",
+                        lambda *a: used.append(1) or real(*a))  # fmt: skip
+    B = _reorder.permute(sg.csr_matrix(S), perm)
+    assert used == [1]
+    assert isinstance(B, sg.csr_matrix) and B.dtype == dtype and B.shape == S.shape
+    assert B.has_sorted_indices and B.nnz == on_host.nnz
+    assert (sp.csr_matrix(B) != on_host).nnz == 0
+
+
 def test_rcm_needs_a_sparsegpu_matrix_and_auto_skips_operators():
     S = hpd(np.float64)
     b = rhs(S.shape[0], np.float64)
