@@ -344,8 +344,8 @@ def markdown(report) -> str:
         if "rcm_seconds" in entry:
             lines.append(
                 f"Of the first solve's extra time: the ordering (symmetrized pattern and "
-                f"reverse Cuthill-McKee) {entry['rcm_seconds']:.1f} s, the permuted copy "
-                f"{entry['permute_seconds']:.1f} s, on the host."
+                f"reverse Cuthill-McKee, on the host) {entry['rcm_seconds']:.1f} s, the "
+                f"permuted copy (`sg.reorder`'s, on the GPU) {entry['permute_seconds']:.1f} s."
             )
     entry = report.get("numpy_path")
     if entry and "pageable" in entry:
