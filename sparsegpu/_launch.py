@@ -91,10 +91,50 @@ class KernelLaunch:
         self._params = self._args.ctypes.data + 8 * np.arange(len(arguments), dtype=np.uint64)
         self._params_ptr = self._params.ctypes.data
         self._lock = threading.Lock()
+        self._current_stream = self._cupy.cuda.get_current_stream
+        self._x_slot = self._slots.get("x")
+        self._y_slot = self._slots.get("y")
+
+    def bind(self, **fixed) -> KernelLaunch:
+        """A copy with the slots named in ``fixed`` filled for good (a plan's per-stream
+        scratch buffers), so that its calls only write what changes per product."""
+        other = object.__new__(KernelLaunch)
+        other.__dict__.update(self.__dict__)
+        other._args = self._args.copy()
+        other._slots = dict(self._slots)
+        for name, argument in fixed.items():
+            other._args[other._slots.pop(name)] = _slot_value(argument)
+        other._params = other._args.ctypes.data + 8 * np.arange(len(other._args), dtype=np.uint64)
+        other._params_ptr = other._params.ctypes.data
+        other._lock = threading.Lock()
+        return other
+
+    def xy(self, grid: int, x, y) -> None:
+        """Launch with the slots ``"x"`` and ``"y"`` set to two CuPy arrays (checked by the
+        plan) and every other slot fixed: the per-product path, without keyword arguments
+        or per-argument conversion."""
+        stream_ptr = self._current_stream().ptr
+        args = self._args
+        with self._lock:
+            args[self._x_slot] = x.data.ptr
+            args[self._y_slot] = y.data.ptr
+            self._driver_launch(
+                self._function,
+                grid,
+                1,
+                1,
+                self.block,
+                1,
+                1,
+                self.shared_bytes,
+                stream_ptr,
+                self._params_ptr,
+                0,
+            )
 
     def __call__(self, grid: int, **per_call) -> None:
         """Launch ``grid`` blocks on CuPy's current stream; ``per_call`` fills the named slots."""
-        stream_ptr = self._cupy.cuda.get_current_stream().ptr
+        stream_ptr = self._current_stream().ptr
         with self._lock:  # the slots are shared; the launch copies them
             for name, argument in per_call.items():
                 self._args[self._slots[name]] = _slot_value(argument)

@@ -15,6 +15,7 @@ from sparsegpu.backends.merge_path import (
     FAMILY,
     MERGE_PATH_SHAPES,
     MergePathPolicy,
+    longest_run,
     tile_coordinates,
 )
 from sparsegpu.testing import (
@@ -61,6 +62,14 @@ def test_tiles_follow_the_merge_path(name, tile_items):
         assert np.all(ends[:i] <= j), "a row counted as ended before all its nonzeros"
         if i < A.shape[0]:
             assert ends[i] >= j, "a nonzero consumed past the end of its row"
+
+
+@pytest.mark.parametrize(
+    "tile_row, expected",
+    [([0], 1), ([0, 1, 2, 3], 1), ([0, 0, 0, 1, 2, 2, 5], 3), ([4, 4, 4, 4], 4), ([0, 7, 7], 2)],
+)
+def test_longest_run_counts_tiles_starting_in_one_row(tile_row, expected):
+    assert longest_run(np.array(tile_row), np) == expected
 
 
 def test_every_instantiation_is_registered():
@@ -150,6 +159,28 @@ def test_every_shape_on_a_row_spanning_many_tiles(cupy, dtype, shape):
     policy = MergePathPolicy(block_size=shape[0], nnz_per_thread=shape[1])
     y = sg.matvec(A, cupy.asarray(x), backend="merge_path", policy=policy)
     assert_product_close(y, sp.csr_matrix(A) @ x, dtype, _max_row(A))
+
+
+@pytest.mark.parametrize("shape", [(128, 4), (256, 8)], ids=["128x4", "256x8"])
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=INDEX_IDS)
+@pytest.mark.parametrize("dtype", VALUE_DTYPES, ids=DTYPE_IDS)
+def test_arrow_rows_spanning_hundreds_of_tiles_are_summed_by_warps(cupy, dtype, index_dtype, shape):
+    # 4 rows of 150,000 nonzeros among 3,000 of 8: each dense row spans 70-290 tiles, more
+    # than a warp, so the warp-per-run fix-up kernel adds the carries (with 128x4 tiles
+    # there are also more tiles than the fused fix-up takes)
+    lengths = np.full(3_004, 8, dtype=np.int64)
+    lengths[[0, 1, 1500, 3003]] = 150_000
+    rng = np.random.default_rng(11)
+    A = sg.csr_matrix(from_row_lengths(lengths, 200_000, dtype, index_dtype, rng))
+    policy = MergePathPolicy(block_size=shape[0], nnz_per_thread=shape[1])
+    plan = sg._dispatch.plan_for(A, dtype, backend="merge_path", policy=policy)
+    assert plan.longest_carry_run > 32 and not plan.fused_fixup
+    x = random_vector(A.shape[1], dtype, seed=12)
+    xd = cupy.asarray(x)
+    y = sg.matvec(A, xd, backend="merge_path", policy=policy)
+    assert_product_close(y, sp.csr_matrix(A) @ x, dtype, _max_row(A))
+    again = sg.matvec(A, xd, backend="merge_path", policy=policy)
+    assert cupy.array_equal(y.view(np.uint8), again.view(np.uint8))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.complex128], ids=["float32", "complex128"])

@@ -150,7 +150,7 @@ class KernelPlan(Plan):
         if not self.launches:
             y.fill(0)
             return y
-        self._launch(self.grid, x=x, y=y)
+        self._launch.xy(self.grid, x, y)
         return y
 
 

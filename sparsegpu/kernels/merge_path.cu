@@ -11,9 +11,33 @@
 // its segment. Partial rows are combined by a segmented (reduce-by-key) Hillis-Steele scan
 // in shared memory and, across tiles, by adding each row's carries in tile order: in the
 // last block to finish (few tiles; an atomic counter only elects that block) or in
-// merge_path_fixup (many tiles). No floating-point atomics: same input, same bits.
+// merge_path_fixup (many tiles, or a row spanning more than a warp of tiles: a warp sums
+// each such row's carries there). No floating-point atomics: same input, same bits.
 // Work O(n_rows + nnz); each value, index and row pointer is read once.
 #include "common.cuh"
+
+constexpr int WARP_LANES = 32;
+
+// The sum of the carries of one row's run of tiles starting at tile t, by a whole warp:
+// lane l adds tiles t + l, t + l + 32, ... while they carry the same row (carry rows never
+// decrease, so a lane stops at the run's end), then the lanes' sums are combined by a
+// butterfly. Same input, same order, same bits. Every lane returns the total.
+template <typename V, typename I, typename Rows>
+__device__ __forceinline__ V run_partial_sum(Rows rows, const V* carry_value, int t, int n_tiles,
+                                             I row, int lane) {
+    V sum = value_zero<V>();
+    for (int u = t + lane; u < n_tiles; u += WARP_LANES) {
+        if (rows[u] != row) {
+            break;
+        }
+        sum = add(sum, load_coherent(carry_value + u));
+    }
+#pragma unroll
+    for (int offset = WARP_LANES / 2; offset > 0; offset >>= 1) {
+        sum = add(sum, shuffle_xor(sum, offset));
+    }
+    return sum;
+}
 
 template <typename V, typename I, int BLOCK, int ITEMS>
 __global__ void __launch_bounds__(BLOCK)
@@ -168,23 +192,26 @@ merge_path_spmv(const I* __restrict__ indptr, const I* __restrict__ indices,
     }
 }
 
-// Adds to y the partial sums of rows that span tiles, in tile order (deterministic).
-// One thread per tile; the first tile of each run of equal carry rows sums the run.
+// Adds to y the partial sums of rows that span tiles, in a fixed order (deterministic).
+// One warp per tile; the warp of the first tile of each run of equal carry rows sums the
+// run, its lanes striding over it, so a row spanning thousands of tiles (an arrow matrix's
+// dense rows) costs a few strided passes instead of one thread's serial walk.
 template <typename V, typename I>
 __global__ void merge_path_fixup(const I* __restrict__ carry_row,
                                     const V* __restrict__ carry_value, int n_tiles,
                                     I n_rows, V* __restrict__ y) {
-    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    const long long t =
+        (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / WARP_LANES;
     if (t >= n_tiles) {
-        return;
+        return;  // the whole warp: t is the same for its lanes
     }
     const I row = carry_row[t];
     if (row >= n_rows || (t > 0 && carry_row[t - 1] == row)) {
         return;
     }
-    V sum = carry_value[t];
-    for (int u = t + 1; u < n_tiles && carry_row[u] == row; ++u) {
-        sum = add(sum, carry_value[u]);
+    const int lane = threadIdx.x % WARP_LANES;
+    const V sum = run_partial_sum(carry_row, carry_value, static_cast<int>(t), n_tiles, row, lane);
+    if (lane == 0) {
+        y[row] = add(sum, y[row]);
     }
-    y[row] = add(sum, y[row]);
 }
