@@ -7,7 +7,12 @@ import pytest
 import scipy.sparse as sp
 
 import sparsegpu as sg
-from sparsegpu.backends.cusparse import CUSPARSE_ALGORITHMS, CusparsePolicy
+from sparsegpu.backends.cusparse import (
+    CUSPARSE_ALGORITHMS,
+    DENSE_DESCRIPTORS,
+    CusparsePlan,
+    CusparsePolicy,
+)
 from sparsegpu.testing import (
     INDEX_DTYPES,
     VALUE_DTYPES,
@@ -97,6 +102,51 @@ def test_runs_on_the_current_stream(cupy):
         y = sg.matvec(A, x, backend="cusparse")
     stream.synchronize()
     assert_product_close(y, sp.csr_matrix(A) @ x.get(), np.float64, _max_row(A))
+
+
+def test_more_buffers_than_the_descriptor_table_keeps(cupy):
+    # each x and y at a new address until the table evicts, then the first ones again:
+    # a descriptor never points at another buffer's memory
+    A = _matrix("power_law", np.float64, np.int32)
+    plan = sg._dispatch.plan_for(A, backend="cusparse", policy=CusparsePolicy("csr_alg1"))
+    assert isinstance(plan, CusparsePlan)
+    n = DENSE_DESCRIPTORS + 8
+    xs = [cupy.asarray(random_vector(A.shape[1], np.float64, seed=s)) for s in range(n)]
+    outs = [cupy.full(A.shape[0], np.nan) for _ in range(n)]
+    reference = sp.csr_matrix(A)
+    for _ in range(2):
+        for x, out in zip(xs, outs, strict=True):
+            assert plan.matvec(x, out=out) is out
+        for x, out in zip(xs, outs, strict=True):
+            assert_product_close(out, reference @ x.get(), np.float64, _max_row(A))
+        for out in outs:
+            out.fill(np.nan)
+    assert len(plan._x_vectors) <= DENSE_DESCRIPTORS
+    assert len(plan._y_vectors) <= DENSE_DESCRIPTORS
+
+
+def test_threads_on_their_own_streams_share_one_plan(cupy):
+    # each thread has its own handle and stream; the descriptor tables are shared
+    from concurrent.futures import ThreadPoolExecutor
+
+    A = _matrix("power_law", np.float32, np.int64)
+    A.backend = "cusparse"
+    reference = sp.csr_matrix(A)
+    xs = [random_vector(A.shape[1], np.float32, seed=10 + t) for t in range(6)]
+
+    def work(x_host):
+        stream = cupy.cuda.Stream(non_blocking=True)
+        x = cupy.asarray(x_host)
+        with stream:
+            ys = [A @ x for _ in range(20)]
+        stream.synchronize()
+        return ys
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        results = list(pool.map(work, xs))  # re-raises any thread's error
+    for x_host, ys in zip(xs, results, strict=True):
+        for y in ys:
+            assert_product_close(y, reference @ x_host, np.float32, _max_row(A))
 
 
 def test_integer_values_are_refused_with_a_type_error(cupy):

@@ -1,12 +1,21 @@
 """The ``cusparse`` backend: cuSPARSE generic SpMV/SpMM without per-call set-up.
 
 cupyx's ``A @ x`` creates the sparse and dense descriptors, asks for the workspace size
-and allocates the workspace on every product. Here all of that happens once per plan:
-the CSR descriptor, the x/y dense-vector descriptors (re-pointed per call with
-``cusparseDnVecSetValues``, two cheap host calls), the workspace (one per CUDA stream, so
-concurrent products on different streams never share scratch memory) and, when the
-policy asks and the installed bindings have it, ``cusparseSpMV_preprocess``. Products
-run on CuPy's current stream (the handle's stream is set on every call).
+and allocates the workspace on every product. Here all of that happens once:
+
+- per plan: the CSR descriptor, and ``cusparseSpMV_preprocess`` when the policy asks and
+  the installed bindings have it;
+- per stream: the workspace (concurrent products on different streams never share scratch
+  memory);
+- per x or y buffer: its dense-vector descriptor, kept in a small table keyed by the
+  pointer (a solver's few vectors, or the memory pool handing the same block back), so a
+  repeated product re-points nothing and takes no lock;
+- per thread and device: a cuSPARSE handle of sparsegpu's own, whose stream is set only
+  when the thread's current CuPy stream changes (nobody else sets it).
+
+What is left per product is the cuSPARSE call itself: the same host work as a C program
+that made its descriptors once (``benchmarks/auto_vs_cusparse.py`` times exactly that
+program through the same bindings, as "cuSPARSE called directly").
 
 CuPy's low-level bindings (``cupy_backends.cuda.libs.cusparse``) are used directly, the
 way ``cupyx/cusparse.py`` uses them.
@@ -100,6 +109,32 @@ class _Descriptor:
             pass
 
 
+# Dense-vector descriptors kept per plan and per side (x, y); beyond this many distinct
+# buffers the oldest is dropped (a descriptor is a few hundred bytes of host memory).
+DENSE_DESCRIPTORS = 32
+
+_thread = threading.local()
+
+
+def thread_handle(lib, device_id: int, stream_ptr: int) -> int:
+    """This thread's sparsegpu cuSPARSE handle on ``device_id``, set to ``stream_ptr``.
+
+    Owned by sparsegpu (not CuPy's, which cupyx re-points on every call), so the stream is
+    set only when it changes. Made on first use, with ``device_id`` current (the plan's
+    device: its products run there); destroyed with the thread.
+    """
+    handles = getattr(_thread, "handles", None)
+    if handles is None:
+        handles = _thread.handles = {}
+    entry = handles.get(device_id)
+    if entry is None:
+        entry = handles[device_id] = [_Descriptor(lib.create(), lib.destroy), None]
+    if entry[1] != stream_ptr:
+        lib.setStream(entry[0].handle, stream_ptr)
+        entry[1] = stream_ptr
+    return entry[0].handle
+
+
 class CusparsePlan(Plan):
     """cuSPARSE SpMV/SpMM on one mirror with descriptors and workspaces made once.
 
@@ -116,16 +151,23 @@ class CusparsePlan(Plan):
         cupy = _cuda.cupy_or_none()
         self._cupy = cupy
         self._lib = lib = _bindings()
-        self._get_handle = cupy.cuda.device.get_cusparse_handle
+        self._device_id = cupy.cuda.runtime.getDevice()
+        self._current_stream = cupy.cuda.get_current_stream
         n_rows, n_cols = matrix.shape
         self._n_rows = n_rows
+        self._n_cols = n_cols
         self._cuda_type = CUDA_DATA_TYPE[matrix.dtype]
         self._algorithm = SPMV_ALGORITHM[policy.algorithm]
         # alpha = 1, beta = 0 as host scalars (the handle's default pointer mode)
         self._alpha = np.ones(1, dtype=matrix.dtype)
         self._beta = np.zeros(1, dtype=matrix.dtype)
-        self._lock = threading.Lock()
+        self._alpha_ptr = self._alpha.ctypes.data
+        self._beta_ptr = self._beta.ctypes.data
+        self._lock = threading.Lock()  # SpMM's descriptors and the tables' inserts
         self._workspaces: dict = {}
+        self._workspace_ptr: dict = {}
+        self._x_vectors: dict = {}
+        self._y_vectors: dict = {}
         self._spmm: dict = {}
         self.workspace_bytes = 0
         self.preprocessed = False
@@ -149,18 +191,14 @@ class CusparsePlan(Plan):
             ),
             lib.destroySpMat,
         )
-        # placeholder vectors bind the dense descriptors; each product re-points them
+        self._mat_handle = self._mat.handle
+        # placeholder vectors for the set-up calls (products use descriptors of their own)
         x0 = cupy.zeros(n_cols, dtype=matrix.dtype)
         y0 = cupy.zeros(n_rows, dtype=matrix.dtype)
-        self._vec_x = _Descriptor(
-            lib.createDnVec(n_cols, x0.data.ptr, self._cuda_type), lib.destroyDnVec
-        )
-        self._vec_y = _Descriptor(
-            lib.createDnVec(n_rows, y0.data.ptr, self._cuda_type), lib.destroyDnVec
-        )
-        handle = self._get_handle()
+        self._vec_x = self._dense(self._x_vectors, x0.data.ptr, n_cols)
+        self._vec_y = self._dense(self._y_vectors, y0.data.ptr, n_rows)
         stream = cupy.cuda.get_current_stream()
-        lib.setStream(handle, stream.ptr)
+        handle = thread_handle(lib, self._device_id, stream.ptr)
         self.workspace_bytes = int(
             lib.spMV_bufferSize(
                 handle,
@@ -196,40 +234,60 @@ class CusparsePlan(Plan):
             )
             self.preprocessed = True
         stream.synchronize()  # the placeholders may go once set-up has run
+        self._x_vectors.clear()
+        self._y_vectors.clear()
+        del self._vec_x, self._vec_y
+
+    def _dense(self, table: dict, ptr: int, size: int) -> _Descriptor:
+        """The dense-vector descriptor of the buffer at ``ptr`` (made once; the oldest of
+        ``DENSE_DESCRIPTORS`` is dropped). Products holding a dropped one keep it alive."""
+        with self._lock:
+            vector = table.get(ptr)
+            if vector is None:
+                if len(table) >= DENSE_DESCRIPTORS:
+                    del table[next(iter(table))]
+                vector = table[ptr] = _Descriptor(
+                    self._lib.createDnVec(size, ptr, self._cuda_type), self._lib.destroyDnVec
+                )
+            return vector
 
     def _workspace(self, stream_ptr: int):
         """The workspace for one stream (made once; a preprocessed plan shares its own)."""
         if self.preprocessed:
-            return next(iter(self._workspaces.values()))
-        workspace = self._workspaces.get(stream_ptr)
-        if workspace is None:
-            workspace = self._cupy.empty(max(self.workspace_bytes, 1), dtype=np.int8)
-            self._workspaces[stream_ptr] = workspace
+            workspace = next(iter(self._workspaces.values()))
+        else:
+            with self._lock:
+                workspace = self._workspaces.get(stream_ptr)
+                if workspace is None:
+                    workspace = self._cupy.empty(max(self.workspace_bytes, 1), dtype=np.int8)
+                    self._workspaces[stream_ptr] = workspace
+        self._workspace_ptr[stream_ptr] = workspace.data.ptr
         return workspace
 
     def _matvec(self, x, y):
         if self._empty:
             y.fill(0)
             return y
-        lib = self._lib
-        handle = self._get_handle()
-        stream_ptr = self._cupy.cuda.get_current_stream().ptr
-        with self._lock:  # the dense descriptors are re-pointed: one product at a time
-            lib.setStream(handle, stream_ptr)
-            lib.dnVecSetValues(self._vec_x.handle, x.data.ptr)
-            lib.dnVecSetValues(self._vec_y.handle, y.data.ptr)
-            lib.spMV(
-                handle,
-                OPERATION_NON_TRANSPOSE,
-                self._alpha.ctypes.data,
-                self._mat.handle,
-                self._vec_x.handle,
-                self._beta.ctypes.data,
-                self._vec_y.handle,
-                self._cuda_type,
-                self._algorithm,
-                self._workspace(stream_ptr).data.ptr,
-            )
+        stream_ptr = self._current_stream().ptr
+        x_ptr = x.data.ptr
+        y_ptr = y.data.ptr
+        vec_x = self._x_vectors.get(x_ptr) or self._dense(self._x_vectors, x_ptr, self._n_cols)
+        vec_y = self._y_vectors.get(y_ptr) or self._dense(self._y_vectors, y_ptr, self._n_rows)
+        workspace = self._workspace_ptr.get(stream_ptr)
+        if workspace is None:
+            workspace = self._workspace(stream_ptr).data.ptr
+        self._lib.spMV(
+            thread_handle(self._lib, self._device_id, stream_ptr),
+            OPERATION_NON_TRANSPOSE,
+            self._alpha_ptr,
+            self._mat_handle,
+            vec_x.handle,
+            self._beta_ptr,
+            vec_y.handle,
+            self._cuda_type,
+            self._algorithm,
+            workspace,
+        )
         return y
 
     def _matmat(self, X, Y):
@@ -240,10 +298,9 @@ class CusparsePlan(Plan):
             Y.fill(0)
             return Y
         lib = self._lib
-        handle = self._get_handle()
         stream_ptr = cupy.cuda.get_current_stream().ptr
+        handle = thread_handle(lib, self._device_id, stream_ptr)
         with self._lock:
-            lib.setStream(handle, stream_ptr)
             mat_b, mat_c, workspace = self._spmm_state(handle, k, X, Y, stream_ptr)
             lib.dnMatSetValues(mat_b.handle, X.data.ptr)
             lib.dnMatSetValues(mat_c.handle, Y.data.ptr)
