@@ -298,13 +298,23 @@ def _product(matrix_obj, x, backend, policy, out, planning=None):
     elif entry.measure_next:  # auto's second product of this matrix: plan by measurement
         entry = _measure_now(matrix_obj, cache, ChoiceKey(*key), entry, x)
     plan, value_dtype, on_host, _, _ = entry
-    if out is None:
-        if on_host:
-            if type(x) is np.ndarray:  # the CPU path: scipy's kernel takes x as it is
-                return plan.matvec(x)
-        elif x.ndim == 1 and x.dtype == value_dtype and _cuda.is_cupy_array(x):
-            # the GPU hot path: a device vector in the right dtype
-            return plan.matvec(x if x.flags.c_contiguous else x.copy())
+    if on_host:
+        if out is None and type(x) is np.ndarray:  # the CPU path: scipy's kernel takes x
+            return plan.matvec(x)
+    elif plan._on_device and type(x) is plan._array_type and x.dtype == value_dtype and x.ndim == 1:
+        # the GPU hot path: a device vector in the right dtype (Plan.matvec checks the rest)
+        if not x._c_contiguous:
+            x = x.copy()
+        if out is None:
+            return plan.matvec(x)
+        if (
+            type(out) is type(x)
+            and out.dtype == value_dtype
+            and out.shape == plan._y_shape
+            and out._c_contiguous
+            and not _overlaps(out, x)
+        ):  # a device buffer the result can go into as it is
+            return plan.matvec(x, out=out)
     want_cupy = _cuda.is_cupy_array(x)
     if out is not None:
         _check_out(out, x, matrix_obj.shape[0], value_dtype)
@@ -343,6 +353,12 @@ def _check_out(out, x, n_rows: int, value_dtype: np.dtype) -> None:
             "(casting rule 'same_kind'); pass an out of dtype "
             f"{value_dtype}"
         )
+
+
+def _overlaps(a, b) -> bool:
+    """True when two 1-D CuPy arrays with unit strides share bytes."""
+    start_a, start_b = a.data.ptr, b.data.ptr
+    return start_a < start_b + b.nbytes and start_b < start_a + a.nbytes
 
 
 def _shares_memory(a, b) -> bool:

@@ -403,6 +403,8 @@ class _SparseGPUMixin:
         ):
             return _dispatch.product(self, other)
         if _cuda.is_cupy_array(other) and self.ndim == 2:
+            if other.ndim == 1 and other.shape[0] == self.__dict__["_shape"][1]:
+                return _dispatch.product(self, other)  # a solver's call, shapes as scipy's
             return self._sg_cupy_matmul(other)
         return super().__matmul__(other)
 

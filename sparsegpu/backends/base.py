@@ -39,10 +39,14 @@ class Plan:
         self.policy = policy
         # what a well-formed matvec looks like, for the one-comparison check of each call
         self._array_type = matrix.xp.ndarray
-        self._allocate = matrix.xp.empty
         self._dtype = matrix.dtype
         self._x_shape = (matrix.shape[1],)
         self._y_shape = (matrix.shape[0],)
+        self._n_cols = matrix.shape[1]
+        # CuPy keeps contiguity as an attribute (``.flags`` builds an object per call); the
+        # constructor, not ``empty``, saves a Python call per product
+        self._on_device = matrix.xp is not np
+        self._allocate = matrix.xp.ndarray if self._on_device else np.empty
 
     def operands(self, x, out, ndim: int):
         """``(x, y)`` checked for a product: ``y`` is ``out`` or a new result buffer.
@@ -76,13 +80,23 @@ class Plan:
         dtype, sharing no memory with ``x``; it is filled and returned.
         """
         if (
-            out is None
+            self._on_device
             and type(x) is self._array_type
-            and x.shape == self._x_shape
             and x.dtype == self._dtype
-            and x.flags.c_contiguous
-        ):  # the solvers' call: the full check below would say the same
-            return self._matvec(x, self._allocate(self._y_shape, dtype=self._dtype))
+            and x.ndim == 1
+            and x.size == self._n_cols
+            and x._c_contiguous
+        ):  # the solvers' call: the full check of x below would say the same
+            if out is None:
+                return self._matvec(x, self._allocate(self._y_shape, self._dtype))
+            if (
+                type(out) is self._array_type
+                and out.dtype == self._dtype
+                and out.shape == self._y_shape
+                and out._c_contiguous
+                and not _overlap(x, out, self.matrix.xp)
+            ):
+                return self._matvec(x, out)
         x, y = self.operands(x, out, 1)
         return self._matvec(x, y)
 
