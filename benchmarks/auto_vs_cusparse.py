@@ -15,15 +15,18 @@ On the matrices of ``--set`` (issue 13: tune and fit on one set, report on anoth
     all of them, each row labelled with its set.
 
 For every matrix, in each dtype asked for: the median time (CUDA events) of ``A @ x``
-through raw cuSPARSE SpMV with descriptors and workspace made once (CSR ALG1 and ALG2,
-the best kept), cupyx.scipy.sparse, sparsegpu's ``merge_path`` and ``cusparse``
-backends, ``auto`` planning by estimate (the rules alone, ``A.planning = "estimate"``)
-and ``auto`` planning by measurement (``sparsegpu.plan(A, x)`` first: its choice, what
-it measured and what planning cost are recorded). Every answer is checked against
-cupyx's before anything is timed. GB/s counts values + indices + row pointers + x + y
-once; "% copy" is against the device-to-device copy bandwidth measured in the same run.
-Also measured: host time per call of ``A @ x`` on a 1,000-row matrix (no sync between
-calls), for sparsegpu and cupyx.
+through cuSPARSE called directly ("raw": :class:`DirectSpMV`, the C program that makes
+the matrix, x and y descriptors and the workspace once and then calls only
+``cusparseSpMV``; CSR ALG1 and ALG2, the best kept), cupyx.scipy.sparse, sparsegpu's
+``merge_path`` and ``cusparse`` backends (``cusparse`` as users call it, allocating y;
+``cusparse_out`` with ``out=`` given, the same work as the direct program), ``auto``
+planning by estimate (the rules alone, ``A.planning = "estimate"``) and ``auto``
+planning by measurement (``sparsegpu.plan(A, x)`` first: its choice, what it measured
+and what planning cost are recorded). Every answer is checked against cupyx's before
+anything is timed. GB/s counts values + indices + row pointers + x + y once; "% copy"
+is against the device-to-device copy bandwidth measured in the same run. Also measured:
+host time per call of ``A @ x`` on a 1,000-row matrix (no sync between calls), for
+sparsegpu and cupyx.
 
 Usage (on a GPU machine)::
 
@@ -46,7 +49,7 @@ import scipy.io
 
 import sparsegpu as sg
 from sparsegpu import _console, _cuda, _dispatch, _registry, _select, _timing, probe
-from sparsegpu.backends.cusparse import CusparsePlan, CusparsePolicy
+from sparsegpu.backends import cusparse as cusparse_backend
 from sparsegpu.datasets import synthetic
 
 # the SuiteSparse matrices bundled with sparsegpu (sparsegpu.datasets)
@@ -105,6 +108,58 @@ def measure_host_overhead(cupy, cupyx_sparse) -> dict:
         B.backend = name
         out[f"{name}_us"] = host_overhead_us(lambda B=B: B @ x, cupy)
     return out
+
+
+class DirectSpMV:
+    """cuSPARSE called directly: ``y = A @ x`` as a C program does it.
+
+    The CSR descriptor, dense-vector descriptors bound to this ``x`` and ``y``, and the
+    workspace are made once and the handle's stream set once (to the current stream); each
+    call is one ``cusparseSpMV`` through CuPy's bindings and nothing else. The floor any
+    wrapper of cuSPARSE can reach from Python.
+    """
+
+    def __init__(self, mirror, x, y, algorithm: str):
+        cupy = _cuda.cupy_or_none()
+        lib = self._lib = cusparse_backend._bindings()
+        self._handle = lib.create()
+        lib.setStream(self._handle, cupy.cuda.get_current_stream().ptr)
+        cuda_type = cusparse_backend.CUDA_DATA_TYPE[mirror.dtype]
+        index_type = cusparse_backend.INDEX_TYPE[mirror.index_dtype]
+        n_rows, n_cols = mirror.shape
+        self._mat = lib.createCsr(
+            n_rows, n_cols, mirror.nnz, mirror.indptr.data.ptr, mirror.indices.data.ptr,
+            mirror.data.data.ptr, index_type, index_type, 0, cuda_type,
+        )  # fmt: skip
+        self._x = lib.createDnVec(n_cols, x.data.ptr, cuda_type)
+        self._y = lib.createDnVec(n_rows, y.data.ptr, cuda_type)
+        self._alpha = np.ones(1, dtype=mirror.dtype)
+        self._beta = np.zeros(1, dtype=mirror.dtype)
+        self._algorithm = cusparse_backend.SPMV_ALGORITHM[algorithm]
+        self._cuda_type = cuda_type
+        size = lib.spMV_bufferSize(
+            self._handle, 0, self._alpha.ctypes.data, self._mat, self._x,
+            self._beta.ctypes.data, self._y, cuda_type, self._algorithm,
+        )  # fmt: skip
+        self._workspace = cupy.empty(max(int(size), 1), dtype=np.int8)
+        self._args = (
+            self._handle, 0, self._alpha.ctypes.data, self._mat, self._x,
+            self._beta.ctypes.data, self._y, cuda_type, self._algorithm,
+            self._workspace.data.ptr,
+        )  # fmt: skip
+        self._spmv = lib.spMV
+
+    def __call__(self):
+        self._spmv(*self._args)
+
+    def close(self):
+        lib = self._lib
+        cupy = _cuda.cupy_or_none()
+        cupy.cuda.get_current_stream().synchronize()
+        lib.destroyDnVec(self._x)
+        lib.destroyDnVec(self._y)
+        lib.destroySpMat(self._mat)
+        lib.destroy(self._handle)
 
 
 def real_matrices(folder: pathlib.Path) -> dict:
@@ -173,11 +228,14 @@ def bench_one(name, build, dtype, cupy, cupyx_sparse, copy_gbs, set_label="heldo
 
     raw = {}
     for algorithm in ("csr_alg1", "csr_alg2"):
-        plan = CusparsePlan(mirror, CusparsePolicy(algorithm))
+        if mirror.nnz == 0:
+            break  # cuSPARSE refuses empty matrices
         y = cupy.empty(n_rows, dtype=dtype)
-        check(plan.matvec(x, out=y), f"raw {algorithm}")
-        raw[algorithm] = timed(lambda plan=plan, y=y: plan.matvec(x, out=y))
-        del plan
+        direct = DirectSpMV(mirror, x, y, algorithm)
+        direct()
+        check(y, f"raw {algorithm}")
+        raw[algorithm] = timed(direct)
+        direct.close()
     times = {f"raw_{k}": v for k, v in raw.items()}
     times["raw_best"] = min(raw.values())
     check(Acx @ x, "cupyx")
@@ -185,6 +243,11 @@ def bench_one(name, build, dtype, cupy, cupyx_sparse, copy_gbs, set_label="heldo
     for backend in ("merge_path", "cusparse"):
         check(sg.matvec(A, x, backend=backend), backend)
         times[backend] = timed(lambda backend=backend: sg.matvec(A, x, backend=backend))
+    # the cusparse backend doing the direct program's work: x and y given
+    y_out = cupy.empty(n_rows, dtype=dtype)
+    check(sg.matvec(A, x, backend="cusparse", out=y_out), "cusparse out=")
+    times["cusparse_out"] = timed(lambda: sg.matvec(A, x, backend="cusparse", out=y_out))
+    cusparse_policy = repr(_dispatch.plan_for(A, dtype, backend="cusparse").policy)
 
     # auto planning by estimate (the rules alone), on a fresh matrix
     estimate_matrix = sg.csr_matrix(Acx)
@@ -240,6 +303,9 @@ def bench_one(name, build, dtype, cupy, cupyx_sparse, copy_gbs, set_label="heldo
         "auto_estimate_vs_raw_best": times["raw_best"] / times["auto_estimate"],
         "auto_vs_cupyx": times["cupyx"] / times["auto"],
         "merge_path_vs_raw_best": times["raw_best"] / times["merge_path"],
+        "cusparse_vs_raw_best": times["raw_best"] / times["cusparse"],
+        "cusparse_out_vs_raw_best": times["raw_best"] / times["cusparse_out"],
+        "cusparse_policy": cusparse_policy,
         # what planning cost, in products of the planned choice
         "planning_products": None if planning_ms is None else planning_ms / times["auto"],
     }
@@ -281,6 +347,11 @@ def summarize(rows) -> dict:
             sel = [r for r in members if r["dtype"] == dtype]
             worst = min(sel, key=lambda r: r["auto_vs_raw_best"])
             arrows = [r["auto_vs_raw_best"] for r in sel if r["matrix"].startswith("arrow")]
+            arrows_mp = [
+                r["merge_path_vs_raw_best"] for r in sel if r["matrix"].startswith("arrow")
+            ]
+            parity = [r["cusparse_out_vs_raw_best"] for r in sel if "cusparse_out_vs_raw_best" in r]
+            parity_alloc = [r["cusparse_vs_raw_best"] for r in sel if "cusparse_vs_raw_best" in r]
             planning = [r["planning_ms"] for r in sel if r.get("planning_ms") is not None]
             out[group][dtype] = {
                 "matrices": len(sel),
@@ -294,6 +365,11 @@ def summarize(rows) -> dict:
                 ),
                 "geomean_auto_vs_cupyx": _geomean([r["auto_vs_cupyx"] for r in sel]),
                 "arrow_auto_vs_raw_best": min(arrows) if arrows else None,
+                "arrow_merge_path_vs_raw_best": min(arrows_mp) if arrows_mp else None,
+                "geomean_cusparse_out_vs_raw_best": _geomean(parity),
+                "min_cusparse_out_vs_raw_best": min(parity) if parity else None,
+                "max_cusparse_out_vs_raw_best": max(parity) if parity else None,
+                "geomean_cusparse_vs_raw_best": _geomean(parity_alloc),
                 "mean_planning_ms": float(np.mean(planning)) if planning else None,
                 "max_planning_ms": max(planning) if planning else None,
                 "max_planning_matrix": (
@@ -324,8 +400,9 @@ def markdown(result) -> str:
         "answer checked against cupyx's first. `auto` plans by measurement "
         "(`sparsegpu.plan(A, x)` on a fresh matrix, then `A @ x` timed); `auto est.` is "
         "`auto` planning by estimate (the rules alone). Ratios are speed-ups of `auto` "
-        "(higher is better); raw is cuSPARSE called directly, descriptors reused, best of "
-        "ALG1 and ALG2.",
+        "(higher is better); raw is cuSPARSE called directly (descriptors of A, x and y and the "
+        "workspace made once, then one `cusparseSpMV` per product), best of ALG1 and ALG2; "
+        "`cusparse out=` is sparsegpu's cusparse backend given the same x and y.",
         "",
         "Which matrices were used to fit what:",
         "",
@@ -335,9 +412,10 @@ def markdown(result) -> str:
     lines += [
         "",
         "| matrix | set | dtype | nnz | auto (measure) | auto ms | auto GB/s | % copy | "
-        "raw best ms | cupyx ms | merge_path ms | auto est. | auto est. ms | planning ms | "
-        "auto/raw | auto est./raw | auto/cupyx |",
-        "|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|",
+        "raw best ms | cupyx ms | merge_path ms | cusparse out= ms | auto est. | auto est. ms | "
+        "planning ms | auto/raw | auto est./raw | auto/cupyx | cusparse out=/raw |",
+        "|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|"
+        "---:|",
     ]
     for r in rows:
         ms = r["ms"]
@@ -345,10 +423,11 @@ def markdown(result) -> str:
             f"| {r['matrix']} | {r.get('set', '-')} | {r['dtype']} | {r['nnz']:,} | "
             f"{r['auto_backend']} | {ms['auto']:.4f} | {r['gb_per_s']['auto']:.0f} | "
             f"{r['pct_copy']['auto']:.0f} | {ms['raw_best']:.4f} | {ms['cupyx']:.4f} | "
-            f"{_ms(ms.get('merge_path'))} | {r.get('auto_estimate_backend', '-')} | "
+            f"{_ms(ms.get('merge_path'))} | {_ms(ms.get('cusparse_out'))} | "
+            f"{r.get('auto_estimate_backend', '-')} | "
             f"{_ms(ms.get('auto_estimate'))} | {_ms(r.get('planning_ms'), 1)} | "
             f"{r['auto_vs_raw_best']:.2f}x | {_x(r.get('auto_estimate_vs_raw_best'))} | "
-            f"{r['auto_vs_cupyx']:.2f}x |"
+            f"{r['auto_vs_cupyx']:.2f}x | {_x(r.get('cusparse_out_vs_raw_best'))} |"
         )
     lines += [
         "",
@@ -357,8 +436,9 @@ def markdown(result) -> str:
         "",
         "| set | dtype | matrices | geomean auto/raw | min auto/raw (matrix) | "
         f"below {CLOSE}x | geomean auto est./raw | geomean auto/cupyx | arrow auto/raw | "
+        "arrow merge_path/raw | cusparse out=/raw geomean (min, max) | cusparse/raw geomean | "
         "planning ms mean | planning ms max (matrix) |",
-        "|---|---|---:|---:|---|---|---:|---:|---:|---:|---|",
+        "|---|---|---:|---:|---|---|---:|---:|---:|---:|---|---:|---:|---|",
     ]
     for group, per_dtype in summary.items():
         for dtype, s in per_dtype.items():
@@ -373,6 +453,11 @@ def markdown(result) -> str:
                 f"{_x(s['min_auto_vs_raw_best'])} ({s['worst_matrix']}) | {below} | "
                 f"{_x(s['geomean_auto_estimate_vs_raw_best'])} | "
                 f"{_x(s['geomean_auto_vs_cupyx'])} | {_x(s['arrow_auto_vs_raw_best'])} | "
+                f"{_x(s.get('arrow_merge_path_vs_raw_best'))} | "
+                f"{_x(s.get('geomean_cusparse_out_vs_raw_best'))} "
+                f"({_x(s.get('min_cusparse_out_vs_raw_best'))}, "
+                f"{_x(s.get('max_cusparse_out_vs_raw_best'))}) | "
+                f"{_x(s.get('geomean_cusparse_vs_raw_best'))} | "
                 f"{_ms(s['mean_planning_ms'], 1)} | {most} |"
             )
     lines += [

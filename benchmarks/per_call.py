@@ -7,7 +7,10 @@ without synchronizing inside the loop (calls queue on the stream), median of rep
 - every available backend's ``A @ x`` with a CuPy x, and ``plan.matvec(x)`` alone;
 - cupyx's ``A @ x`` on the same matrix, for reference;
 - the CPU path: ``A @ x`` with a numpy x on the ``scipy`` backend against scipy's own
-  ``A @ x`` (900 x 900, about 4,000 nonzeros).
+  ``A @ x`` (900 x 900, about 4,000 nonzeros);
+- where ``auto``'s time goes (``pieces``): CuPy's own floor (``cupy.cuda.get_current_stream``,
+  allocating y, one bare ``cuLaunchKernel`` of the plan's kernel) against the plan's
+  matvec with and without ``out=`` and the whole ``A @ x``.
 
 Run from a checkout (``PYTHONPATH=$PWD python3 benchmarks/per_call.py --out FILE.json``);
 to compare two trees, run it once with each on ``PYTHONPATH`` and ``--label``.
@@ -47,6 +50,33 @@ def per_call_us(fn, sync=None, calls=CALLS, repeats=REPEATS) -> float:
     if sync:
         sync()
     return statistics.median(times)
+
+
+def pieces(B, x, cupy, sync) -> dict:
+    """Host microseconds of each step of ``auto``'s ``A @ x`` on ``B``, and of CuPy's floor."""
+    plan = sg._dispatch.plan_for(B, np.float64)
+    out = {"backend": type(plan).__name__}
+    y = cupy.empty(B.shape[0])
+    out["get_current_stream_us"] = per_call_us(cupy.cuda.get_current_stream, sync)
+    out["cupy_empty_us"] = per_call_us(lambda: cupy.empty(B.shape[0]), sync)
+    out["cupy_ndarray_us"] = per_call_us(lambda: cupy.ndarray((B.shape[0],), np.float64), sync)
+    launch = getattr(plan, "_launch", None)
+    if launch is not None and hasattr(launch, "xy"):
+        out["bare_launch_us"] = per_call_us(
+            lambda: launch._driver_launch(
+                launch._function, plan.grid, 1, 1, launch.block, 1, 1, launch.shared_bytes,
+                0, launch._params_ptr, 0,
+            ),
+            sync,
+        )  # fmt: skip
+        out["kernel_launch_xy_us"] = per_call_us(lambda: launch.xy(plan.grid, x, y), sync)
+    out["plan_matvec_out_us"] = per_call_us(lambda: plan.matvec(x, out=y), sync)
+    out["plan_matvec_us"] = per_call_us(lambda: plan.matvec(x), sync)
+    out["sg_matvec_us"] = per_call_us(lambda: sg.matvec(B, x), sync)
+    out["a_at_x_us"] = per_call_us(lambda: B @ x, sync)
+    cupy_add = cupy.ElementwiseKernel("float64 a", "float64 b", "b = a", "sg_copy_probe")
+    out["cupy_elementwise_us"] = per_call_us(lambda: cupy_add(x, y), sync)
+    return out
 
 
 def main(argv=None) -> int:
@@ -90,6 +120,7 @@ def main(argv=None) -> int:
             )
         B = sg.csr_matrix(S)
         result["gpu"]["auto_us"] = per_call_us(lambda: B @ x, sync)
+        result["gpu"]["pieces"] = pieces(B, x, cupy, sync)
 
     print(json.dumps(result, indent=1))
     if args.out:

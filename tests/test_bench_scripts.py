@@ -248,13 +248,27 @@ def test_bench_one_with_cpu_stand_ins(script, monkeypatch):
         def registered():
             return {"cusparse": type("B", (), {"residence": HOST})()}
 
-    class FakePlan:
-        def __init__(self, mirror, policy):
+    class FakeDirect:
+        def __init__(self, mirror, x, y, algorithm):
             self.A = sp.csr_matrix((mirror.data, mirror.indices, mirror.indptr), mirror.shape)
+            self.x, self.y = x, y
 
-        def matvec(self, x, out=None):
-            out[...] = self.A @ x
-            return out
+        def __call__(self):
+            self.y[...] = self.A @ self.x
+
+        def close(self):
+            pass
+
+    class FakeDispatch:
+        @staticmethod
+        def plan_for(A, dtype, backend=None):
+            return type("P", (), {"policy": ("policy", backend)})()
+
+    def fake_matvec(A, x, backend=None, out=None):
+        if out is None:
+            return sp.csr_matrix(A) @ x
+        out[...] = sp.csr_matrix(A) @ x
+        return out
 
     planned = []
 
@@ -264,13 +278,14 @@ def test_bench_one_with_cpu_stand_ins(script, monkeypatch):
 
     timings = iter(range(1, 1000))
     monkeypatch.setattr(script, "_registry", FakeRegistry)
-    monkeypatch.setattr(script, "CusparsePlan", FakePlan)
+    monkeypatch.setattr(script, "DirectSpMV", FakeDirect)
+    monkeypatch.setattr(script, "_dispatch", FakeDispatch)
     monkeypatch.setattr(
         script._timing,
         "cuda_time",
         lambda fn, inner=1: (fn(), type("T", (), {"median_ms": 0.01 * next(timings)})())[1],
     )
-    monkeypatch.setattr(sg, "matvec", lambda A, x, backend=None: sp.csr_matrix(A) @ x)
+    monkeypatch.setattr(sg, "matvec", fake_matvec)
     monkeypatch.setattr(sg, "plan", fake_plan, raising=False)
     folder = Path(script.DEFAULT_MATRICES)
     rows = []
@@ -298,10 +313,13 @@ def test_bench_one_with_cpu_stand_ins(script, monkeypatch):
         "cupyx",
         "merge_path",
         "cusparse",
+        "cusparse_out",
         "auto_estimate",
         "auto",
     }
     assert row["auto_vs_raw_best"] == row["ms"]["raw_best"] / row["ms"]["auto"]
+    assert row["cusparse_out_vs_raw_best"] == row["ms"]["raw_best"] / row["ms"]["cusparse_out"]
+    assert row["cusparse_policy"] == "('policy', 'cusparse')"
     result = fake_result(script)
     result["results"] = rows
     result["summary"] = script.summarize(rows)
