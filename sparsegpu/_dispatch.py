@@ -307,13 +307,7 @@ def _product(matrix_obj, x, backend, policy, out, planning=None):
             x = x.copy()
         if out is None:
             return plan.matvec(x)
-        if (
-            type(out) is type(x)
-            and out.dtype == value_dtype
-            and out.shape == plan._y_shape
-            and out._c_contiguous
-            and not _overlaps(out, x)
-        ):  # a device buffer the result can go into as it is
+        if plan.takes_out(x, out):  # a device buffer the result can go into as it is
             return plan.matvec(x, out=out)
     want_cupy = _cuda.is_cupy_array(x)
     if out is not None:
@@ -353,12 +347,6 @@ def _check_out(out, x, n_rows: int, value_dtype: np.dtype) -> None:
             "(casting rule 'same_kind'); pass an out of dtype "
             f"{value_dtype}"
         )
-
-
-def _overlaps(a, b) -> bool:
-    """True when two 1-D CuPy arrays with unit strides share bytes."""
-    start_a, start_b = a.data.ptr, b.data.ptr
-    return start_a < start_b + b.nbytes and start_b < start_a + a.nbytes
 
 
 def _shares_memory(a, b) -> bool:

@@ -88,9 +88,10 @@ class KernelLaunch:
                 self._slots[argument] = i
             else:
                 self._args[i] = _slot_value(argument)
-        self._params = self._args.ctypes.data + 8 * np.arange(len(arguments), dtype=np.uint64)
-        self._params_ptr = self._params.ctypes.data
-        self._lock = threading.Lock()
+        self._pack()
+        # cuLaunchKernel's arguments between the grid's x and the stream: grid y, z, the
+        # block and the dynamic shared memory
+        self._shape = (1, 1, self.block, 1, 1, self.shared_bytes)
         self._current_stream = self._cupy.cuda.get_current_stream
         self._x_slot = self._slots.get("x")
         self._y_slot = self._slots.get("y")
@@ -104,10 +105,15 @@ class KernelLaunch:
         other._slots = dict(self._slots)
         for name, argument in fixed.items():
             other._args[other._slots.pop(name)] = _slot_value(argument)
-        other._params = other._args.ctypes.data + 8 * np.arange(len(other._args), dtype=np.uint64)
-        other._params_ptr = other._params.ctypes.data
-        other._lock = threading.Lock()
+        other._pack()
         return other
+
+    def _pack(self) -> None:
+        """The array of pointers to the slots that ``cuLaunchKernel`` reads, and the lock
+        that keeps one launch's slots from another's (the launch copies them)."""
+        self._params = self._args.ctypes.data + 8 * np.arange(len(self._args), dtype=np.uint64)
+        self._params_ptr = self._params.ctypes.data
+        self._lock = threading.Lock()
 
     def xy(self, grid: int, x, y) -> None:
         """Launch with the slots ``"x"`` and ``"y"`` set to two CuPy arrays (checked by the
@@ -118,19 +124,7 @@ class KernelLaunch:
         with self._lock:
             args[self._x_slot] = x.data.ptr
             args[self._y_slot] = y.data.ptr
-            self._driver_launch(
-                self._function,
-                grid,
-                1,
-                1,
-                self.block,
-                1,
-                1,
-                self.shared_bytes,
-                stream_ptr,
-                self._params_ptr,
-                0,
-            )
+            self._driver_launch(self._function, grid, *self._shape, stream_ptr, self._params_ptr, 0)
 
     def __call__(self, grid: int, **per_call) -> None:
         """Launch ``grid`` blocks on CuPy's current stream; ``per_call`` fills the named slots."""
@@ -139,15 +133,5 @@ class KernelLaunch:
             for name, argument in per_call.items():
                 self._args[self._slots[name]] = _slot_value(argument)
             self._driver_launch(
-                self._function,
-                int(grid),
-                1,
-                1,
-                self.block,
-                1,
-                1,
-                self.shared_bytes,
-                stream_ptr,
-                self._params_ptr,
-                0,
+                self._function, int(grid), *self._shape, stream_ptr, self._params_ptr, 0
             )

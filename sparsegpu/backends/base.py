@@ -40,7 +40,6 @@ class Plan:
         # what a well-formed matvec looks like, for the one-comparison check of each call
         self._array_type = matrix.xp.ndarray
         self._dtype = matrix.dtype
-        self._x_shape = (matrix.shape[1],)
         self._y_shape = (matrix.shape[0],)
         self._n_cols = matrix.shape[1]
         # CuPy keeps contiguity as an attribute (``.flags`` builds an object per call); the
@@ -89,16 +88,23 @@ class Plan:
         ):  # the solvers' call: the full check of x below would say the same
             if out is None:
                 return self._matvec(x, self._allocate(self._y_shape, self._dtype))
-            if (
-                type(out) is self._array_type
-                and out.dtype == self._dtype
-                and out.shape == self._y_shape
-                and out._c_contiguous
-                and not _overlap(x, out, self.matrix.xp)
-            ):
+            if self.takes_out(x, out):
                 return self._matvec(x, out)
         x, y = self.operands(x, out, 1)
         return self._matvec(x, y)
+
+    def takes_out(self, x, out) -> bool:
+        """True when the device array ``out`` can receive ``A @ x`` as it is: this plan's
+        array type and dtype, shape ``(n_rows,)``, C-contiguous, no bytes shared with the
+        device vector ``x``. (The dispatcher asks before choosing between writing ``out``
+        directly and copying into it.)"""
+        return (
+            type(out) is self._array_type
+            and out.dtype == self._dtype
+            and out.shape == self._y_shape
+            and out._c_contiguous
+            and not _overlap(x, out, self.matrix.xp)
+        )
 
     def matmat(self, X, out=None):
         """``A @ X`` for a 2-D C-contiguous X of shape (n_cols, k); ``out`` is (n_rows, k)."""

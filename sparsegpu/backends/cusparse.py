@@ -164,8 +164,7 @@ class CusparsePlan(Plan):
         self._alpha_ptr = self._alpha.ctypes.data
         self._beta_ptr = self._beta.ctypes.data
         self._lock = threading.Lock()  # SpMM's descriptors and the tables' inserts
-        self._workspaces: dict = {}
-        self._workspace_ptr: dict = {}
+        self._workspaces: dict = {}  # stream pointer -> (workspace, its device pointer)
         self._x_vectors: dict = {}
         self._y_vectors: dict = {}
         self._spmm: dict = {}
@@ -195,19 +194,19 @@ class CusparsePlan(Plan):
         # placeholder vectors for the set-up calls (products use descriptors of their own)
         x0 = cupy.zeros(n_cols, dtype=matrix.dtype)
         y0 = cupy.zeros(n_rows, dtype=matrix.dtype)
-        self._vec_x = self._dense(self._x_vectors, x0.data.ptr, n_cols)
-        self._vec_y = self._dense(self._y_vectors, y0.data.ptr, n_rows)
+        vec_x = _Descriptor(lib.createDnVec(n_cols, x0.data.ptr, self._cuda_type), lib.destroyDnVec)
+        vec_y = _Descriptor(lib.createDnVec(n_rows, y0.data.ptr, self._cuda_type), lib.destroyDnVec)
         stream = cupy.cuda.get_current_stream()
         handle = thread_handle(lib, self._device_id, stream.ptr)
         self.workspace_bytes = int(
             lib.spMV_bufferSize(
                 handle,
                 OPERATION_NON_TRANSPOSE,
-                self._alpha.ctypes.data,
-                self._mat.handle,
-                self._vec_x.handle,
-                self._beta.ctypes.data,
-                self._vec_y.handle,
+                self._alpha_ptr,
+                self._mat_handle,
+                vec_x.handle,
+                self._beta_ptr,
+                vec_y.handle,
                 self._cuda_type,
                 self._algorithm,
             )
@@ -223,20 +222,17 @@ class CusparsePlan(Plan):
             lib.spMV_preprocess(
                 handle,
                 OPERATION_NON_TRANSPOSE,
-                self._alpha.ctypes.data,
-                self._mat.handle,
-                self._vec_x.handle,
-                self._beta.ctypes.data,
-                self._vec_y.handle,
+                self._alpha_ptr,
+                self._mat_handle,
+                vec_x.handle,
+                self._beta_ptr,
+                vec_y.handle,
                 self._cuda_type,
                 self._algorithm,
-                workspace.data.ptr,
+                workspace,
             )
             self.preprocessed = True
         stream.synchronize()  # the placeholders may go once set-up has run
-        self._x_vectors.clear()
-        self._y_vectors.clear()
-        del self._vec_x, self._vec_y
 
     def _dense(self, table: dict, ptr: int, size: int) -> _Descriptor:
         """The dense-vector descriptor of the buffer at ``ptr`` (made once; the oldest of
@@ -251,18 +247,19 @@ class CusparsePlan(Plan):
                 )
             return vector
 
-    def _workspace(self, stream_ptr: int):
-        """The workspace for one stream (made once; a preprocessed plan shares its own)."""
-        if self.preprocessed:
-            workspace = next(iter(self._workspaces.values()))
-        else:
-            with self._lock:
-                workspace = self._workspaces.get(stream_ptr)
-                if workspace is None:
+    def _workspace(self, stream_ptr: int) -> int:
+        """The device pointer of one stream's workspace (made once; a preprocessed plan
+        shares the one its preprocessing used)."""
+        with self._lock:
+            entry = self._workspaces.get(stream_ptr)
+            if entry is None:
+                if self.preprocessed:
+                    entry = next(iter(self._workspaces.values()))
+                else:
                     workspace = self._cupy.empty(max(self.workspace_bytes, 1), dtype=np.int8)
-                    self._workspaces[stream_ptr] = workspace
-        self._workspace_ptr[stream_ptr] = workspace.data.ptr
-        return workspace
+                    entry = (workspace, workspace.data.ptr)
+                self._workspaces[stream_ptr] = entry
+            return entry[1]
 
     def _matvec(self, x, y):
         if self._empty:
@@ -273,9 +270,8 @@ class CusparsePlan(Plan):
         y_ptr = y.data.ptr
         vec_x = self._x_vectors.get(x_ptr) or self._dense(self._x_vectors, x_ptr, self._n_cols)
         vec_y = self._y_vectors.get(y_ptr) or self._dense(self._y_vectors, y_ptr, self._n_rows)
-        workspace = self._workspace_ptr.get(stream_ptr)
-        if workspace is None:
-            workspace = self._workspace(stream_ptr).data.ptr
+        workspace = self._workspaces.get(stream_ptr)
+        workspace = workspace[1] if workspace is not None else self._workspace(stream_ptr)
         self._lib.spMV(
             thread_handle(self._lib, self._device_id, stream_ptr),
             OPERATION_NON_TRANSPOSE,
