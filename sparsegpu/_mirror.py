@@ -192,6 +192,8 @@ class DeviceMatrix:
         (the scipy backend computes on those directly). GPU backends always get CSR.
     plans : dict of PlanKey to Plan
         Backend plans made on this mirror.
+    formats : dict of str to object
+        Other storage formats of the matrix built from this mirror (:meth:`derived`).
     default_policies : dict of str to Policy
         The policy each backend uses here when none is given (tuned entry or untuned).
     tuned_scores : dict of str to float, or None
@@ -208,6 +210,7 @@ class DeviceMatrix:
         self.layout = "csr"
         self.xp = residence.xp
         self.plans: dict[PlanKey, Any] = {}
+        self.formats: dict[str, Any] = {}
         self.default_policies: dict[str, Any] = {}
         self.tuned_scores: dict[str, float] | None = None
         self._stats: RowLengthStats | None = None
@@ -247,15 +250,24 @@ class DeviceMatrix:
 
     def get_plan(self, key, make: Callable[[], Any]):
         """The plan cached under ``key``, made once even when threads race for it."""
-        plan = self.plans.get(key)
-        if plan is None:
+        return self._made_once(self.plans, key, make)
+
+    def derived(self, name: str, make: Callable[[], Any]):
+        """Another storage format of this mirror's matrix (``delta16``'s compressed
+        columns), made once by ``make()`` even when threads race for it, and dropped with
+        the mirror (so it can never be stale)."""
+        return self._made_once(self.formats, name, make)
+
+    def _made_once(self, store: dict, key, make: Callable[[], Any]):
+        found = store.get(key)
+        if found is None:
             with self._lock:
-                plan = self.plans.get(key)
-                if plan is None:
-                    plan = make()
+                found = store.get(key)
+                if found is None:
+                    found = make()
                     self.settle()
-                    self.plans[key] = plan
-        return plan
+                    store[key] = found
+        return found
 
     def settle(self) -> None:
         """Wait for the work just queued on the current stream (building this mirror or a

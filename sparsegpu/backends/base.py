@@ -183,6 +183,13 @@ class Backend:
     capturable : bool
         Whether its products can be captured into a CUDA graph (a solver's block of
         iterations replayed at once).
+    estimated : bool
+        Whether ``auto``'s rules (planning ``estimate``) may pick it. False for a backend
+        that builds a format of its own from the mirror (``delta16``): a matrix multiplied
+        once would pay for it, and whether it pays off is found by measurement.
+    planned : bool
+        Whether planning ``measure`` times its default policy on every matrix it takes
+        (besides the short list of :meth:`planning_candidates`).
     """
 
     name: str = ""
@@ -192,6 +199,8 @@ class Backend:
     index_dtypes: tuple = INT32_AND_INT64
     policy_type: type = Policy
     capturable: bool = True
+    estimated: bool = True
+    planned: bool = False
 
     def unavailable_reason(self) -> str | None:
         """Why this backend cannot run here (no GPU, no library), or None."""

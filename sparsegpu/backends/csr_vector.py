@@ -11,7 +11,7 @@ shuffles). Block size and threads per row come from a :class:`CsrVectorPolicy`.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -20,7 +20,7 @@ from .. import _occupancy as occupancy
 from .._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES, KernelLaunch, name_expression
 from .._mirror import DeviceMatrix
 from .base import Backend, Plan
-from .policy import SECONDARY, THREADS_PER_ROW_CHOICES, RowGroupPolicy, check_int_choice
+from .policy import THREADS_PER_ROW_CHOICES, UnrolledRowPolicy
 
 SOURCE = "csr_vector.cu"
 
@@ -48,57 +48,15 @@ LOAD_SHAPE_CANDIDATES = (
 )
 
 
-UNROLL_CHOICES = (1, 2, 4, 8)
-
-
 @dataclass(frozen=True)
-class CsrVectorPolicy(RowGroupPolicy):
+class CsrVectorPolicy(UnrolledRowPolicy):
     """The CSR vector kernel family (``vector``, ``texture``, ``readonly``, ``shuffle``).
 
     Attributes
     ----------
-    block_size, threads_per_row, max_registers
-        As in :class:`RowGroupPolicy`.
-    unroll : int
-        Independent (index, value, x) loads each thread keeps in flight per trip through a
-        row (1, 2, 4 or 8). More hides more latency on long or scattered rows, at the price
-        of registers and of predicated-off loads on short rows.
-    stream_matrix : bool
-        Read the matrix's values and indices with evict-first (``__ldcs``) loads, so that
-        the streamed matrix does not push x out of L1 and L2.
-    vector_loads : bool
-        Read values and indices as quads of 4 entries with 16-byte loads (each lane takes
-        whole aligned quads, skipping entries of the neighbouring rows): a quarter of the
-        load instructions and fewer L1 wavefronts for rows of a few dozen entries, where
-        the scalar loads of 4 sub-warp groups touch 4 misaligned segments each.
-
-    ``unroll`` (quads per trip with ``vector_loads``), ``stream_matrix`` and
-    ``vector_loads`` are compile-time macros of the kernel; a policy that changes them
-    compiles its own variant (once, memoized).
+    block_size, threads_per_row, max_registers, unroll, stream_matrix, vector_loads
+        As in :class:`~sparsegpu.tuning.UnrolledRowPolicy`.
     """
-
-    unroll: int = field(default=4, metadata=SECONDARY)
-    stream_matrix: bool = field(default=False, metadata=SECONDARY)
-    vector_loads: bool = field(default=False, metadata=SECONDARY)
-
-    def __post_init__(self):
-        super().__post_init__()
-        check_int_choice(self, "unroll", UNROLL_CHOICES)
-        for name in ("stream_matrix", "vector_loads"):
-            value = getattr(self, name)
-            if not isinstance(value, bool):
-                raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
-
-    def compile_options(self) -> tuple[str, ...]:
-        """NVRTC options this policy adds to its kernel's compilation."""
-        options = super().compile_options()
-        if self.unroll != 4:
-            options += (f"-DSPARSEGPU_UNROLL={self.unroll}",)
-        if self.stream_matrix:
-            options += ("-DSPARSEGPU_STREAM_MATRIX=1",)
-        if self.vector_loads:
-            options += ("-DSPARSEGPU_VECTOR_LOADS=1",)
-        return options
 
 
 def kernel_name(value_dtype, index_dtype, threads_per_row, load_path, reduction) -> str:
@@ -112,6 +70,34 @@ def nearby_threads_per_row(threads_per_row: int) -> list[int]:
     """The allowed choices from half to twice ``threads_per_row`` (the untuned choice,
     which sits near the H200's winners: see ``occupancy.threads_per_row_for``)."""
     return [t for t in THREADS_PER_ROW_CHOICES if threads_per_row // 2 <= t <= threads_per_row * 2]
+
+
+def sweep(untuned: UnrolledRowPolicy) -> list:
+    """The autotuner's candidates of a row-group kernel around its untuned policy (same
+    class): block sizes 64..1024 times threads per row next to the untuned choice; register
+    caps (CANDIDATE_REGISTER_CAPS) at block size 256 for the smaller threads per row; and,
+    at block size 512, the load-shape knobs that won somewhere in the H200 sweep
+    (knob_sweep_h200.jsonl): fewer loads per trip, quad loads (with and without a cap of
+    40 registers), and streamed matrix loads."""
+    policy_type = type(untuned)
+    nearby = nearby_threads_per_row(untuned.threads_per_row)
+    out = [untuned]
+    out += [
+        policy_type(block_size, threads_per_row, source="candidate")
+        for threads_per_row in nearby
+        for block_size in CANDIDATE_BLOCK_SIZES
+    ]
+    out += [
+        policy_type(256, threads_per_row, cap, source="candidate")
+        for threads_per_row in nearby[:2]
+        for cap in CANDIDATE_REGISTER_CAPS
+    ]
+    out += [
+        policy_type(512, threads_per_row, source="candidate", **knobs)
+        for threads_per_row in nearby
+        for knobs in LOAD_SHAPE_CANDIDATES
+    ]
+    return list(dict.fromkeys(out))
 
 
 class KernelPlan(Plan):
@@ -145,6 +131,19 @@ class KernelPlan(Plan):
         needed = -(-self.matrix.shape[0] // rows_per_block)
         self.grid = max(1, min(needed, resident, MAX_GRID_BLOCKS))
         self._launch = KernelLaunch(self.kernel, self.block, arguments, self.shared_bytes)
+
+    @staticmethod
+    def _check_quad_alignment(**arrays) -> None:
+        """Raise ValueError unless each array starts where a quad of its entries is aligned
+        (what ``vector_loads`` reads: 4 entries, 8 or 16 bytes, at a time)."""
+        for name, array in arrays.items():
+            alignment = min(16, 4 * array.dtype.itemsize)
+            pointer = array.data.ptr
+            if pointer % alignment:
+                raise ValueError(
+                    f"vector_loads=True needs the matrix's {name} array {alignment}-byte "
+                    f"aligned, but it starts at {pointer:#x}; use vector_loads=False"
+                )
 
     def _matvec(self, x, y):
         if not self.launches:
@@ -217,13 +216,7 @@ class CsrVectorPlan(KernelPlan):
         if not self.launches:
             return
         if policy.vector_loads:
-            for name in ("data", "indices"):
-                pointer = getattr(matrix, name).data.ptr
-                if pointer % 16:
-                    raise ValueError(
-                        f"vector_loads=True needs the matrix's {name} array 16-byte aligned, "
-                        f"but it starts at {pointer:#x}; use vector_loads=False"
-                    )
+            self._check_quad_alignment(data=matrix.data, indices=matrix.indices)
         self.kernel = backend._kernel(matrix, policy)
         self.shared_bytes = backend.shared_bytes(policy.block_size, matrix.dtype)
         occupancy.allow_shared_memory(self.kernel, self.shared_bytes)
@@ -268,6 +261,9 @@ class CsrVectorBackend(Backend):
         # a texture object is made per x buffer, and waiting for the event of the one it
         # replaces is not allowed in a capture (cudaErrorCapturedEvent on the H200)
         self.capturable = load_path != LOAD_TEXTURE
+        # planning "measure" times the shuffle member: within 3% of the best of the family
+        # on every regular class on the H200 (see _select.AUTO_PREFERENCE)
+        self.planned = name == "shuffle"
 
     def shared_bytes(self, block_size: int, value_dtype) -> int:
         """Dynamic shared memory of one block: a partial sum per thread for the shared reduction."""
@@ -311,26 +307,8 @@ class CsrVectorBackend(Backend):
         return CsrVectorPolicy(block_size, threads_per_row, source="occupancy")
 
     def candidates(self, matrix: DeviceMatrix) -> list[CsrVectorPolicy]:
-        """Block sizes 64..1024 times threads per row next to the untuned choice; register
-        caps (CANDIDATE_REGISTER_CAPS) at block size 256 for the smaller threads per row;
-        and, at block size 512, the load-shape knobs that won somewhere in the H200 sweep
-        (knob_sweep_h200.jsonl): fewer loads per trip, quad loads (with and without a cap
-        of 40 registers), and streamed matrix loads."""
-        untuned = self.default_policy(matrix)
-        out = [untuned]
-        nearby = nearby_threads_per_row(untuned.threads_per_row)
-        for threads_per_row in nearby:
-            for block_size in CANDIDATE_BLOCK_SIZES:
-                policy = CsrVectorPolicy(block_size, threads_per_row, source="candidate")
-                if policy != untuned:
-                    out.append(policy)
-        for threads_per_row in nearby[:2]:
-            for cap in CANDIDATE_REGISTER_CAPS:
-                out.append(CsrVectorPolicy(256, threads_per_row, cap, source="candidate"))
-        for threads_per_row in nearby:
-            for knobs in LOAD_SHAPE_CANDIDATES:
-                out.append(CsrVectorPolicy(512, threads_per_row, source="candidate", **knobs))
-        return out
+        """:func:`sweep` around the untuned policy."""
+        return sweep(self.default_policy(matrix))
 
     def plan(self, matrix: DeviceMatrix, policy: CsrVectorPolicy) -> CsrVectorPlan:
         return CsrVectorPlan(matrix, policy, self)

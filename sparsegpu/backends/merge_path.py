@@ -207,6 +207,7 @@ class MergePathBackend(Backend):
     name = "merge_path"
     description = "load-balanced merge-path SpMV for irregular rows (deterministic, no atomics)"
     policy_type = MergePathPolicy
+    planned = True
 
     def default_policy(self, matrix):
         return MergePathPolicy(source="default")

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 
 THREADS_PER_ROW_CHOICES = (1, 2, 4, 8, 16, 32)
+UNROLL_CHOICES = (1, 2, 4, 8)
 MAX_BLOCK_SIZE = 1024
 WARP_SIZE = 32
 
@@ -34,6 +35,12 @@ def check_int_choice(owner, name: str, choices) -> None:
     value = as_int(owner, name, getattr(owner, name))
     if value not in choices:
         raise ValueError(f"{name}={value!r} is not allowed; choose one of {list(choices)}")
+
+
+def check_bool(owner, name: str) -> None:
+    value = getattr(owner, name)
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
 
 
 def check_block_size(owner) -> None:
@@ -152,3 +159,53 @@ class RowGroupPolicy(Policy):
         if self.max_registers is None:
             return ()
         return (f"--maxrregcount={self.max_registers}",)
+
+
+@dataclass(frozen=True)
+class UnrolledRowPolicy(RowGroupPolicy):
+    """Knobs of the row-group kernels that read a row in unrolled trips (``csr_vector``,
+    ``delta16``): :class:`RowGroupPolicy`'s, plus how each trip loads.
+
+    Attributes
+    ----------
+    block_size, threads_per_row, max_registers
+        As in :class:`RowGroupPolicy`.
+    unroll : int
+        Independent (index, value, x) loads each thread keeps in flight per trip through a
+        row (1, 2, 4 or 8). More hides more latency on long or scattered rows, at the price
+        of registers and of predicated-off loads on short rows.
+    stream_matrix : bool
+        Read the matrix's values and indices with evict-first (``__ldcs``) loads, so that
+        the streamed matrix does not push x out of L1 and L2.
+    vector_loads : bool
+        Read values and column indices as quads of 4 entries with 8- and 16-byte loads
+        (each lane takes whole aligned quads, skipping entries of the neighbouring rows;
+        ``unroll`` then counts quads per trip): a quarter of the load instructions and
+        fewer L1 wavefronts for rows of a few dozen entries, where the scalar loads of 4
+        sub-warp groups touch 4 misaligned segments each.
+
+    All three are compile-time macros of the kernels (``SPARSEGPU_UNROLL``,
+    ``SPARSEGPU_STREAM_MATRIX``, ``SPARSEGPU_VECTOR_LOADS``); a policy that changes them
+    compiles its own variant (once, memoized).
+    """
+
+    unroll: int = field(default=4, metadata=SECONDARY)
+    stream_matrix: bool = field(default=False, metadata=SECONDARY)
+    vector_loads: bool = field(default=False, metadata=SECONDARY)
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_int_choice(self, "unroll", UNROLL_CHOICES)
+        check_bool(self, "stream_matrix")
+        check_bool(self, "vector_loads")
+
+    def compile_options(self) -> tuple[str, ...]:
+        """NVRTC options this policy adds to its kernel's compilation."""
+        options = super().compile_options()
+        if self.unroll != 4:
+            options += (f"-DSPARSEGPU_UNROLL={self.unroll}",)
+        if self.stream_matrix:
+            options += ("-DSPARSEGPU_STREAM_MATRIX=1",)
+        if self.vector_loads:
+            options += ("-DSPARSEGPU_VECTOR_LOADS=1",)
+        return options

@@ -172,3 +172,26 @@ __device__ __forceinline__ Value load_x(const Value* x, cudaTextureObject_t text
     return x[i];
   }
 }
+
+// Four consecutive entries from an address aligned to their size (4 * sizeof(T), at least 8
+// bytes) as 8- or 16-byte loads: one int2 of uint16 column offsets, one int4 of int32
+// indices or floats, two of int64 or doubles, up to four of complex128. Streaming: evict-first
+// (__ldcs), as load_streaming.
+template <bool Streaming, typename T>
+__device__ __forceinline__ void load_quad(const T* p, T (&out)[4]) {
+  static_assert((4 * sizeof(T)) % 8 == 0, "a quad is whole 8-byte chunks");
+  if constexpr ((4 * sizeof(T)) % 16 == 0) {
+    constexpr int CHUNKS = 4 * sizeof(T) / 16;
+    const int4* src = reinterpret_cast<const int4*>(p);
+    int4 chunk[CHUNKS];
+#pragma unroll
+    for (int c = 0; c < CHUNKS; ++c) {
+      chunk[c] = Streaming ? __ldcs(src + c) : src[c];
+    }
+    memcpy(out, chunk, sizeof(chunk));
+  } else {
+    const int2* src = reinterpret_cast<const int2*>(p);
+    const int2 chunk = Streaming ? __ldcs(src) : *src;
+    memcpy(out, &chunk, sizeof(chunk));
+  }
+}

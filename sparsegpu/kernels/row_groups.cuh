@@ -1,0 +1,122 @@
+// The outer loop and knobs shared by the row-group kernels (csr_vector.cu, delta16.cu):
+// Bell & Garland's CSR vector kernel (SC'09, figure 22) with CUSP's sub-warp groups.
+//
+// Each group of ThreadsPerRow threads strides over the rows (grid-stride, 64-bit row ids, so
+// any n fits any grid); a warp steps through its rows together so that __syncwarp /
+// __shfl_xor_sync always see the whole warp, and loads the extent (indptr) of its next row
+// while it works on this one. y is written once per row, by the group's first lane.
+#pragma once
+#include "common.cuh"
+
+// Launch knobs that are compile-time macros rather than template arguments, so that they
+// multiply compiled variants only when a policy asks for them (UnrolledRowPolicy.unroll,
+// .stream_matrix and .vector_loads add -D options to the NVRTC compile): SPARSEGPU_UNROLL
+// independent (index, value, x) loads per thread per trip, SPARSEGPU_STREAM_MATRIX = 1 to
+// read the values and indices with evict-first loads (load_streaming) so that x stays
+// cached, and SPARSEGPU_VECTOR_LOADS = 1 for quads of 4 entries per load.
+#ifndef SPARSEGPU_UNROLL
+#define SPARSEGPU_UNROLL 4
+#endif
+#ifndef SPARSEGPU_STREAM_MATRIX
+#define SPARSEGPU_STREAM_MATRIX 0
+#endif
+#ifndef SPARSEGPU_VECTOR_LOADS
+#define SPARSEGPU_VECTOR_LOADS 0
+#endif
+static_assert(SPARSEGPU_UNROLL >= 1 && SPARSEGPU_UNROLL <= 16, "SPARSEGPU_UNROLL: 1..16");
+
+template <typename T>
+__device__ __forceinline__ T load_matrix(const T* p) {
+#if SPARSEGPU_STREAM_MATRIX
+  return load_streaming(p);
+#else
+  return *p;
+#endif
+}
+
+// Offsets into indices/data: 32-bit arithmetic for int32 matrices (fewer registers, so more
+// loads stay in flight), unsigned so that j + UNROLL * ThreadsPerRow cannot overflow it
+// (nnz < 2^31 there); 64-bit matrices keep signed 64-bit offsets.
+template <typename Index>
+struct OffsetOf;
+template <>
+struct OffsetOf<int> {
+  using type = unsigned int;
+};
+template <>
+struct OffsetOf<long long> {
+  using type = long long;
+};
+
+constexpr int REDUCE_SHARED = 0;   // partial sums reduced in shared memory (figure 22)
+constexpr int REDUCE_SHUFFLE = 1;  // __shfl_xor_sync butterfly, no shared memory
+
+// y[row] = the sum over the group of row_sum(first_row, start, end, lane), for every row:
+// row_sum returns one lane's partial sum of the row whose nonzeros are [start, end); the
+// warp calls it together for its rows first_row .. first_row + 32 / ThreadsPerRow - 1 (a
+// row past n_rows has start == end). REDUCE_SHARED needs blockDim.x Values of dynamic
+// shared memory.
+template <int ThreadsPerRow, int Reduction, typename Value, typename Index, typename RowSum>
+__device__ __forceinline__ void for_each_row(const Index* __restrict__ indptr, long long n_rows,
+                                             Value* __restrict__ y, RowSum row_sum) {
+  static_assert(ThreadsPerRow >= 1 && ThreadsPerRow <= 32 &&
+                    (ThreadsPerRow & (ThreadsPerRow - 1)) == 0,
+                "ThreadsPerRow must be a power of two in 1..32");
+  constexpr int ROWS_PER_WARP = 32 / ThreadsPerRow;
+  using Offset = typename OffsetOf<Index>::type;
+
+  // dynamic shared memory: one partial sum per thread (REDUCE_SHARED only)
+  extern __shared__ unsigned char shared_bytes[];
+  Value* partial = reinterpret_cast<Value*>(shared_bytes);
+
+  const int lane = threadIdx.x & (ThreadsPerRow - 1);
+  const int group_in_warp = (threadIdx.x & 31) / ThreadsPerRow;
+  // grid-stride: at each step the warps of the whole grid cover consecutive rows
+  const long long warp_id = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const long long n_warps = (static_cast<long long>(gridDim.x) * blockDim.x) >> 5;
+  const long long row_stride = n_warps * ROWS_PER_WARP;
+  const long long first = warp_id * ROWS_PER_WARP;
+  long long row = first + group_in_warp;
+  Offset start = 0, end = 0;
+  if (row < n_rows) {
+    start = indptr[row];
+    end = indptr[row + 1];
+  }
+  for (long long first_row = first; first_row < n_rows;
+       first_row += row_stride, row += row_stride) {
+    // the next row's extent is loaded now, so its latency hides behind this row's loads
+    const long long next_row = row + row_stride;
+    Offset next_start = 0, next_end = 0;
+    if (next_row < n_rows) {
+      next_start = indptr[next_row];
+      next_end = indptr[next_row + 1];
+    }
+    Value sum = row_sum(first_row, start, end, lane);
+    if constexpr (ThreadsPerRow > 1) {
+      if constexpr (Reduction == REDUCE_SHUFFLE) {
+#pragma unroll
+        for (int offset = ThreadsPerRow / 2; offset > 0; offset /= 2) {
+          sum = add(sum, shuffle_xor(sum, offset));
+        }
+      } else {
+        partial[threadIdx.x] = sum;
+        __syncwarp();
+#pragma unroll
+        for (int offset = ThreadsPerRow / 2; offset > 0; offset /= 2) {
+          if (lane < offset) {
+            partial[threadIdx.x] = add(partial[threadIdx.x], partial[threadIdx.x + offset]);
+          }
+          __syncwarp();
+        }
+        sum = partial[threadIdx.x];
+        // every lane has read its slot before the next row overwrites the slots
+        __syncwarp();
+      }
+    }
+    if (lane == 0 && row < n_rows) {
+      y[row] = sum;
+    }
+    start = next_start;
+    end = next_end;
+  }
+}
