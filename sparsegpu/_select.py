@@ -22,8 +22,10 @@ benchmark mode)
     ``estimate``: the rules above. ``measure`` (the default): the first product of a
     matrix runs on the estimate; the second times a short list of candidates on its real
     operands with CUDA events (the estimate, cuSPARSE ALG1 and ALG2, ``merge_path``, the
-    vector family's shape for the row class, the tuned entry), checks they agree, and keeps
-    the fastest for this matrix and for matrices of the same fingerprint in this process.
+    vector family's shape for the row class, ``delta16`` where the matrix's columns
+    compress, the tuned entry), checks they agree, and keeps the fastest for this matrix
+    and for matrices of the same fingerprint in this process. Backends that build a format
+    of their own (``delta16``: ``Backend.estimated`` False) are reached only this way.
     ``exhaustive``: every usable backend with every candidate policy it has. The level
     comes from ``planning=`` (``sg.matvec``/:func:`plan`), ``A.planning``, the innermost
     ``with sparsegpu.planning(...)``, ``SPARSEGPU_PLANNING``, in that order.
@@ -347,6 +349,8 @@ def _gpu_candidates(value_dtype: np.dtype, policy_type=None) -> list[Backend]:
 def _auto(matrix, value_dtype: np.dtype, policy, store) -> tuple[Backend, str, Any]:
     """(backend, reason, stats or None) of ``auto`` for this matrix and value dtype."""
     candidates = _gpu_candidates(value_dtype, type(policy) if policy is not None else None)
+    if policy is None:  # a backend that only planning picks (unless its policy is given)
+        candidates = [b for b in candidates if b.estimated]
     if not candidates:
         if policy is not None and _cuda.unavailable_reason() is None:
             raise TypeError(
@@ -651,8 +655,10 @@ def forget_measurements() -> None:
 
 def _short_list(matrix, estimate: Choice, value_dtype, level: str, store, capturable) -> list:
     """(backend, policy) pairs planning times: the estimate first, then, for ``measure``,
-    cuSPARSE with each algorithm, merge_path, the vector family's default shape and the
-    tuned entry; for ``exhaustive``, every usable backend with every candidate it has."""
+    each backend's :meth:`~Backend.planning_candidates` (cuSPARSE's algorithms) and the
+    default (or tuned) policy of the ``planned`` backends (merge_path, shuffle, delta16)
+    that take the matrix; for ``exhaustive``, every usable backend with every candidate
+    it has."""
     pairs = [(estimate.implementation, estimate.policy)]
     if capturable and not estimate.implementation.capturable:
         pairs = []
@@ -673,7 +679,7 @@ def _short_list(matrix, estimate: Choice, value_dtype, level: str, store, captur
             policies = backend.candidates(mirror)
         elif backend.planning_candidates(mirror):
             policies = backend.planning_candidates(mirror)
-        elif backend.name in ("merge_path", "shuffle"):
+        elif backend.planned:
             policies = [default_policy(backend, mirror, store)]
         else:
             continue

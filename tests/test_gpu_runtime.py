@@ -64,8 +64,12 @@ def test_threads_on_their_own_streams(gpu_backend_name, cupy, big):
 
 def test_plan_made_on_one_stream_is_ready_on_another(gpu_backend_name, cupy):
     """Mirrors and plans (A's and A.T's) made on the default stream, used at once from a
-    non-blocking stream that does not wait for the default one."""
-    S = sp.csr_matrix(synthetic.power_law(200_000, seed=3))
+    non-blocking stream that does not wait for the default one. Power-law blocks of 50,000
+    columns on the diagonal: irregular rows whose columns delta16 can compress (its format
+    is built on the default stream too)."""
+    S = sp.block_diag(
+        [synthetic.power_law(50_000, seed=3 + block) for block in range(4)], format="csr"
+    )
     A = sg.csr_matrix(S)
     A.backend = gpu_backend_name
     x = cupy.asarray(random_vector(S.shape[1], np.float64, 4))

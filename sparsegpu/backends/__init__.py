@@ -8,7 +8,14 @@ from __future__ import annotations
 
 import warnings
 
-BUILTIN_MODULES = ("scipy_reference", "csr_vector", "swcache", "cusparse", "merge_path")
+BUILTIN_MODULES = (
+    "scipy_reference",
+    "csr_vector",
+    "swcache",
+    "cusparse",
+    "merge_path",
+    "delta16",
+)
 
 # Former backend names, still accepted (with a DeprecationWarning): old name -> name.
 ALIASES = {"adaptive": "merge_path"}

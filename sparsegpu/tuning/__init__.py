@@ -17,14 +17,16 @@ from .._tuning_store import (
 )
 from ..backends.csr_vector import CsrVectorPolicy
 from ..backends.cusparse import CusparsePolicy
+from ..backends.delta16 import Delta16Policy
 from ..backends.merge_path import MergePathPolicy
-from ..backends.policy import Policy, RowGroupPolicy
+from ..backends.policy import Policy, RowGroupPolicy, UnrolledRowPolicy
 from ..backends.scipy_reference import NoPolicy
 from ..backends.swcache import SoftwareCachePolicy
 
 __all__ = [
     "CsrVectorPolicy",
     "CusparsePolicy",
+    "Delta16Policy",
     "MergePathPolicy",
     "NoPolicy",
     "Policy",
@@ -35,6 +37,7 @@ __all__ = [
     "TuningCacheError",
     "TuningCacheWarning",
     "TuningContext",
+    "UnrolledRowPolicy",
 ]
 
 
