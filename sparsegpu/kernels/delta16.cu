@@ -24,28 +24,29 @@
 
 constexpr int DELTA16_CHUNK_ROWS = 32;
 
-// The extent [start, end) of chunk c's nonzeros.
-template <typename Index>
-__device__ __forceinline__ void chunk_extent(const Index* __restrict__ indptr, long long c,
-                                             long long n_rows, long long& start, long long& end) {
-  const long long first = c * DELTA16_CHUNK_ROWS;
-  start = indptr[first];
-  end = indptr[min(first + DELTA16_CHUNK_ROWS, n_rows)];
-}
-
-// One warp per chunk, grid-stride: the smallest and largest stored column of each chunk
-// (lo = 0, hi = -1 for a chunk without nonzeros).
-template <typename Index>
-__global__ void delta16_chunk_span(const Index* __restrict__ indptr,
-                                   const Index* __restrict__ indices, long long n_rows,
-                                   Index* __restrict__ lo, Index* __restrict__ hi) {
+// body(c, start, end, lane) for every chunk c, a warp per chunk, grid-stride; [start, end)
+// are the chunk's nonzeros, and the lanes of the warp share the call.
+template <typename Index, typename Body>
+__device__ __forceinline__ void for_each_chunk(const Index* __restrict__ indptr,
+                                               long long n_rows, Body body) {
   const long long n_chunks = (n_rows + DELTA16_CHUNK_ROWS - 1) / DELTA16_CHUNK_ROWS;
   const int lane = threadIdx.x & 31;
   const long long warp = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const long long n_warps = (static_cast<long long>(gridDim.x) * blockDim.x) >> 5;
   for (long long c = warp; c < n_chunks; c += n_warps) {
-    long long start, end;
-    chunk_extent(indptr, c, n_rows, start, end);
+    const long long first = c * DELTA16_CHUNK_ROWS;
+    body(c, static_cast<long long>(indptr[first]),
+         static_cast<long long>(indptr[min(first + DELTA16_CHUNK_ROWS, n_rows)]), lane);
+  }
+}
+
+// The smallest and largest stored column of each chunk (lo = 0, hi = -1 for a chunk without
+// nonzeros).
+template <typename Index>
+__global__ void delta16_chunk_span(const Index* __restrict__ indptr,
+                                   const Index* __restrict__ indices, long long n_rows,
+                                   Index* __restrict__ lo, Index* __restrict__ hi) {
+  for_each_chunk(indptr, n_rows, [&](long long c, long long start, long long end, int lane) {
     long long smallest = 0x7fffffffffffffffLL, largest = -1;
     for (long long k = start + lane; k < end; k += 32) {
       const long long column = indices[k];
@@ -61,22 +62,16 @@ __global__ void delta16_chunk_span(const Index* __restrict__ indptr,
       lo[c] = static_cast<Index>(largest < 0 ? 0 : smallest);
       hi[c] = static_cast<Index>(largest);
     }
-  }
+  });
 }
 
-// One warp per chunk, grid-stride: each column written as a 16-bit offset (narrow chunk) or
-// copied to the wide array (wide chunk), as chunks[] says.
+// Each column written as a 16-bit offset (compressed chunk) or copied to the wide array
+// (full-width chunk), as chunks[] says.
 template <typename Index>
 __global__ void delta16_encode(const Index* __restrict__ indptr, const Index* __restrict__ indices,
                                const Index* __restrict__ chunks, long long n_rows,
                                unsigned short* __restrict__ offsets, Index* __restrict__ wide) {
-  const long long n_chunks = (n_rows + DELTA16_CHUNK_ROWS - 1) / DELTA16_CHUNK_ROWS;
-  const int lane = threadIdx.x & 31;
-  const long long warp = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-  const long long n_warps = (static_cast<long long>(gridDim.x) * blockDim.x) >> 5;
-  for (long long c = warp; c < n_chunks; c += n_warps) {
-    long long start, end;
-    chunk_extent(indptr, c, n_rows, start, end);
+  for_each_chunk(indptr, n_rows, [&](long long c, long long start, long long end, int lane) {
     const long long entry = chunks[c];
     for (long long k = start + lane; k < end; k += 32) {
       if (entry >= 0) {
@@ -85,74 +80,43 @@ __global__ void delta16_encode(const Index* __restrict__ indptr, const Index* __
         wide[k + entry + 1] = indices[k];  // k - shift
       }
     }
-  }
+  });
 }
 
 // The partial sum of one lane over its share of one row: columns decoded from 16-bit
-// offsets (Narrow) or read from the wide array.
+// offsets (Narrow) or read from the wide array. Quad loads (SPARSEGPU_VECTOR_LOADS) only in
+// narrow chunks: a wide chunk's columns start at any position of the wide array.
 template <bool Narrow, int ThreadsPerRow, typename Value, typename Index, typename Offset>
 __device__ __forceinline__ Value delta16_row(Offset start, Offset end, int lane, Index entry,
                                             const unsigned short* __restrict__ offsets,
                                             const Index* __restrict__ wide,
                                             const Value* __restrict__ data, const Value* x) {
-  constexpr int UNROLL = SPARSEGPU_UNROLL;
-  // a wide chunk's columns start shift = -(entry + 1) places back in the wide array
-  const Offset shift = Narrow ? Offset(0) : static_cast<Offset>(-(entry + 1));
-  Value sum = value_zero<Value>();
-#if SPARSEGPU_VECTOR_LOADS
-  if constexpr (Narrow) {
-    // Quads of 4 entries aligned to 4 (8-byte offset loads, 16-byte value loads), entries
-    // of a quad outside [start, end) skipped, as csr_vector's quad path. A quad read at the
-    // array's end stays inside the aligned block holding its first entry. Wide chunks take
-    // the scalar path below (their columns start at any position of the wide array).
-    for (Offset q = (start & ~Offset(3)) + 4 * lane; q < end; q += 4 * UNROLL * ThreadsPerRow) {
-      unsigned short offset[UNROLL][4];
-      Value value[UNROLL][4];
-#pragma unroll
-      for (int u = 0; u < UNROLL; ++u) {
-        const Offset k = q + 4 * u * ThreadsPerRow;
-        if (k < end) {
-          load_quad<SPARSEGPU_STREAM_MATRIX>(offsets + k, offset[u]);
-          load_quad<SPARSEGPU_STREAM_MATRIX>(data + k, value[u]);
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < UNROLL; ++u) {
-        const Offset k = q + 4 * u * ThreadsPerRow;
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          if (k + e >= start && k + e < end) {
-            sum = multiply_add(sum, value[u][e],
-                               load_readonly(x + (entry + static_cast<Index>(offset[u][e]))));
-          }
-        }
-      }
-    }
-    return sum;
-  }
-#endif
-  for (Offset j = start + lane; j < end; j += UNROLL * ThreadsPerRow) {
-    Index column[UNROLL];
-    Value value[UNROLL];
-#pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
-      const Offset k = j + u * ThreadsPerRow;
+  if constexpr (Narrow && SPARSEGPU_VECTOR_LOADS != 0) {
+    // a quad of offsets stays packed in registers until x is read
+    const auto offset_at = [&](Offset k) { return load_matrix(offsets + k); };
+    const auto quad = [&](Offset k, unsigned short(&out)[4]) {
+      load_quad<SPARSEGPU_STREAM_MATRIX>(offsets + k, out);
+    };
+    const auto x_at = [&](unsigned short offset) {
+      return load_readonly(x + (entry + static_cast<Index>(offset)));
+    };
+    return row_partial<ThreadsPerRow, true, unsigned short>(start, end, lane, data, offset_at,
+                                                            quad, x_at);
+  } else {
+    // a wide chunk's columns start shift = -(entry + 1) places back in the wide array
+    const Offset shift = Narrow ? Offset(0) : static_cast<Offset>(-(entry + 1));
+    const auto column = [&](Offset k) {
       if constexpr (Narrow) {
-        column[u] = k < end ? entry + static_cast<Index>(load_matrix(offsets + k))
-                            : Index(0);
+        return entry + static_cast<Index>(load_matrix(offsets + k));
       } else {
-        column[u] = k < end ? load_matrix(wide + (k - shift)) : Index(0);
+        return load_matrix(wide + (k - shift));
       }
-      value[u] = k < end ? load_matrix(data + k) : value_zero<Value>();
-    }
-#pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
-      if (j + u * ThreadsPerRow < end) {
-        sum = multiply_add(sum, value[u], load_readonly(x + column[u]));
-      }
-    }
+    };
+    const auto no_quad = [](Offset, Index(&)[4]) {};
+    const auto x_at = [&](Index c) { return load_readonly(x + c); };
+    return row_partial<ThreadsPerRow, false, Index>(start, end, lane, data, column, no_quad,
+                                                    x_at);
   }
-  return sum;
 }
 
 // Mixed: the matrix has chunks kept full-width (false: every chunk compressed, and the

@@ -120,3 +120,66 @@ __device__ __forceinline__ void for_each_row(const Index* __restrict__ indptr, l
     end = next_end;
   }
 }
+
+// One lane's partial sum of the row whose nonzeros are [start, end): data[k] * x_at(column)
+// over the lane's share of the entries, in a fixed order. column(k) reads entry k's column as
+// stored (a Stored: an index, or delta16's 16-bit offset, which x_at decodes when it reads
+// x, so that a quad of offsets stays packed in registers until then); with Quads,
+// quad(k, out) reads the stored columns of the 4 entries from k (k a multiple of 4) and
+// each lane takes whole aligned quads with 8- or 16-byte loads (SPARSEGPU_VECTOR_LOADS),
+// skipping entries of the neighbouring rows; a quad read at the array's end stays inside the
+// aligned block holding its first entry (the arrays start aligned: checked on the host), so
+// it can never leave the allocation. Otherwise each lane keeps UNROLL independent (column,
+// value, x) loads in flight per trip, predicated on the row end, so short rows need a
+// single trip.
+template <int ThreadsPerRow, bool Quads, typename Stored, typename Value, typename Offset,
+          typename Column, typename Quad, typename XAt>
+__device__ __forceinline__ Value row_partial(Offset start, Offset end, int lane,
+                                             const Value* __restrict__ data, Column column,
+                                             Quad quad, XAt x_at) {
+  constexpr int UNROLL = SPARSEGPU_UNROLL;
+  Value sum = value_zero<Value>();
+  if constexpr (Quads) {
+    for (Offset q = (start & ~Offset(3)) + 4 * lane; q < end;
+         q += 4 * UNROLL * ThreadsPerRow) {
+      Stored columns[UNROLL][4];
+      Value value[UNROLL][4];
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) {
+        const Offset k = q + 4 * u * ThreadsPerRow;
+        if (k < end) {
+          quad(k, columns[u]);
+          load_quad<SPARSEGPU_STREAM_MATRIX>(data + k, value[u]);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) {
+        const Offset k = q + 4 * u * ThreadsPerRow;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          if (k + e >= start && k + e < end) {
+            sum = multiply_add(sum, value[u][e], x_at(columns[u][e]));
+          }
+        }
+      }
+    }
+  } else {
+    for (Offset j = start + lane; j < end; j += UNROLL * ThreadsPerRow) {
+      Stored columns[UNROLL];
+      Value value[UNROLL];
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) {
+        const Offset k = j + u * ThreadsPerRow;
+        columns[u] = k < end ? column(k) : Stored(0);
+        value[u] = k < end ? load_matrix(data + k) : value_zero<Value>();
+      }
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) {
+        if (j + u * ThreadsPerRow < end) {
+          sum = multiply_add(sum, value[u], x_at(columns[u]));
+        }
+      }
+    }
+  }
+  return sum;
+}
