@@ -239,7 +239,36 @@ class CsrVectorPlan(KernelPlan):
         return y
 
 
-class CsrVectorBackend(Backend):
+class RowGroupBackend(Backend):
+    """What the backends of the row-group kernels (``csr_vector``, ``delta16``) share: the
+    untuned policy and the autotuner's sweep. Subclasses set ``policy_type`` (an
+    :class:`~sparsegpu.tuning.UnrolledRowPolicy`) and ``_kernel(matrix, policy)``."""
+
+    def shared_bytes(self, block_size: int, value_dtype) -> int:
+        """Dynamic shared memory of one block (none unless the reduction needs it)."""
+        return 0
+
+    def _kernel(self, matrix: DeviceMatrix, policy):
+        raise NotImplementedError
+
+    def default_policy(self, matrix: DeviceMatrix):
+        """Threads per row from the mean row length; block size from the occupancy API."""
+        policy_type = self.policy_type
+        if matrix.shape[0] == 0 or matrix.nnz == 0:
+            return policy_type(source="default")
+        threads_per_row = occupancy.threads_per_row_for(matrix.stats.mean)
+        block_size = occupancy.occupancy_block_size(
+            self._kernel(matrix, policy_type(threads_per_row=threads_per_row)),
+            lambda block: self.shared_bytes(block, matrix.dtype),
+        )
+        return policy_type(block_size, threads_per_row, source="occupancy")
+
+    def candidates(self, matrix: DeviceMatrix) -> list:
+        """:func:`sweep` around the untuned policy."""
+        return sweep(self.default_policy(matrix))
+
+
+class CsrVectorBackend(RowGroupBackend):
     """One member of the CSR vector family: an x-load path and a reduction.
 
     Parameters
@@ -294,21 +323,6 @@ class CsrVectorBackend(Backend):
             ),
             policy.compile_options(),
         )
-
-    def default_policy(self, matrix: DeviceMatrix) -> CsrVectorPolicy:
-        """Threads per row from the mean row length; block size from the occupancy API."""
-        if matrix.shape[0] == 0 or matrix.nnz == 0:
-            return CsrVectorPolicy(source="default")
-        threads_per_row = occupancy.threads_per_row_for(matrix.stats.mean)
-        block_size = occupancy.occupancy_block_size(
-            self._kernel(matrix, CsrVectorPolicy(threads_per_row=threads_per_row)),
-            lambda block: self.shared_bytes(block, matrix.dtype),
-        )
-        return CsrVectorPolicy(block_size, threads_per_row, source="occupancy")
-
-    def candidates(self, matrix: DeviceMatrix) -> list[CsrVectorPolicy]:
-        """:func:`sweep` around the untuned policy."""
-        return sweep(self.default_policy(matrix))
 
     def plan(self, matrix: DeviceMatrix, policy: CsrVectorPolicy) -> CsrVectorPlan:
         return CsrVectorPlan(matrix, policy, self)

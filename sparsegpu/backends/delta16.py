@@ -28,11 +28,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import _compile, _cuda
-from .. import _occupancy as occupancy
 from .._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES, KernelLaunch, name_expression
 from .._mirror import DeviceMatrix, is_out_of_memory, memory_error
-from .base import Backend
-from .csr_vector import KernelPlan, sweep
+from .csr_vector import KernelPlan, RowGroupBackend
 from .policy import THREADS_PER_ROW_CHOICES, UnrolledRowPolicy
 
 SOURCE = "delta16.cu"
@@ -113,10 +111,6 @@ class CompressedColumns:
     table: ChunkTable
     offsets: object
     wide: object
-
-    @property
-    def nbytes(self) -> int:
-        return self.table.chunks.nbytes + self.offsets.nbytes + self.wide.nbytes
 
     def column_bytes(self) -> int:
         """Bytes of column information one product reads: 2 per compressed nonzero, the
@@ -200,10 +194,9 @@ class Delta16Plan(KernelPlan):
         super().__init__(matrix, policy)
         if not self.launches:
             return
-        self.columns = compressed_columns(matrix)
+        self.columns = columns = compressed_columns(matrix)
         if policy.vector_loads:
-            self._check_quad_alignment(data=matrix.data, offsets=self.columns.offsets)
-        columns = self.columns
+            self._check_quad_alignment(data=matrix.data, offsets=columns.offsets)
         self.kernel = backend._kernel(matrix, policy, mixed=columns.table.wide_nnz > 0)
         self._bind(
             policy.block_size // policy.threads_per_row,
@@ -220,7 +213,7 @@ class Delta16Plan(KernelPlan):
         )
 
 
-class Delta16Backend(Backend):
+class Delta16Backend(RowGroupBackend):
     """CSR SpMV over 16-bit column offsets (see the module docstring)."""
 
     name = "delta16"
@@ -251,21 +244,6 @@ class Delta16Backend(Backend):
             kernel_name(matrix.dtype, matrix.index_dtype, policy.threads_per_row, mixed),
             policy.compile_options(),
         )
-
-    def default_policy(self, matrix: DeviceMatrix) -> Delta16Policy:
-        """Threads per row from the mean row length; block size from the occupancy API."""
-        if matrix.shape[0] == 0 or matrix.nnz == 0:
-            return Delta16Policy(source="default")
-        threads_per_row = occupancy.threads_per_row_for(matrix.stats.mean)
-        block_size = occupancy.occupancy_block_size(
-            self._kernel(matrix, Delta16Policy(threads_per_row=threads_per_row))
-        )
-        return Delta16Policy(block_size, threads_per_row, source="occupancy")
-
-    def candidates(self, matrix: DeviceMatrix) -> list[Delta16Policy]:
-        """The csr_vector family's sweep (:func:`~sparsegpu.backends.csr_vector.sweep`)
-        around the untuned policy."""
-        return sweep(self.default_policy(matrix))
 
     def plan(self, matrix: DeviceMatrix, policy: Delta16Policy) -> Delta16Plan:
         return Delta16Plan(matrix, policy, self)
