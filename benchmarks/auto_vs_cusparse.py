@@ -133,18 +133,21 @@ class DirectSpMV:
         )  # fmt: skip
         self._x = lib.createDnVec(n_cols, x.data.ptr, cuda_type)
         self._y = lib.createDnVec(n_rows, y.data.ptr, cuda_type)
-        self._alpha = np.ones(1, dtype=mirror.dtype)
-        self._beta = np.zeros(1, dtype=mirror.dtype)
+        # 16-bit values compute in float32 (alpha and beta too)
+        compute = cusparse_backend.COMPUTE_DTYPE.get(mirror.dtype, mirror.dtype)
+        compute_type = cusparse_backend.CUDA_DATA_TYPE[compute]
+        self._alpha = np.ones(1, dtype=compute)
+        self._beta = np.zeros(1, dtype=compute)
         self._algorithm = cusparse_backend.SPMV_ALGORITHM[algorithm]
         self._cuda_type = cuda_type
         size = lib.spMV_bufferSize(
             self._handle, 0, self._alpha.ctypes.data, self._mat, self._x,
-            self._beta.ctypes.data, self._y, cuda_type, self._algorithm,
+            self._beta.ctypes.data, self._y, compute_type, self._algorithm,
         )  # fmt: skip
         self._workspace = cupy.empty(max(int(size), 1), dtype=np.int8)
         self._args = (
             self._handle, 0, self._alpha.ctypes.data, self._mat, self._x,
-            self._beta.ctypes.data, self._y, cuda_type, self._algorithm,
+            self._beta.ctypes.data, self._y, compute_type, self._algorithm,
             self._workspace.data.ptr,
         )  # fmt: skip
         self._spmv = lib.spMV

@@ -29,13 +29,21 @@ def source_text(name: str) -> str:
     """The text of kernel source ``name``, with local ``#include "x.cuh"`` lines inlined.
 
     Inlining keeps NVRTC independent of include paths inside installed packages
-    (zip-safe); nvcc in CI compiles the files as they are.
+    (zip-safe); nvcc in CI compiles the files as they are. Each header is inlined once per
+    source, where it is first included (what its ``#pragma once`` asks of a compiler).
     """
+    return _inlined(name, set())
+
+
+def _inlined(name: str, seen: set) -> str:
     lines = []
     for line in (kernel_dir() / name).read_text().splitlines():
         stripped = line.strip()
         if stripped.startswith('#include "') and stripped.endswith('"'):
-            lines.append(source_text(stripped[len('#include "') : -1]))
+            header = stripped[len('#include "') : -1]
+            if header not in seen:
+                seen.add(header)
+                lines.append(_inlined(header, seen))
         else:
             lines.append(line)
     return "\n".join(lines)

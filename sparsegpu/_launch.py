@@ -14,6 +14,7 @@ import threading
 import numpy as np
 
 from . import _cuda
+from ._dtypes import BFLOAT16, FLOAT16
 
 # C++ spellings of the value and index dtypes (kernels/common.cuh defines the complex ones).
 CXX_VALUE_TYPES = {
@@ -23,13 +24,19 @@ CXX_VALUE_TYPES = {
     np.dtype(np.complex128): "complex128",
 }
 CXX_INDEX_TYPES = {np.dtype(np.int32): "int", np.dtype(np.int64): "long long"}
+# The 16-bit floats (kernels/half.cuh, CUDA's cuda_fp16.h and cuda_bf16.h): only the
+# row-group families (csr_vector, delta16) are instantiated for them.
+CXX_HALF_TYPES = {FLOAT16: "__half"}
+if BFLOAT16 is not None:
+    CXX_HALF_TYPES[BFLOAT16] = "__nv_bfloat16"
 
 
 def name_expression(template: str, value_dtype, index_dtype=None, *parameters) -> str:
     """The C++ name of one instantiation: ``name_expression("csr_vector", np.float64,
     np.int32, 8, 2, 1) == "csr_vector<double, int, 8, 2, 1>"``; without an index dtype,
     only the value type (``"gather<float>"``)."""
-    arguments = [CXX_VALUE_TYPES[np.dtype(value_dtype)]]
+    value_dtype = np.dtype(value_dtype)
+    arguments = [CXX_VALUE_TYPES.get(value_dtype) or CXX_HALF_TYPES[value_dtype]]
     if index_dtype is not None:
         arguments.append(CXX_INDEX_TYPES[np.dtype(index_dtype)])
     arguments += [str(p) for p in parameters]

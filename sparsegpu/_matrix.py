@@ -25,6 +25,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import _cuda, _dispatch, _registry, _select
+from ._dtypes import is_half
 from ._host_buffers import (
     ARRAY_NAMES,
     MIRROR_LOCK,
@@ -42,6 +43,19 @@ from ._host_buffers import (
 )
 from ._mirror import DeviceMatrix, MatrixCache, MirrorKey, Residence
 from ._write_through import write_through
+
+
+def _half_target(dtype, arg1) -> np.dtype | None:
+    """The 16-bit float dtype a new matrix is to hold (from ``dtype``, else from ``arg1``'s
+    values), or None."""
+    if dtype is not None:
+        try:
+            return np.dtype(dtype) if is_half(dtype) else None
+        except TypeError:
+            return None  # not a dtype: scipy says so
+    values = arg1[0] if isinstance(arg1, tuple) and len(arg1) in (2, 3) else arg1
+    found = getattr(values, "dtype", None)
+    return found if found is not None and is_half(found) else None
 
 
 def _release(matrix) -> set[int]:
@@ -120,7 +134,19 @@ class _SparseGPUMixin:
     _shape = _stored("_shape")
 
     def __init__(self, arg1, shape=None, dtype=None, copy=False, **kwargs):
-        super().__init__(_cuda.to_host(arg1), shape=shape, dtype=dtype, copy=copy, **kwargs)
+        arg1 = _cuda.to_host(arg1)
+        # scipy refuses 16-bit floats in its constructors: build in float32, keep the
+        # 16-bit values (a (data, indices, indptr) tuple of them scipy takes as it is)
+        half = _half_target(dtype, arg1)
+        if half is not None and not isinstance(arg1, tuple):
+            if isinstance(arg1, np.ndarray) or sp.issparse(arg1):
+                arg1 = arg1.astype(np.float32)
+            dtype = None
+        elif half is not None:
+            dtype = None
+        super().__init__(arg1, shape=shape, dtype=dtype, copy=copy, **kwargs)
+        if half is not None and self.data.dtype != half:
+            self.data = self.data.astype(half)
 
     # ------------------------------------------------------------------ backend
     @property
@@ -397,7 +423,7 @@ class _SparseGPUMixin:
         if (
             type(other) is np.ndarray
             and other.ndim == 1
-            and other.dtype.kind in "biufc"
+            and (other.dtype.kind in "biufc" or is_half(other.dtype))
             and self.ndim == 2
             and other.shape[0] == self.__dict__["_shape"][1]
         ):
@@ -439,6 +465,28 @@ class _SparseGPUMixin:
         return result
 
     copy.__doc__ = sp.csr_matrix.copy.__doc__
+
+    # ---- 16-bit floats, which scipy refuses: the conversions that make them usable
+    def astype(self, dtype, casting="unsafe", copy=True):
+        target = np.dtype(dtype) if is_half(dtype) else None
+        if target is None:
+            return super().astype(dtype, casting=casting, copy=copy)
+        if target == self.dtype and not copy:
+            return self
+        return self._with_data(self.data.astype(target, casting=casting), copy=True)
+
+    astype.__doc__ = sp.csr_matrix.astype.__doc__
+
+    def toarray(self, order=None, out=None):
+        if not is_half(self.dtype):
+            return super().toarray(order=order, out=out)
+        dense = super().astype(np.float32).toarray(order=order).astype(self.dtype)
+        if out is None:
+            return dense
+        out[...] = dense
+        return out
+
+    toarray.__doc__ = sp.csr_matrix.toarray.__doc__
 
     # scipy builds derived matrices (``A * 2``, ``A - mu * I``, ``A.astype``, ``abs(A)``)
     # through these two hooks: the result keeps this matrix's backend choice, so code

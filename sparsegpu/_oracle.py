@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _cuda
+from ._dtypes import eps, is_half
 
 
 def random_values(rng, n, dtype):
@@ -27,9 +28,16 @@ def random_vector(n, dtype, seed=0, xp=np):
 
 
 def tolerance(dtype, max_row_length: int = 1) -> float:
-    """Relative tolerance for a product in ``dtype``: 16 eps sqrt(row length), at least 16 eps."""
-    eps = np.finfo(np.dtype(dtype)).eps if np.dtype(dtype).kind in "fc" else 0.0
-    return float(16 * eps * np.sqrt(max(int(max_row_length), 1)))
+    """Relative tolerance for a product in ``dtype``: 16 eps sqrt(row length), at least 16 eps.
+
+    For float16 and bfloat16, whose sums run in float32: the rounding of the result and of
+    the reference to the 16-bit type (eps each) plus float32's tolerance.
+    """
+    dtype = np.dtype(dtype)
+    if is_half(dtype):
+        return 2 * eps(dtype) + tolerance(np.float32, max_row_length)
+    e = eps(dtype) if dtype.kind in "fc" else 0.0
+    return float(16 * e * np.sqrt(max(int(max_row_length), 1)))
 
 
 class Oracle:
@@ -52,13 +60,20 @@ class Oracle:
 
     def __init__(self, host_csr, dtype, x=None, seed: int = 0):
         dtype = np.dtype(dtype)
-        host = host_csr.tocsr().astype(dtype)
+        host = host_csr.tocsr()
+        if is_half(dtype):  # scipy computes in neither: values rounded, kept in float64
+            host = host.astype(np.float64)
+            host.data = host.data.astype(dtype).astype(np.float64)
+        else:
+            host = host.astype(dtype)
         self.x = random_vector(host.shape[1], dtype, seed=seed) if x is None else x
         wide = np.complex128 if dtype.kind == "c" or self.x.dtype.kind == "c" else np.float64
-        self.y = (host.astype(wide) @ np.asarray(self.x).astype(wide)).astype(dtype)
+        x_wide = np.asarray(self.x).astype(wide)
+        self.y = (host.astype(wide) @ x_wide).astype(dtype)
+        self._half = is_half(dtype)
         lengths = np.diff(host.indptr)
         tol = tolerance(dtype, int(lengths.max()) if lengths.size else 1)
-        self.bound = tol * np.maximum(abs(host) @ np.abs(self.x), 1.0)
+        self.bound = tol * np.maximum(abs(host) @ np.abs(x_wide), 1.0)
         self._on_device: dict = {}
 
     def _reference(self, xp):
@@ -80,16 +95,20 @@ class Oracle:
             return None
         xp = _cuda.cupy_or_none() if _cuda.is_cupy_array(y) else np
         reference, bound = self._reference(xp)
+        if self._half:  # compare in float64, not in the 16-bit type
+            y, reference = y.astype(np.float64), reference.astype(np.float64)
         if bool((xp.abs(y - reference) <= bound).all()):  # NaN compares False: caught
             return None
         return self._describe(y.get() if xp is not np else np.asarray(y))
 
     def _describe(self, y: np.ndarray) -> str:
+        y = y.astype(np.float64) if self._half else y
         if not np.all(np.isfinite(y)):
             row = int(np.argmax(~np.isfinite(y)))
             return f"row {row} is {y[row]} (not written, or overflow)"
-        row = int(np.argmax(np.abs(y - self.y) - self.bound))
+        reference = self.y.astype(np.float64) if self._half else self.y
+        row = int(np.argmax(np.abs(y - reference) - self.bound))
         return (
-            f"row {row} is {y[row]} but scipy gives {self.y[row]} "
-            f"(error {abs(y[row] - self.y[row]):.3e} > tolerance {self.bound[row]:.3e})"
+            f"row {row} is {y[row]} but scipy gives {reference[row]} "
+            f"(error {abs(y[row] - reference[row]):.3e} > tolerance {self.bound[row]:.3e})"
         )

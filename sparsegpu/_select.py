@@ -48,6 +48,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import _cuda, _registry, _timing, _tuning_store
+from ._dtypes import half_result_dtype, is_half
 from ._oracle import tolerance
 from ._registry import AUTO, get_backend, registered
 from ._tuning_store import (
@@ -126,7 +127,11 @@ except ImportError:  # pragma: no cover - every supported scipy has it
 
 
 def result_dtype(a_dtype, x_dtype) -> np.dtype:
-    """The dtype scipy gives ``A @ x``."""
+    """The dtype scipy gives ``A @ x``; with a float16 or bfloat16 operand (which scipy
+    does not compute in), numpy's: float16 @ float16 is float16, float16 @ float32 float32.
+    """
+    if is_half(a_dtype) or is_half(x_dtype):
+        return half_result_dtype(a_dtype, x_dtype)
     if _upcast_char is not None:
         return np.dtype(_upcast_char(np.dtype(a_dtype).char, np.dtype(x_dtype).char))
     return np.result_type(a_dtype, x_dtype)

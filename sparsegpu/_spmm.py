@@ -36,6 +36,12 @@ SPMM_FAMILY = register_family(
 )
 
 
+def spmm_supports(value_dtype) -> bool:
+    """Whether the one-pass kernel is instantiated for ``value_dtype`` (not the 16-bit
+    floats: their products go column by column through the matvec kernels)."""
+    return value_dtype in CXX_VALUE_TYPES
+
+
 def _power_of_two_at_least(n: int) -> int:
     return next(p for p in _POWERS_OF_TWO if p >= n) if n <= 32 else 32
 

@@ -16,6 +16,7 @@ from collections import Counter
 import numpy as np
 import scipy.sparse as sp
 
+from ._dtypes import HALF_DTYPES, is_half
 from ._mirror import Residence
 from ._oracle import random_values, random_vector, tolerance
 from .backends.base import Backend, Plan
@@ -23,6 +24,8 @@ from .backends.scipy_reference import ScipyBackend, ScipyPlan
 
 VALUE_DTYPES = (np.float32, np.float64, np.complex64, np.complex128)
 INDEX_DTYPES = (np.int32, np.int64)
+# float16, and bfloat16 where ml_dtypes is installed (scipy computes in neither)
+HALF_VALUE_DTYPES = HALF_DTYPES
 
 
 def _csr(data, indices, indptr, shape, index_dtype):
@@ -113,6 +116,8 @@ def assert_product_close(actual, desired, dtype, max_row_length=1, what="product
     desired = _to_numpy(desired)
     assert actual.shape == desired.shape, f"{what}: shape {actual.shape} != {desired.shape}"
     assert actual.dtype == desired.dtype, f"{what}: dtype {actual.dtype} != {desired.dtype}"
+    if is_half(actual.dtype):  # compared in float64
+        actual, desired = actual.astype(np.float64), desired.astype(np.float64)
     if actual.size == 0:
         return
     assert np.all(np.isfinite(actual)), f"{what}: non-finite values in the result"
@@ -187,6 +192,7 @@ class _CountingPlan(Plan):
 
 
 __all__ = [
+    "HALF_VALUE_DTYPES",
     "INDEX_DTYPES",
     "VALUE_DTYPES",
     "CountingBackend",

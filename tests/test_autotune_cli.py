@@ -59,7 +59,7 @@ ERRORS = {
     "zero_budget": (["--budget", "0"], "--budget 0 must be a positive number"),
     "infinite_budget": (["--budget", "inf"], "--budget inf must be a positive number"),
     "zero_repeat": (["--repeat", "0"], "--repeat 0 must be at least 1"),
-    "bad_dtype": (["--dtypes", "float16"], "--dtypes: cannot tune 'float16'"),
+    "bad_dtype": (["--dtypes", "int16"], "--dtypes: cannot tune 'int16'"),
     "unknown_dtype": (["--dtypes", "float64,quad"], "--dtypes: cannot tune 'quad'"),
     "show_with_matrix": (["--show", "a.mtx"], "--show takes no MATRIX"),
     "clear_with_matrix": (["--clear", "a.mtx"], "--clear takes no MATRIX"),

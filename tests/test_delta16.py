@@ -19,6 +19,7 @@ from sparsegpu.backends.delta16 import (
     compressed_columns,
 )
 from sparsegpu.testing import (
+    HALF_VALUE_DTYPES,
     INDEX_DTYPES,
     VALUE_DTYPES,
     assert_product_close,
@@ -105,7 +106,9 @@ def test_listed_with_its_reason_and_every_instantiation_registered():
     assert "delta16_spmv<double, int, 4, 0>" in names
     assert "delta16_spmv<complex64, long long, 32, 1>" in names
     assert "delta16_encode<long long>" in names and "delta16_chunk_span<int>" in names
-    assert len(names) == len(VALUE_DTYPES) * len(INDEX_DTYPES) * 6 * 2 + 4
+    assert "delta16_spmv<__half, int, 8, 0>" in names
+    n_values = len(VALUE_DTYPES) + len(HALF_VALUE_DTYPES)
+    assert len(names) == n_values * len(INDEX_DTYPES) * 6 * 2 + 4
 
 
 def test_rules_alone_never_pick_it():

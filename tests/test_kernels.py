@@ -17,6 +17,7 @@ import scipy.sparse as sp
 import sparsegpu as sg
 from sparsegpu import _compile, _dispatch, _registry, datasets
 from sparsegpu import _occupancy as occupancy
+from sparsegpu._dtypes import HALF_DTYPES
 from sparsegpu._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES, name_expression
 from sparsegpu.backends import csr_vector, swcache
 from sparsegpu.backends.csr_vector import CsrVectorPolicy
@@ -64,6 +65,26 @@ def test_every_backend_variant_is_an_instantiation():
                         value, index, threads, backend.load_path, backend.reduction
                     )
                     assert expr in names
+
+
+def test_every_backend_that_takes_16_bit_values_has_their_instantiations():
+    names = set(csr_vector.FAMILY.instantiations)
+    for backend in csr_vector.BACKENDS:
+        for value in HALF_DTYPES:
+            expr = csr_vector.kernel_name(value, np.int32, 4, backend.load_path, backend.reduction)
+            assert (expr in names) == (value in backend.value_dtypes), expr
+    # the texture member has no 16-bit channel: it refuses them
+    assert np.dtype(np.float16) not in _registry.registered()["texture"].value_dtypes
+    assert np.dtype(np.float16) in _registry.registered()["shuffle"].value_dtypes
+
+
+@pytest.mark.parametrize("source", ["csr_vector.cu", "delta16.cu", "merge_path.cu"])
+def test_inlined_source_holds_each_header_once(source):
+    """NVRTC sees one text: a header included twice (row_groups.cuh and half.cuh both
+    include common.cuh) is inlined once, as its #pragma once asks."""
+    text = _compile.source_text(source)
+    assert text.count("struct __align__(8) complex64 {") == 1
+    assert '#include "' not in text
 
 
 @pytest.mark.parametrize("family", ["csr_vector.cu", "swcache.cu"])

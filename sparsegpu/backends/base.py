@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._mirror import CUPY, DeviceMatrix, Residence
-from .._spmm import csr_spmm
+from .._spmm import csr_spmm, spmm_supports
 from .policy import Policy
 
 FLOAT_AND_COMPLEX = tuple(
@@ -119,10 +119,15 @@ class Plan:
         """Fill ``Y`` with ``A @ X`` (both checked).
 
         Default: on the GPU, from ``SPMM_MIN_COLUMNS`` columns on, one CSR kernel that
-        reads A once for all k columns (:mod:`sparsegpu._spmm`); below that, and on the
-        host, one matvec per column.
+        reads A once for all k columns (:mod:`sparsegpu._spmm`); below that, on the host,
+        and for the 16-bit floats (which that kernel is not instantiated for), one matvec
+        per column.
         """
-        if self.matrix.residence.name == CUPY.name and X.shape[1] >= SPMM_MIN_COLUMNS:
+        if (
+            self.matrix.residence.name == CUPY.name
+            and X.shape[1] >= SPMM_MIN_COLUMNS
+            and spmm_supports(self.matrix.dtype)
+        ):
             return csr_spmm(self.matrix, X, Y)
         xp = self.matrix.xp
         for j in range(X.shape[1]):

@@ -17,9 +17,16 @@ import numpy as np
 
 from .. import _compile, _cuda
 from .. import _occupancy as occupancy
-from .._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES, KernelLaunch, name_expression
+from .._dtypes import HALF_DTYPES, accumulator_itemsize
+from .._launch import (
+    CXX_HALF_TYPES,
+    CXX_INDEX_TYPES,
+    CXX_VALUE_TYPES,
+    KernelLaunch,
+    name_expression,
+)
 from .._mirror import DeviceMatrix
-from .base import Backend, Plan
+from .base import FLOAT_AND_COMPLEX, Backend, Plan
 from .policy import THREADS_PER_ROW_CHOICES, UnrolledRowPolicy
 
 SOURCE = "csr_vector.cu"
@@ -293,11 +300,15 @@ class CsrVectorBackend(RowGroupBackend):
         # planning "measure" times the shuffle member: within 3% of the best of the family
         # on every regular class on the H200 (see _select.AUTO_PREFERENCE)
         self.planned = name == "shuffle"
+        # 16-bit floats (float32 sums): every member but the texture one, whose fetches
+        # have no 16-bit channel here
+        self.value_dtypes = FLOAT_AND_COMPLEX + (HALF_DTYPES if load_path != LOAD_TEXTURE else ())
 
     def shared_bytes(self, block_size: int, value_dtype) -> int:
-        """Dynamic shared memory of one block: a partial sum per thread for the shared reduction."""
+        """Dynamic shared memory of one block: a partial sum (an accumulator: float for the
+        16-bit floats) per thread for the shared reduction."""
         if self.reduction == REDUCE_SHARED:
-            return block_size * np.dtype(value_dtype).itemsize
+            return block_size * accumulator_itemsize(value_dtype)
         return 0
 
     def refuse_reason(self, matrix: DeviceMatrix) -> str | None:
@@ -361,7 +372,8 @@ FAMILY = _compile.register_family(
         tuple(
             kernel_name(value, index, threads_per_row, backend.load_path, backend.reduction)
             for backend in BACKENDS
-            for value in CXX_VALUE_TYPES
+            for value in (*CXX_VALUE_TYPES, *CXX_HALF_TYPES)
+            if value in backend.value_dtypes
             for index in CXX_INDEX_TYPES
             for threads_per_row in THREADS_PER_ROW_CHOICES
         ),

@@ -29,8 +29,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import _cuda
+from .._dtypes import BFLOAT16, FLOAT16, HALF_DTYPES
 from .._mirror import DeviceMatrix
-from .base import Backend, Plan
+from .base import FLOAT_AND_COMPLEX, Backend, Plan
 from .policy import Policy
 
 # cusparseSpMVAlg_t / cusparseSpMMAlg_t values (cusparse.h, CUDA 12 and 13); the names
@@ -41,13 +42,19 @@ OPERATION_NON_TRANSPOSE = 0
 INDEX_BASE_ZERO = 0
 ORDER_ROW = 2
 INDEX_TYPE = {np.dtype(np.int32): 2, np.dtype(np.int64): 3}  # CUSPARSE_INDEX_32I / _64I
-# cudaDataType_t of each value dtype
+# cudaDataType_t of each value dtype (library_types.h)
 CUDA_DATA_TYPE = {
     np.dtype(np.float32): 0,
     np.dtype(np.float64): 1,
     np.dtype(np.complex64): 4,
     np.dtype(np.complex128): 5,
+    FLOAT16: 2,  # CUDA_R_16F
 }
+if BFLOAT16 is not None:
+    CUDA_DATA_TYPE[BFLOAT16] = 14  # CUDA_R_16BF
+# cuSPARSE computes 16-bit products in float32 (A, x and y in the 16-bit type, compute
+# CUDA_R_32F, alpha and beta float32: the cusparseSpMV table of supported types)
+COMPUTE_DTYPE = {dtype: np.dtype(np.float32) for dtype in HALF_DTYPES}
 
 
 CUSPARSE_ALGORITHMS = ("default", "csr_alg1", "csr_alg2")
@@ -157,10 +164,13 @@ class CusparsePlan(Plan):
         self._n_rows = n_rows
         self._n_cols = n_cols
         self._cuda_type = CUDA_DATA_TYPE[matrix.dtype]
+        compute = COMPUTE_DTYPE.get(matrix.dtype, matrix.dtype)
+        self._compute_type = CUDA_DATA_TYPE[compute]
         self._algorithm = SPMV_ALGORITHM[policy.algorithm]
-        # alpha = 1, beta = 0 as host scalars (the handle's default pointer mode)
-        self._alpha = np.ones(1, dtype=matrix.dtype)
-        self._beta = np.zeros(1, dtype=matrix.dtype)
+        # alpha = 1, beta = 0 as host scalars of the compute type (the handle's default
+        # pointer mode)
+        self._alpha = np.ones(1, dtype=compute)
+        self._beta = np.zeros(1, dtype=compute)
         self._alpha_ptr = self._alpha.ctypes.data
         self._beta_ptr = self._beta.ctypes.data
         self._lock = threading.Lock()  # SpMM's descriptors and the tables' inserts
@@ -207,7 +217,7 @@ class CusparsePlan(Plan):
                 vec_x.handle,
                 self._beta_ptr,
                 vec_y.handle,
-                self._cuda_type,
+                self._compute_type,
                 self._algorithm,
             )
         )
@@ -227,7 +237,7 @@ class CusparsePlan(Plan):
                 vec_x.handle,
                 self._beta_ptr,
                 vec_y.handle,
-                self._cuda_type,
+                self._compute_type,
                 self._algorithm,
                 workspace,
             )
@@ -280,7 +290,7 @@ class CusparsePlan(Plan):
             vec_x.handle,
             self._beta_ptr,
             vec_y.handle,
-            self._cuda_type,
+            self._compute_type,
             self._algorithm,
             workspace,
         )
@@ -309,7 +319,7 @@ class CusparsePlan(Plan):
                 mat_b.handle,
                 self._beta.ctypes.data,
                 mat_c.handle,
-                self._cuda_type,
+                self._compute_type,
                 SPMM_ALGORITHM_DEFAULT,
                 workspace.data.ptr,
             )
@@ -339,7 +349,7 @@ class CusparsePlan(Plan):
                 mat_b.handle,
                 self._beta.ctypes.data,
                 mat_c.handle,
-                self._cuda_type,
+                self._compute_type,
                 SPMM_ALGORITHM_DEFAULT,
             )
             workspace = self._cupy.empty(max(int(size), 1), dtype=np.int8)
@@ -354,6 +364,8 @@ class CusparseBackend(Backend):
     name = "cusparse"
     description = "cuSPARSE generic SpMV/SpMM; descriptors and workspace made once per plan"
     policy_type = CusparsePolicy
+    # float16/bfloat16 with float32 compute, as cuSPARSE's SpMV supports them
+    value_dtypes = FLOAT_AND_COMPLEX + HALF_DTYPES
     # CuPy refuses cuSPARSE calls on a capturing stream (NotImplementedError, H200, CuPy 14)
     capturable = False
 

@@ -28,8 +28,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import _compile, _cuda
-from .._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES, KernelLaunch, name_expression
+from .._dtypes import HALF_DTYPES
+from .._launch import (
+    CXX_HALF_TYPES,
+    CXX_INDEX_TYPES,
+    CXX_VALUE_TYPES,
+    KernelLaunch,
+    name_expression,
+)
 from .._mirror import DeviceMatrix, is_out_of_memory, memory_error
+from .base import FLOAT_AND_COMPLEX
 from .csr_vector import KernelPlan, RowGroupBackend
 from .policy import THREADS_PER_ROW_CHOICES, UnrolledRowPolicy
 
@@ -222,6 +230,8 @@ class Delta16Backend(RowGroupBackend):
         "full-width columns where a chunk spans too many"
     )
     policy_type = Delta16Policy
+    # float16/bfloat16 with 16-bit offsets: 4 bytes per nonzero
+    value_dtypes = FLOAT_AND_COMPLEX + HALF_DTYPES
     estimated = False
     planned = True
 
@@ -256,7 +266,7 @@ FAMILY = _compile.register_family(
         SOURCE,
         tuple(
             kernel_name(value, index, threads_per_row, mixed)
-            for value in CXX_VALUE_TYPES
+            for value in (*CXX_VALUE_TYPES, *CXX_HALF_TYPES)
             for index in CXX_INDEX_TYPES
             for threads_per_row in THREADS_PER_ROW_CHOICES
             for mixed in (False, True)

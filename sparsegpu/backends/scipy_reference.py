@@ -2,7 +2,7 @@
 
 It runs scipy's own compiled CSR kernels on the host arrays (no copy), through the same
 dispatch path, validation and plan cache as the GPU backends. It takes every dtype scipy
-takes.
+takes, and float16/bfloat16 (computed in float32 and rounded).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from .._dtypes import HALF_DTYPES, half_result_dtype, is_half
 from .._mirror import HOST, DeviceMatrix
 from .base import INT32_AND_INT64, Backend, Plan
 from .policy import Policy
@@ -51,10 +52,15 @@ class ScipyPlan(Plan):
         super().__init__(matrix, policy)
         # The arrays are set directly: scipy's constructor would keep an int32 copy of
         # int64 indices that hold small values, and the host arrays are what this reads.
+        # scipy has no 16-bit float kernels: those compute on a float32 copy of the values
+        # (made once per plan) and round the result, as the GPU kernels accumulate.
+        self._half = matrix.dtype if is_half(matrix.dtype) else None
+        compute = np.dtype(np.float32) if self._half is not None else matrix.dtype
         csr = (sp.csc_matrix if matrix.layout == "csc" else sp.csr_matrix)(
-            matrix.shape, dtype=matrix.dtype.newbyteorder("=")
+            matrix.shape, dtype=compute.newbyteorder("=")
         )
-        csr.data, csr.indices, csr.indptr = matrix.data, matrix.indices, matrix.indptr
+        data = matrix.data if self._half is None else matrix.data.astype(np.float32)
+        csr.data, csr.indices, csr.indptr = data, matrix.indices, matrix.indptr
         # scipy >= 1.13 names the hooks _matmul_*, older releases _mul_*
         self._vector = getattr(csr, "_matmul_vector", None) or csr._mul_vector
         self._multivector = getattr(csr, "_matmul_multivector", None) or csr._mul_multivector
@@ -71,7 +77,13 @@ class ScipyPlan(Plan):
                 f"x must be a 1-D or 2-D numpy array with {n_cols} rows, got "
                 f"{type(x).__name__} {getattr(x, 'shape', '')}"
             )
+        want = None
+        if self._half is not None:  # numpy's promotion, computed in float32 or wider
+            want = half_result_dtype(self._half, x.dtype)
+            x = x.astype(np.promote_types(np.float32, want) if is_half(want) else want)
         y = self._vector(x) if x.ndim == 1 else self._multivector(x)
+        if want is not None:
+            y = y.astype(want)
         if out is None:
             return y
         if not isinstance(out, np.ndarray) or out.shape != y.shape:
@@ -89,7 +101,7 @@ class ScipyBackend(Backend):
     name = "scipy"
     description = "CPU reference: scipy's compiled CSR kernels (always available, the oracle)"
     residence = HOST
-    value_dtypes = ALL_SCIPY_DTYPES
+    value_dtypes = ALL_SCIPY_DTYPES + HALF_DTYPES
     index_dtypes = INT32_AND_INT64
     policy_type = NoPolicy
 

@@ -99,7 +99,8 @@ def add_arguments(parser) -> None:
         "--dtypes",
         type=comma_list,
         default=None,
-        help="comma-separated value dtypes (float32,float64,complex64,complex128); "
+        help="comma-separated value dtypes (float32,float64,complex64,complex128, and "
+        "float16,bfloat16); "
         "default: each matrix's own dtype (float64 for the default suite)",
     )
     parser.add_argument(
@@ -146,17 +147,19 @@ def _check_options(args) -> None:
         flag = "--show" if args.show else "--clear"
         raise CommandError(f"{flag} takes no MATRIX; run it on its own")
     if args.dtypes:
+        from .._dtypes import HALF_DTYPES
         from ..backends.base import FLOAT_AND_COMPLEX
 
+        tunable = FLOAT_AND_COMPLEX + HALF_DTYPES
         for name in args.dtypes:
             try:
-                ok = np.dtype(name) in FLOAT_AND_COMPLEX
+                ok = np.dtype(name) in tunable
             except TypeError:
                 ok = False
             if not ok:
                 raise CommandError(
                     f"--dtypes: cannot tune {name!r}; choose from "
-                    "float32, float64, complex64, complex128"
+                    + ", ".join(str(d) for d in tunable)
                 )
     if args.plot:
         require_matplotlib()

@@ -87,10 +87,9 @@ __global__ void delta16_encode(const Index* __restrict__ indptr, const Index* __
 // offsets (Narrow) or read from the wide array. Quad loads (SPARSEGPU_VECTOR_LOADS) only in
 // narrow chunks: a wide chunk's columns start at any position of the wide array.
 template <bool Narrow, int ThreadsPerRow, typename Value, typename Index, typename Offset>
-__device__ __forceinline__ Value delta16_row(Offset start, Offset end, int lane, Index entry,
-                                            const unsigned short* __restrict__ offsets,
-                                            const Index* __restrict__ wide,
-                                            const Value* __restrict__ data, const Value* x) {
+__device__ __forceinline__ typename Accumulate<Value>::type delta16_row(
+    Offset start, Offset end, int lane, Index entry, const unsigned short* __restrict__ offsets,
+    const Index* __restrict__ wide, const Value* __restrict__ data, const Value* x) {
   if constexpr (Narrow && SPARSEGPU_VECTOR_LOADS != 0) {
     // a quad of offsets stays packed in registers until x is read
     const auto offset_at = [&](Offset k) { return load_matrix(offsets + k); };

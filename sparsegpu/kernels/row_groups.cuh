@@ -7,6 +7,7 @@
 // while it works on this one. y is written once per row, by the group's first lane.
 #pragma once
 #include "common.cuh"
+#include "half.cuh"
 
 // Launch knobs that are compile-time macros rather than template arguments, so that they
 // multiply compiled variants only when a policy asks for them (UnrolledRowPolicy.unroll,
@@ -52,10 +53,10 @@ constexpr int REDUCE_SHARED = 0;   // partial sums reduced in shared memory (fig
 constexpr int REDUCE_SHUFFLE = 1;  // __shfl_xor_sync butterfly, no shared memory
 
 // y[row] = the sum over the group of row_sum(first_row, start, end, lane), for every row:
-// row_sum returns one lane's partial sum of the row whose nonzeros are [start, end); the
-// warp calls it together for its rows first_row .. first_row + 32 / ThreadsPerRow - 1 (a
-// row past n_rows has start == end). REDUCE_SHARED needs blockDim.x Values of dynamic
-// shared memory.
+// row_sum returns one lane's partial sum (an Accumulate<Value>::type) of the row whose
+// nonzeros are [start, end); the warp calls it together for its rows first_row .. first_row
+// + 32 / ThreadsPerRow - 1 (a row past n_rows has start == end). REDUCE_SHARED needs
+// blockDim.x accumulators of dynamic shared memory.
 template <int ThreadsPerRow, int Reduction, typename Value, typename Index, typename RowSum>
 __device__ __forceinline__ void for_each_row(const Index* __restrict__ indptr, long long n_rows,
                                              Value* __restrict__ y, RowSum row_sum) {
@@ -64,10 +65,11 @@ __device__ __forceinline__ void for_each_row(const Index* __restrict__ indptr, l
                 "ThreadsPerRow must be a power of two in 1..32");
   constexpr int ROWS_PER_WARP = 32 / ThreadsPerRow;
   using Offset = typename OffsetOf<Index>::type;
+  using Acc = typename Accumulate<Value>::type;
 
   // dynamic shared memory: one partial sum per thread (REDUCE_SHARED only)
   extern __shared__ unsigned char shared_bytes[];
-  Value* partial = reinterpret_cast<Value*>(shared_bytes);
+  Acc* partial = reinterpret_cast<Acc*>(shared_bytes);
 
   const int lane = threadIdx.x & (ThreadsPerRow - 1);
   const int group_in_warp = (threadIdx.x & 31) / ThreadsPerRow;
@@ -91,7 +93,7 @@ __device__ __forceinline__ void for_each_row(const Index* __restrict__ indptr, l
       next_start = indptr[next_row];
       next_end = indptr[next_row + 1];
     }
-    Value sum = row_sum(first_row, start, end, lane);
+    Acc sum = row_sum(first_row, start, end, lane);
     if constexpr (ThreadsPerRow > 1) {
       if constexpr (Reduction == REDUCE_SHUFFLE) {
 #pragma unroll
@@ -114,14 +116,15 @@ __device__ __forceinline__ void for_each_row(const Index* __restrict__ indptr, l
       }
     }
     if (lane == 0 && row < n_rows) {
-      y[row] = sum;
+      y[row] = narrow<Value>(sum);
     }
     start = next_start;
     end = next_end;
   }
 }
 
-// One lane's partial sum of the row whose nonzeros are [start, end): data[k] * x_at(column)
+// One lane's partial sum (in Accumulate<Value>::type) of the row whose nonzeros are
+// [start, end): data[k] * x_at(column)
 // over the lane's share of the entries, in a fixed order. column(k) reads entry k's column as
 // stored (a Stored: an index, or delta16's 16-bit offset, which x_at decodes when it reads
 // x, so that a quad of offsets stays packed in registers until then); with Quads,
@@ -134,11 +137,12 @@ __device__ __forceinline__ void for_each_row(const Index* __restrict__ indptr, l
 // single trip.
 template <int ThreadsPerRow, bool Quads, typename Stored, typename Value, typename Offset,
           typename Column, typename Quad, typename XAt>
-__device__ __forceinline__ Value row_partial(Offset start, Offset end, int lane,
-                                             const Value* __restrict__ data, Column column,
-                                             Quad quad, XAt x_at) {
+__device__ __forceinline__ typename Accumulate<Value>::type row_partial(
+    Offset start, Offset end, int lane, const Value* __restrict__ data, Column column, Quad quad,
+    XAt x_at) {
   constexpr int UNROLL = SPARSEGPU_UNROLL;
-  Value sum = value_zero<Value>();
+  using Acc = typename Accumulate<Value>::type;
+  Acc sum = value_zero<Acc>();
   if constexpr (Quads) {
     for (Offset q = (start & ~Offset(3)) + 4 * lane; q < end;
          q += 4 * UNROLL * ThreadsPerRow) {

@@ -24,6 +24,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .. import _cuda, _registry, _select
+from .._dtypes import HALF_DTYPES
 from .._matrix import _SparseGPUMixin, csr_matrix
 from .._mirror import RowLengthStats
 from .._oracle import Oracle
@@ -272,16 +273,16 @@ def _dtypes(dtypes, matrix) -> list[np.dtype]:
     if isinstance(dtypes, (str, np.dtype, type)):
         dtypes = [dtypes]
     out = []
+    tunable = FLOAT_AND_COMPLEX + HALF_DTYPES
     for d in dtypes:
         try:
             dtype = np.dtype(d)
-            known = d is not None and dtype in FLOAT_AND_COMPLEX
+            known = d is not None and dtype in tunable
         except TypeError:
             known = False
         if not known:
             raise ValueError(
-                f"cannot tune value dtype {d!r}; choose from "
-                f"{', '.join(str(t) for t in FLOAT_AND_COMPLEX)}"
+                f"cannot tune value dtype {d!r}; choose from {', '.join(str(t) for t in tunable)}"
             )
         out.append(dtype)
     if not out:
@@ -517,8 +518,8 @@ def autotune(
     backends : str or list of str, optional
         Backend names; default every available backend but ``scipy``.
     dtypes : dtype or list of dtypes, optional
-        Value dtypes to tune (float32, float64, complex64, complex128); default A's dtype
-        (float64 for an integer or boolean A).
+        Value dtypes to tune (float32, float64, complex64, complex128, float16, bfloat16);
+        default A's dtype (float64 for an integer or boolean A).
     budget : float, optional
         Seconds for the whole call. When it runs out the sweep stops after the candidate
         in progress; candidates run round-robin over backends, untuned defaults first, so
