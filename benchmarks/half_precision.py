@@ -1,0 +1,342 @@
+"""16-bit values (issue 18, part 2): float16 and bfloat16 products against float32's.
+
+For each matrix, in one run, median CUDA-event times of ``A @ x`` (``out=`` given) with A,
+x and y in float32, float16 and bfloat16 (sums in float32 for the 16-bit types), each
+dtype's best over:
+
+* the ``shuffle`` backend with every policy of its autotuner sweep, the ``vector`` and
+  ``readonly`` defaults, ``merge_path`` in each compiled shape (float32 only: it takes no
+  16-bit values) -- "plain";
+* the ``delta16`` backend (16-bit column offsets) with every policy of its sweep;
+* cuSPARSE called directly (``DirectSpMV`` from ``auto_vs_cusparse.py``, CSR ALG1 and
+  ALG2; CUDA_R_16F / CUDA_R_16BF with float32 compute for the 16-bit types).
+
+and what ``sparsegpu.plan(A, x)`` (planning ``measure``, default policies) picks.
+
+"speedup" is float32's best time (every candidate above, delta16 included) over the 16-bit
+dtype's best; "speedup vs plain" divides by float32's best plain time instead. Each
+candidate's answer is checked (:class:`sparsegpu._oracle.Oracle`, against the float64
+product of the rounded values) before it is timed. The error of the fastest candidate is
+reported against the float64 product of the float64 matrix and x (``err_*``: what a user
+who rounds a float64 problem loses) and against the float64 product of the rounded
+values (``arith_*``: what the arithmetic itself adds).
+
+Matrices (generated here; none took part in tuning, and the 16-bit dtypes have no tuned
+defaults at all): 2-D 5- and 9-point and 3-D 7- and 27-point stencils in natural order,
+with random values in [-1, 1) (a stencil's constant coefficients are exact in every
+16-bit type and would hide the rounding).
+
+Usage (on a GPU machine)::
+
+    python benchmarks/half_precision.py --out r.json --md r.md --plot r.png
+    python benchmarks/half_precision.py --from-json r.json --md r.md   # no GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import pathlib
+import sys
+
+import numpy as np
+
+import sparsegpu as sg
+from sparsegpu import _console, _cuda, _registry, _timing, probe
+from sparsegpu._dtypes import BFLOAT16, is_half
+from sparsegpu._mirror import CUPY, PlanKey
+from sparsegpu._oracle import Oracle
+from sparsegpu.datasets import synthetic
+
+HERE = pathlib.Path(__file__).resolve().parent
+# the issue-18 bar: a 16-bit product over float32's on a large stencil
+BAR = 1.5
+PLAIN_DEFAULTS = ("vector", "readonly")
+
+
+def _direct_spmv():
+    spec = importlib.util.spec_from_file_location("auto_vs_cusparse", HERE / "auto_vs_cusparse.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.DirectSpMV
+
+
+def matrices(scale: str) -> list:
+    """(name, builder) of every matrix; ``scale="small"`` for a quick check."""
+    big = scale == "full"
+    n2, n9, n3, n27 = (3000, 2000, 180, 120) if big else (300, 200, 30, 20)
+    return [
+        (f"stencil2d_5pt_{n2}", lambda: synthetic.stencil_2d(n2)),
+        (f"stencil2d_9pt_{n9}", lambda: synthetic.stencil_2d(n9, points=9)),
+        (f"stencil3d_7pt_{n3}", lambda: synthetic.stencil_3d(n3)),
+        (f"stencil3d_27pt_{n27}", lambda: synthetic.stencil_3d(n27, points=27)),
+    ]
+
+
+def with_random_values(S, seed: int = 0):
+    """S's pattern (int32 indices) with seeded values uniform in [-1, 1), float64."""
+    S = S.tocsr().astype(np.float64)
+    S.data = np.random.default_rng(seed).uniform(-1.0, 1.0, S.nnz)
+    S.indices = S.indices.astype(np.int32)
+    S.indptr = S.indptr.astype(np.int32)
+    return S
+
+
+def _time(fn) -> float:
+    return _timing.cuda_time(fn, warmup=3, repeat=15).median_ms
+
+
+def candidates(mirror) -> list:
+    """(label, backend, policy) of every sparsegpu candidate that takes this mirror."""
+    registry = _registry.registered()
+    out = []
+    for name in ("shuffle", "merge_path"):
+        backend = registry[name]
+        if backend.supports(mirror):
+            out += [("plain", backend, p) for p in backend.candidates(mirror)]
+    for name in PLAIN_DEFAULTS:
+        backend = registry[name]
+        if backend.supports(mirror):
+            out.append(("plain", backend, backend.default_policy(mirror)))
+    backend = registry["delta16"]
+    if backend.supports(mirror):
+        out += [("delta16", backend, p) for p in backend.candidates(mirror)]
+    return out
+
+
+def _errors(y, exact: np.ndarray) -> dict:
+    """Norm-wise and entry-wise relative error of a device y against a float64 answer."""
+    got = y.get().astype(np.float64)
+    norm = float(np.linalg.norm(exact)) or 1.0
+    scale = float(np.abs(exact).max()) or 1.0
+    return {
+        "norm_rel": float(np.linalg.norm(got - exact)) / norm,
+        "max_rel": float(np.abs(got - exact).max()) / scale,
+    }
+
+
+def bench_one(name, S64, x64, dtype, cupy, copy_gbs, DirectSpMV) -> dict:
+    dtype = np.dtype(dtype)
+    A = sg.csr_matrix(S64, dtype=dtype)
+    x_host = x64.astype(dtype)
+    x = cupy.asarray(x_host)
+    y = cupy.empty(S64.shape[0], dtype=dtype)
+    mirror = A._sg_mirror(CUPY, dtype)
+    row = {
+        "matrix": name, "dtype": dtype.name, "n_rows": S64.shape[0], "nnz": S64.nnz,
+        "bytes": _timing.matrix_spmv_bytes(mirror),
+    }  # fmt: skip
+    rounded = sg.csr_matrix(S64, dtype=dtype).astype(np.float64)
+    oracle = Oracle(rounded, dtype, x=x_host)
+    exact = S64 @ x64  # the float64 problem's answer
+    arithmetic = rounded @ x_host.astype(np.float64)  # the rounded values' exact answer
+    times, errors = {}, {}
+    for algorithm in ("csr_alg1", "csr_alg2"):
+        direct = DirectSpMV(mirror, x, y, algorithm)
+        try:
+            direct()
+            problem = oracle.error(y)
+            if problem is not None:
+                raise AssertionError(f"{name} {dtype}: cuSPARSE {algorithm}: {problem}")
+            key = f"cusparse_{algorithm}"
+            errors[key] = (_errors(y, exact), _errors(y, arithmetic))
+            times[key] = ("cusparse", _time(direct))
+        finally:
+            direct.close()
+    for label, backend, policy in candidates(mirror):
+        key = f"{backend.name} {policy!r}"
+        try:
+            plan = mirror.get_plan(
+                PlanKey(backend.name, policy), lambda b=backend, p=policy: b.plan(mirror, p)
+            )
+            plan.matvec(x, out=y)
+        except Exception as exc:  # a policy that cannot launch here
+            times[key] = (label, None, f"{type(exc).__name__}: {exc}")
+            continue
+        problem = oracle.error(y)
+        if problem is not None:
+            raise AssertionError(f"{name} {dtype}: {key}: {problem}")
+        errors[key] = (_errors(y, exact), _errors(y, arithmetic))
+        times[key] = (label, _time(lambda plan=plan: plan.matvec(x, out=y)))
+    timed = {k: v for k, v in times.items() if v[1] is not None}
+    for label in ("plain", "delta16", "cusparse"):
+        mine = {k: v[1] for k, v in timed.items() if v[0] == label}
+        if mine:
+            key = min(mine, key=mine.get)
+            row[label] = {"candidate": key, "ms": mine[key]}
+    best_key = min(timed, key=lambda k: timed[k][1])
+    row["best"] = {"candidate": best_key, "ms": timed[best_key][1]}
+    row["best_pct_copy"] = 100 * _timing.gb_per_s(row["bytes"], row["best"]["ms"]) / copy_gbs
+    row["err"], row["arith"] = errors[best_key]
+    # what planning by measurement picks, on a fresh matrix, with default policies
+    fresh = sg.csr_matrix(S64, dtype=dtype)
+    choice = sg.plan(fresh, x)
+    row["auto_choice"] = choice.backend
+    row["auto_ms"] = _time(lambda: fresh.dot(x))
+    row["auto_planning_ms"] = choice.planning_ms
+    row["candidates_timed"] = len(timed)
+    return row
+
+
+def summarize(rows) -> dict:
+    by = {(r["matrix"], r["dtype"]): r for r in rows}
+    out = {"bar": BAR, "per_dtype": {}}
+    for r in rows:
+        if not is_half(_dtype(r["dtype"])):
+            continue
+        f32 = by.get((r["matrix"], "float32"))
+        if f32 is None:
+            continue
+        r["speedup"] = f32["best"]["ms"] / r["best"]["ms"]
+        r["speedup_vs_plain"] = f32["plain"]["ms"] / r["best"]["ms"]
+        r["auto_speedup"] = f32["auto_ms"] / r["auto_ms"]
+    for dtype in ("float16", "bfloat16"):
+        mine = [r for r in rows if r["dtype"] == dtype and "speedup" in r]
+        if not mine:
+            continue
+        speedups = [r["speedup"] for r in mine]
+        plain = [r["speedup_vs_plain"] for r in mine]
+        out["per_dtype"][dtype] = {
+            "geomean_speedup": _geomean(speedups),
+            "min_speedup": min(speedups),
+            "meets_bar": [r["matrix"] for r in mine if r["speedup"] >= BAR],
+            "misses_bar": [r["matrix"] for r in mine if r["speedup"] < BAR],
+            "geomean_speedup_vs_plain": _geomean(plain),
+            "meets_bar_vs_plain": [r["matrix"] for r in mine if r["speedup_vs_plain"] >= BAR],
+            "misses_bar_vs_plain": [r["matrix"] for r in mine if r["speedup_vs_plain"] < BAR],
+            "geomean_auto_speedup": _geomean([r["auto_speedup"] for r in mine]),
+            "max_norm_rel_error": max(r["err"]["norm_rel"] for r in mine),
+        }
+    return out
+
+
+def _geomean(values) -> float:
+    return math.exp(sum(map(math.log, values)) / len(values))
+
+
+def _dtype(name: str) -> np.dtype:
+    return BFLOAT16 if name == "bfloat16" else np.dtype(name)
+
+
+def markdown(result) -> str:
+    lines = [
+        f"# 16-bit values against float32 — {result['device']}",
+        "",
+        f"Copy bandwidth {result['copy_gb_per_s']:.0f} GB/s. Median CUDA-event times, `out=` "
+        "given. best = fastest of the shuffle sweep, vector/readonly defaults, merge_path "
+        "shapes (float32), the delta16 sweep and cuSPARSE called directly (ALG1/ALG2). "
+        "speedup = float32 best / this dtype's best (delta16 float32 included); vs plain = "
+        "float32's best without delta16. err: relative error (2-norm) against the float64 "
+        "product of the float64 matrix and x; arith: against the float64 product of the "
+        "rounded values. % copy counts the plain CSR bytes of the dtype (int32 indices) at the "
+        "best time: an effective rate, above 100% where delta16 reads fewer bytes.",
+        "",
+        "| matrix | dtype | nnz | best | µs | % copy | cuSPARSE µs | speedup | vs plain "
+        "| err | arith | auto picks | auto µs |",
+        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---:|",
+    ]
+    for r in result["results"]:
+        best = r["best"]["candidate"]
+        cells = [
+            r["matrix"], r["dtype"], f"{r['nnz']:,}", best.split(" ")[0],
+            f"{1e3 * r['best']['ms']:.1f}",
+            f"{r['best_pct_copy']:.0f}%", f"{1e3 * r['cusparse']['ms']:.1f}",
+            f"{r['speedup']:.2f}" if "speedup" in r else "—",
+            f"{r['speedup_vs_plain']:.2f}" if "speedup_vs_plain" in r else "—",
+            f"{r['err']['norm_rel']:.1e}", f"{r['arith']['norm_rel']:.1e}",
+            r["auto_choice"], f"{1e3 * r['auto_ms']:.1f}",
+        ]  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "Summary:", "", "```", json.dumps(result["summary"], indent=1), "```", ""]
+    return "\n".join(lines)
+
+
+def plot(result, path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in result["results"] if "speedup" in r]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    labels = [f"{r['matrix']}\n{r['dtype']}" for r in rows]
+    ax.bar(range(len(rows)), [r["speedup"] for r in rows], color="tab:green")
+    ax.axhline(BAR, ls="--", lw=1, color="tab:red", label=f"bar {BAR}x")
+    ax.axhline(1.0, color="black", lw=0.8)
+    ax.set_xticks(range(len(rows)), labels, rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("float32 best / 16-bit best (time)")
+    ax.set_title(f"16-bit values against float32 ({result['device']})")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def write_outputs(result, args) -> None:
+    if args.out:
+        pathlib.Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    text = markdown(result)
+    if args.md:
+        pathlib.Path(args.md).write_text(text)
+    if args.plot:
+        plot(result, args.plot)
+    _console.console().print(text)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--scale", choices=("full", "small"), default="full")
+    parser.add_argument("--only", help="comma-separated substrings of matrix names to run")
+    parser.add_argument("--out", help="JSON result file")
+    parser.add_argument("--md", help="markdown table file")
+    parser.add_argument("--plot", help="PNG plot file (needs matplotlib)")
+    parser.add_argument("--from-json", help="redraw --md/--plot from an earlier result file")
+    args = parser.parse_args(argv)
+    if args.from_json:
+        result = json.loads(pathlib.Path(args.from_json).read_text())
+        result["summary"] = summarize(result["results"])
+        write_outputs(result, args)
+        return 0
+    cupy = _cuda.cupy_or_none()
+    if cupy is None:
+        print(f"no GPU: {_cuda.unavailable_reason()}", file=sys.stderr)
+        return 2
+    if BFLOAT16 is None:
+        print("bfloat16 needs ml_dtypes: pip install ml_dtypes", file=sys.stderr)
+        return 2
+    DirectSpMV = _direct_spmv()
+    result = {
+        "device": _cuda.device_info().name,
+        "versions": _cuda.versions(),
+        "sparsegpu": sg.__version__,
+        "copy_gb_per_s": probe.measure_copy()[2],
+        "scale": args.scale,
+        "results": [],
+    }
+    todo = matrices(args.scale)
+    if args.only:
+        wanted = args.only.split(",")
+        todo = [t for t in todo if any(w in t[0] for w in wanted)]
+    dtypes = [np.dtype(np.float32), np.dtype(np.float16), BFLOAT16]
+    with _console.progress() as bar:
+        task = bar.add_task("benchmark", total=len(todo) * len(dtypes))
+        for name, make in todo:
+            S64 = with_random_values(make())
+            x64 = np.random.default_rng(1).uniform(-1.0, 1.0, S64.shape[1])
+            for dtype in dtypes:
+                bar.update(task, description=f"{name} {dtype.name}")
+                result["results"].append(
+                    bench_one(name, S64, x64, dtype, cupy, result["copy_gb_per_s"], DirectSpMV)
+                )
+                cupy.get_default_memory_pool().free_all_blocks()
+                if args.out:
+                    pathlib.Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+                bar.advance(task)
+    result["summary"] = summarize(result["results"])
+    write_outputs(result, args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
