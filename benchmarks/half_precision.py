@@ -13,6 +13,11 @@ dtype's best over:
 
 and what ``sparsegpu.plan(A, x)`` (planning ``measure``, default policies) picks.
 
+Mixed precision (``A.mixed_precision``, opt-in): a float32 matrix times a float64 x, once
+as by default (values widened to float64 on the device, ``auto`` planned) and once with
+the values kept float32 (cuSPARSE's mixed-precision SpMV), both checked against the
+float64 product of the float32 values.
+
 "speedup" is float32's best time (every candidate above, delta16 included) over the 16-bit
 dtype's best; "speedup vs plain" divides by float32's best plain time instead. Each
 candidate's answer is checked (:class:`sparsegpu._oracle.Oracle`, against the float64
@@ -104,6 +109,24 @@ def candidates(mirror) -> list:
     if backend.supports(mirror):
         out += [("delta16", backend, p) for p in backend.candidates(mirror)]
     return out
+
+
+def bench_mixed(name, S64, x64, cupy) -> dict:
+    """float32 values @ float64 x: widened on the device (the default) against kept float32
+    (``A.mixed_precision``)."""
+    x = cupy.asarray(x64)
+    reference = Oracle(sg.csr_matrix(S64, dtype=np.float32).astype(np.float64), np.float64, x=x64)
+    row = {"matrix": name, "nnz": S64.nnz}
+    for label, mixed in (("widened", False), ("mixed", True)):
+        A = sg.csr_matrix(S64, dtype=np.float32)
+        A.mixed_precision = mixed
+        choice = sg.plan(A, x)
+        problem = reference.error(A @ x)
+        if problem is not None:
+            raise AssertionError(f"{name} {label}: {problem}")
+        row[label] = {"backend": choice.backend, "ms": _time(lambda A=A: A.dot(x))}
+    row["speedup"] = row["widened"]["ms"] / row["mixed"]["ms"]
+    return row
 
 
 def _errors(y, exact: np.ndarray) -> dict:
@@ -249,6 +272,22 @@ def markdown(result) -> str:
             r["auto_choice"], f"{1e3 * r['auto_ms']:.1f}",
         ]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
+    if result.get("mixed"):
+        lines += [
+            "",
+            "Mixed precision (`A.mixed_precision`): a float32 matrix times a float64 x, "
+            "values widened on the device (the default, `auto` planned) against kept float32 "
+            "(cuSPARSE's mixed-precision SpMV).",
+            "",
+            "| matrix | widened: backend | µs | mixed: backend | µs | speedup |",
+            "|---|---|---:|---|---:|---:|",
+        ]
+        for r in result["mixed"]:
+            w, m = r["widened"], r["mixed"]
+            lines.append(
+                f"| {r['matrix']} | {w['backend']} | {1e3 * w['ms']:.1f} | {m['backend']} "
+                f"| {1e3 * m['ms']:.1f} | {r['speedup']:.2f} |"
+            )
     lines += ["", "Summary:", "", "```", json.dumps(result["summary"], indent=1), "```", ""]
     return "\n".join(lines)
 
@@ -313,6 +352,7 @@ def main(argv=None) -> int:
         "copy_gb_per_s": probe.measure_copy()[2],
         "scale": args.scale,
         "results": [],
+        "mixed": [],
     }
     todo = matrices(args.scale)
     if args.only:
@@ -324,6 +364,7 @@ def main(argv=None) -> int:
         for name, make in todo:
             S64 = with_random_values(make())
             x64 = np.random.default_rng(1).uniform(-1.0, 1.0, S64.shape[1])
+            result["mixed"].append(bench_mixed(name, S64, x64, cupy))
             for dtype in dtypes:
                 bar.update(task, description=f"{name} {dtype.name}")
                 result["results"].append(

@@ -47,16 +47,23 @@ class Resolved(NamedTuple):
 def _resolved(matrix_obj, choice: Choice, measure_next: bool = False) -> Resolved:
     """The plan of ``choice`` (made once, on its mirror)."""
     backend = choice.implementation
-    mirror = matrix_obj._sg_mirror(backend.residence, choice.value_dtype)
+    mixed = choice.storage_dtype is not None  # values kept narrow, vectors in value_dtype
+    mirror = matrix_obj._sg_mirror(backend.residence, choice.storage_dtype or choice.value_dtype)
     if not backend.supports(mirror):
         reason = backend.refuse_reason(mirror) or (
             f"its dtypes ({mirror.dtype} values, {mirror.index_dtype} indices) are not among "
             f"those it supports ({', '.join(map(str, backend.value_dtypes))})"
         )
         raise ValueError(f"backend {backend.name!r} cannot take this matrix: {reason}")
-    plan = mirror.get_plan(
-        PlanKey(backend.name, choice.policy), lambda: backend.plan(mirror, choice.policy)
-    )
+    if mixed:
+        plan = mirror.get_plan(
+            PlanKey(backend.name, choice.policy, choice.value_dtype),
+            lambda: backend.plan(mirror, choice.policy, vector_dtype=choice.value_dtype),
+        )
+    else:
+        plan = mirror.get_plan(
+            PlanKey(backend.name, choice.policy), lambda: backend.plan(mirror, choice.policy)
+        )
     on_host = backend.residence.name == "host"
     return Resolved(plan, choice.value_dtype, on_host, choice, measure_next)
 
@@ -88,9 +95,8 @@ def _plans_by_measurement(matrix_obj, choice: Choice, policy, planning) -> bool:
         return True
     # a backend named without a policy: plan its policy when it has a short list to time
     backend = choice.implementation
-    return bool(
-        backend.planning_candidates(matrix_obj._sg_mirror(backend.residence, choice.value_dtype))
-    )
+    mirror = matrix_obj._sg_mirror(backend.residence, choice.storage_dtype or choice.value_dtype)
+    return bool(backend.planning_candidates(mirror))
 
 
 def _measure_now(
@@ -115,7 +121,10 @@ def _measure_now(
         else:
             new = _resolved(matrix_obj, choice)
             if choice.requested == AUTO:  # what explain(A) shows
-                cache.measured[entry.value_dtype] = choice
+                key_dtype = entry.value_dtype
+                if choice.storage_dtype is not None:
+                    key_dtype = (choice.storage_dtype, entry.value_dtype)
+                cache.measured[key_dtype] = choice
         cache.choices[key] = new
         return new
     finally:

@@ -25,6 +25,12 @@ BFLOAT16: np.dtype | None = np.dtype(_ml_dtypes.bfloat16) if _ml_dtypes is not N
 HALF_DTYPES: tuple = (FLOAT16,) + ((BFLOAT16,) if BFLOAT16 is not None else ())
 
 
+# Mixed precision (opt-in, ``A.mixed_precision``): values kept in the key's dtype for
+# products computed in its partner's. (cuSPARSE 13 refuses complex64 values with complex128
+# vectors, CUSPARSE_STATUS_NOT_SUPPORTED on the H200, so complex is not among them.)
+MIXED_PARTNERS = {np.dtype(np.float32): np.dtype(np.float64)}
+
+
 def is_half(dtype) -> bool:
     """True for float16 and bfloat16."""
     return np.dtype(dtype) in HALF_DTYPES

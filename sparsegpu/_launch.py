@@ -43,6 +43,16 @@ def name_expression(template: str, value_dtype, index_dtype=None, *parameters) -
     return f"{template}<{', '.join(arguments)}>"
 
 
+def mixed_name_expression(
+    template: str, vector_dtype, matrix_dtype, index_dtype, *parameters
+) -> str:
+    """The C++ name of a mixed-precision instantiation: the vectors' value type, then the
+    stored values' (``"csr_vector_mixed_precision<double, float, int, 4, 2, 1>"``)."""
+    inner = name_expression(template, vector_dtype, index_dtype, *parameters)
+    head, rest = inner.split(", ", 1)
+    return f"{head}, {CXX_VALUE_TYPES[np.dtype(matrix_dtype)]}, {rest}"
+
+
 def kernel_handle(kernel) -> int:
     """The ``CUfunction`` handle of a ``cupy.RawKernel`` (compiles it if needed)."""
     return getattr(kernel, "kernel", kernel).ptr

@@ -127,6 +127,7 @@ class _SparseGPUMixin:
     _sg_backend: str | None = None
     _sg_policy = None
     _sg_planning: str | None = None
+    _sg_mixed: bool = False
 
     data = _stored("data")
     indices = _stored("indices")
@@ -189,12 +190,35 @@ class _SparseGPUMixin:
     def planning(self, level: str | None):
         self._sg_planning = None if level is None else _select.check_level(level)
 
+    @property
+    def mixed_precision(self) -> bool:
+        """Keep float32 (complex64) values on the GPU for products with float64
+        (complex128) vectors, computing in float64 through cuSPARSE's mixed-precision SpMV
+        (False by default: the values are widened on the device first).
+
+        The answer is the same to float64's rounding (every float32 is a float64); the
+        product reads 4 bytes a value instead of 8 and the mirror takes half the memory.
+        Only ``cusparse`` computes it (``auto`` picks it); another GPU backend named for
+        such a product raises TypeError; on the host (``scipy``) it changes nothing.
+        """
+        return self._sg_mixed
+
+    @mixed_precision.setter
+    def mixed_precision(self, value: bool):
+        if not isinstance(value, (bool, np.bool_)):
+            raise TypeError(f"mixed_precision must be True or False, got {value!r}")
+        self._sg_mixed = bool(value)
+        cache = self.__dict__.get("_sg_cache")
+        if cache is not None:  # choices made under the other setting
+            cache.choices.clear()
+
     def _sg_inherit(self, other):
         """Pass this matrix's backend choice on to a matrix derived from it."""
         if isinstance(other, _SparseGPUMixin):
             other._sg_backend = self._sg_backend
             other._sg_policy = self._sg_policy
             other._sg_planning = self._sg_planning
+            other._sg_mixed = self._sg_mixed
         return other
 
     # ------------------------------------------------------------------- mirror

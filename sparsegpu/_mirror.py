@@ -130,10 +130,12 @@ def _to_host(a, xp):
 
 
 class PlanKey(NamedTuple):
-    """Where a plan is kept on its mirror: one per backend and policy."""
+    """Where a plan is kept on its mirror: one per backend, policy and vector dtype (None:
+    the mirror's own; a mixed-precision plan reads wider vectors)."""
 
     backend: str
     policy: Any
+    vector_dtype: np.dtype | None = None
 
 
 class MirrorKey(NamedTuple):

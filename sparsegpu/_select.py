@@ -48,7 +48,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import _cuda, _registry, _timing, _tuning_store
-from ._dtypes import half_result_dtype, is_half
+from ._dtypes import MIXED_PARTNERS, half_result_dtype, is_half
 from ._oracle import tolerance
 from ._registry import AUTO, get_backend, registered
 from ._tuning_store import (
@@ -282,6 +282,9 @@ class Choice:
         What planning timed (empty for an estimate).
     planning_ms : float or None
         Wall milliseconds the planning took (None for an estimate).
+    storage_dtype : numpy.dtype or None
+        The dtype the matrix's values stay in on the device when it is not
+        ``value_dtype`` (mixed precision, ``A.mixed_precision``); None otherwise.
     implementation : Backend
         The backend object itself (what dispatch makes the plan with).
     """
@@ -296,6 +299,7 @@ class Choice:
     level: str = "estimate"
     measurements: tuple = ()
     planning_ms: float | None = None
+    storage_dtype: np.dtype | None = None
     implementation: Any = field(default=None, repr=False, compare=False)
 
     @property
@@ -316,6 +320,11 @@ class Choice:
                 f"{s.column_spread:.3f}, class {row_class(s)!r}"
             )
         lines.append(f"  value dtype: {self.value_dtype}")
+        if self.storage_dtype is not None:
+            lines.append(
+                f"  mixed precision: the values stay {self.storage_dtype} on the device "
+                f"(A.mixed_precision), x, y and the sums are {self.value_dtype}"
+            )
         lines.append(
             f"  planning: {self.level}"
             + (
@@ -409,6 +418,11 @@ def select(matrix, x_dtype, request: Request | None = None, *, store=None) -> Ch
     value_dtype = result_dtype(matrix.dtype, x_dtype)
     name = resolve_name(request.backend, matrix._sg_backend)
     policy = request.policy if request.policy is not None else matrix._sg_policy
+    storage = mixed_storage(matrix, value_dtype)
+    if storage is not None:
+        mixed = _select_mixed(matrix, name, storage, value_dtype, policy, request, store)
+        if mixed is not None:
+            return mixed
     if name == AUTO:
         backend, reason, stats = _auto(matrix, value_dtype, policy, store)
         if policy is not None and backend.residence.name == "host":
@@ -468,6 +482,11 @@ def explain(A, x_dtype=None) -> Choice:
         )
     x_dtype = np.dtype(x_dtype or A.dtype)
     value_dtype = result_dtype(A.dtype, x_dtype)
+    storage = mixed_storage(A, value_dtype)
+    if storage is not None:  # what planning measured for it, else the estimate
+        cache = A.__dict__.get("_sg_cache")
+        measured = cache.measured.get((storage, value_dtype)) if cache is not None else None
+        return measured if measured is not None else select(A, x_dtype)
     override = None
     name = resolve_name(None, A._sg_backend)
     if name != AUTO:
@@ -484,6 +503,82 @@ def explain(A, x_dtype=None) -> Choice:
         backend.name, policy, reason, stats, value_dtype, AUTO, override, implementation=backend
     )
     return from_memory(A, estimate) or estimate
+
+
+def mixed_storage(matrix, value_dtype) -> np.dtype | None:
+    """The dtype the values stay in for a mixed-precision product (``A.mixed_precision``
+    and a product computed in the wide partner of A's dtype), else None."""
+    if not getattr(matrix, "_sg_mixed", False):
+        return None
+    storage = np.dtype(matrix.dtype)
+    return storage if MIXED_PARTNERS.get(storage) == value_dtype else None
+
+
+def _select_mixed(matrix, name, storage, value_dtype, policy, request, store) -> Choice | None:
+    """The choice of a mixed-precision product: a GPU backend that computes the pair, or
+    None where there is nothing to mix (no GPU, the host backend named: scipy widens the
+    values itself)."""
+    pair = (storage, value_dtype)
+    stats = None
+    if name == AUTO:
+        if _cuda.unavailable_reason() is not None:
+            return None
+        rank = {n: i for i, n in enumerate(AUTO_PREFERENCE)}
+        found = sorted(
+            (
+                b
+                for b in registered().values()
+                if pair in b.mixed_pairs
+                and b.unavailable_reason() is None
+                and (b.estimated if policy is None else isinstance(policy, b.policy_type))
+            ),
+            key=lambda b: rank.get(b.name, len(rank)),
+        )
+        mirror = matrix._sg_mirror(found[0].residence, storage) if found else None
+        usable = [b for b in found if b.supports(mirror)]
+        if not usable:
+            raise TypeError(
+                f"A.mixed_precision is set but no usable GPU backend computes {storage} "
+                f"values with {value_dtype} vectors"
+                + (f" under a {type(policy).__name__}" if policy is not None else "")
+                + "; set A.mixed_precision = False"
+            )
+        names = [b.name for b in usable]
+        stats = mirror.stats
+        if (row_class(stats) == "irregular" or stats.max > LONG_ROW) and "cusparse" in names:
+            picked, rule = (
+                "cusparse",
+                "irregular rows: cuSPARSE (merge_path has no mixed precision)",
+            )
+        else:
+            picked, rule = auto_rule(stats, names)
+        backend = usable[names.index(picked)]
+        reason = f"mixed precision ({storage} values, {value_dtype} sums); {rule}"
+    else:
+        backend = get_backend(name)
+        if backend.residence.name == "host":
+            return None
+        if pair not in backend.mixed_pairs:
+            takers = [b.name for b in registered().values() if pair in b.mixed_pairs]
+            raise TypeError(
+                f"backend {backend.name!r} does not compute {storage} values with "
+                f"{value_dtype} vectors (A.mixed_precision is set); use "
+                f"{' or '.join(repr(t) for t in takers) or 'another backend'} or 'auto', "
+                "or set A.mixed_precision = False"
+            )
+        backend.check_dtypes(storage, matrix._sg_index_dtype())
+        reason = f"asked for by name ({_named_by(request, matrix)}), mixed precision"
+    if policy is not None and not isinstance(policy, backend.policy_type):
+        raise TypeError(
+            f"backend {backend.name!r} takes a {backend.policy_type.__name__}, "
+            f"got {type(policy).__name__} (from {_policy_from(request)})"
+        )
+    if policy is None:
+        policy = default_policy(backend, matrix._sg_mirror(backend.residence, storage), store)
+    return Choice(
+        backend.name, policy, reason, stats, value_dtype, name,
+        storage_dtype=storage, implementation=backend,
+    )  # fmt: skip
 
 
 # -------------------------------------------------------------- the tuning store
@@ -711,18 +806,29 @@ def measure(matrix, x, estimate: Choice, level: str, *, store=None, capturable=F
 
     start = time.perf_counter()
     value_dtype = estimate.value_dtype
-    pairs = _short_list(matrix, estimate, value_dtype, level, store, capturable)
+    storage = estimate.storage_dtype  # mixed precision: the values' dtype on the device
+    if storage is None:
+        pairs = _short_list(matrix, estimate, value_dtype, level, store, capturable)
+    else:
+        pairs = _short_list_mixed(matrix, estimate, level, store, capturable)
     if not pairs:
         return estimate
     reference = None
     best = None
     results = []
     for backend, policy in pairs:
-        mirror = matrix._sg_mirror(backend.residence, value_dtype)
+        mirror = matrix._sg_mirror(backend.residence, storage or value_dtype)
         try:
-            plan = mirror.get_plan(
-                PlanKey(backend.name, policy), lambda b=backend, m=mirror, p=policy: b.plan(m, p)
-            )
+            if storage is None:
+                plan = mirror.get_plan(
+                    PlanKey(backend.name, policy),
+                    lambda b=backend, m=mirror, p=policy: b.plan(m, p),
+                )
+            else:
+                plan = mirror.get_plan(
+                    PlanKey(backend.name, policy, value_dtype),
+                    lambda b=backend, m=mirror, p=policy: b.plan(m, p, vector_dtype=value_dtype),
+                )
             xp = mirror.xp
             y = xp.empty(mirror.shape[0], dtype=value_dtype)
             plan.matvec(x, out=y)
@@ -758,14 +864,50 @@ def measure(matrix, x, estimate: Choice, level: str, *, store=None, capturable=F
     if first.backend == estimate.backend and first.policy == estimate.policy and first.ms:
         reason += f"; the estimate, {estimate.backend}, {first.ms * 1e3:.1f} us"
     reason += ")" + (" among capturable backends" if capturable else "")
-    mirror = matrix._sg_mirror(backend.residence, value_dtype)
-    with _measured_lock:
-        _measured[(estimate.requested, fingerprint(mirror))] = (backend.name, policy)
+    if storage is None:  # (mixed-precision winners are not remembered across matrices)
+        mirror = matrix._sg_mirror(backend.residence, value_dtype)
+        with _measured_lock:
+            _measured[(estimate.requested, fingerprint(mirror))] = (backend.name, policy)
+    else:
+        reason = f"mixed precision ({storage} values, {value_dtype} sums); {reason}"
     return Choice(
         backend.name, policy, reason, estimate.stats, value_dtype, estimate.requested,
         level=level, measurements=tuple(results), planning_ms=planning_ms,
-        implementation=backend,
+        storage_dtype=storage, implementation=backend,
     )  # fmt: skip
+
+
+def _short_list_mixed(matrix, estimate: Choice, level: str, store, capturable) -> list:
+    """:func:`_short_list` for a mixed-precision product: the estimate, then each backend
+    that computes the pair, with its planning candidates (cuSPARSE's algorithms), its
+    default policy where it is ``planned`` (shuffle, delta16), or every candidate
+    (``exhaustive``); only the estimate's backend when one was named."""
+    storage, value_dtype = estimate.storage_dtype, estimate.value_dtype
+    pairs = [(estimate.implementation, estimate.policy)]
+    if capturable and not estimate.implementation.capturable:
+        pairs = []
+    if estimate.requested != AUTO:
+        backends = [estimate.implementation]
+    else:
+        backends = [
+            b
+            for b in registered().values()
+            if (storage, value_dtype) in b.mixed_pairs and b.unavailable_reason() is None
+        ]
+    for backend in backends:
+        mirror = matrix._sg_mirror(backend.residence, storage)
+        if not backend.supports(mirror) or (capturable and not backend.capturable):
+            continue
+        if level == "exhaustive":
+            policies = backend.candidates(mirror)
+        elif backend.planning_candidates(mirror):
+            policies = backend.planning_candidates(mirror)
+        elif backend.planned and estimate.requested == AUTO:
+            policies = [default_policy(backend, mirror, store)]
+        else:
+            continue
+        pairs += [(backend, policy) for policy in policies]
+    return list({(b.name, p): (b, p) for b, p in pairs}.values())
 
 
 def _agreement_scale(mirror, x, y) -> Any:
@@ -787,7 +929,7 @@ def from_memory(matrix, estimate: Choice) -> Choice | None:
     """The estimate replaced by the plan measured for a matrix of the same fingerprint in
     this process, or None."""
     backend = estimate.implementation
-    if backend is None or backend.residence.name == "host":
+    if backend is None or backend.residence.name == "host" or estimate.storage_dtype is not None:
         return None
     mirror = matrix._sg_mirror(backend.residence, estimate.value_dtype)
     found = remembered(estimate.requested, mirror)

@@ -107,7 +107,8 @@ def test_listed_with_its_reason_and_every_instantiation_registered():
     assert "delta16_spmv<complex64, long long, 32, 1>" in names
     assert "delta16_encode<long long>" in names and "delta16_chunk_span<int>" in names
     assert "delta16_spmv<__half, int, 8, 0>" in names
-    n_values = len(VALUE_DTYPES) + len(HALF_VALUE_DTYPES)
+    assert "delta16_spmv_mixed_precision<double, float, int, 4, 1>" in names
+    n_values = len(VALUE_DTYPES) + len(HALF_VALUE_DTYPES) + 1  # + float32 values, float64 x
     assert len(names) == n_values * len(INDEX_DTYPES) * 6 * 2 + 4
 
 

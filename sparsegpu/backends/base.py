@@ -34,12 +34,13 @@ class Plan:
     :meth:`_matmat`), which receive checked operands and a result buffer to fill.
     """
 
-    def __init__(self, matrix: DeviceMatrix, policy: Policy):
+    def __init__(self, matrix: DeviceMatrix, policy: Policy, vector_dtype=None):
         self.matrix = matrix
         self.policy = policy
-        # what a well-formed matvec looks like, for the one-comparison check of each call
+        # what a well-formed matvec looks like, for the one-comparison check of each call;
+        # x and y are in the mirror's dtype, or in vector_dtype (a mixed-precision plan)
         self._array_type = matrix.xp.ndarray
-        self._dtype = matrix.dtype
+        self._dtype = np.dtype(vector_dtype) if vector_dtype is not None else matrix.dtype
         self._y_shape = (matrix.shape[0],)
         self._n_cols = matrix.shape[1]
         # CuPy keeps contiguity as an attribute (``.flags`` builds an object per call); the
@@ -50,7 +51,8 @@ class Plan:
     def operands(self, x, out, ndim: int):
         """``(x, y)`` checked for a product: ``y`` is ``out`` or a new result buffer.
 
-        ``x`` must be an array of the mirror's module and dtype, C-contiguous, of shape
+        ``x`` must be an array of the mirror's module and the plan's vector dtype (the
+        mirror's, unless mixed precision), C-contiguous, of shape
         ``(n_cols,)`` (``ndim`` 1) or ``(n_cols, k)`` (``ndim`` 2); ``out`` likewise of shape
         ``(n_rows,)`` or ``(n_rows, k)``, and sharing no memory with ``x`` (a kernel would
         read what it has already overwritten). Anything else is a ValueError that says what
@@ -60,11 +62,12 @@ class Plan:
         xp = m.xp
         n_rows, n_cols = m.shape
         k = x.shape[-1] if ndim == 2 and getattr(x, "ndim", 0) == 2 else None
-        _require("x", x, (n_cols,) if ndim == 1 else (n_cols, k if k is not None else "k"), m)
+        shape = (n_cols,) if ndim == 1 else (n_cols, k if k is not None else "k")
+        _require("x", x, shape, xp, self._dtype)
         want = (n_rows,) if ndim == 1 else (n_rows, k)
         if out is None:
-            return x, xp.empty(want, dtype=m.dtype)
-        _require("out", out, want, m)
+            return x, xp.empty(want, dtype=self._dtype)
+        _require("out", out, want, xp, self._dtype)
         if out.size and x.size and _overlap(x, out, xp):
             raise ValueError(
                 "out shares memory with x; a product cannot overwrite its own input: pass a "
@@ -135,19 +138,18 @@ class Plan:
         return Y
 
 
-def _require(name: str, a, shape: tuple, matrix: DeviceMatrix) -> None:
-    """Raise ValueError unless ``a`` is a C-contiguous array of the mirror's module and
-    dtype with exactly ``shape``."""
-    xp = matrix.xp
+def _require(name: str, a, shape: tuple, xp, dtype) -> None:
+    """Raise ValueError unless ``a`` is a C-contiguous array of module ``xp`` and
+    ``dtype`` with exactly ``shape``."""
     if (
         type(a) is not xp.ndarray
         or a.shape != shape
-        or a.dtype != matrix.dtype
+        or a.dtype != dtype
         or not a.flags.c_contiguous
     ):
         raise ValueError(
             f"{name} must be a C-contiguous {xp.__name__} array of shape {_shape_text(shape)} "
-            f"and dtype {matrix.dtype}, got {_describe(a)}"
+            f"and dtype {dtype}, got {_describe(a)}"
         )
 
 
@@ -195,6 +197,10 @@ class Backend:
     planned : bool
         Whether planning ``measure`` times its default policy on every matrix it takes
         (besides the short list of :meth:`planning_candidates`).
+    mixed_pairs : tuple of (numpy.dtype, numpy.dtype)
+        (values, vectors) dtype pairs it computes in mixed precision (values kept in the
+        first, x, y and the sums in the second: ``A.mixed_precision``); its ``plan`` then
+        takes ``vector_dtype``.
     """
 
     name: str = ""
@@ -206,6 +212,7 @@ class Backend:
     capturable: bool = True
     estimated: bool = True
     planned: bool = False
+    mixed_pairs: tuple = ()
 
     def unavailable_reason(self) -> str | None:
         """Why this backend cannot run here (no GPU, no library), or None."""

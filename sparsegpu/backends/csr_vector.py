@@ -17,12 +17,13 @@ import numpy as np
 
 from .. import _compile, _cuda
 from .. import _occupancy as occupancy
-from .._dtypes import HALF_DTYPES, accumulator_itemsize
+from .._dtypes import HALF_DTYPES, MIXED_PARTNERS, accumulator_itemsize
 from .._launch import (
     CXX_HALF_TYPES,
     CXX_INDEX_TYPES,
     CXX_VALUE_TYPES,
     KernelLaunch,
+    mixed_name_expression,
     name_expression,
 )
 from .._mirror import DeviceMatrix
@@ -66,11 +67,18 @@ class CsrVectorPolicy(UnrolledRowPolicy):
     """
 
 
-def kernel_name(value_dtype, index_dtype, threads_per_row, load_path, reduction) -> str:
-    """The C++ name of one instantiation, e.g. ``csr_vector<double, int, 8, 2, 1>``."""
-    return name_expression(
-        "csr_vector", value_dtype, index_dtype, threads_per_row, load_path, reduction
-    )
+def kernel_name(
+    value_dtype, index_dtype, threads_per_row, load_path, reduction, matrix_dtype=None
+) -> str:
+    """The C++ name of one instantiation, e.g. ``csr_vector<double, int, 8, 2, 1>``; with
+    a ``matrix_dtype`` other than ``value_dtype`` (mixed precision: float32 values, float64
+    vectors), ``csr_vector_mixed_precision<double, float, int, 8, 2, 1>``."""
+    parameters = (threads_per_row, load_path, reduction)
+    if matrix_dtype is not None and np.dtype(matrix_dtype) != np.dtype(value_dtype):
+        return mixed_name_expression(
+            "csr_vector_mixed_precision", value_dtype, matrix_dtype, index_dtype, *parameters
+        )
+    return name_expression("csr_vector", value_dtype, index_dtype, *parameters)
 
 
 def nearby_threads_per_row(threads_per_row: int) -> list[int]:
@@ -115,8 +123,8 @@ class KernelPlan(Plan):
     the slot names ``"x"`` and ``"y"`` (and ``"x_texture"``) that each product fills.
     """
 
-    def __init__(self, matrix: DeviceMatrix, policy):
-        super().__init__(matrix, policy)
+    def __init__(self, matrix: DeviceMatrix, policy, vector_dtype=None):
+        super().__init__(matrix, policy, vector_dtype)
         # nothing to compute: no rows, or no nonzeros (all of y is zero)
         self.launches = matrix.shape[0] > 0 and matrix.nnz > 0
         self.kernel = None
@@ -215,8 +223,14 @@ class TextureCache:
 class CsrVectorPlan(KernelPlan):
     """A compiled ``csr_vector`` instantiation and its launch shape for one mirror."""
 
-    def __init__(self, matrix: DeviceMatrix, policy: CsrVectorPolicy, backend: CsrVectorBackend):
-        super().__init__(matrix, policy)
+    def __init__(
+        self,
+        matrix: DeviceMatrix,
+        policy: CsrVectorPolicy,
+        backend: CsrVectorBackend,
+        vector_dtype=None,
+    ):
+        super().__init__(matrix, policy, vector_dtype)
         self.load_path = backend.load_path
         self.reduction = backend.reduction
         self.textures = TextureCache(matrix.dtype) if backend.load_path == LOAD_TEXTURE else None
@@ -224,8 +238,8 @@ class CsrVectorPlan(KernelPlan):
             return
         if policy.vector_loads:
             self._check_quad_alignment(data=matrix.data, indices=matrix.indices)
-        self.kernel = backend._kernel(matrix, policy)
-        self.shared_bytes = backend.shared_bytes(policy.block_size, matrix.dtype)
+        self.kernel = backend._kernel(matrix, policy, self._dtype)
+        self.shared_bytes = backend.shared_bytes(policy.block_size, self._dtype)
         occupancy.allow_shared_memory(self.kernel, self.shared_bytes)
         texture = "x_texture" if self.textures is not None else 0  # 0: no texture object
         self._bind(
@@ -303,6 +317,9 @@ class CsrVectorBackend(RowGroupBackend):
         # 16-bit floats (float32 sums): every member but the texture one, whose fetches
         # have no 16-bit channel here
         self.value_dtypes = FLOAT_AND_COMPLEX + (HALF_DTYPES if load_path != LOAD_TEXTURE else ())
+        # mixed precision (float32 values, float64 vectors and sums): not the texture
+        # member (its texture objects are made for the values' dtype)
+        self.mixed_pairs = tuple(MIXED_PARTNERS.items()) if load_path != LOAD_TEXTURE else ()
 
     def shared_bytes(self, block_size: int, value_dtype) -> int:
         """Dynamic shared memory of one block: a partial sum (an accumulator: float for the
@@ -322,21 +339,22 @@ class CsrVectorBackend(RowGroupBackend):
             )
         return None
 
-    def _kernel(self, matrix: DeviceMatrix, policy: CsrVectorPolicy):
+    def _kernel(self, matrix: DeviceMatrix, policy: CsrVectorPolicy, vector_dtype=None):
         return _compile.get_kernel(
             SOURCE,
             kernel_name(
-                matrix.dtype,
+                vector_dtype if vector_dtype is not None else matrix.dtype,
                 matrix.index_dtype,
                 policy.threads_per_row,
                 self.load_path,
                 self.reduction,
+                matrix.dtype,
             ),
             policy.compile_options(),
         )
 
-    def plan(self, matrix: DeviceMatrix, policy: CsrVectorPolicy) -> CsrVectorPlan:
-        return CsrVectorPlan(matrix, policy, self)
+    def plan(self, matrix: DeviceMatrix, policy: CsrVectorPolicy, vector_dtype=None):
+        return CsrVectorPlan(matrix, policy, self, vector_dtype)
 
 
 BACKENDS = [
@@ -374,6 +392,13 @@ FAMILY = _compile.register_family(
             for backend in BACKENDS
             for value in (*CXX_VALUE_TYPES, *CXX_HALF_TYPES)
             if value in backend.value_dtypes
+            for index in CXX_INDEX_TYPES
+            for threads_per_row in THREADS_PER_ROW_CHOICES
+        )
+        + tuple(
+            kernel_name(wide, index, threads_per_row, b.load_path, b.reduction, narrow)
+            for b in BACKENDS
+            for narrow, wide in b.mixed_pairs
             for index in CXX_INDEX_TYPES
             for threads_per_row in THREADS_PER_ROW_CHOICES
         ),

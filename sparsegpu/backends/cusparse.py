@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import _cuda
-from .._dtypes import BFLOAT16, FLOAT16, HALF_DTYPES
+from .._dtypes import BFLOAT16, FLOAT16, HALF_DTYPES, MIXED_PARTNERS
 from .._mirror import DeviceMatrix
 from .base import FLOAT_AND_COMPLEX, Backend, Plan
 from .policy import Policy
@@ -153,8 +153,8 @@ class CusparsePlan(Plan):
         Whether ``cusparseSpMV_preprocess`` ran for this plan.
     """
 
-    def __init__(self, matrix: DeviceMatrix, policy: CusparsePolicy):
-        super().__init__(matrix, policy)
+    def __init__(self, matrix: DeviceMatrix, policy: CusparsePolicy, vector_dtype=None):
+        super().__init__(matrix, policy, vector_dtype)
         cupy = _cuda.cupy_or_none()
         self._cupy = cupy
         self._lib = lib = _bindings()
@@ -163,8 +163,12 @@ class CusparsePlan(Plan):
         n_rows, n_cols = matrix.shape
         self._n_rows = n_rows
         self._n_cols = n_cols
+        # the values' type, and the vectors' (wider in a mixed-precision plan: cuSPARSE
+        # computes float32 values with float64 vectors in float64)
         self._cuda_type = CUDA_DATA_TYPE[matrix.dtype]
-        compute = COMPUTE_DTYPE.get(matrix.dtype, matrix.dtype)
+        self._vector_type = CUDA_DATA_TYPE[self._dtype]
+        self._mixed = self._dtype != matrix.dtype
+        compute = COMPUTE_DTYPE.get(self._dtype, self._dtype)
         self._compute_type = CUDA_DATA_TYPE[compute]
         self._algorithm = SPMV_ALGORITHM[policy.algorithm]
         # alpha = 1, beta = 0 as host scalars of the compute type (the handle's default
@@ -202,10 +206,14 @@ class CusparsePlan(Plan):
         )
         self._mat_handle = self._mat.handle
         # placeholder vectors for the set-up calls (products use descriptors of their own)
-        x0 = cupy.zeros(n_cols, dtype=matrix.dtype)
-        y0 = cupy.zeros(n_rows, dtype=matrix.dtype)
-        vec_x = _Descriptor(lib.createDnVec(n_cols, x0.data.ptr, self._cuda_type), lib.destroyDnVec)
-        vec_y = _Descriptor(lib.createDnVec(n_rows, y0.data.ptr, self._cuda_type), lib.destroyDnVec)
+        x0 = cupy.zeros(n_cols, dtype=self._dtype)
+        y0 = cupy.zeros(n_rows, dtype=self._dtype)
+        vec_x = _Descriptor(
+            lib.createDnVec(n_cols, x0.data.ptr, self._vector_type), lib.destroyDnVec
+        )
+        vec_y = _Descriptor(
+            lib.createDnVec(n_rows, y0.data.ptr, self._vector_type), lib.destroyDnVec
+        )
         stream = cupy.cuda.get_current_stream()
         handle = thread_handle(lib, self._device_id, stream.ptr)
         self.workspace_bytes = int(
@@ -253,7 +261,7 @@ class CusparsePlan(Plan):
                 if len(table) >= DENSE_DESCRIPTORS:
                     del table[next(iter(table))]
                 vector = table[ptr] = _Descriptor(
-                    self._lib.createDnVec(size, ptr, self._cuda_type), self._lib.destroyDnVec
+                    self._lib.createDnVec(size, ptr, self._vector_type), self._lib.destroyDnVec
                 )
             return vector
 
@@ -297,11 +305,16 @@ class CusparsePlan(Plan):
         return y
 
     def _matmat(self, X, Y):
-        """``A @ X`` through cuSPARSE SpMM on row-major (C-contiguous) X and result."""
+        """``A @ X`` through cuSPARSE SpMM on row-major (C-contiguous) X and result (column
+        by column through SpMV in mixed precision, which SpMM does not list)."""
         cupy = self._cupy
         k = int(X.shape[1])
         if self._empty or k == 0:
             Y.fill(0)
+            return Y
+        if self._mixed:
+            for j in range(k):
+                Y[:, j] = self._matvec(cupy.ascontiguousarray(X[:, j]), cupy.empty_like(Y[:, 0]))
             return Y
         lib = self._lib
         stream_ptr = cupy.cuda.get_current_stream().ptr
@@ -333,11 +346,11 @@ class CusparsePlan(Plan):
             lib = self._lib
             n_cols = self.matrix.shape[1]
             mat_b = _Descriptor(
-                lib.createDnMat(n_cols, k, k, X.data.ptr, self._cuda_type, ORDER_ROW),
+                lib.createDnMat(n_cols, k, k, X.data.ptr, self._vector_type, ORDER_ROW),
                 lib.destroyDnMat,
             )
             mat_c = _Descriptor(
-                lib.createDnMat(self._n_rows, k, k, Y.data.ptr, self._cuda_type, ORDER_ROW),
+                lib.createDnMat(self._n_rows, k, k, Y.data.ptr, self._vector_type, ORDER_ROW),
                 lib.destroyDnMat,
             )
             size = lib.spMM_bufferSize(
@@ -366,6 +379,9 @@ class CusparseBackend(Backend):
     policy_type = CusparsePolicy
     # float16/bfloat16 with float32 compute, as cuSPARSE's SpMV supports them
     value_dtypes = FLOAT_AND_COMPLEX + HALF_DTYPES
+    # cuSPARSE SpMV's mixed-precision rows: A in CUDA_R_32F (C_32F), X, Y and the compute
+    # type in CUDA_R_64F (C_64F)
+    mixed_pairs = tuple(MIXED_PARTNERS.items())
     # CuPy refuses cuSPARSE calls on a capturing stream (NotImplementedError, H200, CuPy 14)
     capturable = False
 
@@ -398,8 +414,8 @@ class CusparseBackend(Backend):
         # ALG2 0.22 ms against ALG1 0.28 on the H200; most others: ALG1 by 5-20%)
         return [CusparsePolicy(algorithm=a, source="candidate") for a in CUSPARSE_ALGORITHMS]
 
-    def plan(self, matrix, policy):
-        return CusparsePlan(matrix, policy)
+    def plan(self, matrix, policy, vector_dtype=None):
+        return CusparsePlan(matrix, policy, vector_dtype)
 
 
 BACKENDS = [CusparseBackend()]

@@ -28,12 +28,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import _compile, _cuda
-from .._dtypes import HALF_DTYPES
+from .._dtypes import HALF_DTYPES, MIXED_PARTNERS
 from .._launch import (
     CXX_HALF_TYPES,
     CXX_INDEX_TYPES,
     CXX_VALUE_TYPES,
     KernelLaunch,
+    mixed_name_expression,
     name_expression,
 )
 from .._mirror import DeviceMatrix, is_out_of_memory, memory_error
@@ -66,10 +67,16 @@ class Delta16Policy(UnrolledRowPolicy):
     """
 
 
-def kernel_name(value_dtype, index_dtype, threads_per_row, mixed: bool) -> str:
+def kernel_name(value_dtype, index_dtype, threads_per_row, mixed: bool, matrix_dtype=None) -> str:
     """The C++ name of one product instantiation, e.g. ``delta16_spmv<double, int, 4, 0>``
-    (``mixed``: some chunks are kept full-width)."""
-    return name_expression("delta16_spmv", value_dtype, index_dtype, threads_per_row, int(mixed))
+    (``mixed``: some chunks are kept full-width); with a ``matrix_dtype`` other than
+    ``value_dtype`` (mixed precision), ``delta16_spmv_mixed_precision<double, float, ...>``."""
+    parameters = (threads_per_row, int(mixed))
+    if matrix_dtype is not None and np.dtype(matrix_dtype) != np.dtype(value_dtype):
+        return mixed_name_expression(
+            "delta16_spmv_mixed_precision", value_dtype, matrix_dtype, index_dtype, *parameters
+        )
+    return name_expression("delta16_spmv", value_dtype, index_dtype, *parameters)
 
 
 def _build_kernel_name(kernel: str, index_dtype) -> str:
@@ -198,14 +205,22 @@ def compressed_columns(matrix: DeviceMatrix) -> CompressedColumns:
 class Delta16Plan(KernelPlan):
     """A compiled ``delta16_spmv`` instantiation over a mirror's compressed columns."""
 
-    def __init__(self, matrix: DeviceMatrix, policy: Delta16Policy, backend: Delta16Backend):
-        super().__init__(matrix, policy)
+    def __init__(
+        self,
+        matrix: DeviceMatrix,
+        policy: Delta16Policy,
+        backend: Delta16Backend,
+        vector_dtype=None,
+    ):
+        super().__init__(matrix, policy, vector_dtype)
         if not self.launches:
             return
         self.columns = columns = compressed_columns(matrix)
         if policy.vector_loads:
             self._check_quad_alignment(data=matrix.data, offsets=columns.offsets)
-        self.kernel = backend._kernel(matrix, policy, mixed=columns.table.wide_nnz > 0)
+        self.kernel = backend._kernel(
+            matrix, policy, mixed=columns.table.wide_nnz > 0, vector_dtype=self._dtype
+        )
         self._bind(
             policy.block_size // policy.threads_per_row,
             (
@@ -232,6 +247,9 @@ class Delta16Backend(RowGroupBackend):
     policy_type = Delta16Policy
     # float16/bfloat16 with 16-bit offsets: 4 bytes per nonzero
     value_dtypes = FLOAT_AND_COMPLEX + HALF_DTYPES
+    # mixed precision: float32 values (with 16-bit offsets, 6 bytes a nonzero), float64
+    # vectors and sums
+    mixed_pairs = tuple(MIXED_PARTNERS.items())
     estimated = False
     planned = True
 
@@ -248,15 +266,18 @@ class Delta16Backend(RowGroupBackend):
             "offsets: use another backend, or order the matrix first (sparsegpu.reorder)"
         )
 
-    def _kernel(self, matrix: DeviceMatrix, policy: Delta16Policy, mixed: bool = True):
+    def _kernel(
+        self, matrix: DeviceMatrix, policy: Delta16Policy, mixed: bool = True, vector_dtype=None
+    ):
+        value = vector_dtype if vector_dtype is not None else matrix.dtype
         return _compile.get_kernel(
             SOURCE,
-            kernel_name(matrix.dtype, matrix.index_dtype, policy.threads_per_row, mixed),
+            kernel_name(value, matrix.index_dtype, policy.threads_per_row, mixed, matrix.dtype),
             policy.compile_options(),
         )
 
-    def plan(self, matrix: DeviceMatrix, policy: Delta16Policy) -> Delta16Plan:
-        return Delta16Plan(matrix, policy, self)
+    def plan(self, matrix: DeviceMatrix, policy: Delta16Policy, vector_dtype=None):
+        return Delta16Plan(matrix, policy, self, vector_dtype)
 
 
 BACKENDS = [Delta16Backend()]
@@ -267,6 +288,13 @@ FAMILY = _compile.register_family(
         tuple(
             kernel_name(value, index, threads_per_row, mixed)
             for value in (*CXX_VALUE_TYPES, *CXX_HALF_TYPES)
+            for index in CXX_INDEX_TYPES
+            for threads_per_row in THREADS_PER_ROW_CHOICES
+            for mixed in (False, True)
+        )
+        + tuple(
+            kernel_name(wide, index, threads_per_row, mixed, narrow)
+            for narrow, wide in MIXED_PARTNERS.items()
             for index in CXX_INDEX_TYPES
             for threads_per_row in THREADS_PER_ROW_CHOICES
             for mixed in (False, True)

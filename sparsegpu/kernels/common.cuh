@@ -45,6 +45,12 @@ __device__ __forceinline__ complex128 multiply_add(complex128 acc, complex128 a,
                     fma(a.re, b.im, fma(a.im, b.re, acc.im))};
 }
 
+// mixed precision: a float value widened (exactly) to double, then as the double product
+// (an exact match, so that overload resolution never weighs float against double)
+__device__ __forceinline__ double multiply_add(double acc, float a, double b) {
+  return fma(static_cast<double>(a), b, acc);
+}
+
 // a * b, rounded as multiply_add(zero, a, b) rounds it (without adding the zero)
 __device__ __forceinline__ float multiply(float a, float b) { return a * b; }
 __device__ __forceinline__ double multiply(double a, double b) { return a * b; }

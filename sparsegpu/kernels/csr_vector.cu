@@ -17,11 +17,15 @@
 // once, x once per nonzero (mostly cached), y once.
 #include "row_groups.cuh"
 
-template <typename Value, typename Index, int ThreadsPerRow, int LoadPath, int Reduction>
-__global__ void __launch_bounds__(1024)
-    csr_vector(const Index* __restrict__ indptr, const Index* __restrict__ indices,
-               const Value* __restrict__ data, const Value* x, cudaTextureObject_t x_texture,
-               Value* __restrict__ y, long long n_rows) {
+// Value: x, y and the sums; MatrixValue: the stored values (the same, or narrower in mixed
+// precision: float values with double vectors)
+template <typename Value, typename MatrixValue, typename Index, int ThreadsPerRow, int LoadPath,
+          int Reduction>
+__device__ __forceinline__ void csr_vector_rows(const Index* __restrict__ indptr,
+                                                const Index* __restrict__ indices,
+                                                const MatrixValue* __restrict__ data,
+                                                const Value* x, cudaTextureObject_t x_texture,
+                                                Value* __restrict__ y, long long n_rows) {
   using Offset = typename OffsetOf<Index>::type;
   const auto column = [&](Offset k) { return load_matrix(indices + k); };
   const auto quad = [&](Offset k, Index(&out)[4]) {
@@ -33,4 +37,24 @@ __global__ void __launch_bounds__(1024)
         return row_partial<ThreadsPerRow, SPARSEGPU_VECTOR_LOADS != 0, Index>(
             start, end, lane, data, column, quad, x_at);
       });
+}
+
+template <typename Value, typename Index, int ThreadsPerRow, int LoadPath, int Reduction>
+__global__ void __launch_bounds__(1024)
+    csr_vector(const Index* __restrict__ indptr, const Index* __restrict__ indices,
+               const Value* __restrict__ data, const Value* x, cudaTextureObject_t x_texture,
+               Value* __restrict__ y, long long n_rows) {
+  csr_vector_rows<Value, Value, Index, ThreadsPerRow, LoadPath, Reduction>(
+      indptr, indices, data, x, x_texture, y, n_rows);
+}
+
+// Mixed precision (A.mixed_precision): MatrixValue values, Value vectors and sums
+template <typename Value, typename MatrixValue, typename Index, int ThreadsPerRow, int LoadPath,
+          int Reduction>
+__global__ void __launch_bounds__(1024)
+    csr_vector_mixed_precision(const Index* __restrict__ indptr, const Index* __restrict__ indices,
+                     const MatrixValue* __restrict__ data, const Value* x,
+                     cudaTextureObject_t x_texture, Value* __restrict__ y, long long n_rows) {
+  csr_vector_rows<Value, MatrixValue, Index, ThreadsPerRow, LoadPath, Reduction>(
+      indptr, indices, data, x, x_texture, y, n_rows);
 }

@@ -86,10 +86,11 @@ __global__ void delta16_encode(const Index* __restrict__ indptr, const Index* __
 // The partial sum of one lane over its share of one row: columns decoded from 16-bit
 // offsets (Narrow) or read from the wide array. Quad loads (SPARSEGPU_VECTOR_LOADS) only in
 // narrow chunks: a wide chunk's columns start at any position of the wide array.
-template <bool Narrow, int ThreadsPerRow, typename Value, typename Index, typename Offset>
+template <bool Narrow, int ThreadsPerRow, typename MatrixValue, typename Value, typename Index,
+          typename Offset>
 __device__ __forceinline__ typename Accumulate<Value>::type delta16_row(
     Offset start, Offset end, int lane, Index entry, const unsigned short* __restrict__ offsets,
-    const Index* __restrict__ wide, const Value* __restrict__ data, const Value* x) {
+    const Index* __restrict__ wide, const MatrixValue* __restrict__ data, const Value* x) {
   if constexpr (Narrow && SPARSEGPU_VECTOR_LOADS != 0) {
     // a quad of offsets stays packed in registers until x is read
     const auto offset_at = [&](Offset k) { return load_matrix(offsets + k); };
@@ -118,14 +119,16 @@ __device__ __forceinline__ typename Accumulate<Value>::type delta16_row(
   }
 }
 
+// Value: x, y and the sums; MatrixValue: the stored values (narrower in mixed precision).
 // Mixed: the matrix has chunks kept full-width (false: every chunk compressed, and the
 // full-width path is not compiled in).
-template <typename Value, typename Index, int ThreadsPerRow, bool Mixed>
-__global__ void __launch_bounds__(1024)
-    delta16_spmv(const Index* __restrict__ indptr, const unsigned short* __restrict__ offsets,
-                 const Index* __restrict__ wide, const Index* __restrict__ chunks,
-                 const Value* __restrict__ data, const Value* x, Value* __restrict__ y,
-                 long long n_rows) {
+template <typename Value, typename MatrixValue, typename Index, int ThreadsPerRow, bool Mixed>
+__device__ __forceinline__ void delta16_rows(const Index* __restrict__ indptr,
+                                             const unsigned short* __restrict__ offsets,
+                                             const Index* __restrict__ wide,
+                                             const Index* __restrict__ chunks,
+                                             const MatrixValue* __restrict__ data, const Value* x,
+                                             Value* __restrict__ y, long long n_rows) {
   using Offset = typename OffsetOf<Index>::type;
   for_each_row<ThreadsPerRow, REDUCE_SHUFFLE>(indptr, n_rows, y, [&](long long first_row,
                                                                       Offset start, Offset end,
@@ -137,4 +140,25 @@ __global__ void __launch_bounds__(1024)
                : delta16_row<false, ThreadsPerRow>(start, end, lane, entry, offsets, wide, data,
                                                    x);
   });
+}
+
+template <typename Value, typename Index, int ThreadsPerRow, bool Mixed>
+__global__ void __launch_bounds__(1024)
+    delta16_spmv(const Index* __restrict__ indptr, const unsigned short* __restrict__ offsets,
+                 const Index* __restrict__ wide, const Index* __restrict__ chunks,
+                 const Value* __restrict__ data, const Value* x, Value* __restrict__ y,
+                 long long n_rows) {
+  delta16_rows<Value, Value, Index, ThreadsPerRow, Mixed>(indptr, offsets, wide, chunks, data, x,
+                                                          y, n_rows);
+}
+
+// Mixed precision (A.mixed_precision): MatrixValue values, Value vectors and sums
+template <typename Value, typename MatrixValue, typename Index, int ThreadsPerRow, bool Mixed>
+__global__ void __launch_bounds__(1024)
+    delta16_spmv_mixed_precision(const Index* __restrict__ indptr,
+                       const unsigned short* __restrict__ offsets, const Index* __restrict__ wide,
+                       const Index* __restrict__ chunks, const MatrixValue* __restrict__ data,
+                       const Value* x, Value* __restrict__ y, long long n_rows) {
+  delta16_rows<Value, MatrixValue, Index, ThreadsPerRow, Mixed>(indptr, offsets, wide, chunks,
+                                                                data, x, y, n_rows);
 }

@@ -123,8 +123,9 @@ __device__ __forceinline__ void for_each_row(const Index* __restrict__ indptr, l
   }
 }
 
-// One lane's partial sum (in Accumulate<Value>::type) of the row whose nonzeros are
-// [start, end): data[k] * x_at(column)
+// One lane's partial sum (in the accumulator of x's type: Accumulate<X>::type, where the
+// values may be narrower, as float values with double x in mixed precision) of the row
+// whose nonzeros are [start, end): data[k] * x_at(column)
 // over the lane's share of the entries, in a fixed order. column(k) reads entry k's column as
 // stored (a Stored: an index, or delta16's 16-bit offset, which x_at decodes when it reads
 // x, so that a quad of offsets stays packed in registers until then); with Quads,
@@ -137,11 +138,12 @@ __device__ __forceinline__ void for_each_row(const Index* __restrict__ indptr, l
 // single trip.
 template <int ThreadsPerRow, bool Quads, typename Stored, typename Value, typename Offset,
           typename Column, typename Quad, typename XAt>
-__device__ __forceinline__ typename Accumulate<Value>::type row_partial(
-    Offset start, Offset end, int lane, const Value* __restrict__ data, Column column, Quad quad,
-    XAt x_at) {
+__device__ __forceinline__ auto row_partial(Offset start, Offset end, int lane,
+                                            const Value* __restrict__ data, Column column,
+                                            Quad quad, XAt x_at) {
   constexpr int UNROLL = SPARSEGPU_UNROLL;
-  using Acc = typename Accumulate<Value>::type;
+  // sums run in the accumulator of x's type (wider than the values' in mixed precision)
+  using Acc = typename Accumulate<decltype(x_at(Stored(0)))>::type;
   Acc sum = value_zero<Acc>();
   if constexpr (Quads) {
     for (Offset q = (start & ~Offset(3)) + 4 * lane; q < end;
