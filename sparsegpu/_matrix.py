@@ -192,14 +192,16 @@ class _SparseGPUMixin:
 
     @property
     def mixed_precision(self) -> bool:
-        """Keep float32 (complex64) values on the GPU for products with float64
-        (complex128) vectors, computing in float64 through cuSPARSE's mixed-precision SpMV
-        (False by default: the values are widened on the device first).
+        """Keep float32 values on the GPU for products with float64 vectors, computing in
+        float64 (False by default: the values are widened to float64 on the device first).
 
-        The answer is the same to float64's rounding (every float32 is a float64); the
-        product reads 4 bytes a value instead of 8 and the mirror takes half the memory.
-        Only ``cusparse`` computes it (``auto`` picks it); another GPU backend named for
-        such a product raises TypeError; on the host (``scipy``) it changes nothing.
+        Each value is widened exactly in registers, so the sums are those of the widened
+        product with the same kernel; the product reads 4 bytes a value instead of 8 and
+        the mirror takes half the memory. Computed by ``vector``, ``readonly``,
+        ``shuffle``, ``delta16`` and ``cusparse`` (``auto`` estimates and plans among
+        them); another GPU backend named for such a product raises TypeError; on the host
+        (``scipy``) and for complex products it changes nothing. Setting it takes effect
+        on the next product.
         """
         return self._sg_mixed
 

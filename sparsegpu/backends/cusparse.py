@@ -379,8 +379,8 @@ class CusparseBackend(Backend):
     policy_type = CusparsePolicy
     # float16/bfloat16 with float32 compute, as cuSPARSE's SpMV supports them
     value_dtypes = FLOAT_AND_COMPLEX + HALF_DTYPES
-    # cuSPARSE SpMV's mixed-precision rows: A in CUDA_R_32F (C_32F), X, Y and the compute
-    # type in CUDA_R_64F (C_64F)
+    # cuSPARSE SpMV's mixed precision: A in CUDA_R_32F, X, Y and the compute type in
+    # CUDA_R_64F (its complex row, C_32F with C_64F, answers NOT_SUPPORTED on the H200)
     mixed_pairs = tuple(MIXED_PARTNERS.items())
     # CuPy refuses cuSPARSE calls on a capturing stream (NotImplementedError, H200, CuPy 14)
     capturable = False
