@@ -79,6 +79,21 @@ def test_values_stay_narrow_and_the_answer_is_the_wide_one(cupy, backend, index_
     assert sg.matvec(A, cupy.asarray(x), out=out) is out
 
 
+@pytest.mark.parametrize("backend", MIXED_BACKENDS)
+def test_many_columns_go_column_by_column(cupy, backend):
+    """From SPMM_MIN_COLUMNS columns on, a widened product runs the one-pass SpMM kernel;
+    a mixed one must not (that kernel reads X in the values' dtype)."""
+    S = sg.datasets.synthetic.stencil_2d(40, dtype=np.float32)
+    S.data = np.random.default_rng(11).uniform(-1, 1, S.nnz).astype(np.float32)
+    A = sg.csr_matrix(S)
+    A.mixed_precision = True
+    A.backend = backend
+    X = np.random.default_rng(12).uniform(-1, 1, (S.shape[1], 20))
+    Y = A @ cupy.asarray(X)
+    assert Y.dtype == np.float64
+    assert_product_close(Y, S.astype(np.float64) @ X, np.float64, _max_row(S))
+
+
 def test_never_chosen_without_the_opt_in(cupy):
     S = sg.datasets.synthetic.stencil_2d(50, dtype=np.float32)
     A = sg.csr_matrix(S)

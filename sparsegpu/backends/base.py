@@ -123,13 +123,14 @@ class Plan:
 
         Default: on the GPU, from ``SPMM_MIN_COLUMNS`` columns on, one CSR kernel that
         reads A once for all k columns (:mod:`sparsegpu._spmm`); below that, on the host,
-        and for the 16-bit floats (which that kernel is not instantiated for), one matvec
-        per column.
+        for the 16-bit floats (which that kernel is not instantiated for) and in mixed
+        precision (it reads X in the values' dtype), one matvec per column.
         """
         if (
             self.matrix.residence.name == CUPY.name
             and X.shape[1] >= SPMM_MIN_COLUMNS
-            and spmm_supports(self.matrix.dtype)
+            and self._dtype == self.matrix.dtype
+            and spmm_supports(self._dtype)
         ):
             return csr_spmm(self.matrix, X, Y)
         xp = self.matrix.xp

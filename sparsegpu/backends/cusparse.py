@@ -312,10 +312,8 @@ class CusparsePlan(Plan):
         if self._empty or k == 0:
             Y.fill(0)
             return Y
-        if self._mixed:
-            for j in range(k):
-                Y[:, j] = self._matvec(cupy.ascontiguousarray(X[:, j]), cupy.empty_like(Y[:, 0]))
-            return Y
+        if self._mixed:  # the base class's column loop
+            return super()._matmat(X, Y)
         lib = self._lib
         stream_ptr = cupy.cuda.get_current_stream().ptr
         handle = thread_handle(lib, self._device_id, stream_ptr)
