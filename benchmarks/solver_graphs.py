@@ -13,6 +13,10 @@ still run):
   ``last_solve_info()`` (ours) and a callback (cupyx, an untimed run).
 * ``others``: ``bicgstab``, ``minres`` and ``lsqr`` (``atol = btol = --rtol``) with graphs
   and without on the three Laplacians, iteration counts from ``last_solve_info()``.
+* ``gmres``: ``sparsegpu.linalg.gmres`` (restart ``--restart``) with graphs (a whole
+  restart cycle per replay) and without, and ``cupyx.scipy.sparse.linalg.gmres``, on the
+  three Laplacians and the bundled nonsymmetric ``cage10``; inner iteration counts from
+  ``last_solve_info()``.
 * ``reorder``: a 3-D 7-point mesh of ``--mesh-grid``^3 rows numbered in random order,
   ``cg(..., reorder="rcm")`` against ``reorder=None``: the solve with the permutation
   cached on the matrix (what every solve after the first costs) and the first solve,
@@ -30,6 +34,7 @@ and .md; prints the table last).
 from __future__ import annotations
 
 import argparse
+import functools
 import inspect
 import json
 import math
@@ -85,13 +90,19 @@ def ours(A, b, M, args, cupy, graphs):
     def solve():
         return sg.linalg.cg(A, b, rtol=args.rtol, M=M, graphs=graphs)
 
+    return timed_solve(solve, A, b, cupy, args.repeat)
+
+
+def timed_solve(solve, A, b, cupy, repeat):
+    """A sparsegpu.linalg solve timed after a warm-up, with what last_solve_info says."""
     solve()
-    seconds, (x, info) = timed(solve, cupy, args.repeat)
+    seconds, result = timed(solve, cupy, repeat)
     used = sg.linalg.last_solve_info()
+    x = result[0]
     return {
         "seconds": seconds,
         "iterations": used.iterations,
-        "info": info,
+        "info": int(result[1]),  # info, or lsqr's istop
         "graphs": used.graphs,
         "why": used.graphs_reason,
         "residual": float(cupy.linalg.norm(b - A @ x) / cupy.linalg.norm(b)),
@@ -161,20 +172,44 @@ def bench_others(args, cupy, report):
         for solver, run in solvers.items():
             row = {"matrix": name, "solver": solver, "n": S.shape[0], "nnz": int(S.nnz)}
             for graphs in (True, False):
-                run(graphs)  # warm-up
-                seconds, result = timed(lambda g=graphs, r=run: r(g), cupy, args.repeat)
-                used = sg.linalg.last_solve_info()
-                x = result[0]
-                row["graphs" if graphs else "plain"] = {
-                    "seconds": seconds,
-                    "iterations": used.iterations,
-                    "graphs": used.graphs,
-                    "why": used.graphs_reason,
-                    "residual": float(cupy.linalg.norm(b - A @ x) / cupy.linalg.norm(b)),
-                }
+                solve = functools.partial(run, graphs)
+                row["graphs" if graphs else "plain"] = timed_solve(solve, A, b, cupy, args.repeat)
             row["vs_plain"] = row["plain"]["seconds"] / row["graphs"]["seconds"]
             row["iterations_identical"] = row["plain"]["iterations"] == row["graphs"]["iterations"]
             rows.append(row)
+
+
+def bench_gmres(args, cupy, report):
+    """gmres with graphs, without, and cupyx's gmres, on the Laplacians and cage10."""
+    import cupyx.scipy.sparse as cusp
+    import cupyx.scipy.sparse.linalg as cuspl
+
+    rows = report["gmres"] = []
+    cage10 = sp.csr_matrix(scipy.io.mmread(sg.datasets.path("cage10")))
+    cases = [(name, S) for name, S, _, kind in problems([]) if name != "bcsstk13"]
+    for name, S in [*cases, ("cage10", cage10)]:
+        A = sg.csr_matrix(S)
+        b = cupy.asarray(np.random.default_rng(0).uniform(-1, 1, S.shape[0]))
+        row = {"matrix": name, "n": S.shape[0], "nnz": int(S.nnz), "restart": args.restart}
+        for graphs in (True, False):
+            run = functools.partial(sg.linalg.gmres, A, b, rtol=args.rtol, restart=args.restart,
+                                    graphs=graphs)  # fmt: skip
+            row["graphs" if graphs else "plain"] = timed_solve(run, A, b, cupy, args.repeat)
+        C = cusp.csr_matrix(S)
+        tol = {"rtol" if "rtol" in inspect.signature(cuspl.gmres).parameters else "tol": args.rtol}
+        theirs = functools.partial(cuspl.gmres, C, b, restart=args.restart,
+                                   maxiter=10 * S.shape[0], **tol)  # fmt: skip
+        theirs()
+        seconds, (x, info) = timed(theirs, cupy, args.repeat)
+        row["cupyx"] = {
+            "seconds": seconds,
+            "info": int(info),
+            "residual": float(cupy.linalg.norm(b - C @ x) / cupy.linalg.norm(b)),
+        }
+        row["vs_plain"] = row["plain"]["seconds"] / row["graphs"]["seconds"]
+        row["vs_cupyx"] = row["cupyx"]["seconds"] / row["graphs"]["seconds"]
+        row["iterations_identical"] = row["plain"]["iterations"] == row["graphs"]["iterations"]
+        rows.append(row)
 
 
 def scrambled_mesh(grid, seed=0):
@@ -320,6 +355,24 @@ def markdown(report) -> str:
                 f"| {r['matrix']} | {r['solver']} | {g['iterations']} / {p['iterations']} | "
                 f"{g['seconds'] * 1e3:.2f} | {p['seconds'] * 1e3:.2f} | {r['vs_plain']:.2f}x |"
             )
+    gmres_rows = report.get("gmres")
+    if gmres_rows:
+        lines += [
+            "",
+            f"gmres (restart {gmres_rows[0]['restart']}) to the same tolerance: a restart cycle "
+            "per graph replay, against the same kernels launched one by one and against cupyx:",
+            "",
+            "| matrix | n | nnz | inner iterations (graphs / plain) | graphs ms | plain ms "
+            "| cupyx ms | vs plain | vs cupyx |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in gmres_rows:
+            g, p, c = r["graphs"], r["plain"], r["cupyx"]
+            lines.append(
+                f"| {r['matrix']} | {r['n']:,} | {r['nnz']:,} | {g['iterations']} / "
+                f"{p['iterations']} | {g['seconds'] * 1e3:.2f} | {p['seconds'] * 1e3:.2f} | "
+                f"{c['seconds'] * 1e3:.2f} | {r['vs_plain']:.2f}x | {r['vs_cupyx']:.2f}x |"
+            )
     entry = report.get("reorder")
     if entry and "speedup" in entry:
         lines += [
@@ -392,7 +445,8 @@ def main(argv=None) -> int:
     parser.add_argument("--mesh-grid", type=int, default=150, help="150^3 x 7 = 23.6M nonzeros")
     parser.add_argument("--numpy-grid", type=int, default=117, help="117^3 = 1.6M rows")
     parser.add_argument("--iterations", type=int, default=20)
-    parser.add_argument("--sections", default="graphs,others,reorder,numpy_path")
+    parser.add_argument("--restart", type=int, default=20, help="gmres's restart")
+    parser.add_argument("--sections", default="graphs,others,gmres,reorder,numpy_path")
     args = parser.parse_args(argv)
     from sparsegpu import _cuda
 
@@ -410,6 +464,7 @@ def main(argv=None) -> int:
     sections = {
         "graphs": bench_graphs,
         "others": bench_others,
+        "gmres": bench_gmres,
         "reorder": bench_reorder,
         "numpy_path": bench_numpy_path,
     }

@@ -4,6 +4,9 @@ there is nothing to capture; on a GPU, graphs change neither x nor the iteration
 
 from __future__ import annotations
 
+import functools
+import math
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -248,11 +251,12 @@ GRAPH_CASES = [
     ("bicgstab", {}), ("bicgstab", {"maxiter": 3}), ("bicgstab", {"maxiter": 15}),
     ("minres", {}), ("minres", {"maxiter": 4}), ("minres", {"maxiter": 20}),
     ("minres", {"shift": 2.5}),
+    ("gmres", {"restart": 4}), ("gmres", {"restart": 3, "maxiter": 3}), ("gmres", {"restart": 9}),
 ]  # fmt: skip
 
 
 def graph_problem(solver, dtype, n):
-    return (general if solver == "bicgstab" else hpd)(dtype, n=n)
+    return (general if solver in ("bicgstab", "gmres") else hpd)(dtype, n=n)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex128],
@@ -288,7 +292,7 @@ def test_cg_graphs_stop_at_maxiter_like_plain(gpu_backend_name, cupy, maxiter):
     assert cupy.array_equal(x, plain)
 
 
-@pytest.mark.parametrize("solver", ["cg", "bicgstab", "minres"])
+@pytest.mark.parametrize("solver", ["cg", "bicgstab", "minres", "gmres"])
 def test_graphs_hold_a_sparsegpu_preconditioner(gpu_backend_name, cupy, solver):
     # a real system for cg; bicgstab takes thousands of iterations on bcsstk13
     if solver == "cg":
@@ -298,6 +302,8 @@ def test_graphs_hold_a_sparsegpu_preconditioner(gpu_backend_name, cupy, solver):
     b = rhs(S.shape[0], np.float64, xp=cupy)
     M = ours(jacobi(S), gpu_backend_name)
     run = getattr(sg.linalg, solver)
+    if solver == "gmres":
+        run = functools.partial(run, restart=5, graphs=True)  # not auto's rate-based choice
     plain, _ = run(ours(S, gpu_backend_name), b, rtol=1e-8, M=M, graphs=False)
     x, info = run(ours(S, gpu_backend_name), b, rtol=1e-8, M=M)
     assert_captured(sg.linalg.last_solve_info(), gpu_backend_name)
@@ -361,6 +367,89 @@ def test_lsqr_graphs_change_nothing(gpu_backend_name, cupy, dtype, options):
     assert_captured(sg.linalg.last_solve_info(), gpu_backend_name)
     assert got[1:9] == plain[1:9] and plain[2] > 1
     assert cupy.array_equal(got[0], plain[0]) and cupy.array_equal(got[9], plain[9])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.complex64], ids=["float32", "complex64"])
+def test_gmres_cycle_kernels_in_every_dtype(gpu_backend_name, cupy, dtype):
+    S = graph_problem("gmres", dtype, 20)
+    b = rhs(S.shape[0], dtype, xp=cupy)
+    plain, info_plain = sg.linalg.gmres(ours(S, gpu_backend_name), b, rtol=1e-4, restart=4,
+                                        graphs=False)  # fmt: skip
+    count = sg.linalg.last_solve_info().iterations
+    x, info = sg.linalg.gmres(ours(S, gpu_backend_name), b, rtol=1e-4, restart=4, graphs=True)
+    used = sg.linalg.last_solve_info()
+    assert_captured(used, gpu_backend_name)
+    assert info == info_plain == 0 and used.iterations == count > 4
+    assert cupy.array_equal(x, plain)
+    assert relative_residual(S, x, b) <= 1e-4
+
+
+def test_gmres_x_callback_keeps_the_graph(gpu_backend_name, cupy):
+    """callback_type="x" is called between cycles, so cycles are still replayed as graphs;
+    it sees the same x after each cycle either way."""
+    S = graph_problem("gmres", np.float64, 20)
+    b = rhs(S.shape[0], np.float64, xp=cupy)
+    seen = {}
+    for graphs in (False, True):
+        calls = []
+        x, info = sg.linalg.gmres(ours(S, gpu_backend_name), b, rtol=1e-10, restart=4,
+                                  callback=lambda xk, calls=calls: calls.append(xk.copy()),
+                                  callback_type="x",
+                                  graphs=graphs)  # fmt: skip
+        seen[graphs] = (x, info, calls, sg.linalg.last_solve_info())
+    assert_captured(seen[True][3], gpu_backend_name)
+    assert seen[True][1] == seen[False][1] == 0
+    assert len(seen[True][2]) == len(seen[False][2]) > 2
+    for got, want in zip(seen[True][2], seen[False][2], strict=True):
+        assert cupy.array_equal(got, want)
+    assert cupy.array_equal(seen[True][0], seen[False][0])
+
+
+def test_gmres_per_iteration_callback_runs_without_graphs(gpu_backend_name, cupy):
+    S = graph_problem("gmres", np.float64, 20)
+    b = rhs(S.shape[0], np.float64, xp=cupy)
+    estimates = []
+    x, info = sg.linalg.gmres(ours(S, gpu_backend_name), b, rtol=1e-10, restart=4,
+                              callback=estimates.append, callback_type="pr_norm")  # fmt: skip
+    used = sg.linalg.last_solve_info()
+    assert info == 0 and not used.graphs and "callback" in used.graphs_reason
+    assert len(estimates) == used.iterations
+    assert estimates[-1] < 1e-10 <= estimates[0]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128],
+                         ids=lambda d: np.dtype(d).name)  # fmt: skip
+@pytest.mark.parametrize("n", [1, 255, 256, 257, 70_000])
+def test_multi_dot_rows_are_bitwise_the_dot_of_each_row(cupy, dtype, n):
+    """kernels/dot.cu: multi_dot_partial/final give each row the sum dot_partial/final give
+    it alone (GMRES's Gram-Schmidt relies on the one fixed order of additions)."""
+    from sparsegpu._compile import get_kernel
+    from sparsegpu._launch import KernelLaunch, name_expression
+    from sparsegpu.linalg._vector import DOT_BLOCK, DOT_MAX_BLOCKS, _Dot
+
+    rng = np.random.default_rng(n)
+    m, ld = 5, n + 3
+    host = rng.standard_normal((m, ld)) + (
+        1j * rng.standard_normal((m, ld)) if np.dtype(dtype).kind == "c" else 0
+    )
+    basis = cupy.asarray(host.astype(dtype))
+    w = cupy.asarray(rhs(n, dtype, seed=n))
+    blocks = max(1, min(DOT_MAX_BLOCKS, -(-n // DOT_BLOCK)))
+    partial = cupy.empty(m * blocks, dtype=dtype)
+    out = cupy.empty(m, dtype=dtype)
+    kernel = lambda name: get_kernel("dot.cu", name_expression(name, dtype))  # noqa: E731
+    KernelLaunch(kernel("multi_dot_partial"), DOT_BLOCK, (basis, ld, w, n, blocks, partial))(
+        m * blocks
+    )
+    KernelLaunch(kernel("multi_dot_final"), DOT_BLOCK, (partial, blocks, out))(m)
+    dot = _Dot(cupy, dtype)
+    for k in range(m):
+        row = cupy.ascontiguousarray(basis[k, :n])
+        assert out[k].item() == dot(row, w).item()
+    want = np.conj(host[:, :n].astype(dtype)) @ cupy.asnumpy(w)
+    np.testing.assert_allclose(
+        cupy.asnumpy(out), want, rtol=1e-4 if np.dtype(dtype).char in "fF" else 1e-12
+    )
 
 
 # ------------------------------------------- the block bookkeeping, replayed on the host
@@ -580,3 +669,120 @@ def test_lsqr_says_when_its_matrix_cannot_be_captured(host_graphs, monkeypatch):
     used = sg.linalg.last_solve_info()
     assert not used.graphs and used.graphs_reason == "backend 'host-copy' cannot be captured"
     np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+
+
+# -------------------------------------------------------------- gmres's restart cycle
+@pytest.mark.parametrize("maxiter", [None, 1, 2, 3, 40])
+@pytest.mark.parametrize("options", [{"restart": 4}, {"restart": 6, "M": "matrix"},
+                                     {"restart": 5, "M": "operator"}, {"restart": 3, "x0": 1}],
+                         ids=str)  # fmt: skip
+@pytest.mark.parametrize("block_class", [ReplayOnHost, FailedCapture], ids=["replay", "failed"])
+def test_gmres_cycles_replayed_give_the_plain_answer(host_graphs, block_class, options, maxiter):
+    """A whole cycle per replay (the first one plain): x, info and the inner iteration count
+    are the plain loop's, which ends a cycle at the first flag read after it stopped."""
+    host_graphs(block_class)
+    S = general(np.float64, n=16)
+    b = rhs(S.shape[0], np.float64)
+    options = {"rtol": 1e-12, "maxiter": maxiter, **options}
+    if options.get("M") is not None:
+        M = jacobi(S)
+        options["M"] = ours(M, "scipy") if options["M"] == "matrix" else spl.aslinearoperator(M)
+    if options.get("x0") is not None:
+        options["x0"] = rhs(S.shape[0], np.float64, seed=options["x0"])
+    plain, info_plain = sg.linalg.gmres(ours(S, "scipy"), b, graphs=False, **options)
+    count = sg.linalg.last_solve_info().iterations
+    x, info = sg.linalg.gmres(ours(S, "scipy"), b, graphs=True, **options)
+    used = sg.linalg.last_solve_info()
+    assert info == info_plain and info in (0, maxiter)
+    assert used.iterations == count > 0
+    np.testing.assert_array_equal(x, plain)
+    if maxiter is None:
+        assert info == 0 and relative_residual(S, x, b) <= 1e-12
+    captures = maxiter is None or maxiter > 1
+    if block_class is ReplayOnHost and captures:
+        assert used.graphs and used.block == options["restart"], used.graphs_reason
+    if block_class is FailedCapture and captures:
+        assert not used.graphs and used.graphs_reason == FailedCapture.failure
+
+
+@pytest.mark.parametrize("graphs", ["auto", True])
+def test_gmres_auto_captures_only_where_cycles_are_left(host_graphs, graphs):
+    """graphs="auto" replays cycles only when the first cycle's convergence rate predicts
+    enough of them to pay for the capture; True captures regardless. Same answer."""
+    host_graphs(ReplayOnHost)
+    S = general(np.float64, n=16)
+    b = rhs(S.shape[0], np.float64)
+    for restart, rtol, few in ((15, 1e-8, True), (4, 1e-12, False)):
+        plain, _ = sg.linalg.gmres(ours(S, "scipy"), b, rtol=rtol, restart=restart, graphs=False)
+        x, info = sg.linalg.gmres(ours(S, "scipy"), b, rtol=rtol, restart=restart, graphs=graphs)
+        used = sg.linalg.last_solve_info()
+        assert info == 0
+        np.testing.assert_array_equal(x, plain)
+        if few and graphs == "auto":
+            assert not used.graphs and "predicts" in used.graphs_reason, used.graphs_reason
+        else:
+            assert used.graphs, used.graphs_reason
+
+
+def test_cycles_left_extrapolates_the_first_cycle():
+    from sparsegpu.linalg._gmres import cycles_left
+
+    assert cycles_left(1.0, 1e-3, 1e-8) == 2  # 1e-3 a cycle: two more reach 1e-9
+    assert cycles_left(1.0, 1e-9, 1e-8) == 0
+    assert cycles_left(1.0, 0.5, 1e-3) == 9
+    assert cycles_left(1.0, 1.0, 1e-8) == math.inf  # stagnation: capture
+    assert cycles_left(1.0, 2.0, 1e-8) == math.inf
+
+
+def test_gmres_reads_a_short_cycle_once():
+    """Without graphs a cycle that stops early ends at the next flag read: the state is
+    read every CHECK_EVERY inner iterations, not after each."""
+    from sparsegpu.linalg import _gmres
+
+    S = general(np.float64, n=16)
+    b = rhs(S.shape[0], np.float64)
+    reads = []
+    original = _gmres.GmresCycle.active
+
+    def counted(self):
+        reads.append(1)
+        return original(self)
+
+    _gmres.GmresCycle.active = counted
+    try:
+        x, info = sg.linalg.gmres(ours(S, "scipy"), b, rtol=1e-10, restart=40, graphs=False)
+    finally:
+        _gmres.GmresCycle.active = original
+    iterations = sg.linalg.last_solve_info().iterations
+    assert info == 0 and iterations < 40
+    assert len(reads) == -(-iterations // _gmres.CHECK_EVERY)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128], ids=["float64", "complex128"])
+def test_gmres_exhausted_krylov_space_is_an_exact_solve(backend_name, xp, dtype):
+    """A with three distinct eigenvalues: the Krylov space is exhausted at the third inner
+    iteration (h = 0), which ends the cycle with the exact answer."""
+    n = 30
+    values = np.array([1.0, 2.0, 5.0])[np.arange(n) % 3].astype(dtype)
+    S = sp.diags(values).tocsr()
+    b = rhs(n, dtype, xp=xp)
+    x, info = sg.linalg.gmres(ours(S, backend_name), b, rtol=1e-14)
+    assert info == 0 and sg.linalg.last_solve_info().iterations == 3
+    np.testing.assert_allclose(_to_numpy(x), _to_numpy(b) / values, rtol=1e-12)
+
+
+def test_gmres_zero_pivot_is_reported_not_divided_by(backend_name, xp):
+    """A nilpotent A: the first Krylov vector maps to 0, the Hessenberg's pivot is 0. No
+    division by it: x stays finite and info says the solve did not converge."""
+    S = sp.csr_matrix(np.array([[0.0, 1.0], [0.0, 0.0]]))
+    b = xp.asarray(np.array([1.0, 0.0]))
+    x, info = sg.linalg.gmres(ours(S, backend_name), b, maxiter=4)
+    assert info == 4
+    assert np.all(np.isfinite(_to_numpy(x)))
+
+
+@pytest.mark.parametrize("restart", [0, -3, 2.5, True, "20"])
+def test_gmres_refuses_a_bad_restart(restart):
+    S = general(np.float64)
+    with pytest.raises(ValueError, match="restart must be a positive integer"):
+        sg.linalg.gmres(sg.csr_matrix(S), rhs(S.shape[0], np.float64), restart=restart)

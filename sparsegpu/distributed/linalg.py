@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..linalg._krylov import rotate_column
+from ..linalg._gmres import rotate_column
 from ._matrix import csr_matrix
 from ._vector import DistributedVector, _to_host
 

@@ -1,6 +1,9 @@
 // Dot products of the solvers: out = sum_i conj(a_i) * b_i, in two launches with a fixed
 // order of additions. dot_partial: each of `gridDim.x` blocks (a number fixed by n alone)
 // sums a grid-strided share into partial[block]; dot_final: one block sums the partials.
+// multi_dot_partial / multi_dot_final do the same for the m rows of a basis against one
+// vector (GMRES's Gram-Schmidt); row k's dot is bit-identical to
+// dot_partial/dot_final of that row.
 // The same n always adds in the same order, so a solve replayed from a CUDA graph and the
 // same solve launched kernel by kernel compute bit-identical scalars (cuBLAS may not be
 // called during a stream capture, and an atomicAdd reduction is not reproducible).
@@ -65,6 +68,43 @@ __global__ void __launch_bounds__(DOT_BLOCK) dot_final(const T* partial, int cou
   }
 }
 
+// out[k] = conj(basis_k) . w for m rows k of basis (row k at basis + k * ld), launched on
+// m * blocks blocks: block b takes row b / blocks and sums its chunk b % blocks the way
+// dot_partial's block does (dot_partial on `blocks` blocks), into partial[b].
+template <typename T>
+__global__ void __launch_bounds__(DOT_BLOCK) multi_dot_partial(const T* basis, long long ld,
+                                                               const T* w, long long n,
+                                                               int blocks, T* partial) {
+  const int row = blockIdx.x / blocks;
+  const int chunk = blockIdx.x % blocks;
+  const T* a = basis + static_cast<long long>(row) * ld;
+  T acc = value_zero<T>();
+  const long long stride = static_cast<long long>(DOT_BLOCK) * blocks;
+  for (long long i = static_cast<long long>(chunk) * DOT_BLOCK + threadIdx.x; i < n;
+       i += stride) {
+    acc = conj_multiply_add(acc, a[i], w[i]);
+  }
+  T total = block_sum(acc);
+  if (threadIdx.x == 0) {
+    partial[blockIdx.x] = total;
+  }
+}
+
+// Block k sums row k's `count` partials into out[k] (dot_final's order).
+template <typename T>
+__global__ void __launch_bounds__(DOT_BLOCK) multi_dot_final(const T* partial, int count,
+                                                             T* out) {
+  const T* row = partial + static_cast<long long>(blockIdx.x) * count;
+  T acc = value_zero<T>();
+  for (int i = threadIdx.x; i < count; i += DOT_BLOCK) {
+    acc = add(acc, row[i]);
+  }
+  T total = block_sum(acc);
+  if (threadIdx.x == 0) {
+    out[blockIdx.x] = total;
+  }
+}
+
 template __global__ void dot_partial<float>(const float*, const float*, long long, float*);
 template __global__ void dot_partial<double>(const double*, const double*, long long, double*);
 template __global__ void dot_partial<complex64>(const complex64*, const complex64*, long long,
@@ -75,3 +115,15 @@ template __global__ void dot_final<float>(const float*, int, float*);
 template __global__ void dot_final<double>(const double*, int, double*);
 template __global__ void dot_final<complex64>(const complex64*, int, complex64*);
 template __global__ void dot_final<complex128>(const complex128*, int, complex128*);
+template __global__ void multi_dot_partial<float>(const float*, long long, const float*,
+    long long, int, float*);
+template __global__ void multi_dot_partial<double>(const double*, long long, const double*,
+    long long, int, double*);
+template __global__ void multi_dot_partial<complex64>(const complex64*, long long, const complex64*,
+    long long, int, complex64*);
+template __global__ void multi_dot_partial<complex128>(const complex128*, long long, const complex128*,
+    long long, int, complex128*);
+template __global__ void multi_dot_final<float>(const float*, int, float*);
+template __global__ void multi_dot_final<double>(const double*, int, double*);
+template __global__ void multi_dot_final<complex64>(const complex64*, int, complex64*);
+template __global__ void multi_dot_final<complex128>(const complex128*, int, complex128*);

@@ -14,7 +14,8 @@ the result comes back as NumPy). See each solver for how often it synchronises.
 0
 """
 
-from ._krylov import bicgstab, cg, gmres, minres
+from ._gmres import gmres
+from ._krylov import bicgstab, cg, minres
 from ._lsqr import lsqr
 from ._options import SolveInfo, last_solve_info
 

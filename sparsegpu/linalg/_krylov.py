@@ -14,9 +14,8 @@ Host synchronisation (the choice, per solver)
   blocks of iterations replayed as CUDA graphs (``graphs``, ``_graphs``). An iteration
   that finds the solve stopped changes nothing (masked updates), so the answer, ``info``
   and the iteration count are those of scipy's iteration, with or without graphs.
-* ``gmres`` has a Hessenberg least-squares problem solved by Givens rotations on the host:
-  each inner iteration transfers one Hessenberg column (at most ``restart + 1`` numbers);
-  vectors never leave the device.
+* ``gmres`` (``_gmres``) keeps its Hessenberg least-squares problem on the device too and
+  reads its state once per restart cycle; a whole cycle is captured as one graph.
 """
 
 from __future__ import annotations
@@ -52,11 +51,11 @@ def _reordered(name, A, b, x0, M, callback, reorder, info_out):
             ordering.callback(callback), ordering)  # fmt: skip
 
 
-def _not_captured(name: str, graphs, why: str) -> str:
-    """The graphs reason of a solver whose iterations are not captured."""
-    if graphs is False:
-        return "graphs=False"
-    return f"{name}: iterations run without graphs ({why})"
+def _zero_rhs(system, ordering, info_out):
+    """``(x, 0)`` for ``b = 0``: x = 0 (b itself, in its module), no iteration."""
+    info_out.iterations = 0
+    options.record(info_out)
+    return ordering.back(system.result(system.b)), 0
 
 
 def _start(name, A, b, x0, M, rtol, atol, capturable=False):
@@ -139,9 +138,7 @@ def cg(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None, callback=Non
     refusal = _graph_refusal(graphs, system, ops, callback, A, M)
     info_out.graphs_reason = refusal or ""
     if bnorm == 0:
-        info_out.iterations = 0
-        options.record(info_out)
-        return ordering.back(system.result(system.b)), 0
+        return _zero_rhs(system, ordering, info_out)
     step = _CGStep(system, ops, r, tolerance)
     callback = system.wrap_callback(callback)
     if refusal is None:
@@ -322,9 +319,7 @@ def bicgstab(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None, callba
     refusal = _graph_refusal(graphs, system, ops, callback, A, M)
     info_out.graphs_reason = refusal or ""
     if bnorm == 0:
-        info_out.iterations = 0
-        options.record(info_out)
-        return ordering.back(system.result(system.b)), 0
+        return _zero_rhs(system, ordering, info_out)
     step = _BiCGStabStep(system, ops, r, tolerance)
     _iterate(step, maxiter, 1 if callback is not None else CHECK_EVERY, GRAPH_BLOCK,
              system.wrap_callback(callback), refusal, info_out)  # fmt: skip
@@ -403,136 +398,6 @@ def _scalar(value, dtype):
     """A host scalar in the solver's dtype (real part only for real dtypes)."""
     dtype = np.dtype(dtype)
     return dtype.type(value if dtype.kind == "c" else complex(value).real)
-
-
-def gmres(A, b, x0=None, *, rtol=1e-5, atol=0.0, restart=None, maxiter=None, M=None,
-          callback=None, callback_type=None, graphs="auto", reorder=None):  # fmt: skip
-    """Restarted GMRES for a general square ``A`` (right preconditioning).
-
-    Parameters
-    ----------
-    A, b, x0, rtol, atol, M
-        As :func:`cg`; convergence is on the true residual ``||b - A x||``.
-    restart : int, optional
-        Krylov vectors per cycle (default 20, at most n).
-    maxiter : int, optional
-        Restart cycles (default ``10 * n``), scipy's meaning.
-    callback : callable, optional
-        Called after every inner iteration with the relative residual estimate
-        (``callback_type`` "pr_norm" or "legacy", the default) or after every cycle with
-        x (``callback_type`` "x").
-    graphs, reorder
-        As :func:`cg`; ``graphs`` is accepted, the restart cycle is not captured yet (its
-        Givens rotations run on the host), as ``last_solve_info()`` says.
-
-    Returns
-    -------
-    x : array
-    info : int
-        0 when converged, else the number of cycles run.
-
-    Notes
-    -----
-    Orthogonalisation is classical Gram-Schmidt done twice (two matrix-vector products
-    with the basis on the device); each inner iteration transfers one Hessenberg column
-    (at most ``restart + 1`` numbers) for the Givens rotations and the residual estimate.
-    """
-    info_out = options.SolveInfo("gmres")
-    options.check_graphs("gmres", graphs)
-    info_out.graphs_reason = _not_captured("gmres", graphs, "Givens rotations on the host")
-    per_x = callback_type == "x"
-    A, b, x0, M, callback_x, ordering = _reordered(
-        "gmres", A, b, x0, M, callback if per_x else None, reorder, info_out
-    )
-    system, ops, bnorm, tolerance, r = _start("gmres", A, b, x0, M, rtol, atol)
-    n = system.A.shape[0]
-    maxiter = _check_iterations("gmres", maxiter, 10 * n)
-    restart = min(20 if restart is None else int(restart), max(n, 1))
-    if restart < 1:
-        raise ValueError(f"gmres: restart must be a positive integer, got {restart!r}")
-    if callback_type not in (None, "legacy", "pr_norm", "x"):
-        raise ValueError(
-            f"gmres: callback_type must be 'legacy', 'pr_norm' or 'x', got {callback_type!r}"
-        )
-    options.record(info_out)
-    if bnorm == 0:
-        return ordering.back(system.result(system.b)), 0
-    x, info = _gmres(system, ops, bnorm, tolerance, r, maxiter, restart,
-                     None if per_x else callback, system.wrap_callback(callback_x))  # fmt: skip
-    return ordering.back(x), info
-
-
-def _gmres(system, ops, bnorm, tolerance, r, maxiter, restart, callback, callback_x):
-    xp, x, dtype, n = system.xp, system.x, system.dtype, system.A.shape[0]
-    basis = xp.empty((restart + 1, n), dtype=dtype)
-    # a basis row starts at any offset; products get an aligned copy (texture reads need one)
-    vector = xp.empty(n, dtype=dtype)
-    beta = ops.norm(r)
-    for _cycle in range(maxiter):
-        if beta < tolerance:
-            return system.result(x), 0
-        basis[0] = r / _scalar(beta, dtype)
-        hessenberg = np.zeros((restart + 1, restart), dtype=dtype)
-        givens = np.zeros((restart, 2), dtype=dtype)
-        g = np.zeros(restart + 1, dtype=dtype)
-        g[0] = beta
-        used = 0
-        for j in range(restart):
-            vector[...] = basis[j]
-            w = system.A.matvec(system.precondition(vector))
-            first = basis[: j + 1].conj() @ w
-            w -= basis[: j + 1].T @ first
-            second = basis[: j + 1].conj() @ w
-            w -= basis[: j + 1].T @ second
-            column = ops.to_host(xp.concatenate([first + second, ops.vdot(w, w).reshape(1)]))
-            h_next = float(np.sqrt(abs(column[-1])))
-            hessenberg[: j + 1, j] = column[:-1]
-            hessenberg[j + 1, j] = h_next
-            rotate_column(hessenberg, givens, g, j)
-            used = j + 1
-            estimate = abs(g[j + 1])
-            if callback is not None:
-                callback(estimate / bnorm)
-            if estimate < tolerance or h_next == 0:
-                break
-            basis[j + 1] = w / _scalar(h_next, dtype)
-        y = np.linalg.solve(np.triu(hessenberg[:used, :used]), g[:used])
-        update = basis[:used].T @ xp.asarray(y)
-        x += system.precondition(update)
-        r = system.b - system.A.matvec(x)
-        beta = ops.norm(r)
-        if callback_x is not None:
-            callback_x(x)
-        if beta < tolerance:
-            return system.result(x), 0
-    return system.result(x), maxiter
-
-
-def rotate_column(hessenberg, givens, g, j: int) -> None:
-    """GMRES's least-squares update for Hessenberg column ``j``, in place: apply the
-    earlier Givens rotations to it, make rotation ``j`` that zeroes its subdiagonal, and
-    rotate the right-hand side ``g`` (whose entry ``j + 1`` is then the residual norm)."""
-    for i in range(j):
-        c, s = givens[i]
-        upper, lower = hessenberg[i, j], hessenberg[i + 1, j]
-        hessenberg[i, j] = c * upper + s * lower
-        hessenberg[i + 1, j] = -np.conj(s) * upper + c * lower
-    c, s, rho = _givens(hessenberg[j, j], hessenberg[j + 1, j])
-    givens[j] = (c, s)
-    hessenberg[j, j], hessenberg[j + 1, j] = rho, 0
-    g[j + 1] = -np.conj(s) * g[j]
-    g[j] = c * g[j]
-
-
-def _givens(a, b):
-    """(c, s, rho), c real, with [[c, s], [-conj(s), c]] @ [a, b] = [rho, 0]."""
-    if b == 0:
-        return 1.0, 0.0, a
-    if a == 0:
-        return 0.0, 1.0, b
-    scale = np.hypot(abs(a), abs(b))
-    phase = a / abs(a)
-    return abs(a) / scale, phase * np.conj(b) / scale, phase * scale
 
 
 def minres(A, b, x0=None, *, shift=0.0, rtol=1e-5, maxiter=None, M=None, callback=None,

@@ -27,7 +27,7 @@ DOT_FAMILY = register_family(
         "dot.cu",
         tuple(
             name_expression(kernel, dtype)
-            for kernel in ("dot_partial", "dot_final")
+            for kernel in ("dot_partial", "dot_final", "multi_dot_partial", "multi_dot_final")
             for dtype in CXX_VALUE_TYPES
         ),
     )
