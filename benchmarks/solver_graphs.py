@@ -191,10 +191,10 @@ def bench_gmres(args, cupy, report):
         A = sg.csr_matrix(S)
         b = cupy.asarray(np.random.default_rng(0).uniform(-1, 1, S.shape[0]))
         row = {"matrix": name, "n": S.shape[0], "nnz": int(S.nnz), "restart": args.restart}
-        for graphs in (True, False):
+        for label, graphs in (("graphs", True), ("plain", False), ("auto", "auto")):
             run = functools.partial(sg.linalg.gmres, A, b, rtol=args.rtol, restart=args.restart,
                                     graphs=graphs)  # fmt: skip
-            row["graphs" if graphs else "plain"] = timed_solve(run, A, b, cupy, args.repeat)
+            row[label] = timed_solve(run, A, b, cupy, args.repeat)
         C = cusp.csr_matrix(S)
         tol = {"rtol" if "rtol" in inspect.signature(cuspl.gmres).parameters else "tol": args.rtol}
         theirs = functools.partial(cuspl.gmres, C, b, restart=args.restart,
@@ -208,7 +208,11 @@ def bench_gmres(args, cupy, report):
         }
         row["vs_plain"] = row["plain"]["seconds"] / row["graphs"]["seconds"]
         row["vs_cupyx"] = row["cupyx"]["seconds"] / row["graphs"]["seconds"]
-        row["iterations_identical"] = row["plain"]["iterations"] == row["graphs"]["iterations"]
+        row["auto_vs_plain"] = row["plain"]["seconds"] / row["auto"]["seconds"]
+        row["auto_vs_cupyx"] = row["cupyx"]["seconds"] / row["auto"]["seconds"]
+        row["iterations_identical"] = (
+            row["plain"]["iterations"] == row["graphs"]["iterations"] == row["auto"]["iterations"]
+        )
         rows.append(row)
 
 
@@ -359,19 +363,24 @@ def markdown(report) -> str:
     if gmres_rows:
         lines += [
             "",
-            f"gmres (restart {gmres_rows[0]['restart']}) to the same tolerance: a restart cycle "
-            "per graph replay, against the same kernels launched one by one and against cupyx:",
+            f"gmres (restart {gmres_rows[0]['restart']}) to the same tolerance: graphs=True (a "
+            "restart cycle per graph replay), graphs=False (the same kernels launched one by "
+            "one), graphs='auto' (the default: captures when the first cycle predicts two or "
+            "more to go), and cupyx:",
             "",
-            "| matrix | n | nnz | inner iterations (graphs / plain) | graphs ms | plain ms "
-            "| cupyx ms | vs plain | vs cupyx |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "| matrix | n | nnz | inner iterations | graphs ms | plain ms | auto ms (captured) "
+            "| cupyx ms | graphs vs plain | auto vs plain | auto vs cupyx |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in gmres_rows:
-            g, p, c = r["graphs"], r["plain"], r["cupyx"]
+            g, p, a, c = r["graphs"], r["plain"], r["auto"], r["cupyx"]
+            same = "" if r["iterations_identical"] else " (differ)"
             lines.append(
-                f"| {r['matrix']} | {r['n']:,} | {r['nnz']:,} | {g['iterations']} / "
-                f"{p['iterations']} | {g['seconds'] * 1e3:.2f} | {p['seconds'] * 1e3:.2f} | "
-                f"{c['seconds'] * 1e3:.2f} | {r['vs_plain']:.2f}x | {r['vs_cupyx']:.2f}x |"
+                f"| {r['matrix']} | {r['n']:,} | {r['nnz']:,} | {g['iterations']}{same} | "
+                f"{g['seconds'] * 1e3:.2f} | {p['seconds'] * 1e3:.2f} | "
+                f"{a['seconds'] * 1e3:.2f} ({'yes' if a['graphs'] else 'no'}) | "
+                f"{c['seconds'] * 1e3:.2f} | {r['vs_plain']:.2f}x | {r['auto_vs_plain']:.2f}x | "
+                f"{r['auto_vs_cupyx']:.2f}x |"
             )
     entry = report.get("reorder")
     if entry and "speedup" in entry:

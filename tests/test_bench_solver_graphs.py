@@ -1,0 +1,51 @@
+"""benchmarks/solver_graphs.py on the CPU: the markdown of every section from a fake report
+shaped like a real one (the benchmark itself needs a GPU)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "solver_graphs.py"
+
+
+@pytest.fixture(scope="module")
+def script():
+    spec = importlib.util.spec_from_file_location("solver_graphs", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def solve(seconds, iterations, graphs=True):
+    return {"seconds": seconds, "iterations": iterations, "info": 0, "graphs": graphs,
+            "why": "", "residual": 1e-9}  # fmt: skip
+
+
+def test_gmres_section(script):
+    rows = [
+        {"matrix": "cage10", "n": 11397, "nnz": 150645, "restart": 20,
+         "graphs": solve(4.1e-3, 23), "plain": solve(2.9e-3, 23, False),
+         "auto": solve(2.9e-3, 23, False), "cupyx": {"seconds": 6.9e-3, "info": 0},
+         "vs_plain": 0.70, "vs_cupyx": 1.68, "auto_vs_plain": 1.0, "auto_vs_cupyx": 2.38,
+         "iterations_identical": True},
+        {"matrix": "cti-laplacian", "n": 16840, "nnz": 113304, "restart": 20,
+         "graphs": solve(17e-3, 499), "plain": solve(48e-3, 499, False),
+         "auto": solve(17e-3, 498), "cupyx": {"seconds": 0.1, "info": 0},
+         "vs_plain": 2.8, "vs_cupyx": 6.0, "auto_vs_plain": 2.8, "auto_vs_cupyx": 6.0,
+         "iterations_identical": False},
+    ]  # fmt: skip
+    text = script.markdown({"device": "GPU", "rtol": 1e-8, "repeat": 5, "gmres": rows})
+    assert "gmres (restart 20)" in text
+    assert (
+        "| cage10 | 11,397 | 150,645 | 23 | 4.10 | 2.90 | 2.90 (no) | 6.90 | 0.70x | 1.00x" in text
+    )
+    assert "| cti-laplacian | 16,840 | 113,304 | 499 (differ) | 17.00 | 48.00 | 17.00 (yes)" in text
+
+
+def test_errors_are_listed(script):
+    text = script.markdown({"device": "GPU", "rtol": 1e-8, "repeat": 5,
+                            "errors": {"gmres": "Traceback...\nValueError: boom"}})  # fmt: skip
+    assert "**gmres failed**: `ValueError: boom`" in text
