@@ -672,7 +672,7 @@ def test_lsqr_says_when_its_matrix_cannot_be_captured(host_graphs, monkeypatch):
 
 
 # -------------------------------------------------------------- gmres's restart cycle
-@pytest.mark.parametrize("maxiter", [None, 1, 2, 3, 40])
+@pytest.mark.parametrize("maxiter", [None, 0, 1, 2, 3, 40])
 @pytest.mark.parametrize("options", [{"restart": 4}, {"restart": 6, "M": "matrix"},
                                      {"restart": 5, "M": "operator"}, {"restart": 3, "x0": 1}],
                          ids=str)  # fmt: skip
@@ -694,11 +694,14 @@ def test_gmres_cycles_replayed_give_the_plain_answer(host_graphs, block_class, o
     x, info = sg.linalg.gmres(ours(S, "scipy"), b, graphs=True, **options)
     used = sg.linalg.last_solve_info()
     assert info == info_plain and info in (0, maxiter)
-    assert used.iterations == count > 0
+    assert used.iterations == count
+    assert (count == 0) == (maxiter == 0), "maxiter=0 runs no cycle, with or without graphs"
     np.testing.assert_array_equal(x, plain)
     if maxiter is None:
         assert info == 0 and relative_residual(S, x, b) <= 1e-12
     captures = maxiter is None or maxiter > 1
+    if maxiter == 0:
+        np.testing.assert_array_equal(x, options.get("x0", np.zeros_like(x)))
     if block_class is ReplayOnHost and captures:
         assert used.graphs and used.block == options["restart"], used.graphs_reason
     if block_class is FailedCapture and captures:

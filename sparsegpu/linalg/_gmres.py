@@ -136,7 +136,7 @@ def _run(cycle, maxiter, progress, callback_x, refusal, graphs, info_out) -> Non
     one plain: it warms the plans and compiles the kernels), else launched kernel by
     kernel; the state read after every cycle."""
     cycle.start()
-    if cycle.converged():
+    if maxiter == 0 or cycle.converged():
         return
     if refusal is None:
         with _graphs.private_stream() as stream:
