@@ -152,28 +152,34 @@ def _plain(cycle, start, maxiter, progress, callback_x) -> None:
     after every inner iteration (it is called with the residual estimate), else every
     ``CHECK_EVERY``, and a cycle that stopped ends there."""
     for _ in range(start, maxiter):
-        for j in range(cycle.restart):
-            cycle.inner(j)
-            if progress is not None:
-                active, estimate = cycle.progress()
-                progress(estimate)
-                if not active:
-                    break
-            elif (j + 1) % CHECK_EVERY == 0 and not cycle.active():
-                break
-        cycle.end()
+        _plain_cycle(cycle, progress)
         if callback_x is not None:
             callback_x(cycle.system.x)
         if cycle.converged():
             return
 
 
+def _plain_cycle(cycle, progress=None) -> None:
+    """One cycle kernel by kernel, ended at the first state read after it stopped."""
+    for j in range(cycle.restart):
+        cycle.inner(j)
+        if progress is not None:
+            active, estimate = cycle.progress()
+            progress(estimate)
+            if not active:
+                break
+        elif (j + 1) % CHECK_EVERY == 0 and not cycle.active():
+            break
+    cycle.end()
+
+
 def _replayed(cycle, maxiter, callback_x, stream, graphs, info_out):
-    """Cycle 0 plain, then each cycle one replay of a captured cycle. Returns None when
-    done, else the cycle the plain loop goes on from (the capture failed, or ``graphs``
-    "auto" and cycle 0's convergence rate says too few cycles are left to pay for one)."""
+    """Cycle 0 plain (ended early where it converged), then each cycle one replay of a
+    captured cycle. Returns None when done, else the cycle the plain loop goes on from (the
+    capture failed, or ``graphs`` "auto" and cycle 0's convergence rate says too few cycles
+    are left to pay for one)."""
     before = cycle.residual_norm()
-    cycle.full()
+    _plain_cycle(cycle)  # warms the plans and kernels on this stream: nothing to capture yet
     if callback_x is not None:
         callback_x(cycle.system.x)
     if cycle.converged() or maxiter == 1:
