@@ -771,19 +771,34 @@ def _short_list(matrix, estimate: Choice, value_dtype, level: str, store, captur
     candidates = _gpu_candidates(
         value_dtype, type(matrix._sg_policy) if matrix._sg_policy else None
     )
-    for backend in candidates:
-        mirror = matrix._sg_mirror(backend.residence, value_dtype)
+    pairs += _planned_pairs(matrix, candidates, value_dtype, level, store, capturable)
+    return _unique(pairs)
+
+
+def _planned_pairs(matrix, backends, mirror_dtype, level, store, capturable, named=False):
+    """The (backend, policy) pairs planning times for each of ``backends`` that takes the
+    mirror of ``mirror_dtype`` (and can be captured, when ``capturable``): every candidate
+    for ``exhaustive``, else its planning candidates (cuSPARSE's algorithms), else its
+    default (or tuned) policy where it is ``planned`` and no backend was ``named``."""
+    pairs = []
+    for backend in backends:
+        mirror = matrix._sg_mirror(backend.residence, mirror_dtype)
         if not backend.supports(mirror) or (capturable and not backend.capturable):
             continue
         if level == "exhaustive":
             policies = backend.candidates(mirror)
         elif backend.planning_candidates(mirror):
             policies = backend.planning_candidates(mirror)
-        elif backend.planned:
+        elif backend.planned and not named:
             policies = [default_policy(backend, mirror, store)]
         else:
             continue
         pairs += [(backend, policy) for policy in policies]
+    return pairs
+
+
+def _unique(pairs) -> list:
+    """``pairs`` without repeats of a (backend name, policy), in first-seen order."""
     seen, unique = set(), []
     for backend, policy in pairs:
         if (backend.name, policy) not in seen:
@@ -886,7 +901,8 @@ def _short_list_mixed(matrix, estimate: Choice, level: str, store, capturable) -
     pairs = [(estimate.implementation, estimate.policy)]
     if capturable and not estimate.implementation.capturable:
         pairs = []
-    if estimate.requested != AUTO:
+    named = estimate.requested != AUTO
+    if named:
         backends = [estimate.implementation]
     else:
         backends = [
@@ -894,20 +910,8 @@ def _short_list_mixed(matrix, estimate: Choice, level: str, store, capturable) -
             for b in registered().values()
             if (storage, value_dtype) in b.mixed_pairs and b.unavailable_reason() is None
         ]
-    for backend in backends:
-        mirror = matrix._sg_mirror(backend.residence, storage)
-        if not backend.supports(mirror) or (capturable and not backend.capturable):
-            continue
-        if level == "exhaustive":
-            policies = backend.candidates(mirror)
-        elif backend.planning_candidates(mirror):
-            policies = backend.planning_candidates(mirror)
-        elif backend.planned and estimate.requested == AUTO:
-            policies = [default_policy(backend, mirror, store)]
-        else:
-            continue
-        pairs += [(backend, policy) for policy in policies]
-    return list({(b.name, p): (b, p) for b, p in pairs}.values())
+    pairs += _planned_pairs(matrix, backends, storage, level, store, capturable, named)
+    return _unique(pairs)
 
 
 def _agreement_scale(mirror, x, y) -> Any:
