@@ -183,6 +183,34 @@ def test_arrow_rows_spanning_hundreds_of_tiles_are_summed_by_warps(cupy, dtype, 
     assert cupy.array_equal(y.view(np.uint8), again.view(np.uint8))
 
 
+def _rows_around_tile_multiples(tile: int, dtype, index_dtype):
+    """Rows of lengths at and around multiples of the tile (so some tiles lie wholly inside
+    one row and others end a row on their first or last item), between short rows."""
+    lengths = [3, tile - 1, 2, tile, 0, tile + 1, 5, 2 * tile, 1, 3 * tile - 2, 7, 5 * tile + 3]
+    rng = np.random.default_rng(21)
+    return sp.csr_matrix(from_row_lengths(lengths, 8 * tile, dtype, index_dtype, rng))
+
+
+@pytest.mark.parametrize("shape", MERGE_PATH_SHAPES, ids=SHAPE_IDS)
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=INDEX_IDS)
+@pytest.mark.parametrize("dtype", VALUE_DTYPES, ids=DTYPE_IDS)
+def test_tiles_inside_one_row_sum_like_the_rest(cupy, dtype, index_dtype, shape):
+    # the kernel sums a tile in which no row ends by a block reduction (no merge search);
+    # the matrix has such tiles at every offset against the row starts
+    tile = shape[0] * shape[1]
+    S = _rows_around_tile_multiples(tile, dtype, index_dtype)
+    rows, _ = tile_coordinates(S.indptr, S.nnz, tile, np)
+    assert np.any(np.diff(rows) == 0), "no tile lies inside one row: the test misses its path"
+    A = sg.csr_matrix(S)
+    x = random_vector(A.shape[1], dtype, seed=22)
+    xd = cupy.asarray(x)
+    policy = MergePathPolicy(block_size=shape[0], nnz_per_thread=shape[1])
+    y = sg.matvec(A, xd, backend="merge_path", policy=policy)
+    assert_product_close(y, S @ x, dtype, _max_row(A))
+    again = sg.matvec(A, xd, backend="merge_path", policy=policy)
+    assert cupy.array_equal(y.view(np.uint8), again.view(np.uint8))
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.complex128], ids=["float32", "complex128"])
 def test_results_are_bitwise_reproducible(cupy, dtype):
     A = _long_row_and_empty_rows(dtype, np.int64)

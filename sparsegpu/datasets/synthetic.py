@@ -429,6 +429,7 @@ def heldout_suite(scale: str = "full", dtype=np.float64, xp=np) -> dict:
     if scale == "full":
         return {
             "arrow_2M_x8_16x1M": lambda: arrow(2_000_000, 8, 16, 1_000_000, **kw),
+            "arrow_3M_x6_48x400k": lambda: arrow(3_000_000, 6, 48, 400_000, seed=8, **kw),
             "rmat_s21_e16": lambda: rmat(21, 16, **kw),
             "stencil3d7_150_permuted": lambda: permuted(stencil_3d(150, **kw), seed=1, xp=xp),
             "stencil2d_3000_permuted": lambda: permuted(stencil_2d(3000, **kw), seed=2, xp=xp),
@@ -445,6 +446,7 @@ def heldout_suite(scale: str = "full", dtype=np.float64, xp=np) -> dict:
     if scale == "small":
         return {
             "arrow_20k_x8_4x5k": lambda: arrow(20_000, 8, 4, 5_000, **kw),
+            "arrow_30k_x6_12x4k": lambda: arrow(30_000, 6, 12, 4_000, seed=8, **kw),
             "rmat_s12_e8": lambda: rmat(12, 8, **kw),
             "stencil3d7_12_permuted": lambda: permuted(stencil_3d(12, **kw), seed=1, xp=xp),
             "stencil2d_50_permuted": lambda: permuted(stencil_2d(50, **kw), seed=2, xp=xp),

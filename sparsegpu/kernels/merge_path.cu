@@ -12,7 +12,9 @@
 // in shared memory and, across tiles, by adding each row's carries in tile order: in the
 // last block to finish (few tiles; an atomic counter only elects that block) or in
 // merge_path_fixup (many tiles, or a row spanning more than a warp of tiles: a warp sums
-// each such row's carries there). No floating-point atomics: same input, same bits.
+// each such row's carries there). A tile that lies inside one row (no row ends in it: the
+// interior of a row longer than a tile) skips the staging, search and scan: its carry is a
+// block reduction of its products. No floating-point atomics: same input, same bits.
 // Work O(n_rows + nnz); each value, index and row pointer is read once.
 #include "common.cuh"
 
@@ -61,102 +63,144 @@ merge_path_spmv(const I* __restrict__ indptr, const I* __restrict__ indices,
     const int num_nz = static_cast<int>(tile_nz[tile + 1] - k0);
     const int num_items = num_rows + num_nz;
 
-    V* products = reinterpret_cast<V*>(tile_buffer);
-    int* row_end = reinterpret_cast<int*>(
-        tile_buffer + ((static_cast<unsigned>(num_nz) * sizeof(V) + 15u) & ~15u));
-    // All loads of a thread are issued before any is used, so ITEMS gathers of x are in
-    // flight at once (the gathers, not the streaming loads, bound irregular matrices).
-    I column[ITEMS];
-    V value[ITEMS];
+    if (num_rows == 0) {
+        // The tile lies inside one row (a row longer than a tile: an arrow matrix's dense
+        // rows, a hub's row): no row ends here, so its carry is the sum of its products. A
+        // block reduction does that without the staging, search and segmented scan below,
+        // at the rate the nonzeros stream in. Fixed order (each thread's items in turn,
+        // then a fixed tree over the block): same input, same bits. (The loads are written
+        // out in both branches: hoisted above the branch, or shared through a lambda, they
+        // made ptxas spill in some instantiations.)
+        I column[ITEMS];
+        V value[ITEMS];
 #pragma unroll
-    for (int s = 0; s < ITEMS; ++s) {
-        const int i = tid + s * BLOCK;
-        if (i < num_nz) {
-            column[s] = load_streaming(indices + k0 + i);
-            value[s] = load_streaming(data + k0 + i);
-        }
-    }
-#pragma unroll
-    for (int s = 0; s < ITEMS; ++s) {
-        const int i = tid + s * BLOCK;
-        if (i < num_nz) {
-            products[i] = multiply(value[s], x[column[s]]);
-        }
-    }
-#pragma unroll
-    for (int s = 0; s < ITEMS; ++s) {
-        const int i = tid + s * BLOCK;
-        if (i < num_rows) {
-            // local nonzero offset of the row's end
-            row_end[i] = static_cast<int>(load_streaming(indptr + r0 + i + 1) - k0);
-        }
-    }
-    __syncthreads();
-
-    // Merge-path search: rows whose end comes before this thread's diagonal.
-    const int diagonal = min(tid * ITEMS, num_items);
-    int lo = max(diagonal - num_nz, 0);
-    int hi = min(diagonal, num_rows);
-    while (lo < hi) {
-        const int mid = (lo + hi) >> 1;
-        if (row_end[mid] + mid + 1 <= diagonal) {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    int row = lo;
-    int nz = diagonal - lo;
-    const int first_row = row;
-    V running = value_zero<V>();
-    V first_partial = value_zero<V>();
-    bool ends_a_row = false;
-#pragma unroll
-    for (int step = 0; step < ITEMS; ++step) {
-        if (diagonal + step < num_items) {
-            if (row < num_rows && row_end[row] <= nz) {
-                // the first row this thread ends may have begun in earlier threads:
-                // it is written after the scan adds their partial sums
-                if (ends_a_row) {
-                    y[r0 + row] = running;
-                } else {
-                    first_partial = running;
-                    ends_a_row = true;
-                }
-                running = value_zero<V>();
-                ++row;
-            } else {
-                running = add(running, products[nz]);
-                ++nz;
+        for (int s = 0; s < ITEMS; ++s) {
+            const int i = tid + s * BLOCK;
+            if (i < num_nz) {
+                column[s] = load_streaming(indices + k0 + i);
+                value[s] = load_streaming(data + k0 + i);
             }
         }
-    }
-
-    // Segmented inclusive scan of the threads' carries (row, partial), keyed by row.
-    scan_row[tid] = row;
-    scan_value[tid] = running;
-    __syncthreads();
+        V sum = value_zero<V>();
 #pragma unroll
-    for (int offset = 1; offset < BLOCK; offset <<= 1) {
-        const bool same_row = tid >= offset && scan_row[tid - offset] == row;
-        V combined = scan_value[tid];
-        if (same_row) {
-            combined = add(scan_value[tid - offset], combined);
+        for (int s = 0; s < ITEMS; ++s) {
+            if (tid + s * BLOCK < num_nz) {
+                sum = add(sum, multiply(value[s], x[column[s]]));
+            }
+        }
+        // a tree over the block in shared memory
+        scan_value[tid] = sum;
+        __syncthreads();
+#pragma unroll
+        for (int half = BLOCK / 2; half > 0; half >>= 1) {
+            if (tid < half) {
+                scan_value[tid] = add(scan_value[tid], scan_value[tid + half]);
+            }
+            __syncthreads();
+        }
+        if (tid == 0) {
+            carry_row[tile] = r0;
+            carry_value[tile] = scan_value[0];
+        }
+    } else {
+        V* products = reinterpret_cast<V*>(tile_buffer);
+        int* row_end = reinterpret_cast<int*>(
+            tile_buffer + ((static_cast<unsigned>(num_nz) * sizeof(V) + 15u) & ~15u));
+        // All loads of a thread are issued before any is used, so ITEMS gathers of x are
+        // in flight at once (the gathers, not the streaming loads, bound irregular
+        // matrices).
+        I column[ITEMS];
+        V value[ITEMS];
+#pragma unroll
+        for (int s = 0; s < ITEMS; ++s) {
+            const int i = tid + s * BLOCK;
+            if (i < num_nz) {
+                column[s] = load_streaming(indices + k0 + i);
+                value[s] = load_streaming(data + k0 + i);
+            }
+        }
+#pragma unroll
+        for (int s = 0; s < ITEMS; ++s) {
+            const int i = tid + s * BLOCK;
+            if (i < num_nz) {
+                products[i] = multiply(value[s], x[column[s]]);
+            }
+        }
+#pragma unroll
+        for (int s = 0; s < ITEMS; ++s) {
+            const int i = tid + s * BLOCK;
+            if (i < num_rows) {
+                // local nonzero offset of the row's end
+                row_end[i] = static_cast<int>(load_streaming(indptr + r0 + i + 1) - k0);
+            }
         }
         __syncthreads();
-        scan_value[tid] = combined;
-        __syncthreads();
-    }
-    if (ends_a_row) {
-        V total = first_partial;
-        if (tid > 0 && scan_row[tid - 1] == first_row) {
-            total = add(scan_value[tid - 1], first_partial);
+
+        // Merge-path search: rows whose end comes before this thread's diagonal.
+        const int diagonal = min(tid * ITEMS, num_items);
+        int lo = max(diagonal - num_nz, 0);
+        int hi = min(diagonal, num_rows);
+        while (lo < hi) {
+            const int mid = (lo + hi) >> 1;
+            if (row_end[mid] + mid + 1 <= diagonal) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
         }
-        y[r0 + first_row] = total;
-    }
-    if (tid == BLOCK - 1) {
-        carry_row[tile] = r0 + static_cast<I>(row);
-        carry_value[tile] = scan_value[tid];
+        int row = lo;
+        int nz = diagonal - lo;
+        const int first_row = row;
+        V running = value_zero<V>();
+        V first_partial = value_zero<V>();
+        bool ends_a_row = false;
+#pragma unroll
+        for (int step = 0; step < ITEMS; ++step) {
+            if (diagonal + step < num_items) {
+                if (row < num_rows && row_end[row] <= nz) {
+                    // the first row this thread ends may have begun in earlier threads:
+                    // it is written after the scan adds their partial sums
+                    if (ends_a_row) {
+                        y[r0 + row] = running;
+                    } else {
+                        first_partial = running;
+                        ends_a_row = true;
+                    }
+                    running = value_zero<V>();
+                    ++row;
+                } else {
+                    running = add(running, products[nz]);
+                    ++nz;
+                }
+            }
+        }
+
+        // Segmented inclusive scan of the threads' carries (row, partial), keyed by row.
+        scan_row[tid] = row;
+        scan_value[tid] = running;
+        __syncthreads();
+#pragma unroll
+        for (int offset = 1; offset < BLOCK; offset <<= 1) {
+            const bool same_row = tid >= offset && scan_row[tid - offset] == row;
+            V combined = scan_value[tid];
+            if (same_row) {
+                combined = add(scan_value[tid - offset], combined);
+            }
+            __syncthreads();
+            scan_value[tid] = combined;
+            __syncthreads();
+        }
+        if (ends_a_row) {
+            V total = first_partial;
+            if (tid > 0 && scan_row[tid - 1] == first_row) {
+                total = add(scan_value[tid - 1], first_partial);
+            }
+            y[r0 + first_row] = total;
+        }
+        if (tid == BLOCK - 1) {
+            carry_row[tile] = r0 + static_cast<I>(row);
+            carry_value[tile] = scan_value[tid];
+        }
     }
     if (tiles_done == nullptr) {
         return;  // many tiles: merge_path_fixup runs as a second launch
