@@ -141,6 +141,25 @@ def test_a_candidate_that_disagrees_is_left_out(gpu):
     assert_product_close(A @ x, sp.csr_matrix(A) @ x, np.float64, 50)
 
 
+def test_a_hopeless_candidate_is_timed_once(gpu):
+    # planning's cost stays a handful of products even where one candidate is hundreds of
+    # times slower (a vector kernel on an arrow matrix's dense rows)
+    fast, slow = _counted("merge_path"), _counted("cusparse", delay_s=5e-3)
+    gpu(fast, slow)
+    A = _matrix(seed=5)
+    x = random_vector(A.shape[1], np.float64, seed=5)
+    choice = sg.plan(A, x)
+    assert choice.backend == "merge_path"
+    first, hopeless = choice.measurements
+    assert first.backend == "merge_path" and first.note == ""
+    assert hopeless.backend == "cusparse" and hopeless.ms > _select.HOPELESS * first.ms
+    assert f"over {_select.HOPELESS}x the fastest so far" in hopeless.note
+    assert "one sample" in str(choice)
+    # a checked product and one sample, against a checked product, one sample, a warm-up
+    # and five samples
+    assert 3 * slow.matvecs < fast.matvecs
+
+
 def test_a_matrix_of_the_same_fingerprint_reuses_the_measurement(gpu):
     slow, fast = _counted("merge_path", delay_s=2e-3), _counted("cusparse")
     gpu(slow, fast)
