@@ -294,6 +294,7 @@ def bench_one(name, build, dtype, cupy, cupyx_sparse, copy_gbs, set_label="heldo
                 "policy": repr(m.policy),
                 "ms": None if m.ms is None else float(m.ms),
                 "agreed": bool(m.agreed),
+                "note": getattr(m, "note", ""),  # "one sample: ..." for a hopeless one
             }
             for m in choice.measurements
         ],
