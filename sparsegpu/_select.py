@@ -432,14 +432,19 @@ def select(matrix, x_dtype, request: Request | None = None, *, store=None) -> Ch
         backend = get_backend(name)
         backend.check_dtypes(value_dtype, matrix._sg_index_dtype())
         reason, stats = f"asked for by name ({_named_by(request, matrix)})", None
+    _check_policy_type(backend, policy, request)
+    if policy is None:
+        policy = default_policy(backend, matrix._sg_mirror(backend.residence, value_dtype), store)
+    return Choice(backend.name, policy, reason, stats, value_dtype, name, implementation=backend)
+
+
+def _check_policy_type(backend, policy, request) -> None:
+    """Refuse a policy of another backend's kind (a ``CsrVectorPolicy`` for cuSPARSE)."""
     if policy is not None and not isinstance(policy, backend.policy_type):
         raise TypeError(
             f"backend {backend.name!r} takes a {backend.policy_type.__name__}, "
             f"got {type(policy).__name__} (from {_policy_from(request)})"
         )
-    if policy is None:
-        policy = default_policy(backend, matrix._sg_mirror(backend.residence, value_dtype), store)
-    return Choice(backend.name, policy, reason, stats, value_dtype, name, implementation=backend)
 
 
 def _policy_from(request: Request) -> str:
@@ -568,11 +573,7 @@ def _select_mixed(matrix, name, storage, value_dtype, policy, request, store) ->
             )
         backend.check_dtypes(storage, matrix._sg_index_dtype())
         reason = f"asked for by name ({_named_by(request, matrix)}), mixed precision"
-    if policy is not None and not isinstance(policy, backend.policy_type):
-        raise TypeError(
-            f"backend {backend.name!r} takes a {backend.policy_type.__name__}, "
-            f"got {type(policy).__name__} (from {_policy_from(request)})"
-        )
+    _check_policy_type(backend, policy, request)
     if policy is None:
         policy = default_policy(backend, matrix._sg_mirror(backend.residence, storage), store)
     return Choice(
