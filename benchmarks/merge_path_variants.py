@@ -4,7 +4,10 @@ For a kernel change: give the kernel source before it (``git show REV:sparsegpu/
 merge_path.cu > old.cu``) and after it as ``--variant NAME=FILE``; each variant is compiled
 by NVRTC as the backend compiles its own source, and run with every compiled shape
 (``MERGE_PATH_SHAPES``) through :class:`MergePathPlan` (``plan.matvec(x, out=y)``: no
-dispatcher, so the kernels and their launches are what differs). In the same process:
+dispatcher, so the kernels and their launches are what differs). Where the change moved
+the kernel's arguments too, give a checkout instead, ``--variant NAME=DIR`` (``git
+worktree add DIR REV``): its kernel source runs with its own ``backends/merge_path.py``
+(loaded beside this tree's, which provides everything else). In the same process:
 cuSPARSE called directly (``DirectSpMV`` of ``auto_vs_cusparse.py``: descriptors made
 once, one ``cusparseSpMV`` a product), ALG1 and ALG2. Every variant's answer is checked
 against the first variant's (relative 1e-4 of the largest entry: the sum orders may
@@ -19,12 +22,16 @@ Usage (on a GPU machine)::
     git show 12b41db:sparsegpu/kernels/merge_path.cu > /tmp/before.cu
     python benchmarks/merge_path_variants.py --variant before=/tmp/before.cu \\
         --variant after=sparsegpu/kernels/merge_path.cu --out FILE.json --md FILE.md
+    git worktree add /tmp/before 2b5b385  # a change that moved the kernel's arguments
+    python benchmarks/merge_path_variants.py --variant before=/tmp/before \\
+        --variant after=. --out FILE.json --md FILE.md
     python benchmarks/merge_path_variants.py --from-json FILE.json --md FILE.md  # no GPU
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import pathlib
 import sys
@@ -51,24 +58,50 @@ MATRICES = (
 REPEAT = 15
 
 
+KERNEL = pathlib.Path("sparsegpu/kernels/merge_path.cu")
+PLAN = pathlib.Path("sparsegpu/backends/merge_path.py")
+
+
 def parse_variant(text: str) -> tuple[str, pathlib.Path]:
     name, sep, path = text.partition("=")
     if not sep or not name or not path:
-        raise argparse.ArgumentTypeError(f"--variant wants NAME=FILE, got {text!r}")
-    if not pathlib.Path(path).is_file():
-        raise argparse.ArgumentTypeError(f"--variant {name}: no file {path!r}")
-    return name, pathlib.Path(path)
+        raise argparse.ArgumentTypeError(f"--variant wants NAME=FILE or NAME=DIR, got {text!r}")
+    path = pathlib.Path(path)
+    if path.is_dir():
+        missing = [str(path / p) for p in (KERNEL, PLAN) if not (path / p).is_file()]
+        if missing:
+            raise argparse.ArgumentTypeError(
+                f"--variant {name}: {path} is not a sparsegpu checkout (no {', '.join(missing)})"
+            )
+    elif not path.is_file():
+        raise argparse.ArgumentTypeError(f"--variant {name}: no file or directory {str(path)!r}")
+    if not name.isidentifier():
+        raise argparse.ArgumentTypeError(f"--variant {name!r}: the name must be an identifier")
+    return name, path
+
+
+def plan_module(name: str, tree: pathlib.Path):
+    """A checkout's ``backends/merge_path.py``, loaded as a module of this package (its
+    relative imports find this tree's modules, which the plan only builds on)."""
+    module_name = f"sparsegpu.backends._merge_path_variant_{name}"
+    spec = importlib.util.spec_from_file_location(module_name, tree / PLAN)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def install(variants) -> dict:
-    """Copy each variant next to the kernel sources (NVRTC inlines the headers from there)
-    under a name of its own; ``{variant: source name}``."""
-    names = {}
+    """Copy each variant's kernel next to the kernel sources (NVRTC inlines the headers from
+    there) under a name of its own; ``{variant: (source name, plan module)}``: the module
+    is this tree's ``merge_path`` for a FILE, the checkout's for a DIR."""
+    installed = {}
     for name, path in variants:
         target = f"merge_path_variant_{name}.cu"
-        (_compile.kernel_dir() / target).write_text(path.read_text())
-        names[name] = target
-    return names
+        source = path / KERNEL if path.is_dir() else path
+        (_compile.kernel_dir() / target).write_text(source.read_text())
+        installed[name] = (target, plan_module(name, path) if path.is_dir() else merge_path)
+    return installed
 
 
 def bench_one(name, dtype, sources, cupy) -> dict:
@@ -92,13 +125,13 @@ def bench_one(name, dtype, sources, cupy) -> dict:
         direct.close()
     reference = None
     row["variants_us"] = {}
-    original = merge_path.SOURCE
+    originals = {id(module): (module, module.SOURCE) for _, module in sources.values()}
     try:
-        for variant, source in sources.items():
-            merge_path.SOURCE = source  # what MergePathPlan compiles
+        for variant, (source, module) in sources.items():
+            module.SOURCE = source  # what its MergePathPlan compiles
             shapes = {}
-            for policy in merge_path.MergePathBackend().candidates(mirror):
-                plan = merge_path.MergePathPlan(mirror, policy)
+            for policy in module.MergePathBackend().candidates(mirror):
+                plan = module.MergePathPlan(mirror, policy)
                 plan.matvec(x, out=y)
                 if reference is None:
                     reference = y.copy()
@@ -110,7 +143,8 @@ def bench_one(name, dtype, sources, cupy) -> dict:
                 shapes[key] = timed(lambda plan=plan: plan.matvec(x, out=y))
             row["variants_us"][variant] = shapes
     finally:
-        merge_path.SOURCE = original
+        for module, source in originals.values():
+            module.SOURCE = source
     return row
 
 
@@ -184,7 +218,7 @@ def main(argv=None) -> int:
         result = json.loads(pathlib.Path(args.from_json).read_text())
     else:
         if not args.variant:
-            parser.error("give at least one --variant NAME=FILE")
+            parser.error("give at least one --variant NAME=FILE or NAME=DIR")
         cupy = _cuda.cupy_or_none()
         if cupy is None:
             print(f"no GPU: {_cuda.unavailable_reason()}", file=sys.stderr)
@@ -193,7 +227,7 @@ def main(argv=None) -> int:
         try:
             result = run(args, sources, cupy)
         finally:  # the copies are for this run only
-            for source in sources.values():
+            for source, _ in sources.values():
                 (_compile.kernel_dir() / source).unlink(missing_ok=True)
     if args.out and not args.from_json:
         pathlib.Path(args.out).write_text(json.dumps(result, indent=1) + "\n")

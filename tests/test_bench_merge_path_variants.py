@@ -64,6 +64,31 @@ def test_a_variant_must_name_an_existing_file(script, bad, capsys):
     assert "--variant" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("bad", ["1st=.", "a-b=."])
+def test_a_variant_name_must_be_an_identifier(script, bad, capsys):
+    with pytest.raises(SystemExit):
+        script.main(["--variant", bad.replace(".", str(ROOT))])
+    assert "identifier" in capsys.readouterr().err
+
+
+def test_a_directory_variant_must_be_a_checkout(script, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        script.main(["--variant", f"before={tmp_path}"])
+    assert "not a sparsegpu checkout" in capsys.readouterr().err
+
+
+def test_a_checkout_brings_its_own_plan_module(script):
+    from sparsegpu.backends import merge_path as current
+
+    name, path = script.parse_variant(f"here={ROOT}")
+    assert (name, path) == ("here", ROOT)
+    module = script.plan_module("here", ROOT)
+    assert module is not current
+    assert module.__name__ == "sparsegpu.backends._merge_path_variant_here"
+    assert module.MergePathPlan is not current.MergePathPlan
+    assert module.SOURCE == current.SOURCE == "merge_path.cu"
+
+
 @pytest.mark.skipif(_cuda.cupy_or_none() is not None, reason="would run the benchmark")
 def test_no_gpu_exits_2(script):
     assert script.main(["--variant", f"after={ROOT / 'sparsegpu/kernels/merge_path.cu'}"]) == 2
