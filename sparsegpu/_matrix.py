@@ -446,16 +446,17 @@ class _SparseGPUMixin:
         # The per-call paths skip scipy's operand checks, which cost more than a small
         # product: a numpy vector of exactly n entries (scipy's answer: _matmul_vector),
         # and a CuPy x (solvers).
+        shape = self.__dict__["_shape"]  # what scipy's ndim and shape read
         if (
             type(other) is np.ndarray
             and other.ndim == 1
             and (other.dtype.kind in "biufc" or is_half(other.dtype))
-            and self.ndim == 2
-            and other.shape[0] == self.__dict__["_shape"][1]
+            and len(shape) == 2
+            and other.shape[0] == shape[1]
         ):
             return _dispatch.product(self, other)
-        if _cuda.is_cupy_array(other) and self.ndim == 2:
-            if other.ndim == 1 and other.shape[0] == self.__dict__["_shape"][1]:
+        if _cuda.is_cupy_array(other) and len(shape) == 2:
+            if other.ndim == 1 and other.shape[0] == shape[1]:
                 return _dispatch.product(self, other)  # a solver's call, shapes as scipy's
             return self._sg_cupy_matmul(other)
         return super().__matmul__(other)
