@@ -15,7 +15,7 @@ from sparsegpu.backends.merge_path import (
     FAMILY,
     MERGE_PATH_SHAPES,
     MergePathPolicy,
-    carry_runs,
+    longest_run,
     tile_coordinates,
 )
 from sparsegpu.testing import (
@@ -64,60 +64,19 @@ def test_tiles_follow_the_merge_path(name, tile_items):
             assert ends[i] >= j, "a nonzero consumed past the end of its row"
 
 
-def _runs_by_walking(tile_row, n_rows):
-    """carry_runs' answer the slow way: follow each tile's carry to the tile ending its row."""
-    n_tiles = len(tile_row) - 1
-    carry_finisher = [-1] * n_tiles
-    run_first = [-1] * n_tiles
-    for t in range(n_tiles):
-        row = tile_row[t + 1]  # the row tile t ends inside
-        if row >= n_rows:
-            continue
-        f = t + 1
-        while tile_row[f + 1] == row:  # tiles wholly inside the row pass the carry on
-            f += 1
-        carry_finisher[t] = f
-        if run_first[f] == -1:
-            run_first[f] = t
-    return carry_finisher, run_first
-
-
-@pytest.mark.parametrize("tile_items", [1, 3, 64, 2048])
-@pytest.mark.parametrize("name", AWKWARD_NAMES)
-def test_carry_runs_follow_each_carry_to_the_tile_ending_its_row(name, tile_items):
-    A = awkward_matrices(np.float64, np.int32, seed=0)[name]
-    rows, _ = tile_coordinates(A.indptr, A.nnz, tile_items, np)
-    carry_finisher, run_first = carry_runs(rows, A.shape[0], np)
-    assert carry_finisher.dtype == np.int32 and run_first.dtype == np.int32
-    expected_finisher, expected_first = _runs_by_walking(rows.tolist(), A.shape[0])
-    assert carry_finisher.tolist() == expected_finisher
-    assert run_first.tolist() == expected_first
-    # every run's counter gets exactly the arrivals it waits for
-    arrivals = np.bincount(carry_finisher[carry_finisher >= 0], minlength=len(run_first))
-    finishers = np.flatnonzero(run_first >= 0)
-    assert np.all(arrivals[finishers] + 1 == finishers - run_first[finishers] + 1)
-    assert np.all(arrivals[run_first < 0] == 0)
-
-
 @pytest.mark.parametrize(
-    "tile_row, n_rows, finisher, first",
-    [
-        ([0, 1], 1, [-1], [-1]),  # one tile: nothing carried
-        ([0, 0, 0, 1], 1, [2, 2, -1], [-1, -1, 0]),  # a row over three tiles
-        ([0, 2, 2, 3, 5], 5, [2, 2, 3, -1], [-1, -1, 0, 2]),
-    ],
+    "tile_row, expected",
+    [([0], 1), ([0, 1, 2, 3], 1), ([0, 0, 0, 1, 2, 2, 5], 3), ([4, 4, 4, 4], 4), ([0, 7, 7], 2)],
 )
-def test_carry_runs_small_cases(tile_row, n_rows, finisher, first):
-    got_finisher, got_first = carry_runs(np.array(tile_row), n_rows, np)
-    assert got_finisher.tolist() == finisher
-    assert got_first.tolist() == first
+def test_longest_run_counts_tiles_starting_in_one_row(tile_row, expected):
+    assert longest_run(np.array(tile_row), np) == expected
 
 
 def test_every_instantiation_is_registered():
     names = set(FAMILY.instantiations)
     assert "merge_path_spmv<complex128, long long, 128, 16>" in names
-    assert not any("fixup" in name for name in names)  # one launch a product
-    assert len(names) == 4 * 2 * len(MERGE_PATH_SHAPES)
+    assert "merge_path_fixup<float, int>" in names
+    assert len(names) == 4 * 2 * len(MERGE_PATH_SHAPES) + 4 * 2
 
 
 @pytest.mark.parametrize("shape", [(64, 8), (256, 16), (512, 4)])
@@ -207,16 +166,15 @@ def test_every_shape_on_a_row_spanning_many_tiles(cupy, dtype, shape):
 @pytest.mark.parametrize("dtype", VALUE_DTYPES, ids=DTYPE_IDS)
 def test_arrow_rows_spanning_hundreds_of_tiles_are_summed_by_warps(cupy, dtype, index_dtype, shape):
     # 4 rows of 150,000 nonzeros among 3,000 of 8: each dense row spans 70-290 tiles, more
-    # than a warp, so the warp adding a run's carries strides over them several times
+    # than a warp, so the warp-per-run fix-up kernel adds the carries (with 128x4 tiles
+    # there are also more tiles than the fused fix-up takes)
     lengths = np.full(3_004, 8, dtype=np.int64)
     lengths[[0, 1, 1500, 3003]] = 150_000
     rng = np.random.default_rng(11)
     A = sg.csr_matrix(from_row_lengths(lengths, 200_000, dtype, index_dtype, rng))
     policy = MergePathPolicy(block_size=shape[0], nnz_per_thread=shape[1])
     plan = sg._dispatch.plan_for(A, dtype, backend="merge_path", policy=policy)
-    run_first = plan._run_first.get()
-    finishers = np.flatnonzero(run_first >= 0)
-    assert (finishers - run_first[finishers]).max() > 32, "no run longer than a warp"
+    assert plan.longest_carry_run > 32 and not plan.fused_fixup
     x = random_vector(A.shape[1], dtype, seed=12)
     xd = cupy.asarray(x)
     y = sg.matvec(A, xd, backend="merge_path", policy=policy)

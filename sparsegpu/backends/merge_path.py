@@ -4,14 +4,13 @@ The kernel (``kernels/merge_path.cu``: Merrill & Garland, "Merge-based Parallel 
 Matrix-Vector Multiplication", SC'16) splits the merge of row ends and nonzeros into equal
 tiles, so a matrix whose rows follow a power law, with one row holding most nonzeros or
 with many empty rows, keeps every thread equally busy.
-Tile start coordinates are computed once per plan on the device (one ``searchsorted``),
-and with them which tiles carry a partial sum into which row: a tile's carry row is the
-next tile's start row. Each product is one kernel launch: the tiles that carry into a row
-and the tile in which it ends arrive at that row's counter, and the last to arrive adds
-the carries, a warp striding over them (a second, fix-up launch cost 3-6 us a product on
-large matrices; a serial walk over 500 tiles per dense row once made an arrow matrix 1.7x
-slower than cuSPARSE). Sums run in a fixed order whatever the scheduling: results are
-bitwise reproducible.
+Tile start coordinates are computed once per plan on the device (one ``searchsorted``);
+each product is one kernel launch (up to ``FUSED_FIXUP_MAX_TILES`` tiles the last block to
+finish adds the carried partial sums) or two (a fix-up launch adds them). A row spanning
+more than a warp of tiles has its carries summed by a whole warp, lanes striding over them
+(a serial walk over 500 tiles per dense row made an arrow matrix 1.7x slower than
+cuSPARSE). Sums run in a fixed order whatever the scheduling: results are bitwise
+reproducible.
 """
 
 from __future__ import annotations
@@ -27,6 +26,12 @@ from .base import Backend, Plan
 from .policy import Policy, as_int, check_block_size
 
 SOURCE = "merge_path.cu"
+FIXUP_BLOCK = 256
+WARP_LANES = 32
+# Up to this many tiles the last block adds the carries itself (a few strided passes over
+# the carries, cheaper than a second launch); beyond it a separate fix-up kernel does,
+# so that one block's serial tail never shows on large matrices.
+FUSED_FIXUP_MAX_TILES = 1024
 
 
 # (block_size, nnz_per_thread) pairs the merge-path kernel is compiled for: tiles of 512 to
@@ -68,6 +73,11 @@ def spmv_name(value_dtype, index_dtype, block_size: int, nnz_per_thread: int) ->
     return name_expression("merge_path_spmv", value_dtype, index_dtype, block_size, nnz_per_thread)
 
 
+def fixup_name(value_dtype, index_dtype) -> str:
+    """C++ name expression of the carry fix-up kernel."""
+    return name_expression("merge_path_fixup", value_dtype, index_dtype)
+
+
 FAMILY = _compile.register_family(
     _compile.KernelFamily(
         SOURCE,
@@ -76,7 +86,8 @@ FAMILY = _compile.register_family(
             for v in CXX_VALUE_TYPES
             for i in CXX_INDEX_TYPES
             for block, items in MERGE_PATH_SHAPES
-        ),
+        )
+        + tuple(fixup_name(v, i) for v in CXX_VALUE_TYPES for i in CXX_INDEX_TYPES),
     )
 )
 
@@ -97,31 +108,21 @@ def tile_coordinates(indptr, nnz: int, tile_items: int, xp):
     return rows.astype(indptr.dtype), (diagonals - rows).astype(indptr.dtype)
 
 
-def carry_runs(tile_row, n_rows: int, xp):
-    """Which tiles carry partial sums into which row, and who adds them: two int32 arrays.
-
-    Tile ``t`` ends inside row ``tile_row[t + 1]`` (its carry row: the next tile starts
-    there). The tile in which that row ends, ``f``, writes its y; tiles ``a .. f - 1`` carry
-    into it (a run) and ``f`` finishes the run. ``carry_finisher[t]`` is the ``f`` of tile
-    ``t``'s carry (-1 when the carry is past the last row: the last tile);
-    ``run_first[f]`` is the ``a`` of the run tile ``f`` finishes (-1 when ``f`` finishes
-    none: no row ends in it, or ``f == 0``). A run's counter expects ``f - a + 1`` arrivals.
-    """
-    n_tiles = int(tile_row.shape[0]) - 1
-    starts = tile_row[:n_tiles].astype(np.int64)
-    ends = tile_row[1:].astype(np.int64)
-    # the last tile starting in row r is where r ends; the first one's predecessor carries
-    last_in = xp.searchsorted(starts, ends, side="right") - 1
-    carry_finisher = xp.where(ends < n_rows, last_in, -1)
-    first_in = xp.searchsorted(starts, starts, side="left")
-    tiles = xp.arange(n_tiles)
-    finishes = (ends > starts) & (tiles > 0)
-    run_first = xp.where(finishes, xp.maximum(first_in, 1) - 1, -1)
-    return carry_finisher.astype(np.int32), run_first.astype(np.int32)
+def longest_run(tile_row, xp) -> int:
+    """The most consecutive tiles that start in one row: about how many tiles carry a
+    partial sum of the longest row (1 when every row fits in a tile)."""
+    n = int(tile_row.shape[0])
+    if n < 2:
+        return n
+    changes = xp.flatnonzero(tile_row[1:] != tile_row[:-1]) + 1
+    bounds = xp.concatenate(
+        (xp.zeros(1, dtype=changes.dtype), changes, xp.full(1, n, changes.dtype))
+    )
+    return int(xp.diff(bounds).max())
 
 
 class MergePathPlan(Plan):
-    """Compiled merge-path kernel, tile coordinates, carry runs and per-stream scratch."""
+    """Compiled merge-path kernels, tile coordinates and per-stream carry buffers."""
 
     def __init__(self, matrix: DeviceMatrix, policy: MergePathPolicy):
         super().__init__(matrix, policy)
@@ -134,11 +135,18 @@ class MergePathPlan(Plan):
             matrix.indptr, matrix.nnz, tile_items, cupy
         )
         self.n_tiles = int(self._tile_row.shape[0]) - 1
-        self._carry_finisher, self._run_first = carry_runs(self._tile_row, n_rows, cupy)
         spmv = _compile.get_kernel(
             SOURCE,
             spmv_name(matrix.dtype, matrix.index_dtype, policy.block_size, policy.nnz_per_thread),
         )
+        fixup = _compile.get_kernel(SOURCE, fixup_name(matrix.dtype, matrix.index_dtype))
+        # the fused fix-up walks each row's carries in one thread: only where no row spans
+        # more than a warp of tiles (else the warp-per-run fix-up kernel does)
+        self.longest_carry_run = longest_run(self._tile_row, cupy)
+        self.fused_fixup = (
+            1 < self.n_tiles <= FUSED_FIXUP_MAX_TILES and self.longest_carry_run <= WARP_LANES
+        )
+        self._separate_fixup = self.n_tiles > 1 and not self.fused_fixup
         self._bound: dict = {}
         self._current_stream = cupy.cuda.get_current_stream
         self._spmv = KernelLaunch(
@@ -152,29 +160,44 @@ class MergePathPlan(Plan):
                 "y",
                 self._tile_row,
                 self._tile_nz,
+                "carry_row",
                 "carry_value",
-                self._carry_finisher,
-                self._run_first,
-                "counters",
+                n_rows,
+                "tiles_done",
             ),
         )
+        self._fixup = KernelLaunch(
+            fixup,
+            FIXUP_BLOCK,
+            ("carry_row", "carry_value", self.n_tiles, n_rows, "y"),
+        )
+        self._fixup_grid = -(-self.n_tiles * WARP_LANES // FIXUP_BLOCK)  # a warp per tile
 
-    def _launch_for(self, stream_ptr: int):
-        """The launch bound to one stream's scratch: the carries every product writes and
-        the runs' arrival counters (zero between products: the last arrival resets)."""
-        bound = self._bound.get(stream_ptr)
-        if bound is None:
+    def _launches(self, stream_ptr: int):
+        """(main launch, fix-up launch) for one stream, bound to that stream's scratch: carry
+        rows and values written by every product, and the finished-tile counter of the
+        fused fix-up (a null pointer without it)."""
+        launches = self._bound.get(stream_ptr)
+        if launches is None:
             cupy = self._cupy
+            counter = cupy.zeros(1, dtype=np.uint32) if self.fused_fixup else 0
+            carry_row = cupy.empty(self.n_tiles, dtype=self.matrix.index_dtype)
             carry_value = cupy.empty(self.n_tiles, dtype=self._dtype)
-            counters = cupy.zeros(self.n_tiles, dtype=np.uint32)
-            launch = self._spmv.bind(carry_value=carry_value, counters=counters)
-            bound = self._bound[stream_ptr] = (launch, (carry_value, counters))  # kept alive
-        return bound[0]
+            launches = (
+                self._spmv.bind(carry_row=carry_row, carry_value=carry_value, tiles_done=counter),
+                self._fixup.bind(carry_row=carry_row, carry_value=carry_value),
+                (carry_row, carry_value, counter),  # kept alive with the launches
+            )
+            self._bound[stream_ptr] = launches
+        return launches
 
     def _matvec(self, x, y):
         if self._n_rows == 0:
             return y
-        self._launch_for(self._current_stream().ptr).xy(self.n_tiles, x, y)
+        spmv, fixup, _ = self._launches(self._current_stream().ptr)
+        spmv.xy(self.n_tiles, x, y)
+        if self._separate_fixup:
+            fixup(self._fixup_grid, y=y)
         return y
 
 

@@ -9,59 +9,45 @@
 // row ends are staged in shared memory with coalesced loads; each thread finds its start
 // by a binary search along its diagonal, walks its items, and writes rows that end inside
 // its segment. Partial rows are combined by a segmented (reduce-by-key) Hillis-Steele scan
-// in shared memory and, across tiles, by adding each row's carries in tile order. Which
-// tiles carry a partial sum of which row is known before the launch (a tile's carry row is
-// the next tile's start row), so one launch does it all: every tile that carries into a
-// row, and the tile in which that row ends (the one that writes y), arrive at that row's
-// counter, and the last to arrive adds the run's carries to y, a warp striding over them.
-// Counters only elect that block; sums keep a fixed order whatever the scheduling. A tile
-// that lies inside one row (no row ends in it: the interior of a row longer than a tile)
-// skips the staging, search and scan: its carry is a block reduction of its products. No
-// floating-point atomics: same input, same bits. Work O(n_rows + nnz); each value, index
-// and row pointer is read once.
+// in shared memory and, across tiles, by adding each row's carries in tile order: in the
+// last block to finish (few tiles; an atomic counter only elects that block) or in
+// merge_path_fixup (many tiles, or a row spanning more than a warp of tiles: a warp sums
+// each such row's carries there). A tile that lies inside one row (no row ends in it: the
+// interior of a row longer than a tile) skips the staging, search and scan: its carry is a
+// block reduction of its products. No floating-point atomics: same input, same bits.
+// Work O(n_rows + nnz); each value, index and row pointer is read once.
 #include "common.cuh"
 
 constexpr int WARP_LANES = 32;
 
-// Adds the carries of tiles first .. finisher-1 (one row's run) to that row's y, by one
-// warp: lane l sums tiles first + l, first + l + 32, ... in turn, then the lanes' sums are
-// combined by a butterfly, and lane 0 adds the total to what the finishing tile wrote.
-// Same input, same order, same bits, whichever block runs it. Resets the run's counter for
-// the next product.
-template <typename V, typename I>
-__device__ __forceinline__ void add_run(const V* carry_value, int first, int finisher, I row,
-                                        V* y, unsigned int* counters, int lane) {
+// The sum of the carries of one row's run of tiles starting at tile t, by a whole warp:
+// lane l adds tiles t + l, t + l + 32, ... while they carry the same row (carry rows never
+// decrease, so a lane stops at the run's end), then the lanes' sums are combined by a
+// butterfly. Same input, same order, same bits. Every lane returns the total.
+template <typename V, typename I, typename Rows>
+__device__ __forceinline__ V run_partial_sum(Rows rows, const V* carry_value, int t, int n_tiles,
+                                             I row, int lane) {
     V sum = value_zero<V>();
-    for (int u = first + lane; u < finisher; u += WARP_LANES) {
+    for (int u = t + lane; u < n_tiles; u += WARP_LANES) {
+        if (rows[u] != row) {
+            break;
+        }
         sum = add(sum, load_coherent(carry_value + u));
     }
 #pragma unroll
     for (int offset = WARP_LANES / 2; offset > 0; offset >>= 1) {
         sum = add(sum, shuffle_xor(sum, offset));
     }
-    if (lane == 0) {
-        y[row] = add(sum, load_coherent(y + row));
-        counters[finisher] = 0u;
-    }
-}
-
-// Blocks per SM the compiler is held to where a thread's loaded values fit in 16 bytes
-// (float, 4 items): a full SM of 2048 threads at 32 registers, as before the carry runs
-// moved into this kernel (without the hint ptxas gave them 38 registers: 6 blocks of 256
-// instead of 8). Elsewhere 0, ptxas's own choice: held to 32 registers the float 8-item
-// instantiations spill, and a minimum of 1 made ptxas take 72-162 registers.
-template <typename V, int BLOCK, int ITEMS>
-constexpr int merge_path_min_blocks() {
-    return ITEMS * static_cast<int>(sizeof(V)) <= 16 ? 2048 / BLOCK : 0;
+    return sum;
 }
 
 template <typename V, typename I, int BLOCK, int ITEMS>
-__global__ void __launch_bounds__(BLOCK, (merge_path_min_blocks<V, BLOCK, ITEMS>()))
+__global__ void __launch_bounds__(BLOCK)
 merge_path_spmv(const I* __restrict__ indptr, const I* __restrict__ indices,
               const V* __restrict__ data, const V* __restrict__ x, V* __restrict__ y,
               const I* __restrict__ tile_row, const I* __restrict__ tile_nz,
-              V* __restrict__ carry_value, const int* __restrict__ carry_finisher,
-              const int* __restrict__ run_first, unsigned int* __restrict__ counters) {
+              I* __restrict__ carry_row, V* __restrict__ carry_value, I n_rows,
+              unsigned int* __restrict__ tiles_done) {
     constexpr int TILE = BLOCK * ITEMS;
     // products first, then local row ends (int, never wider than V): together at most
     // TILE entries, plus the alignment gap between them
@@ -113,7 +99,8 @@ merge_path_spmv(const I* __restrict__ indptr, const I* __restrict__ indices,
             __syncthreads();
         }
         if (tid == 0) {
-            carry_value[tile] = scan_value[0];  // carried into row r0
+            carry_row[tile] = r0;
+            carry_value[tile] = scan_value[0];
         }
     } else {
         V* products = reinterpret_cast<V*>(tile_buffer);
@@ -211,38 +198,64 @@ merge_path_spmv(const I* __restrict__ indptr, const I* __restrict__ indices,
             y[r0 + first_row] = total;
         }
         if (tid == BLOCK - 1) {
-            carry_value[tile] = scan_value[tid];  // carried into row r0 + row: tile_row[tile + 1]
+            carry_row[tile] = r0 + static_cast<I>(row);
+            carry_value[tile] = scan_value[tid];
         }
     }
-    // Arrivals. carry_finisher[tile]: the tile in which the row this tile carries into ends
-    // (-1: the carry is past the last row); run_first[tile] >= 0: this tile ends a row
-    // that tiles run_first[tile] .. tile-1 carried into. A run's counter expects all of
-    // them; whoever arrives last adds the run (the atomics elect, they sum nothing).
-    __shared__ int fix[2];
+    if (tiles_done == nullptr) {
+        return;  // many tiles: merge_path_fixup runs as a second launch
+    }
+    // Few tiles: the last block to finish adds the carries itself (one launch instead of
+    // two). The atomic only elects that block; sums keep their fixed order.
+    __shared__ bool is_last;
     __threadfence();
     __syncthreads();
     if (tid == 0) {
-        const int finisher = carry_finisher[tile];
-        const int first = run_first[tile];
-        fix[0] = finisher >= 0 && atomicAdd(counters + finisher, 1u) ==
-                                      static_cast<unsigned>(finisher - run_first[finisher])
-                     ? finisher
-                     : -1;
-        fix[1] = first >= 0 && atomicAdd(counters + tile, 1u) ==
-                                   static_cast<unsigned>(tile - first)
-                     ? tile
-                     : -1;
+        is_last = atomicAdd(tiles_done, 1u) == gridDim.x - 1;
     }
     __syncthreads();
-    if (tid < WARP_LANES && (fix[0] >= 0 || fix[1] >= 0)) {  // the first warp adds the runs
-        __threadfence();
-#pragma unroll 1
-        for (int k = 0; k < 2; ++k) {
-            const int finisher = fix[k];
-            if (finisher >= 0) {
-                add_run(carry_value, run_first[finisher], finisher, tile_row[finisher], y,
-                        counters, tid);
-            }
+    if (!is_last) {
+        return;
+    }
+    __threadfence();
+    const int n_tiles = static_cast<int>(gridDim.x);
+    const volatile I* rows = carry_row;
+    for (int t = tid; t < n_tiles; t += BLOCK) {
+        const I carry = rows[t];
+        if (carry >= n_rows || (t > 0 && rows[t - 1] == carry)) {
+            continue;
         }
+        V sum = load_coherent(carry_value + t);
+        for (int u = t + 1; u < n_tiles && rows[u] == carry; ++u) {
+            sum = add(sum, load_coherent(carry_value + u));
+        }
+        y[carry] = add(sum, load_coherent(y + carry));
+    }
+    if (tid == 0) {
+        *tiles_done = 0u;  // ready for the next product on this buffer
+    }
+}
+
+// Adds to y the partial sums of rows that span tiles, in a fixed order (deterministic).
+// One warp per tile; the warp of the first tile of each run of equal carry rows sums the
+// run, its lanes striding over it, so a row spanning thousands of tiles (an arrow matrix's
+// dense rows) costs a few strided passes instead of one thread's serial walk.
+template <typename V, typename I>
+__global__ void merge_path_fixup(const I* __restrict__ carry_row,
+                                    const V* __restrict__ carry_value, int n_tiles,
+                                    I n_rows, V* __restrict__ y) {
+    const long long t =
+        (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / WARP_LANES;
+    if (t >= n_tiles) {
+        return;  // the whole warp: t is the same for its lanes
+    }
+    const I row = carry_row[t];
+    if (row >= n_rows || (t > 0 && carry_row[t - 1] == row)) {
+        return;
+    }
+    const int lane = threadIdx.x % WARP_LANES;
+    const V sum = run_partial_sum(carry_row, carry_value, static_cast<int>(t), n_tiles, row, lane);
+    if (lane == 0) {
+        y[row] = add(sum, y[row]);
     }
 }
