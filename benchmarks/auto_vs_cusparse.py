@@ -23,7 +23,9 @@ the matrix, x and y descriptors and the workspace once and then calls only
 planning by estimate (the rules alone, ``A.planning = "estimate"``) and ``auto``
 planning by measurement (``sparsegpu.plan(A, x)`` first: its choice, what it measured
 and what planning cost are recorded). Every answer is checked against cupyx's before
-anything is timed. GB/s counts values + indices + row pointers + x + y once; "% copy"
+anything is timed, then all columns of a matrix are timed in alternation (one sample of
+each per round, the order rotating), so that the host's drift falls on them alike. GB/s
+counts values + indices + row pointers + x + y once; "% copy"
 is against the device-to-device copy bandwidth measured in the same run. Also measured:
 host time per call of ``A @ x`` on a 1,000-row matrix (no sync between calls), for
 sparsegpu and cupyx.
@@ -226,47 +228,53 @@ def bench_one(name, build, dtype, cupy, cupyx_sparse, copy_gbs, set_label="heldo
         if not err <= tol:
             raise AssertionError(f"{name} {np.dtype(dtype)} {what}: error {err:.3e} > {tol:.3e}")
 
-    def timed(fn):
-        return _timing.cuda_time(fn, inner=inner).median_ms
-
-    raw = {}
+    # Every column is checked first, then all are timed in alternation (one sample of
+    # each per round): the host's speed drifts over seconds, and timed one after another
+    # a slow stretch would fall on one column only (a small matrix's columns moved by up
+    # to 1.5x within one run that way).
+    fns = {}
+    directs = []
     for algorithm in ("csr_alg1", "csr_alg2"):
         if mirror.nnz == 0:
             break  # cuSPARSE refuses empty matrices
         y = cupy.empty(n_rows, dtype=dtype)
         direct = DirectSpMV(mirror, x, y, algorithm)
+        directs.append(direct)
         direct()
         check(y, f"raw {algorithm}")
-        raw[algorithm] = timed(direct)
-        direct.close()
-    times = {f"raw_{k}": v for k, v in raw.items()}
-    times["raw_best"] = min(raw.values())
+        fns[f"raw_{algorithm}"] = direct
     check(Acx @ x, "cupyx")
-    times["cupyx"] = timed(lambda: Acx @ x)
+    fns["cupyx"] = lambda: Acx @ x
     for backend in ("merge_path", "cusparse"):
         check(sg.matvec(A, x, backend=backend), backend)
-        times[backend] = timed(lambda backend=backend: sg.matvec(A, x, backend=backend))
+        fns[backend] = lambda backend=backend: sg.matvec(A, x, backend=backend)
     # the cusparse backend doing the direct program's work: x and y given
     y_out = cupy.empty(n_rows, dtype=dtype)
     check(sg.matvec(A, x, backend="cusparse", out=y_out), "cusparse out=")
-    times["cusparse_out"] = timed(lambda: sg.matvec(A, x, backend="cusparse", out=y_out))
+    fns["cusparse_out"] = lambda: sg.matvec(A, x, backend="cusparse", out=y_out)
     cusparse_policy = repr(_dispatch.plan_for(A, dtype, backend="cusparse").policy)
 
     # auto planning by estimate (the rules alone), on a fresh matrix
     estimate_matrix = sg.csr_matrix(Acx)
     estimate_matrix.planning = "estimate"
     check(estimate_matrix @ x, "auto (estimate)")
-    times["auto_estimate"] = timed(lambda M=estimate_matrix: M @ x)
-    estimate = sg.explain(estimate_matrix)
-    del estimate_matrix
+    fns["auto_estimate"] = lambda M=estimate_matrix: M @ x
 
     # auto planning by measurement, on a fresh matrix: plan now on this x, then time
     measured = sg.csr_matrix(Acx)
     choice = sg.plan(measured, x)
     check(measured @ x, "auto (measure)")
-    times["auto"] = timed(lambda M=measured: M @ x)
+    fns["auto"] = lambda M=measured: M @ x
+
+    timings = _timing.cuda_time_interleaved(fns, inner=inner)
+    for direct in directs:
+        direct.close()
+    times = {key: t.median_ms for key, t in timings.items()}
+    raw = {k: v for k, v in times.items() if k.startswith("raw_")}
+    times["raw_best"] = min(raw.values())
+    estimate = sg.explain(estimate_matrix)
     decided = sg.explain(measured)
-    del measured
+    del estimate_matrix, measured, fns
 
     planning_ms = None if choice.planning_ms is None else float(choice.planning_ms)
     stats = mirror.stats
@@ -400,7 +408,8 @@ def markdown(result) -> str:
         f"# auto vs cuSPARSE on {result['device']}",
         "",
         f"Copy bandwidth {result['copy_gb_per_s']:.0f} GB/s. CuPy {result['versions']['cupy']}, "
-        f"CUDA {result['versions']['cuda_runtime']}. Median of CUDA-event timings; every "
+        f"CUDA {result['versions']['cuda_runtime']}. Median of CUDA-event timings, the columns "
+        "of a matrix timed in alternation (one sample of each per round); every "
         "answer checked against cupyx's first. `auto` plans by measurement "
         "(`sparsegpu.plan(A, x)` on a fresh matrix, then `A @ x` timed); `auto est.` is "
         "`auto` planning by estimate (the rules alone). Ratios are speed-ups of `auto` "

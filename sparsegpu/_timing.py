@@ -79,6 +79,39 @@ def cuda_time(fn, *, warmup: int = 3, repeat: int = 20, inner: int = 1) -> Timin
     return Timing(tuple(samples))
 
 
+def cuda_time_interleaved(fns: dict, *, warmup: int = 3, repeat: int = 20, inner: int = 1) -> dict:
+    """Time several functions with CUDA events, in alternation: one sample of each, then
+    the next of each, the order rotating every round.
+
+    A slow stretch of the host (its speed drifts by tens of percent over seconds on a
+    shared machine) or a clock change of the GPU then falls on every function alike,
+    where timing them one after another lets it fall on one of them only. Parameters as
+    :func:`cuda_time`, for each function; returns ``{name: Timing}`` in ``fns``' order.
+    """
+    cupy = _cuda.cupy_or_none()
+    if cupy is None:
+        raise RuntimeError(f"no GPU: {_cuda.unavailable_reason()}")
+    names = list(fns)
+    for name in names:
+        for _ in range(warmup):
+            fns[name]()
+    stream = cupy.cuda.get_current_stream()
+    stream.synchronize()
+    samples = {name: [] for name in names}
+    for r in range(repeat):
+        for i in range(len(names)):
+            name = names[(r + i) % len(names)]
+            fn = fns[name]
+            start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+            start.record(stream)
+            for _ in range(inner):
+                fn()
+            stop.record(stream)
+            stop.synchronize()
+            samples[name].append(cupy.cuda.get_elapsed_time(start, stop) / inner)
+    return {name: Timing(tuple(samples[name])) for name in names}
+
+
 def spmv_bytes(n_rows: int, n_cols: int, nnz: int, value_itemsize: int, index_itemsize: int):
     """Bytes a product ``y = A @ x`` must move: values, indices, indptr, x, y once each."""
     return (

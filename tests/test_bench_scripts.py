@@ -284,11 +284,15 @@ def test_bench_one_with_cpu_stand_ins(script, monkeypatch):
     monkeypatch.setattr(script, "_registry", FakeRegistry)
     monkeypatch.setattr(script, "DirectSpMV", FakeDirect)
     monkeypatch.setattr(script, "_dispatch", FakeDispatch)
-    monkeypatch.setattr(
-        script._timing,
-        "cuda_time",
-        lambda fn, inner=1: (fn(), type("T", (), {"median_ms": 0.01 * next(timings)})())[1],
-    )
+
+    def fake_interleaved(fns, inner=1):
+        out = {}
+        for key, fn in fns.items():
+            fn()
+            out[key] = type("T", (), {"median_ms": 0.01 * next(timings)})()
+        return out
+
+    monkeypatch.setattr(script._timing, "cuda_time_interleaved", fake_interleaved)
     monkeypatch.setattr(sg, "matvec", fake_matvec)
     monkeypatch.setattr(sg, "plan", fake_plan, raising=False)
     folder = Path(script.DEFAULT_MATRICES)
