@@ -819,8 +819,10 @@ def measure(matrix, x, estimate: Choice, level: str, *, store=None, capturable=F
 
     ``x`` is a device vector of the estimate's value dtype. Runs on the current stream and
     waits for it; each candidate's plan is made once (kept on the mirror like any plan).
-    The cost: per candidate, one checked product and 1 + 1 + 5 timed ones (a sample, a
-    warm-up, five samples; several products a sample for products under about 20 us); a
+    The cost: per candidate, one checked product and 1 + 1 + 5 timed ones (a sample, then
+    a warm-up and five samples taken in alternation with the other candidates', so that the
+    host's drift falls on all of them alike; several products a sample for products under
+    about 20 us); a
     candidate whose first sample is over ``HOPELESS`` times the fastest so far stops there
     (a vector kernel on an arrow matrix's dense rows runs 200 times cuSPARSE: its repeats
     alone cost hundreds of milliseconds). ``capturable``: only backends whose products a
@@ -840,6 +842,7 @@ def measure(matrix, x, estimate: Choice, level: str, *, store=None, capturable=F
     reference = None
     best = None
     results = []
+    contenders: dict = {}  # inner -> {index in results: product}
     for backend, policy in pairs:
         mirror = matrix._sg_mirror(backend.residence, storage or value_dtype)
         try:
@@ -868,17 +871,29 @@ def measure(matrix, x, estimate: Choice, level: str, *, store=None, capturable=F
         else:
             agreed = bool((xp.abs(y - reference) <= scale).all()) if y.size else True
         inner = max(1, min(20, int(4e7 // max(mirror.nbytes + 16 * x.size, 1))))
-        timer = _timing.host_time if xp is np else _timing.cuda_time
         product = lambda plan=plan, y=y: plan.matvec(x, out=y)  # noqa: E731
-        note = ""
+        on_host = xp is np
+        timer = _timing.host_time if on_host else _timing.cuda_time
         ms = timer(product, warmup=0, repeat=1, inner=inner).median_ms
+        note = ""
         if best is not None and ms > HOPELESS * best[2]:
             note = f"one sample: over {HOPELESS}x the fastest so far"
-        else:
-            ms = timer(product, warmup=1, repeat=5, inner=inner).median_ms
+        else:  # timed below, in alternation with the others
+            contenders.setdefault((on_host, inner), {})[len(results)] = product
         results.append(Measurement(backend.name, policy, ms, agreed, note))
         if agreed and (best is None or ms < best[2]):
             best = (backend, policy, ms)
+    # The candidates that were not hopeless, timed in alternation (one sample of each per
+    # round): the host's speed drifts over seconds, which timed one after another would
+    # fall on some candidates only and decide between near-ties by it.
+    for (on_host, inner), products in contenders.items():
+        timer = _timing.host_time_interleaved if on_host else _timing.cuda_time_interleaved
+        for i, timing in timer(products, warmup=1, repeat=5, inner=inner).items():
+            results[i] = replace(results[i], ms=timing.median_ms)
+    best = None
+    for (backend, policy), m in zip(pairs, results, strict=True):
+        if m.agreed and m.ms is not None and (best is None or m.ms < best[2]):
+            best = (backend, policy, m.ms)
     if best is None:  # nothing ran here: keep the estimate
         return estimate
     backend, policy, ms = best

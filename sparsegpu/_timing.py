@@ -79,6 +79,22 @@ def cuda_time(fn, *, warmup: int = 3, repeat: int = 20, inner: int = 1) -> Timin
     return Timing(tuple(samples))
 
 
+def _interleaved(fns: dict, warmup: int, repeat: int, sample) -> dict:
+    """``{name: Timing}``: warm-up calls of each, then ``repeat`` rounds of one
+    ``sample(fn)`` (milliseconds a call) of each function, the order rotating a step every
+    round."""
+    names = list(fns)
+    for name in names:
+        for _ in range(warmup):
+            fns[name]()
+    samples = {name: [] for name in names}
+    for r in range(repeat):
+        for i in range(len(names)):
+            name = names[(r + i) % len(names)]
+            samples[name].append(sample(fns[name]))
+    return {name: Timing(tuple(samples[name])) for name in names}
+
+
 def cuda_time_interleaved(fns: dict, *, warmup: int = 3, repeat: int = 20, inner: int = 1) -> dict:
     """Time several functions with CUDA events, in alternation: one sample of each, then
     the next of each, the order rotating every round.
@@ -91,25 +107,34 @@ def cuda_time_interleaved(fns: dict, *, warmup: int = 3, repeat: int = 20, inner
     cupy = _cuda.cupy_or_none()
     if cupy is None:
         raise RuntimeError(f"no GPU: {_cuda.unavailable_reason()}")
-    names = list(fns)
-    for name in names:
-        for _ in range(warmup):
-            fns[name]()
     stream = cupy.cuda.get_current_stream()
-    stream.synchronize()
-    samples = {name: [] for name in names}
-    for r in range(repeat):
-        for i in range(len(names)):
-            name = names[(r + i) % len(names)]
-            fn = fns[name]
-            start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-            start.record(stream)
-            for _ in range(inner):
-                fn()
-            stop.record(stream)
-            stop.synchronize()
-            samples[name].append(cupy.cuda.get_elapsed_time(start, stop) / inner)
-    return {name: Timing(tuple(samples[name])) for name in names}
+
+    def sample(fn):
+        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record(stream)
+        for _ in range(inner):
+            fn()
+        stop.record(stream)
+        stop.synchronize()
+        return cupy.cuda.get_elapsed_time(start, stop) / inner
+
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    stream.synchronize()  # the warm-up's work done before the first sample starts
+    return _interleaved(fns, 0, repeat, sample)
+
+
+def host_time_interleaved(fns: dict, *, warmup: int = 3, repeat: int = 20, inner: int = 1) -> dict:
+    """:func:`cuda_time_interleaved` with the host's clock (host backends)."""
+
+    def sample(fn):
+        start = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        return (time.perf_counter() - start) * 1e3 / inner
+
+    return _interleaved(fns, warmup, repeat, sample)
 
 
 def spmv_bytes(n_rows: int, n_cols: int, nnz: int, value_itemsize: int, index_itemsize: int):

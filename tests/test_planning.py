@@ -18,11 +18,12 @@ from sparsegpu.tuning import CsrVectorPolicy, NoPolicy
 
 
 class _Stand(HostCopyBackend):
-    """A host-copy backend under a GPU backend's name; ``delay_s`` slows each product and
-    ``wrong`` makes its answers wrong (a candidate planning must leave out)."""
+    """A host-copy backend under a GPU backend's name; ``delay_s`` slows each product,
+    ``wrong`` makes its answers wrong (a candidate planning must leave out) and ``log``, a
+    list, gets the name for each product."""
 
-    def __init__(self, name, delay_s=0.0, wrong=False):
-        self.name, self.delay_s, self.wrong = name, delay_s, wrong
+    def __init__(self, name, delay_s=0.0, wrong=False, log=None):
+        self.name, self.delay_s, self.wrong, self.log = name, delay_s, wrong, log
         self.description = f"test-only stand-in for {name}"
 
     def planning_candidates(self, matrix):
@@ -35,6 +36,8 @@ class _Stand(HostCopyBackend):
 
         class _Plan(type(inner)):
             def matvec(self, x, out=None):
+                if stand.log is not None:
+                    stand.log.append(stand.name)
                 if stand.delay_s:
                     time.sleep(stand.delay_s)
                 y = inner.matvec(x, out=out)
@@ -67,8 +70,8 @@ def _matrix(seed=0, n=300):
     return sg.csr_matrix(sp.random(n, n, density=0.05, random_state=seed, format="csr"))
 
 
-def _counted(name, delay_s=0.0, wrong=False):
-    return CountingBackend(_Stand(name, delay_s, wrong), name=name)
+def _counted(name, delay_s=0.0, wrong=False, log=None):
+    return CountingBackend(_Stand(name, delay_s, wrong, log), name=name)
 
 
 def test_the_first_product_runs_on_the_estimate_and_the_second_measures(gpu):
@@ -158,6 +161,24 @@ def test_a_hopeless_candidate_is_timed_once(gpu):
     # a checked product and one sample, against a checked product, one sample, a warm-up
     # and five samples
     assert 3 * slow.matvecs < fast.matvecs
+
+
+def test_candidates_are_timed_in_alternation(gpu):
+    # after each candidate's checked product and first sample, the rest of the samples go
+    # round the candidates, so a slow stretch of the host falls on all of them alike
+    log = []
+    gpu(_counted("merge_path", log=log), _counted("cusparse", log=log))
+    A = _matrix(seed=6)
+    x = random_vector(A.shape[1], np.float64, seed=6)
+    sg.plan(A, x)
+    # per candidate: a checked product, a sample of `inner` products, one warm-up product
+    # and five samples
+    inner = (len(log) - 4) // 12
+    mp, cs = ["merge_path"] * inner, ["cusparse"] * inner
+    expected = ["merge_path"] + mp + ["cusparse"] + cs  # each checked and screened in turn
+    expected += ["merge_path", "cusparse"]  # the warm-ups
+    expected += mp + cs + cs + mp + mp + cs + cs + mp + mp + cs  # five rounds, rotating
+    assert log == expected
 
 
 def test_a_matrix_of_the_same_fingerprint_reuses_the_measurement(gpu):

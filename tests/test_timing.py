@@ -86,6 +86,14 @@ def test_a_slow_stretch_falls_on_every_function(fake_cupy):
     assert timings["b"].median_ms / timings["a"].median_ms == pytest.approx(2.0)
 
 
+def test_host_timings_alternate_too():
+    log = []
+    fns = {k: (lambda k=k: log.append(k)) for k in "ab"}
+    timings = _timing.host_time_interleaved(fns, warmup=1, repeat=4, inner=2)
+    assert log == ["a", "b"] + list("aabbbbaaaabbbbaa")
+    assert all(len(t.samples_ms) == 4 and t.min_ms >= 0 for t in timings.values())
+
+
 def test_without_a_gpu_it_says_so(monkeypatch):
     monkeypatch.setattr(_cuda, "cupy_or_none", lambda: None)
     with pytest.raises(RuntimeError, match="no GPU"):
