@@ -123,6 +123,9 @@ class DirectSpMV:
 
     def __init__(self, mirror, x, y, algorithm: str):
         cupy = _cuda.cupy_or_none()
+        # the descriptors hold raw pointers: x, y and the matrix stay alive with this object
+        # (a y freed by its caller would be cuSPARSE's output while the pool lends it out)
+        self._operands = (mirror, x, y)
         lib = self._lib = cusparse_backend._bindings()
         self._handle = lib.create()
         lib.setStream(self._handle, cupy.cuda.get_current_stream().ptr)
@@ -165,6 +168,7 @@ class DirectSpMV:
         lib.destroyDnVec(self._y)
         lib.destroySpMat(self._mat)
         lib.destroy(self._handle)
+        self._operands = None
 
 
 def real_matrices(folder: pathlib.Path) -> dict:
