@@ -24,7 +24,9 @@ planning by estimate (the rules alone, ``A.planning = "estimate"``) and ``auto``
 planning by measurement (``sparsegpu.plan(A, x)`` first: its choice, what it measured
 and what planning cost are recorded). Every answer is checked against cupyx's before
 anything is timed, then all columns of a matrix are timed in alternation (one sample of
-each per round, the order rotating), so that the host's drift falls on them alike. GB/s
+each per round, the order rotating), so that the host's drift falls on them alike; a
+sample is a loop of at least ``MIN_CALLS`` products (as a solver runs them: one call
+between events would add its launch latency on an idle GPU to every sample). GB/s
 counts values + indices + row pointers + x + y once; "% copy"
 is against the device-to-device copy bandwidth measured in the same run. Also measured:
 host time per call of ``A @ x`` on a 1,000-row matrix (no sync between calls), for
@@ -60,6 +62,8 @@ HOST_CALLS = 3000
 SETS = ("heldout", "tuning", "both")
 # the issue-13 bar: auto (planning "measure") against cuSPARSE called directly
 CLOSE = 0.97
+# the fewest products timed between one pair of events (see bench_one)
+MIN_CALLS = 5
 
 # Which matrices took part in what, in words (the markdown prints it).
 PROVENANCE = {
@@ -222,8 +226,13 @@ def bench_one(name, build, dtype, cupy, cupyx_sparse, copy_gbs, set_label="heldo
     reference = Acx @ x
     mirror = A._sg_mirror(_registry.registered()["cusparse"].residence, np.dtype(dtype))
     nbytes = _timing.matrix_spmv_bytes(mirror)
-    # small products need several calls per event pair to be above the event resolution
-    inner = max(1, min(200, int(2e8 // max(nbytes, 1))))
+    # Calls per event pair: small products need many to be above the event resolution;
+    # and at least MIN_CALLS, so that a sample is a loop of products as a solver runs
+    # them. With one call between events on an idle GPU, the call's host latency before
+    # its first kernel (10-20 us: the dispatcher, cuSPARSE's own host work) sat inside
+    # every sample of a 300 us product, and the ratios of large matrices were within a
+    # few percent of each other's launch latencies.
+    inner = max(MIN_CALLS, min(200, int(2e8 // max(nbytes, 1))))
     scale = max(float(cupy.abs(reference).max()), 1.0)
     tol = 64 * np.finfo(dtype).eps * math.sqrt(max(mirror.stats.max, 1)) * scale
 
@@ -293,6 +302,7 @@ def bench_one(name, build, dtype, cupy, cupyx_sparse, copy_gbs, set_label="heldo
         "row_max": stats.max,
         "row_class": _select.row_class(stats),
         "bytes": nbytes,
+        "calls_per_sample": inner,
         "auto_backend": choice.backend,
         "auto_policy": repr(choice.policy),
         "auto_level": choice.level,
@@ -405,6 +415,18 @@ def _ms(value, digits=4) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+def _method_text(result) -> str:
+    """How the columns were timed, where the result says (older results do not: one
+    column after another, one product a sample for the large matrices)."""
+    if result.get("timing") != "interleaved":
+        return ""
+    calls = [r.get("calls_per_sample", 1) for r in result["results"]] or [1]
+    return (
+        ", the columns of a matrix timed in alternation (one sample of each per round), "
+        f"each sample a loop of {min(calls)} to {max(calls)} products"
+    )
+
+
 def markdown(result) -> str:
     rows = result["results"]
     summary = result.get("summary") or summarize(rows)
@@ -412,8 +434,8 @@ def markdown(result) -> str:
         f"# auto vs cuSPARSE on {result['device']}",
         "",
         f"Copy bandwidth {result['copy_gb_per_s']:.0f} GB/s. CuPy {result['versions']['cupy']}, "
-        f"CUDA {result['versions']['cuda_runtime']}. Median of CUDA-event timings, the columns "
-        "of a matrix timed in alternation (one sample of each per round); every "
+        f"CUDA {result['versions']['cuda_runtime']}. Median of CUDA-event timings"
+        f"{_method_text(result)}; every "
         "answer checked against cupyx's first. `auto` plans by measurement "
         "(`sparsegpu.plan(A, x)` on a fresh matrix, then `A @ x` timed); `auto est.` is "
         "`auto` planning by estimate (the rules alone). Ratios are speed-ups of `auto` "
@@ -607,6 +629,8 @@ def main(argv=None) -> int:
         "sparsegpu": sg.__version__,
         "copy_gb_per_s": copy_gbs,
         "host_overhead": measure_host_overhead(cupy, cupyx_sparse),
+        # how the columns were timed: in alternation, a loop of products a sample
+        "timing": "interleaved",
         "results": [],
     }
     dtypes = [np.dtype(d) for d in args.dtypes.split(",")]

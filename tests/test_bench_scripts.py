@@ -329,8 +329,22 @@ def test_bench_one_with_cpu_stand_ins(script, monkeypatch):
     assert row["auto_vs_raw_best"] == row["ms"]["raw_best"] / row["ms"]["auto"]
     assert row["cusparse_out_vs_raw_best"] == row["ms"]["raw_best"] / row["ms"]["cusparse_out"]
     assert row["cusparse_policy"] == "('policy', 'cusparse')"
+    # a sample is a loop of products, however large the matrix
+    assert all(r["calls_per_sample"] >= script.MIN_CALLS > 1 for r in rows)
     result = fake_result(script)
     result["results"] = rows
     result["summary"] = script.summarize(rows)
     json.dumps(result)
     assert "| arrow_20k_x8_4x5k | heldout-generated | float64 |" in script.markdown(result)
+
+
+def test_markdown_says_how_columns_were_timed_only_where_the_result_does(script):
+    result = fake_result(script)
+    assert "alternation" not in script.markdown(result)  # an older result: no claim
+    result["timing"] = "interleaved"
+    for row, calls in zip(result["results"], (5, 200, 40), strict=False):
+        row["calls_per_sample"] = calls
+    text = script.markdown(result)
+    assert "timed in alternation" in text
+    low = min(r.get("calls_per_sample", 1) for r in result["results"])
+    assert f"a loop of {low} to 200 products" in text
