@@ -34,15 +34,7 @@ def host_time(fn, *, warmup: int = 3, repeat: int = 20, inner: int = 1) -> Timin
 
     Same parameters and result as :func:`cuda_time`.
     """
-    for _ in range(warmup):
-        fn()
-    samples = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        samples.append((time.perf_counter() - start) * 1e3 / inner)
-    return Timing(tuple(samples))
+    return host_time_interleaved({"fn": fn}, warmup=warmup, repeat=repeat, inner=inner)["fn"]
 
 
 def cuda_time(fn, *, warmup: int = 3, repeat: int = 20, inner: int = 1) -> Timing:
@@ -60,23 +52,7 @@ def cuda_time(fn, *, warmup: int = 3, repeat: int = 20, inner: int = 1) -> Timin
         Calls per sample, for work shorter than the event resolution; each sample is
         the sample's time divided by ``inner``.
     """
-    cupy = _cuda.cupy_or_none()
-    if cupy is None:
-        raise RuntimeError(f"no GPU: {_cuda.unavailable_reason()}")
-    for _ in range(warmup):
-        fn()
-    stream = cupy.cuda.get_current_stream()
-    stream.synchronize()
-    samples = []
-    for _ in range(repeat):
-        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-        start.record(stream)
-        for _ in range(inner):
-            fn()
-        stop.record(stream)
-        stop.synchronize()
-        samples.append(cupy.cuda.get_elapsed_time(start, stop) / inner)
-    return Timing(tuple(samples))
+    return cuda_time_interleaved({"fn": fn}, warmup=warmup, repeat=repeat, inner=inner)["fn"]
 
 
 def _interleaved(fns: dict, warmup: int, repeat: int, sample) -> dict:

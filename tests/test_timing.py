@@ -98,3 +98,11 @@ def test_without_a_gpu_it_says_so(monkeypatch):
     monkeypatch.setattr(_cuda, "cupy_or_none", lambda: None)
     with pytest.raises(RuntimeError, match="no GPU"):
         _timing.cuda_time_interleaved({"a": lambda: None})
+
+
+def test_one_function_alone_is_the_same_timer(fake_cupy):
+    timing = _timing.cuda_time(_work(fake_cupy, "a", 2.0), warmup=1, repeat=3, inner=2)
+    assert timing.samples_ms == (2.0, 2.0, 2.0)
+    assert fake_cupy.log == ["a", "sync"] + ["a"] * 6
+    host = _timing.host_time(lambda: None, warmup=0, repeat=4)
+    assert len(host.samples_ms) == 4
