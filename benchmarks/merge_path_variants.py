@@ -11,7 +11,9 @@ worktree add DIR REV``): its kernel source runs with its own ``backends/merge_pa
 cuSPARSE called directly (``DirectSpMV`` of ``auto_vs_cusparse.py``: descriptors made
 once, one ``cusparseSpMV`` a product), ALG1 and ALG2. Every variant's answer is checked
 against the first variant's (relative 1e-4 of the largest entry: the sum orders may
-differ). Median of CUDA-event timings, one product per event pair.
+differ). Median of CUDA-event timings; everything a matrix runs is timed in alternation
+(one sample of each per round), each sample a loop of ``MIN_CALLS`` products (results
+before the eleventh session's run 3: one after another, one product a sample).
 
 Matrices: the large held-out ones (``synthetic.heldout_suite("full")``) whose rows or
 columns are irregular (arrow-like, random columns, power law, R-MAT, a randomly numbered
@@ -44,7 +46,7 @@ from sparsegpu.backends import merge_path
 from sparsegpu.datasets import synthetic
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from auto_vs_cusparse import DirectSpMV  # noqa: E402
+from auto_vs_cusparse import MIN_CALLS, DirectSpMV  # noqa: E402
 
 # (matrix, dtypes): held-out matrices with rows or columns merge_path exists for
 MATRICES = (
@@ -114,22 +116,22 @@ def bench_one(name, dtype, sources, cupy) -> dict:
     y = cupy.empty(A.shape[0], dtype=dtype)
     mirror = A._sg_mirror(_registry.registered()["merge_path"].residence, np.dtype(dtype))
 
-    def timed(fn):
-        return _timing.cuda_time(fn, repeat=REPEAT).median_ms * 1e3
-
     row = {"matrix": name, "dtype": np.dtype(dtype).name, "nnz": int(A.nnz), "raw_us": {}}
+    # every variant's every shape and cuSPARSE's two algorithms, checked first, then timed
+    # in alternation (one sample of each per round), each sample a loop of MIN_CALLS
+    # products: the host's drift and the GPU's warming fall on all of them alike
+    fns = {}
+    directs = []
     for algorithm in ("csr_alg1", "csr_alg2"):
         direct = DirectSpMV(mirror, x, y, algorithm)
         direct()
-        row["raw_us"][algorithm] = timed(direct)
-        direct.close()
+        directs.append(direct)
+        fns[("raw", algorithm)] = direct
     reference = None
-    row["variants_us"] = {}
     originals = {id(module): (module, module.SOURCE) for _, module in sources.values()}
     try:
         for variant, (source, module) in sources.items():
             module.SOURCE = source  # what its MergePathPlan compiles
-            shapes = {}
             for policy in module.MergePathBackend().candidates(mirror):
                 plan = module.MergePathPlan(mirror, policy)
                 plan.matvec(x, out=y)
@@ -140,11 +142,18 @@ def bench_one(name, dtype, sources, cupy) -> dict:
                 if not error < 1e-4:
                     raise AssertionError(f"{name} {dtype} {variant} {policy}: error {error:.2e}")
                 key = f"{policy.block_size}x{policy.nnz_per_thread}"
-                shapes[key] = timed(lambda plan=plan: plan.matvec(x, out=y))
-            row["variants_us"][variant] = shapes
+                fns[(variant, key)] = lambda plan=plan: plan.matvec(x, out=y)
     finally:
         for module, source in originals.values():
             module.SOURCE = source
+    timings = _timing.cuda_time_interleaved(fns, repeat=REPEAT, inner=MIN_CALLS)
+    for direct in directs:
+        direct.close()
+    row["variants_us"] = {variant: {} for variant in sources}
+    for (what, key), timing in timings.items():
+        target = row["raw_us"] if what == "raw" else row["variants_us"][what]
+        target[key] = timing.median_ms * 1e3
+    row["calls_per_sample"] = MIN_CALLS
     return row
 
 
@@ -157,14 +166,26 @@ def summarize(row) -> dict:
     return out
 
 
+def _method_text(result) -> str:
+    """How the rows were timed, where the result says (older ones: one after another, one
+    product a sample)."""
+    calls = {r.get("calls_per_sample") for r in result["results"]}
+    if not calls or None in calls:
+        return ""
+    return (
+        f" (all of a matrix's in alternation, one sample of each per round, each a loop of "
+        f"{max(calls)} products)"
+    )
+
+
 def markdown(result) -> str:
     variants = result["variants"]
     lines = [
         f"# merge_path kernel variants against cuSPARSE called directly — {result['device']}",
         "",
-        "Median CUDA-event times (µs) of `plan.matvec(x, out=y)`, best of the compiled "
-        "shapes per variant; raw = cuSPARSE called directly, best of ALG1/ALG2; ratios are "
-        "speed-ups over raw (higher is better). Variants: "
+        f"Median CUDA-event times (µs) of `plan.matvec(x, out=y)`{_method_text(result)}, "
+        "best of the compiled shapes per variant; raw = cuSPARSE called directly, best of "
+        "ALG1/ALG2; ratios are speed-ups over raw (higher is better). Variants: "
         + ", ".join(f"`{v}` ({result['variant_files'][v]})" for v in variants)
         + ".",
         "",

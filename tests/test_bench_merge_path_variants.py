@@ -57,6 +57,15 @@ def test_from_json_writes_the_table(script, tmp_path):
     assert "| arrow_2M_x8_16x1M | float64 | 31,999,840 | 220.0 | 240.0 (256x8) | 0.917x |" in text
 
 
+def test_the_table_says_how_rows_were_timed_only_where_the_result_does(script):
+    result = _fake_result()
+    assert "alternation" not in script.markdown(result)
+    result["results"][0]["calls_per_sample"] = 5
+    assert "in alternation, one sample of each per round, each a loop of 5" in script.markdown(
+        result
+    )
+
+
 @pytest.mark.parametrize("bad", ["before", "=x.cu", "before=", "before=/no/such/file.cu"])
 def test_a_variant_must_name_an_existing_file(script, bad, capsys):
     with pytest.raises(SystemExit):
