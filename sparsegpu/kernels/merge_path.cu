@@ -23,16 +23,41 @@ constexpr int WARP_LANES = 32;
 // The sum of the carries of one row's run of tiles starting at tile t, by a whole warp:
 // lane l adds tiles t + l, t + l + 32, ... while they carry the same row (carry rows never
 // decrease, so a lane stops at the run's end), then the lanes' sums are combined by a
-// butterfly. Same input, same order, same bits. Every lane returns the total.
+// butterfly. Same input, same order, same bits. Every lane returns the total. Past the
+// first 32 tiles (where almost every run ends) a lane loads RUN_LOADS of its tiles, rows
+// and carries, before adding any: a long run's loads (an arrow matrix's dense row spans
+// ~500 tiles, 16 a lane) are then in flight together, not one L2 round trip after another.
+constexpr int RUN_LOADS = 4;
+
 template <typename V, typename I, typename Rows>
 __device__ __forceinline__ V run_partial_sum(Rows rows, const V* carry_value, int t, int n_tiles,
                                              I row, int lane) {
     V sum = value_zero<V>();
-    for (int u = t + lane; u < n_tiles; u += WARP_LANES) {
-        if (rows[u] != row) {
-            break;
+    int u = t + lane;
+    if (u < n_tiles && rows[u] == row) {
+        sum = add(sum, load_coherent(carry_value + u));  // as the loop adds (0 + -0 is +0)
+        for (u += WARP_LANES; u < n_tiles; u += RUN_LOADS * WARP_LANES) {
+            bool same[RUN_LOADS];
+            V carry[RUN_LOADS];
+#pragma unroll
+            for (int k = 0; k < RUN_LOADS; ++k) {
+                // both loads at once (a carry past the run is read and not added)
+                const int w = u + k * WARP_LANES;
+                same[k] = w < n_tiles && rows[w] == row;
+                carry[k] = w < n_tiles ? load_coherent(carry_value + w) : value_zero<V>();
+            }
+            bool ended = false;
+#pragma unroll
+            for (int k = 0; k < RUN_LOADS; ++k) {
+                ended = ended || !same[k];
+                if (!ended) {
+                    sum = add(sum, carry[k]);
+                }
+            }
+            if (ended) {
+                break;
+            }
         }
-        sum = add(sum, load_coherent(carry_value + u));
     }
 #pragma unroll
     for (int offset = WARP_LANES / 2; offset > 0; offset >>= 1) {
