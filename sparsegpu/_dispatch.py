@@ -310,20 +310,14 @@ def _product(matrix_obj, x, backend, policy, out, planning=None):
     if on_host:
         if out is None and type(x) is np.ndarray:  # the CPU path: scipy's kernel takes x
             return plan.matvec(x)
-    elif (
-        plan._direct
-        and type(x) is plan._array_type
-        and x.ndim == 1
-        and x._c_contiguous
-        and x.size == plan._n_cols
-        and x.dtype == plan._dtype
-    ):
-        # the GPU hot path: a device vector as Plan.matvec's own fast path takes it, so the
-        # plan's kernel is called here (anything else goes the general way below)
+    elif plan._on_device and type(x) is plan._array_type and x.dtype == value_dtype and x.ndim == 1:
+        # the GPU hot path: a device vector in the right dtype (Plan.matvec checks the rest)
+        if not x._c_contiguous:
+            x = x.copy()
         if out is None:
-            return plan._matvec(x, plan._allocate(plan._y_shape, plan._dtype))
+            return plan.matvec(x)
         if plan.takes_out(x, out):  # a device buffer the result can go into as it is
-            return plan._matvec(x, out)
+            return plan.matvec(x, out=out)
     want_cupy = _cuda.is_cupy_array(x)
     if out is not None:
         _check_out(out, x, matrix_obj.shape[0], value_dtype)

@@ -47,9 +47,6 @@ class Plan:
         # constructor, not ``empty``, saves a Python call per product
         self._on_device = matrix.xp is not np
         self._allocate = matrix.xp.ndarray if self._on_device else np.empty
-        # the dispatcher may call _matvec itself for a device x it has checked as matvec's
-        # fast path would (one call and one set of checks fewer), unless matvec is overridden
-        self._direct = self._on_device and type(self).matvec is Plan.matvec
 
     def operands(self, x, out, ndim: int):
         """``(x, y)`` checked for a product: ``y`` is ``out`` or a new result buffer.
