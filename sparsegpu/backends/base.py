@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._mirror import CUPY, DeviceMatrix, Residence
+from .._result_buffers import ResultBuffers
 from .._spmm import csr_spmm, spmm_supports
 from .policy import Policy
 
@@ -47,6 +48,13 @@ class Plan:
         # constructor, not ``empty``, saves a Python call per product
         self._on_device = matrix.xp is not np
         self._allocate = matrix.xp.ndarray if self._on_device else np.empty
+        # small results are taken back once their caller drops them (_result_buffers)
+        nbytes = matrix.shape[0] * self._dtype.itemsize
+        self._results = (
+            ResultBuffers(matrix.xp, self._y_shape, self._dtype)
+            if ResultBuffers.wanted(self._on_device, nbytes)
+            else None
+        )
 
     def operands(self, x, out, ndim: int):
         """``(x, y)`` checked for a product: ``y`` is ``out`` or a new result buffer.
@@ -90,6 +98,9 @@ class Plan:
             and x._c_contiguous
         ):  # the solvers' call: the full check of x below would say the same
             if out is None:
+                results = self._results
+                if results is not None:
+                    return self._matvec(x, results.take())
                 return self._matvec(x, self._allocate(self._y_shape, self._dtype))
             if self.takes_out(x, out):
                 return self._matvec(x, out)

@@ -1,0 +1,113 @@
+"""Result vectors a plan takes back once their caller has let go of them.
+
+On a small matrix ``A @ x`` is bound by host time, and allocating y from CuPy's pool is a
+sixth of it (1.8-2.3 us of the 10-15 us a call costs on the H200's host;
+``docs/benchmarks/results/per_call_*.json``). A plan keeps the last :data:`SLOTS` result
+vectors it handed out, when they are small (:data:`MAX_BYTES`), and a product without
+``out=`` takes one back instead of allocating when
+
+- nothing but the plan refers to the array, to its memory pointer or to its memory: the
+  caller dropped it, and no view, ``memptr=`` array, pointer offset, DLPack capsule or
+  ``__cuda_array_interface__`` consumer (they all keep a reference) holds its bytes; and
+- the current stream is the one it was made on.
+
+That is exactly when CuPy's pool would hand those bytes to the next allocation on that
+stream without waiting, so a taken-back vector is as safe as a fresh one; its old
+contents are overwritten like a fresh vector's garbage. Two slots, because in a loop
+``q = A @ p`` the caller still holds the previous ``q`` while the next product runs.
+
+The reference counts a free vector has are measured at import on an object of the same
+shape (array -> pointer -> memory), by the same code, so the test does not depend on how
+an interpreter counts borrowed references. Any reference the test does not expect only
+makes it allocate. Off on a free-threaded interpreter, whose counts are not exact.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+# Results up to this size are taken back: past it the product is bound by the GPU, and an
+# allocation overlaps with kernels already queued. Each plan holds at most SLOTS of them.
+MAX_BYTES = 1 << 20
+SLOTS = 2
+
+
+def _free_or_counts(slots, free):
+    """The first array of ``slots`` that only ``slots`` refers to (given ``free``, the
+    counts of such an array), or None; with ``free`` None, the counts of ``slots[0]``."""
+    getrefcount = sys.getrefcount
+    for y in slots:
+        data = y.data
+        counts = (getrefcount(y), getrefcount(data), getrefcount(data.mem))
+        if free is None:
+            return counts
+        if counts == free:
+            return y
+    return None
+
+
+class _Shape:
+    """An object shaped like a CuPy array for :func:`_free_or_counts` to measure: array ->
+    pointer (``.data``) -> memory (``.mem``), each held only by the one above it."""
+
+    __slots__ = ("data", "mem")
+
+
+def _measured_free_counts() -> tuple:
+    array, pointer, memory = _Shape(), _Shape(), _Shape()
+    pointer.mem = memory
+    array.data = pointer
+    slots = [array]
+    del array, pointer, memory
+    return _free_or_counts(slots, None)
+
+
+FREE_COUNTS = _measured_free_counts()
+ENABLED = getattr(sys, "_is_gil_enabled", lambda: True)()
+
+
+class ResultBuffers:
+    """The small result vectors of one plan, taken back when their caller has dropped them.
+
+    Parameters
+    ----------
+    cupy : module
+        CuPy (for the current stream and the allocation).
+    shape : tuple
+        The result's shape.
+    dtype : numpy.dtype
+        The result's dtype.
+    """
+
+    def __init__(self, cupy, shape, dtype):
+        self._allocate = cupy.ndarray
+        self._current_stream = cupy.cuda.get_current_stream
+        self._shape = shape
+        self._dtype = dtype
+        self._slots: list = []
+        self._stream = None
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def wanted(on_device: bool, nbytes: int) -> bool:
+        """True when a plan with results of ``nbytes`` should keep them (see the module)."""
+        return on_device and ENABLED and 0 < nbytes <= MAX_BYTES
+
+    def take(self):
+        """A result vector: one the caller has let go of on this stream, or a new one."""
+        stream = self._current_stream().ptr
+        slots = self._slots
+        if stream == self._stream:
+            y = _free_or_counts(slots, FREE_COUNTS)
+            if y is not None:
+                return y
+        y = self._allocate(self._shape, self._dtype)
+        with self._lock:  # two threads may both allocate; the slots stay a list of SLOTS
+            if stream != self._stream:
+                self._slots = slots = []
+                self._stream = stream
+            slots.append(y)
+            if len(slots) > SLOTS:
+                del slots[0]
+        return y

@@ -1,0 +1,184 @@
+"""Result vectors taken back by a plan (sparsegpu._result_buffers).
+
+On the CPU against a stand-in CuPy whose arrays have CuPy's shape (array -> pointer ->
+memory); on the GPU through ``A @ x`` with real CuPy arrays, where every result a caller
+still reaches must keep its values.
+"""
+
+from __future__ import annotations
+
+import types
+import weakref
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import sparsegpu as sg
+from sparsegpu import _result_buffers as rb
+
+
+class _Memory:
+    pass
+
+
+class _Pointer:
+    def __init__(self, mem, offset=0):
+        self.mem = mem
+        self.ptr = id(mem) + offset
+
+    def __add__(self, offset):
+        return _Pointer(self.mem, offset)
+
+
+class _Array:
+    def __init__(self, shape, dtype, memptr=None):
+        self.shape, self.dtype = shape, dtype
+        self.data = memptr if memptr is not None else _Pointer(_Memory())
+
+    def view(self):
+        return _Array(self.shape, self.dtype, self.data)
+
+
+@pytest.fixture
+def fake_cupy():
+    """A CuPy of :class:`_Array` with a switchable current stream; counts allocations."""
+    stream = types.SimpleNamespace(ptr=1)
+
+    def ndarray(shape, dtype):
+        module.allocations += 1
+        return _Array(shape, dtype)
+
+    module = types.SimpleNamespace(
+        ndarray=ndarray, cuda=types.SimpleNamespace(get_current_stream=lambda: stream)
+    )
+    module.stream, module.allocations = stream, 0
+    return module
+
+
+def _buffers(cupy):
+    return rb.ResultBuffers(cupy, (4,), np.dtype(np.float64))
+
+
+def test_a_dropped_result_is_taken_back(fake_cupy):
+    buffers = _buffers(fake_cupy)
+    first_id = id(buffers.take())  # dropped at once, as ``A @ x`` in a timing loop
+    assert id(buffers.take()) == first_id
+    assert fake_cupy.allocations == 1
+
+
+def test_a_held_result_is_never_handed_out_again(fake_cupy):
+    buffers = _buffers(fake_cupy)
+    held = [buffers.take() for _ in range(5)]
+    assert len({id(y) for y in held}) == 5
+
+
+@pytest.mark.parametrize(
+    "keep",
+    [
+        pytest.param(lambda y: y.view(), id="a view (shares the pointer)"),
+        pytest.param(lambda y: y.data, id="the memory pointer"),
+        pytest.param(lambda y: y.data + 8, id="a pointer into it"),
+        pytest.param(lambda y: y.data.mem, id="the memory"),
+        pytest.param(lambda y: _Array((2,), y.dtype, y.data + 16), id="a memptr array"),
+    ],
+)
+def test_a_result_whose_memory_is_still_reachable_is_not_taken_back(fake_cupy, keep):
+    buffers = _buffers(fake_cupy)
+    kept = keep(buffers.take())
+    second = buffers.take()
+    assert fake_cupy.allocations == 2
+    del kept, second
+    buffers.take()  # once let go, both are free again
+    assert fake_cupy.allocations == 2
+
+
+def test_a_loop_that_holds_the_previous_result_alternates_two_buffers(fake_cupy):
+    buffers = _buffers(fake_cupy)
+    q = None
+    for _ in range(10):
+        q = buffers.take()  # the previous q is still held while the next one is taken
+    assert q is not None and fake_cupy.allocations == rb.SLOTS
+
+
+def test_another_stream_gets_a_new_buffer_and_the_old_ones_are_released(fake_cupy):
+    buffers = _buffers(fake_cupy)
+    first = weakref.ref(buffers.take())
+    fake_cupy.stream.ptr = 2
+    buffers.take()
+    assert fake_cupy.allocations == 2
+    assert first() is None  # the first stream's buffer was let go, not kept for later
+    buffers.take()
+    assert fake_cupy.allocations == 2  # the second stream's came back
+
+
+def test_only_small_device_results_are_kept():
+    assert rb.ResultBuffers.wanted(True, rb.MAX_BYTES) == rb.ENABLED
+    assert not rb.ResultBuffers.wanted(True, rb.MAX_BYTES + 1)
+    assert not rb.ResultBuffers.wanted(True, 0)
+    assert not rb.ResultBuffers.wanted(False, 8)
+
+
+# On the GPU: real CuPy arrays through ``A @ x``.
+
+
+def _small(dtype=np.float64):
+    S = sp.random(300, 200, density=0.05, format="csr", random_state=3, dtype=dtype)
+    return S, sg.csr_matrix(S)
+
+
+def _x(cupy, seed, n=200, dtype=np.float64):
+    return cupy.asarray(np.random.default_rng(seed).uniform(-1, 1, n).astype(dtype))
+
+
+def test_a_dropped_product_is_reused_on_the_gpu(cupy, gpu_backend_name):
+    S, A = _small()
+    A.backend = gpu_backend_name
+    x = _x(cupy, 0)
+    if not rb.ENABLED:
+        pytest.skip("result buffers are off on a free-threaded interpreter")
+    pointer = (A @ x).data.ptr
+    y = A @ x  # the first result was dropped: its buffer comes back
+    assert y.data.ptr == pointer
+    np.testing.assert_allclose(cupy.asnumpy(y), S @ cupy.asnumpy(x), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "keep",
+    [
+        pytest.param(lambda cupy, y: y, id="the array"),
+        pytest.param(lambda cupy, y: y[1:], id="a view"),
+        pytest.param(
+            lambda cupy, y: cupy.ndarray((y.size - 2,), y.dtype, memptr=y.data + 2 * y.itemsize),
+            id="a memptr array",
+        ),
+        pytest.param(lambda cupy, y: cupy.from_dlpack(y), id="a DLPack import"),
+    ],
+)
+def test_products_never_overwrite_a_result_still_reachable(cupy, gpu_backend_name, keep):
+    S, A = _small()
+    A.backend = gpu_backend_name
+    x1, x2 = _x(cupy, 1), _x(cupy, 2)
+    y1 = A @ x1
+    expected = cupy.asnumpy(y1)
+    kept = keep(cupy, y1)
+    offset = y1.size - kept.size
+    del y1
+    for _ in range(2 * rb.SLOTS):  # every slot is offered while kept holds its buffer
+        A @ x2
+    np.testing.assert_array_equal(cupy.asnumpy(kept), expected[offset:])
+
+
+def test_a_result_reused_on_another_stream_is_not_the_first_streams(cupy):
+    S, A = _small()
+    A.backend = "vector"
+    x = _x(cupy, 4)
+    cupy.cuda.Device().synchronize()  # x is ready before streams that do not wait for it
+    first = cupy.cuda.Stream(non_blocking=True)
+    second = cupy.cuda.Stream(non_blocking=True)
+    with first:
+        pointer = (A @ x).data.ptr
+    with second:
+        y = A @ x
+        assert y.data.ptr != pointer
+        np.testing.assert_allclose(cupy.asnumpy(y), S @ cupy.asnumpy(x), rtol=1e-12)
