@@ -112,6 +112,7 @@ class KernelLaunch:
         self._current_stream = self._cupy.cuda.get_current_stream
         self._x_slot = self._slots.get("x")
         self._y_slot = self._slots.get("y")
+        self._texture_slot = self._slots.get("x_texture")
 
     def bind(self, **fixed) -> KernelLaunch:
         """A copy with the slots named in ``fixed`` filled for good (a plan's per-stream
@@ -132,15 +133,18 @@ class KernelLaunch:
         self._params_ptr = self._params.ctypes.data
         self._lock = threading.Lock()
 
-    def xy(self, grid: int, x, y) -> None:
+    def xy(self, grid: int, x, y, texture: int = 0) -> None:
         """Launch with the slots ``"x"`` and ``"y"`` set to two CuPy arrays (checked by the
-        plan) and every other slot fixed: the per-product path, without keyword arguments
-        or per-argument conversion."""
+        plan), the slot ``"x_texture"``, if the kernel has one, to the handle ``texture``,
+        and every other slot fixed: the per-product path, without keyword arguments or
+        per-argument conversion."""
         stream_ptr = self._current_stream().ptr
         args = self._args
         with self._lock:
             args[self._x_slot] = x.data.ptr
             args[self._y_slot] = y.data.ptr
+            if self._texture_slot is not None:
+                args[self._texture_slot] = texture
             self._driver_launch(self._function, grid, *self._shape, stream_ptr, self._params_ptr, 0)
 
     def __call__(self, grid: int, **per_call) -> None:

@@ -406,6 +406,41 @@ def test_texture_objects_are_reused_per_x_buffer(cupy):
 
 
 @pytest.mark.gpu
+def test_a_texture_entry_keeps_its_event_across_launches(cupy):
+    A = sg.csr_matrix(awkward_matrices(np.float64, np.int32)["random_200x150"])
+    plan = _dispatch.plan_for(A, np.float64, backend="texture")
+    x = cupy.asarray(random_vector(150, np.float64, seed=0))
+    plan.matvec(x)
+    (entry,) = plan.textures._entries.values()
+    event = entry[2]
+    plan.matvec(x)
+    assert plan.textures._entries[next(iter(plan.textures._entries))][2] is event
+    event.synchronize()
+    assert event.done
+
+
+@pytest.mark.gpu
+def test_texture_eviction_under_threads_keeps_every_answer(cupy):
+    # 8 threads, each with its own 3 x buffers, on one plan whose cache holds 2 textures:
+    # nearly every launch evicts a texture another thread launched with
+    import concurrent.futures
+
+    A = sg.csr_matrix(awkward_matrices(np.float64, np.int32)["random_200x150"])
+    plan = _dispatch.plan_for(A, np.float64, backend="texture")
+    S = sp.csr_matrix(A)
+
+    def work(seed):
+        xs = [cupy.asarray(random_vector(150, np.float64, seed=seed * 3 + i)) for i in range(3)]
+        want = [S @ x.get() for x in xs]
+        for _ in range(20):
+            for x, expected in zip(xs, want, strict=True):
+                assert_product_close(plan.matvec(x), expected, np.float64, 12)
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        list(pool.map(work, range(8)))
+
+
+@pytest.mark.gpu
 @pytest.mark.slow
 @pytest.mark.parametrize("backend_name", ["vector", "shuffle", "swcache"])
 def test_grid_stride_beyond_2_to_the_31_threads(cupy, backend_name):

@@ -62,3 +62,17 @@ def test_a_launch_fills_fixed_and_per_call_slots(launches):
         (1234, 9, 128, 512, 77, [0x1000, 0x2000, 5, 42, 2**40]),
         (1234, 3, 128, 512, 77, [0x1000, 0x3000, 5, 0, 2**40]),
     ]
+
+
+def test_the_per_product_launch_writes_x_y_and_the_texture_slot(launches):
+    kernel = types.SimpleNamespace(kernel=_Pointer(99))
+    plain = _launch.KernelLaunch(kernel, 64, (_DeviceArray(0x10), "x", 0, "y", 7))
+    textured = _launch.KernelLaunch(kernel, 64, (_DeviceArray(0x10), "x", "x_texture", "y", 7))
+    plain.xy(5, _DeviceArray(0x20), _DeviceArray(0x30))
+    textured.xy(6, _DeviceArray(0x40), _DeviceArray(0x50), 1234)
+    textured.xy(6, _DeviceArray(0x60), _DeviceArray(0x70), 4321)
+    assert launches == [
+        (99, 5, 64, 0, 77, [0x10, 0x20, 0, 0x30, 7]),
+        (99, 6, 64, 0, 77, [0x10, 0x40, 1234, 0x50, 7]),
+        (99, 6, 64, 0, 77, [0x10, 0x60, 4321, 0x70, 7]),
+    ]

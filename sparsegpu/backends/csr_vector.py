@@ -169,11 +169,14 @@ class KernelPlan(Plan):
 
 
 class TextureCache:
-    """Texture objects over recent x buffers, keyed by (pointer, bytes).
+    """Texture objects over recent x buffers, keyed by (pointer, bytes, device).
 
     Solvers call a plan with the same few x buffers; keeping their texture objects saves
-    creating one per call. An entry holds its x (the texture reads that memory) and the event
-    of its last launch, so an evicted texture is destroyed only after its kernels finished.
+    creating one per call. An entry holds its x (the texture reads that memory), the texture
+    and an event recorded after each of its launches, so an evicted texture is destroyed only
+    after its kernels finished. :meth:`launch` holds the cache's lock from the lookup to the
+    event's record, so no other thread can evict a texture between its launch and the
+    record that protects it.
     """
 
     def __init__(self, value_dtype, capacity: int = 2):
@@ -181,6 +184,7 @@ class TextureCache:
         self.capacity = capacity
         self._entries: dict = {}
         self._lock = threading.Lock()
+        self._cupy = _cuda.cupy_or_none()
 
     def _channel(self, cupy):
         runtime = cupy.cuda.runtime
@@ -194,30 +198,35 @@ class TextureCache:
         }
         return cupy.cuda.texture.ChannelFormatDescriptor(*channels[self.value_dtype])
 
-    def texture_for(self, x):
-        """The texture object reading ``x``, made on first use; marks it used by a launch."""
-        cupy = _cuda.cupy_or_none()
-        key = (x.data.ptr, x.nbytes, x.device.id)
+    def _entry(self, x) -> list:
+        """``[x, texture, event]`` for ``x``, made on first use, now the most recently used
+        (the caller holds the lock)."""
+        data = x.data
+        key = (data.ptr, x.nbytes, data.device_id)
+        entry = self._entries.pop(key, None)
+        if entry is None:
+            cupy = self._cupy
+            texture_module = cupy.cuda.texture
+            resource = texture_module.ResourceDescriptor(
+                cupy.cuda.runtime.cudaResourceTypeLinear,
+                arr=x,
+                chDesc=self._channel(cupy),
+                sizeInBytes=x.nbytes,
+            )
+            texture = texture_module.TextureObject(resource, texture_module.TextureDescriptor())
+            entry = [x, texture, cupy.cuda.Event(disable_timing=True), texture.ptr]
+        while len(self._entries) >= self.capacity:
+            old = self._entries.pop(next(iter(self._entries)))  # the least recently used
+            old[2].synchronize()  # its last launch has finished (an unrecorded event: none)
+        self._entries[key] = entry
+        return entry
+
+    def launch(self, launch: KernelLaunch, grid: int, x, y) -> None:
+        """Launch ``launch`` on ``x`` (through its texture object) and ``y``."""
         with self._lock:
-            entry = self._entries.pop(key, None)
-            if entry is None:
-                texture_module = cupy.cuda.texture
-                resource = texture_module.ResourceDescriptor(
-                    cupy.cuda.runtime.cudaResourceTypeLinear,
-                    arr=x,
-                    chDesc=self._channel(cupy),
-                    sizeInBytes=x.nbytes,
-                )
-                texture = texture_module.TextureObject(resource, texture_module.TextureDescriptor())
-                entry = [x, texture, None]
-            while len(self._entries) >= self.capacity:
-                old = self._entries.pop(next(iter(self._entries)))  # the least recently used
-                if old[2] is not None:
-                    old[2].synchronize()
-            event = cupy.cuda.Event(disable_timing=True)
-            entry[2] = event
-            self._entries[key] = entry
-            return entry[1], event
+            entry = self._entry(x)
+            launch.xy(grid, x, y, entry[3])
+            entry[2].record()
 
 
 class CsrVectorPlan(KernelPlan):
@@ -233,7 +242,10 @@ class CsrVectorPlan(KernelPlan):
         super().__init__(matrix, policy, vector_dtype)
         self.load_path = backend.load_path
         self.reduction = backend.reduction
-        self.textures = TextureCache(matrix.dtype) if backend.load_path == LOAD_TEXTURE else None
+        self.textures = None
+        if backend.load_path == LOAD_TEXTURE:
+            self.textures = TextureCache(matrix.dtype)
+            self._texture_alignment = _cuda.device_info().texture_alignment
         if not self.launches:
             return
         if policy.vector_loads:
@@ -250,13 +262,11 @@ class CsrVectorPlan(KernelPlan):
     def _matvec(self, x, y):
         if self.textures is None or not self.launches:
             return super()._matvec(x, y)
-        if x.data.ptr % _cuda.device_info().texture_alignment:
+        if x.data.ptr % self._texture_alignment:
             # a texture over linear memory must start at an aligned address; a view at an
             # odd offset (a column of a Krylov basis, say) is read through an aligned copy
             x = x.copy()
-        texture, event = self.textures.texture_for(x)
-        self._launch(self.grid, x=x, x_texture=texture, y=y)
-        event.record()
+        self.textures.launch(self._launch, self.grid, x, y)
         return y
 
 
