@@ -9,8 +9,10 @@ without synchronizing inside the loop (calls queue on the stream), median of rep
 - the CPU path: ``A @ x`` with a numpy x on the ``scipy`` backend against scipy's own
   ``A @ x`` (900 x 900, about 4,000 nonzeros);
 - where ``auto``'s time goes (``pieces``): CuPy's own floor (``cupy.cuda.get_current_stream``,
-  allocating y, one bare ``cuLaunchKernel`` of the plan's kernel) against the plan's
-  matvec with and without ``out=`` and the whole ``A @ x``.
+  allocating y, one bare ``cuLaunchKernel`` of the plan's kernel), taking back a dropped
+  result (``sparsegpu._result_buffers``) against allocating one, and the plan's
+  matvec with and without ``out=`` and the whole ``A @ x``;
+- the ``cusparse`` backend's ``A @ x`` against the bare ``cusparseSpMV`` call it makes.
 
 Run from a checkout (``PYTHONPATH=$PWD python3 benchmarks/per_call.py --out FILE.json``);
 to compare two trees, run it once with each on ``PYTHONPATH`` and ``--label``.
@@ -28,6 +30,7 @@ import numpy as np
 import scipy.sparse as sp
 
 import sparsegpu as sg
+from sparsegpu.backends import cusparse as cusparse_backend
 
 # Few calls between synchronizations: more would fill the launch queue (about a thousand
 # launches), after which each call waits for the GPU and the loop times kernels, not host.
@@ -60,6 +63,9 @@ def pieces(B, x, cupy, sync) -> dict:
     out["get_current_stream_us"] = per_call_us(cupy.cuda.get_current_stream, sync)
     out["cupy_empty_us"] = per_call_us(lambda: cupy.empty(B.shape[0]), sync)
     out["cupy_ndarray_us"] = per_call_us(lambda: cupy.ndarray((B.shape[0],), np.float64), sync)
+    results = getattr(plan, "_results", None)
+    if results is not None:  # a result taken back once its caller dropped it
+        out["result_buffers_take_us"] = per_call_us(results.take, sync)
     launch = getattr(plan, "_launch", None)
     if launch is not None and hasattr(launch, "xy"):
         out["bare_launch_us"] = per_call_us(
@@ -77,6 +83,29 @@ def pieces(B, x, cupy, sync) -> dict:
     cupy_add = cupy.ElementwiseKernel("float64 a", "float64 b", "b = a", "sg_copy_probe")
     out["cupy_elementwise_us"] = per_call_us(lambda: cupy_add(x, y), sync)
     return out
+
+
+def cusparse_pieces(B, x, cupy, sync) -> dict:
+    """Host microseconds of the ``cusparse`` backend's ``A @ x`` against the one
+    ``cusparseSpMV`` call it makes (same handle, descriptors and workspace): the part of a
+    call that is cuSPARSE's own."""
+    plan = sg._dispatch.plan_for(B, np.float64, backend="cusparse")
+    y = cupy.empty(B.shape[0])
+    plan.matvec(x, out=y)  # makes the descriptors of x and y
+    stream_ptr = cupy.cuda.get_current_stream().ptr
+    lib = plan._lib
+    args = (
+        cusparse_backend.thread_handle(lib, plan._device_id, stream_ptr),
+        cusparse_backend.OPERATION_NON_TRANSPOSE, plan._alpha_ptr, plan._mat_handle,
+        plan._x_vectors[x.data.ptr].handle, plan._beta_ptr, plan._y_vectors[y.data.ptr].handle,
+        plan._compute_type, plan._algorithm, plan._workspaces[stream_ptr][1],
+    )  # fmt: skip
+    return {
+        "cusparse_spmv_call_us": per_call_us(lambda: lib.spMV(*args), sync),
+        "plan_matvec_out_us": per_call_us(lambda: plan.matvec(x, out=y), sync),
+        "plan_matvec_us": per_call_us(lambda: plan.matvec(x), sync),
+        "a_at_x_us": per_call_us(lambda: B @ x, sync),
+    }
 
 
 def main(argv=None) -> int:
@@ -121,6 +150,10 @@ def main(argv=None) -> int:
         B = sg.csr_matrix(S)
         result["gpu"]["auto_us"] = per_call_us(lambda: B @ x, sync)
         result["gpu"]["pieces"] = pieces(B, x, cupy, sync)
+        if any(b.name == "cusparse" and b.available for b in sg.backends()):
+            B = sg.csr_matrix(S)
+            B.backend = "cusparse"
+            result["gpu"]["cusparse_pieces"] = cusparse_pieces(B, x, cupy, sync)
 
     print(json.dumps(result, indent=1))
     if args.out:
