@@ -14,8 +14,7 @@ vectors it handed out, when they are small (:data:`MAX_BYTES`), and a product wi
 That is exactly when CuPy's pool would hand those bytes to the next allocation on that
 stream without waiting, so a taken-back vector is as safe as a fresh one; its old
 contents are overwritten like a fresh vector's garbage. Two slots, because in a loop
-``q = A @ p`` the caller still holds the previous ``q`` while the next product runs. All
-plans together keep at most :data:`TOTAL_BYTES`; past that, products allocate as before.
+``q = A @ p`` the caller still holds the previous ``q`` while the next product runs.
 
 The reference counts a free vector has are measured at import on an object of the same
 shape (array -> pointer -> memory), by the same code, so the test does not depend on how
@@ -28,18 +27,10 @@ from __future__ import annotations
 import sys
 import threading
 
-import numpy as np
-
 # Results up to this size are taken back: past it the product is bound by the GPU, and an
-# allocation overlaps with kernels already queued. Each plan holds at most SLOTS of them,
-# and all plans together at most TOTAL_BYTES (thousands of live small matrices would
-# otherwise keep memory the pool could lend to others); past it a plan allocates as before.
+# allocation overlaps with kernels already queued. Each plan holds at most SLOTS of them.
 MAX_BYTES = 1 << 20
 SLOTS = 2
-TOTAL_BYTES = 256 << 20
-
-_held = [0]  # bytes kept by all plans' slots
-_held_lock = threading.RLock()  # re-entrant: a plan dropped inside it releases too
 
 
 def _free_or_counts(slots, free):
@@ -94,7 +85,6 @@ class ResultBuffers:
         self._current_stream = cupy.cuda.get_current_stream
         self._shape = shape
         self._dtype = dtype
-        self._nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
         self._slots: list = []
         self._stream = None
         self._lock = threading.Lock()
@@ -115,34 +105,9 @@ class ResultBuffers:
         y = self._allocate(self._shape, self._dtype)
         with self._lock:  # two threads may both allocate; the slots stay a list of SLOTS
             if stream != self._stream:
-                _release(len(self._slots) * self._nbytes)
                 self._slots = slots = []
                 self._stream = stream
-            if len(slots) == SLOTS:
-                del slots[0]  # y takes the oldest's place (and its bytes)
-            elif not _reserve(self._nbytes):
-                return y  # every plan together holds TOTAL_BYTES: y is not kept
             slots.append(y)
+            if len(slots) > SLOTS:
+                del slots[0]
         return y
-
-    def __del__(self):
-        _release(len(self._slots) * self._nbytes)
-
-
-def held_bytes() -> int:
-    """The bytes all plans' result slots keep now."""
-    return _held[0]
-
-
-def _reserve(nbytes: int) -> bool:
-    with _held_lock:
-        if _held[0] + nbytes > TOTAL_BYTES:
-            return False
-        _held[0] += nbytes
-        return True
-
-
-def _release(nbytes: int) -> None:
-    if nbytes:
-        with _held_lock:
-            _held[0] -= nbytes
