@@ -1,8 +1,8 @@
 """Result vectors a plan takes back once their caller has let go of them.
 
 On a small matrix ``A @ x`` is bound by host time, and allocating y from CuPy's pool is a
-sixth of it (1.8-2.3 us of the 10-15 us a call costs on the H200's host;
-``docs/benchmarks/results/per_call_*.json``). A plan keeps the last :data:`SLOTS` result
+fifth of it (1.4-1.9 us of the 7-10 us a call costs on the H200's host;
+``docs/benchmarks/results/per_call_twelfth_h200.json``). A plan keeps the last :data:`SLOTS` result
 vectors it handed out, when they are small (:data:`MAX_BYTES`), and a product without
 ``out=`` takes one back instead of allocating when
 

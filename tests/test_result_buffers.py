@@ -23,12 +23,11 @@ class _Memory:
 
 
 class _Pointer:
-    def __init__(self, mem, offset=0):
+    def __init__(self, mem):
         self.mem = mem
-        self.ptr = id(mem) + offset
 
-    def __add__(self, offset):
-        return _Pointer(self.mem, offset)
+    def __add__(self, offset):  # a pointer into the same memory
+        return _Pointer(self.mem)
 
 
 class _Array:

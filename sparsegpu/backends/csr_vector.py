@@ -199,8 +199,9 @@ class TextureCache:
         return cupy.cuda.texture.ChannelFormatDescriptor(*channels[self.value_dtype])
 
     def _entry(self, x) -> list:
-        """``[x, texture, event]`` for ``x``, made on first use, now the most recently used
-        (the caller holds the lock)."""
+        """``[x, texture, event, texture handle]`` for ``x`` (the handle read once, for the
+        launch's slot), made on first use, now the most recently used (the caller holds the
+        lock)."""
         data = x.data
         key = (data.ptr, x.nbytes, data.device_id)
         entry = self._entries.pop(key, None)
