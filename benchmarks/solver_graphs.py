@@ -24,8 +24,9 @@ still run):
 * ``numpy_path``: ``scipy.sparse.linalg.cg`` with numpy vectors, ``--iterations``
   iterations, on a ``--numpy-grid``^3 (1.6M-row) Poisson matrix: scipy's matrix; scipy's
   own vector work (a product that costs nothing: the floor of this path); a sparsegpu
-  matrix with x through the pinned staging buffer and with pageable copies. Wall medians
-  of ``--repeat`` runs.
+  matrix as shipped (scipy's ``p`` page-locked in place from its second product), with x
+  copied through the pinned staging buffer every time, and with pageable copies. Wall
+  medians of ``--numpy-rounds`` solves each, timed in alternation.
 
 Usage: ``python benchmarks/solver_graphs.py --out DIR`` (writes solver_graphs_h200.json
 and .md; prints the table last).
@@ -40,7 +41,7 @@ import json
 import math
 import time
 import traceback
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -49,7 +50,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spl
 
 import sparsegpu as sg
-from sparsegpu import _reorder, _staging
+from sparsegpu import _reorder, _staging, _timing
 from sparsegpu.datasets.synthetic import stencil_3d
 
 
@@ -273,13 +274,28 @@ def pageable_copies(cupy):
         _staging.upload, _staging.download = upload, download
 
 
+@contextmanager
+def staging_only(cupy):
+    """x always copied into the staging buffer, never page-locked in place (before 2026-11)."""
+    threshold = _staging.REGISTER_MIN_BYTES
+    _staging.REGISTER_MIN_BYTES = math.inf
+    try:
+        yield
+    finally:
+        _staging.REGISTER_MIN_BYTES = threshold
+
+
 COPY_MODES = {
-    "pinned": ("x through the pinned staging buffer, pinned results", None),
+    "pinned": ("x page-locked in place from its second product, pinned results", None),
+    "staging": ("x copied through the pinned staging buffer, pinned results", staging_only),
     "pageable": ("pageable copies both ways", pageable_copies),
 }
 
 
 def bench_numpy_path(args, cupy, report):
+    """scipy's cg on scipy's matrix, on a free product and on ours in each copy mode, timed
+    in alternation (one solve of each per round, the order rotating), so a slow stretch of
+    the host falls on all of them alike."""
     S = sp.csr_matrix(stencil_3d(args.numpy_grid))
     b = np.random.default_rng(2).uniform(-1, 1, S.shape[0])
     tol = {"rtol" if "rtol" in inspect.signature(spl.cg).parameters else "tol": 1e-30}
@@ -287,35 +303,42 @@ def bench_numpy_path(args, cupy, report):
         "n": S.shape[0],
         "nnz": int(S.nnz),
         "iterations": args.iterations,
+        "rounds": args.numpy_rounds,
+        "timing": "wall median of one solve per round, the solves in alternation",
     }
-    seconds, (x_scipy, _) = timed(
-        lambda: spl.cg(S, b, maxiter=args.iterations, **tol), cupy, args.repeat
-    )
-    entry["scipy_alone"] = {"seconds": seconds}
     # scipy's own vector work: the same iterations with a product that costs nothing (it
     # returns one precomputed vector), the floor of any matrix on this path
     q = S @ b
     free = spl.LinearOperator(S.shape, matvec=lambda v: q, dtype=S.dtype)
-    seconds, _ = timed(lambda: spl.cg(free, b, maxiter=args.iterations, **tol), cupy, args.repeat)
-    entry["vector_work"] = {
-        "seconds": seconds,
-        "vs_scipy": entry["scipy_alone"]["seconds"] / seconds,
-    }
     A = sg.csr_matrix(S)
     A @ b  # the upload and the plan, once
-    for label, (what, context) in COPY_MODES.items():
-        run = lambda: spl.cg(A, b, maxiter=args.iterations, **tol)  # noqa: E731
-        if context is None:
-            seconds, (x, _) = timed(run, cupy, args.repeat)
-        else:
-            with context(cupy):
-                seconds, (x, _) = timed(run, cupy, args.repeat)
-        entry[label] = {
-            "what": what,
-            "seconds": seconds,
-            "vs_scipy": entry["scipy_alone"]["seconds"] / seconds,
-            "relative_difference": float(np.linalg.norm(x - x_scipy) / np.linalg.norm(x_scipy)),
-        }
+    solvers = {"scipy_alone": S, "vector_work": free}
+    solvers.update(dict.fromkeys(COPY_MODES, A))
+    answers = {}
+
+    def solve(label):
+        context = COPY_MODES[label][1] if label in COPY_MODES else None
+        with context(cupy) if context is not None else nullcontext():
+            answers[label], _ = spl.cg(solvers[label], b, maxiter=args.iterations, **tol)
+
+    timings = _timing.host_time_interleaved(
+        {label: functools.partial(solve, label) for label in solvers},
+        warmup=1,
+        repeat=args.numpy_rounds,
+    )
+    scipy_seconds = timings["scipy_alone"].median_ms / 1e3
+    x_scipy = answers["scipy_alone"]
+    for label, timing in timings.items():
+        seconds = timing.median_ms / 1e3
+        entry[label] = {"seconds": seconds, "samples_ms": list(timing.samples_ms)}
+        if label != "scipy_alone":
+            entry[label]["vs_scipy"] = scipy_seconds / seconds
+        if label in COPY_MODES:
+            entry[label]["what"] = COPY_MODES[label][0]
+            x = answers[label]
+            entry[label]["relative_difference"] = float(
+                np.linalg.norm(x - x_scipy) / np.linalg.norm(x_scipy)
+            )
 
 
 def markdown(report) -> str:
@@ -414,7 +437,8 @@ def markdown(report) -> str:
         lines += [
             "",
             f"scipy.sparse.linalg.cg, numpy vectors, {entry['n']:,} rows, "
-            f"{entry['iterations']} iterations:",
+            f"{entry['iterations']} iterations"
+            + (f" ({entry['timing']}, {entry['rounds']} rounds):" if "timing" in entry else ":"),
             "",
             "| matrix | ms / iteration | vs scipy alone |",
             "|---|---|---|",
@@ -454,6 +478,7 @@ def main(argv=None) -> int:
     parser.add_argument("--mesh-grid", type=int, default=150, help="150^3 x 7 = 23.6M nonzeros")
     parser.add_argument("--numpy-grid", type=int, default=117, help="117^3 = 1.6M rows")
     parser.add_argument("--iterations", type=int, default=20)
+    parser.add_argument("--numpy-rounds", type=int, default=7, help="numpy path: solves each")
     parser.add_argument("--restart", type=int, default=20, help="gmres's restart")
     parser.add_argument("--sections", default="graphs,others,gmres,reorder,numpy_path")
     args = parser.parse_args(argv)

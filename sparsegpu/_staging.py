@@ -12,22 +12,41 @@ fresh block of CuPy's pinned memory pool that the returned array owns: it goes b
 the pool only when that array is freed, so a result never aliases a buffer that a later
 product overwrites.
 
-Two ways to shorten the upload were built and measured slower on the H200 (scipy's ``cg``,
-1.6M rows, ``benchmarks/solver_graphs.py``): page-locking the caller's array in place
-(``cudaHostRegister``; scipy allocates a new ``p`` every solve, and registering 12.8 MB cost
-more than 20 iterations of copies saved: 11.82 against 10.79 ms an iteration), and copying
-x in 1 MB chunks on a few threads with each chunk sent as soon as it was in the buffer
-(9.94 against 9.29 ms). scipy's own vector work is 8.0 ms of those 9.3.
+A large x (at least :data:`REGISTER_MIN_BYTES`) that comes back is sent from where it is,
+with no copy: on its second sighting its memory is page-locked in place
+(``cudaHostRegister``) and stays so for as long as the array lives. The lock is released by
+a weak-reference callback on the array that owns the memory, which numpy runs before it
+frees that memory, so sparsegpu never keeps a caller's array alive and never sends from
+memory that was given back. scipy's ``cg`` hands every product the same ``p``. Memory that
+is page-locked already (a result of an earlier product, CuPy's pinned pool) is sent
+directly too. On the H200, 1.6M rows of float64 (12.8 MB): copying into the staging buffer
+cost 1.5 ms a product, the registration 1.5 ms once (and 0.6 ms to undo), the transfer
+0.25 ms either way. An earlier version registered x on every product, which cost more than
+it saved (11.82 against 10.79 ms a CG iteration); copying x in 1 MB chunks on a few
+threads, each chunk sent as soon as it was in the buffer, was slower too (9.94 against
+9.29 ms).
 """
 
 from __future__ import annotations
 
+import collections
+import functools
 import threading
 import weakref
 
 import numpy as np
 
 from . import _cuda
+from ._host_buffers import base_chain
+
+REGISTER_MIN_BYTES = 1 << 20
+"""Smaller vectors are copied into the staging buffer: the copy costs less than the call
+that asks whether their memory is page-locked."""
+REGISTER_MAX_BYTES = 4 << 30
+"""At most this much of the caller's memory is page-locked by sparsegpu at a time; past it,
+vectors go through the staging buffer."""
+_SIGHTINGS = 8  # large vectors remembered (by address and size, no reference kept)
+_CUDA_MEMORY_TYPE_HOST = 1  # cudaPointerAttributes.type of page-locked host memory
 
 
 class _Upload:
@@ -54,11 +73,125 @@ def _buffer(owner, cupy, shape, dtype) -> _Upload:
     return entry
 
 
-def upload(x: np.ndarray, dtype, owner):
-    """x (NumPy) as a new C-contiguous CuPy array of ``dtype``, copied through the pinned
-    buffer ``owner`` (a mirror) keeps for this thread, shape and dtype; asynchronous on
-    the current stream."""
+class _Registered:
+    """The caller's memory sparsegpu has page-locked: one entry per owning array."""
+
+    def __init__(self):
+        self.entries: dict[int, tuple[int, int, weakref.ref]] = {}  # id(root) -> ptr, size, ref
+        self.seen: collections.OrderedDict = collections.OrderedDict()  # (ptr, size) sightings
+        self.refused: dict[int, weakref.ref] = {}  # id(root) -> ref: arrays the driver refused
+        self.lock = threading.Lock()
+
+    def nbytes(self) -> int:
+        return sum(size for _, size, _ in list(self.entries.values()))
+
+    def locked(self, root) -> bool:
+        entry = self.entries.get(id(root))
+        return entry is not None and entry[2]() is root
+
+    def add(self, root, runtime) -> bool:
+        """Page-lock ``root``'s memory on its second sighting; True when it is locked."""
+        key = (root.ctypes.data, root.nbytes)
+        with self.lock:
+            if self.locked(root):
+                return True
+            refused = self.refused.get(id(root))
+            if refused is not None and refused() is root:
+                return False
+            if key not in self.seen:
+                self.seen[key] = None
+                if len(self.seen) > _SIGHTINGS:
+                    self.seen.popitem(last=False)
+                return False
+            if self.nbytes() + root.nbytes > REGISTER_MAX_BYTES:
+                return False
+            try:
+                runtime.hostRegister(key[0], key[1], 0)
+            except Exception:  # a page locked by someone else, read-only pages, ...
+                # not again for this array (a dead one's entry is dropped with it)
+                self.refused[id(root)] = weakref.ref(root, functools.partial(self.forget, id(root)))
+                return False
+            del self.seen[key]
+            ref = weakref.ref(root, functools.partial(self.release, id(root), key[0], runtime))
+            self.entries[id(root)] = (key[0], key[1], ref)
+            return True
+
+    def release(self, key: int, ptr: int, runtime, _ref=None) -> None:
+        """Unlock one array's memory. The weak-reference callback: numpy runs it before it
+        frees the memory. No lock: it may run inside ``add`` in this thread (a collection),
+        and ``dict.pop`` is atomic."""
+        if self.entries.pop(key, None) is None:
+            return
+        try:
+            runtime.hostUnregister(ptr)
+        except Exception:  # interpreter shutdown, or the context is gone: nothing to undo
+            pass
+
+    def forget(self, key: int, _ref=None) -> None:
+        """A refused array died: its id may come back as another array's."""
+        self.refused.pop(key, None)
+
+    def clear(self, runtime) -> None:
+        for key, (ptr, _, _) in list(self.entries.items()):
+            self.release(key, ptr, runtime)
+        self.seen.clear()
+        self.refused.clear()
+
+
+_registered = _Registered()
+
+
+def registered_bytes() -> int:
+    """Bytes of callers' arrays page-locked by sparsegpu now."""
+    return _registered.nbytes()
+
+
+def release_registered() -> None:
+    """Unlock every caller's array sparsegpu page-locked, and forget the arrays it has seen
+    (they are locked again when they come back twice)."""
     cupy = _cuda.cupy_or_none()
+    if cupy is not None:
+        _registered.clear(cupy.cuda.runtime)
+
+
+def _sendable(x: np.ndarray, cupy) -> bool:
+    """True when x's memory is page-locked, by sparsegpu (on x's second sighting) or by
+    whoever allocated it, so the device can read it where it is."""
+    root = base_chain(x)[-1]
+    if _registered.locked(root):
+        return True
+    runtime = cupy.cuda.runtime
+    try:
+        if runtime.pointerGetAttributes(x.ctypes.data).type == _CUDA_MEMORY_TYPE_HOST:
+            return True
+    except Exception:
+        return False
+    # only memory an ndarray owns: its weak-reference callback runs before the memory goes
+    if not root.flags.owndata:
+        return False
+    return _registered.add(root, runtime)
+
+
+def upload(x: np.ndarray, dtype, owner):
+    """x (NumPy) as a new C-contiguous CuPy array of ``dtype``, on the current stream.
+
+    A large C-contiguous x of ``dtype`` whose memory is page-locked (see the module
+    docstring) is sent from where it is, and the stream is waited for, since the caller
+    may write x once this returns. Anything else is copied through the pinned buffer
+    ``owner`` (a mirror) keeps for this thread, shape and dtype and sent asynchronously.
+    """
+    cupy = _cuda.cupy_or_none()
+    if (
+        x.nbytes >= REGISTER_MIN_BYTES
+        and x.dtype == dtype
+        and x.flags.c_contiguous
+        and _sendable(x, cupy)
+    ):
+        device = cupy.empty(x.shape, dtype=dtype)
+        stream = cupy.cuda.get_current_stream()
+        device.set(x, stream=stream)
+        stream.synchronize()
+        return device
     staging = _buffer(owner, cupy, x.shape, dtype)
     if staging.sent is not None:
         staging.sent.synchronize()  # the previous upload has left the buffer

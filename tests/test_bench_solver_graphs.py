@@ -49,3 +49,18 @@ def test_errors_are_listed(script):
     text = script.markdown({"device": "GPU", "rtol": 1e-8, "repeat": 5,
                             "errors": {"gmres": "Traceback...\nValueError: boom"}})  # fmt: skip
     assert "**gmres failed**: `ValueError: boom`" in text
+
+
+def test_numpy_path_section(script):
+    mode = {"seconds": 0.2, "vs_scipy": 3.0, "relative_difference": 0.0}
+    entry = {"n": 1601613, "nnz": 11_000_000, "iterations": 20,
+             "scipy_alone": {"seconds": 0.6}, "vector_work": {"seconds": 0.18, "vs_scipy": 3.33},
+             "pinned": mode, "staging": dict(mode, seconds=0.24, vs_scipy=2.5),
+             "pageable": dict(mode, seconds=0.34, vs_scipy=1.76)}  # fmt: skip
+    text = script.markdown({"device": "GPU", "rtol": 1e-8, "repeat": 3, "numpy_path": entry})
+    assert "| scipy | 30.00 | 1 |" in text
+    shipped = "| sparsegpu, x page-locked in place from its second product, pinned results"
+    assert f"{shipped} | 10.00 | 3.00x |" in text
+    staging = "| sparsegpu, x copied through the pinned staging buffer, pinned results"
+    assert f"{staging} | 12.00 | 2.50x |" in text
+    assert "| sparsegpu, pageable copies both ways | 17.00 | 1.76x |" in text
