@@ -143,14 +143,24 @@ def test_lsqr_reorders_a_square_matrix(backend_name):
 
 def test_the_permutation_is_made_once_per_matrix(backend_name, monkeypatch):
     from sparsegpu import _reorder
+    from sparsegpu.linalg import _options
 
     A = ours(scrambled(hpd(np.float64)), backend_name)
     made = []
     real = _reorder.reorder
     monkeypatch.setattr(_reorder, "reorder", lambda *a, **k: made.append(1) or real(*a, **k))
+    orderings = []
+    real_ordering = _options.Ordering.__init__
+
+    def counted(self, perm):
+        orderings.append(perm is not None)
+        real_ordering(self, perm)
+
+    monkeypatch.setattr(_options.Ordering, "__init__", counted)
     for seed in range(3):
         sg.linalg.cg(A, rhs(A.shape[0], np.float64, seed=seed), reorder="rcm")
     assert len(made) == 1
+    assert sum(orderings) == 1  # its inverse and device copies are kept with it
 
 
 @pytest.mark.parametrize("solver", SOLVERS)
