@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from .scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "compressed_indices.py"
@@ -16,10 +17,7 @@ RESULT = ROOT / "docs" / "benchmarks" / "results" / "compressed_indices_h200.jso
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("compressed_indices", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 @pytest.mark.parametrize("order", ["rcm", "random"])

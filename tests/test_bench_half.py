@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -11,6 +10,8 @@ import pytest
 
 import sparsegpu as sg
 
+from .scripts import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "half_precision.py"
 RESULT = ROOT / "docs" / "benchmarks" / "results" / "half_precision_h200.json"
@@ -18,10 +19,7 @@ RESULT = ROOT / "docs" / "benchmarks" / "results" / "half_precision_h200.json"
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("half_precision", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 def test_small_matrices_build_with_seeded_random_values(script):

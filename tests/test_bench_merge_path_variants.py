@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
 from sparsegpu import _cuda
+
+from .scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "merge_path_variants.py"
@@ -17,10 +18,7 @@ RESULT = ROOT / "docs" / "benchmarks" / "results" / "merge_path_variants_h200.js
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("merge_path_variants", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 def _fake_result():

@@ -6,7 +6,6 @@ parts that need none, on a fake result shaped like a real one.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -17,15 +16,14 @@ import pytest
 from sparsegpu import _cuda
 from sparsegpu.datasets import synthetic
 
+from .scripts import load_script
+
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "auto_vs_cusparse.py"
 
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("auto_vs_cusparse", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 def fake_row(matrix, set_label, dtype, auto, estimate, raw=1.0, cupyx=2.0, planning=5.0):

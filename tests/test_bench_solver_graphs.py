@@ -3,20 +3,18 @@ shaped like a real one (the benchmark itself needs a GPU)."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+
+from .scripts import load_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "solver_graphs.py"
 
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("solver_graphs", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 def solve(seconds, iterations, graphs=True):

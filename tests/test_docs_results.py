@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -10,16 +9,16 @@ import pytest
 
 from sparsegpu import bench, probe
 
+from .scripts import load_script
+
 EXTENSION = Path(__file__).resolve().parents[1] / "docs" / "_ext" / "sparsegpu_results.py"
 
 
 @pytest.fixture(scope="module")
 def extension():
     pytest.importorskip("sphinx")
-    spec = importlib.util.spec_from_file_location("sparsegpu_results", EXTENSION)
-    module = importlib.util.module_from_spec(spec)
     try:
-        spec.loader.exec_module(module)
+        module = load_script(EXTENSION)
     except ImportError as exc:  # a Sphinx whose docutils layer does not import here
         pytest.skip(f"the docs extension's Sphinx dependencies do not import here: {exc}")
     return module

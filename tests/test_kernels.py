@@ -170,13 +170,9 @@ def test_wrong_policy_type_is_a_type_error(cupy):
 
 
 def test_check_kernels_parses_ptxas_and_flags_spills():
-    import importlib.util
+    from .scripts import load_script
 
-    spec = importlib.util.spec_from_file_location(
-        "check_kernels", Path(__file__).parent.parent / "tools" / "check_kernels.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script(Path("tools") / "check_kernels.py")
     log = (
         "ptxas info    : Compiling entry function '_Z1aIdEvv' for 'sm_90'\n"
         "ptxas info    : Function properties for _Z1aIdEvv\n"
