@@ -762,9 +762,9 @@ def forget_measurements() -> None:
 def _short_list(matrix, estimate: Choice, value_dtype, level: str, store, capturable) -> list:
     """(backend, policy) pairs planning times: the estimate first, then, for ``measure``,
     each backend's :meth:`~Backend.planning_candidates` (cuSPARSE's algorithms) and the
-    default (or tuned) policy of the ``planned`` backends (merge_path, shuffle, delta16)
-    that take the matrix; for ``exhaustive``, every usable backend with every candidate
-    it has."""
+    tuned and untuned policies of the ``planned`` backends (merge_path, shuffle, delta16)
+    that take the matrix (:func:`_planned_pairs`); for ``exhaustive``, every usable backend
+    with every candidate it has."""
     pairs = [(estimate.implementation, estimate.policy)]
     if capturable and not estimate.implementation.capturable:
         pairs = []
@@ -784,8 +784,17 @@ def _short_list(matrix, estimate: Choice, value_dtype, level: str, store, captur
 def _planned_pairs(matrix, backends, mirror_dtype, level, store, capturable, named=False):
     """The (backend, policy) pairs planning times for each of ``backends`` that takes the
     mirror of ``mirror_dtype`` (and can be captured, when ``capturable``): every candidate
-    for ``exhaustive``, else its planning candidates (cuSPARSE's algorithms), else its
-    default (or tuned) policy where it is ``planned`` and no backend was ``named``."""
+    for ``exhaustive``, else its planning candidates (cuSPARSE's algorithms), else, where it
+    is ``planned`` and no backend was ``named``, its tuned policy and its untuned one.
+
+    Both, because a tuned policy is one matrix's winner applied to its whole row class:
+    the shipped ones were fitted on two stencils, and on matrices that took no part in
+    that the untuned policy (from the matrix's own mean row length) can be much faster
+    (H200, ``compressed_indices_h200_run2``, 2-D 9-point stencil in float64: planning
+    timed shuffle's and delta16's tuned short-row policies at 169 and 180 us a product,
+    where the best of each one's sweep took 140 and 129 us). Where no policy is tuned the
+    two are one.
+    """
     pairs = []
     for backend in backends:
         mirror = matrix._sg_mirror(backend.residence, mirror_dtype)
@@ -796,7 +805,7 @@ def _planned_pairs(matrix, backends, mirror_dtype, level, store, capturable, nam
         elif backend.planning_candidates(mirror):
             policies = backend.planning_candidates(mirror)
         elif backend.planned and not named:
-            policies = [default_policy(backend, mirror, store)]
+            policies = [default_policy(backend, mirror, store), backend.default_policy(mirror)]
         else:
             continue
         pairs += [(backend, policy) for policy in policies]
@@ -923,7 +932,7 @@ def measure(matrix, x, estimate: Choice, level: str, *, store=None, capturable=F
 def _short_list_mixed(matrix, estimate: Choice, level: str, store, capturable) -> list:
     """:func:`_short_list` for a mixed-precision product: the estimate, then each backend
     that computes the pair, with its planning candidates (cuSPARSE's algorithms), its
-    default policy where it is ``planned`` (shuffle, delta16), or every candidate
+    tuned and untuned policies where it is ``planned`` (shuffle, delta16), or every candidate
     (``exhaustive``); only the estimate's backend when one was named."""
     storage, value_dtype = estimate.storage_dtype, estimate.value_dtype
     pairs = [(estimate.implementation, estimate.policy)]

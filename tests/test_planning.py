@@ -304,3 +304,48 @@ def test_a_named_backend_with_a_policy_given_is_not_planned(knobbed):
         A @ x
     entry = next(iter(A._sg_cache_dict().choices.values()))
     assert entry.choice.level == "estimate" and entry.plan.policy.block_size == 64
+
+
+class _Planned(HostCopyBackend):
+    """A ``planned`` backend (as shuffle and delta16 are) whose untuned policy, 4 threads a
+    row, is fast and every other policy slow."""
+
+    name = "shuffle"
+    description = "test-only: a planned backend with a tuned and an untuned policy"
+    policy_type = CsrVectorPolicy
+    planned = True
+
+    def default_policy(self, matrix):
+        return CsrVectorPolicy(threads_per_row=4, source="occupancy")
+
+    def plan(self, matrix, policy):
+        inner = super().plan(matrix, NoPolicy())
+        delay = 0.0 if policy.threads_per_row == 4 else 2e-3
+
+        class _Plan(type(inner)):
+            def matvec(self, x, out=None):
+                time.sleep(delay)
+                return inner.matvec(x, out=out)
+
+        plan = _Plan.__new__(_Plan)
+        plan.__dict__.update(inner.__dict__)
+        plan.policy = policy
+        return plan
+
+
+@pytest.mark.parametrize("tuned", [True, False], ids=["tuned", "untuned_only"])
+def test_planning_times_the_tuned_and_the_untuned_policy(gpu, monkeypatch, tuned):
+    # a tuned policy is one matrix's winner applied to a whole row class: planning also
+    # times the policy made from this matrix's own row lengths, and keeps the faster
+    slow_tuned = CsrVectorPolicy(threads_per_row=1, source="tuned")
+    monkeypatch.setattr(
+        _select, "tuned_policy", lambda backend, mirror, store=None: slow_tuned if tuned else None
+    )
+    gpu(_Planned())
+    A = _matrix(seed=10)
+    x = random_vector(A.shape[1], np.float64, seed=10)
+    choice = sg.plan(A, x)
+    timed = [m.policy.threads_per_row for m in choice.measurements if m.ms is not None]
+    assert timed == ([1, 4] if tuned else [4])
+    assert choice.policy.threads_per_row == 4
+    assert_product_close(A @ x, sp.csr_matrix(A) @ x, np.float64, 50)
