@@ -60,3 +60,14 @@ def test_a_slice_wider_than_16_bits_is_refused(script):
     S.indices[: S.indptr[1]].sort()
     with pytest.raises(ValueError, match=r"a slice spans 74,087 columns"):
         script.build(S, 1, 0, NUMPY_AS_CUPY)
+
+
+def test_the_committed_result_renders_its_table(script):
+    import json
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "docs/benchmarks/results"
+    results = json.loads((path / "sliced_ell_prototype_h200.json").read_text())
+    text = script.markdown(results)
+    assert text.count("\n| ") == 1 + len(results)  # the header row and one per matrix/dtype
+    assert text == (path / "sliced_ell_prototype_h200.md").read_text()

@@ -23,7 +23,7 @@ of ``out=`` products, one candidate after another.
 
 Usage (on a GPU machine, from the repository root)::
 
-    PYTHONPATH=$PWD python3 benchmarks/experiments/sliced_ell_prototype.py --out r.json
+    PYTHONPATH=$PWD python3 benchmarks/experiments/sliced_ell_prototype.py --out r.json --md r.md
 """
 
 from __future__ import annotations
@@ -155,15 +155,52 @@ def best_of_sweeps(mirror, x, y):
     return best, reference
 
 
+def markdown(results: list) -> str:
+    """One line per matrix and dtype: the best of each side and the sliced layout's."""
+    lines = [
+        "# Sliced ELL with 16-bit offsets (prototype) against delta16 and shuffle",
+        "",
+        "Median CUDA-event times (µs), `out=` given, one candidate after another; ratios "
+        "are shuffle's best over the other's (> 1: faster than shuffle).",
+        "",
+        "| matrix | dtype | shuffle best | delta16 best | ratio | sliced best | ratio "
+        "| sliced variant | padding |",
+        "|---|---|---:|---:|---:|---:|---:|---|---:|",
+    ]
+    for row in results:
+        plain, d16 = row["best"]["shuffle"][0], row["best"]["delta16"][0]
+        valid = {k: v for k, v in row["sliced"].items() if v["relative_error"] < 1e-3}
+        top = min(valid, key=lambda k: valid[k]["us"])
+        t = valid[top]["us"]
+        lines.append(
+            f"| {row['matrix']} | {row['dtype']} | {plain:.1f} | {d16:.1f} | {plain / d16:.3f} "
+            f"| {t:.1f} | {plain / t:.3f} | {top} | {valid[top]['padding']:.3f} |"
+        )
+    wins = sum(
+        min(v["us"] for v in r["sliced"].values() if v["relative_error"] < 1e-3)
+        < r["best"]["delta16"][0]
+        for r in results
+    )
+    lines += ["", f"The sliced layout is faster than delta16's best on {wins} of {len(results)}."]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--scale", choices=("full", "small"), default="full")
+    parser.add_argument("--out", help="JSON result file")
+    parser.add_argument("--md", help="markdown summary file")
+    parser.add_argument("--from-json", help="redraw --md from an earlier result file")
+    args = parser.parse_args(argv)
+    if args.from_json:
+        results = json.loads(pathlib.Path(args.from_json).read_text())
+        pathlib.Path(args.md).write_text(markdown(results))
+        return 0
+
     import cupy
 
     import sparsegpu as sg
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--scale", choices=("full", "small"), default="full")
-    parser.add_argument("--out", help="JSON result file")
-    args = parser.parse_args(argv)
     matrices = load_script(HERE.parent / "compressed_indices.py").matrices(args.scale)
     module = cupy.RawModule(code=kernel_source(), options=("-std=c++17",))
     results = []
@@ -223,6 +260,8 @@ def main(argv=None) -> int:
             results.append(row)
     if args.out:
         pathlib.Path(args.out).write_text(json.dumps(results, indent=1) + "\n")
+    if args.md:
+        pathlib.Path(args.md).write_text(markdown(results))
     return 0
 
 
