@@ -244,23 +244,18 @@ def test_plan_checks_its_arguments():
         sg.plan(sg.csr_matrix(sp.eye(3)), np.ones(3), level="slow")
 
 
-class _Knobbed(HostCopyBackend):
-    """A named backend with a short list of policies (as cuSPARSE has its algorithms):
-    every block size but 128 is slow."""
+class _OneFastPolicy(HostCopyBackend):
+    """A host-copy backend with CsrVectorPolicy knobs whose products are slow (2 ms) at
+    every policy but the ones :meth:`fast` accepts."""
 
-    name = "knobbed"
-    description = "test-only: a backend whose policy planning picks"
     policy_type = CsrVectorPolicy
 
-    def default_policy(self, matrix):
-        return CsrVectorPolicy(block_size=256, threads_per_row=1, source="default")
-
-    def planning_candidates(self, matrix):
-        return [CsrVectorPolicy(block_size=b, threads_per_row=1) for b in (64, 128, 256)]
+    def fast(self, policy) -> bool:
+        raise NotImplementedError
 
     def plan(self, matrix, policy):
         inner = super().plan(matrix, NoPolicy())
-        delay = 0.0 if policy.block_size == 128 else 2e-3
+        delay = 0.0 if self.fast(policy) else 2e-3
 
         class _Plan(type(inner)):
             def matvec(self, x, out=None):
@@ -271,6 +266,23 @@ class _Knobbed(HostCopyBackend):
         plan.__dict__.update(inner.__dict__)
         plan.policy = policy
         return plan
+
+
+class _Knobbed(_OneFastPolicy):
+    """A named backend with a short list of policies (as cuSPARSE has its algorithms):
+    every block size but 128 is slow."""
+
+    name = "knobbed"
+    description = "test-only: a backend whose policy planning picks"
+
+    def default_policy(self, matrix):
+        return CsrVectorPolicy(block_size=256, threads_per_row=1, source="default")
+
+    def planning_candidates(self, matrix):
+        return [CsrVectorPolicy(block_size=b, threads_per_row=1) for b in (64, 128, 256)]
+
+    def fast(self, policy) -> bool:
+        return policy.block_size == 128
 
 
 @pytest.fixture
@@ -306,31 +318,19 @@ def test_a_named_backend_with_a_policy_given_is_not_planned(knobbed):
     assert entry.choice.level == "estimate" and entry.plan.policy.block_size == 64
 
 
-class _Planned(HostCopyBackend):
+class _Planned(_OneFastPolicy):
     """A ``planned`` backend (as shuffle and delta16 are) whose untuned policy, 4 threads a
     row, is fast and every other policy slow."""
 
     name = "shuffle"
     description = "test-only: a planned backend with a tuned and an untuned policy"
-    policy_type = CsrVectorPolicy
     planned = True
 
     def default_policy(self, matrix):
         return CsrVectorPolicy(threads_per_row=4, source="occupancy")
 
-    def plan(self, matrix, policy):
-        inner = super().plan(matrix, NoPolicy())
-        delay = 0.0 if policy.threads_per_row == 4 else 2e-3
-
-        class _Plan(type(inner)):
-            def matvec(self, x, out=None):
-                time.sleep(delay)
-                return inner.matvec(x, out=out)
-
-        plan = _Plan.__new__(_Plan)
-        plan.__dict__.update(inner.__dict__)
-        plan.policy = policy
-        return plan
+    def fast(self, policy) -> bool:
+        return policy.threads_per_row == 4
 
 
 @pytest.mark.parametrize("tuned", [True, False], ids=["tuned", "untuned_only"])
