@@ -104,7 +104,11 @@ def _measure_now(
 ) -> Resolved:
     """Replace ``entry`` (an estimate) by the plan measured on ``x``, unless another thread
     is planning this matrix: then this product runs on the estimate (planning one matrix
-    never blocks a product). A measurement that fails keeps the estimate."""
+    never blocks a product). A measurement that fails keeps the estimate; an ``x`` without
+    columns (``A @ X`` with k = 0) has nothing to measure on and leaves the measurement to
+    the next product."""
+    if x.ndim == 2 and x.shape[1] == 0:
+        return entry
     if not cache.planning_lock.acquire(blocking=False):
         return entry
     try:
@@ -142,7 +146,8 @@ def plan(A, x, *, level: str | None = None, capturable: bool = False) -> Choice:
     A : sparsegpu matrix
     x : numpy.ndarray or cupy.ndarray
         A representative right-hand side (1-D of length ``A.shape[1]``, or 2-D: its first
-        column is used).
+        column is used; without a column, the estimate is kept and the next product with a
+        column measures).
     level : {"estimate", "measure", "exhaustive"}, optional
         Default: ``A.planning``, ``sparsegpu.planning``, ``SPARSEGPU_PLANNING``, then
         ``"measure"``.

@@ -216,6 +216,24 @@ def test_a_product_never_waits_for_another_threads_planning(gpu):
     assert sg.explain(A).level == "measure"
 
 
+@pytest.mark.parametrize("shape", [(0, 0), (0, 6), (6, 0), (300, 300)], ids=str)
+def test_products_with_nothing_in_them_go_through_planning(gpu, shape):
+    """k = 0 columns leave the measurement to the next product with a column; zero rows,
+    zero columns and zero nonzeros plan like any other matrix (issue 33)."""
+    gpu(_counted("merge_path", delay_s=1e-3), _counted("cusparse"))
+    density = 0.05 if 0 not in shape else 0.0
+    A = sg.csr_matrix(sp.random(*shape, density=density, random_state=8, format="csr"))
+    no_columns = np.ones((shape[1], 0))
+    for _ in range(3):
+        assert (A @ no_columns).shape == (shape[0], 0)
+    assert sg.plan(A, no_columns).level == "estimate"
+    assert sg.explain(A).level == "estimate"
+    X = random_vector(shape[1] * 2, np.float64, seed=8).reshape(shape[1], 2)
+    for _ in range(2):
+        assert_product_close(A @ X, sp.csr_matrix(A) @ X, np.float64, 50)
+    assert sg.explain(A).level == "measure"
+
+
 def test_a_policy_given_means_no_measurement(gpu):
     slow = _counted("merge_path", delay_s=1e-3)
     gpu(slow, _counted("cusparse"))
