@@ -25,6 +25,12 @@ BFLOAT16: np.dtype | None = np.dtype(_ml_dtypes.bfloat16) if _ml_dtypes is not N
 HALF_DTYPES: tuple = (FLOAT16,) + ((BFLOAT16,) if BFLOAT16 is not None else ())
 
 
+def lacks_dtype(name) -> bool:
+    """True for the name of a dtype this installation cannot make although sparsegpu knows
+    it: ``"bfloat16"`` without ml_dtypes (``pip install ml_dtypes``)."""
+    return name == "bfloat16" and BFLOAT16 is None
+
+
 # Mixed precision (opt-in, ``A.mixed_precision``): values kept in the key's dtype for
 # products computed in its partner's. (cuSPARSE 13 refuses complex64 values with complex128
 # vectors, CUSPARSE_STATUS_NOT_SUPPORTED on the H200, so complex is not among them.)

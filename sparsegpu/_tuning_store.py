@@ -51,6 +51,7 @@ from pathlib import Path
 import numpy as np
 
 from . import _cuda
+from ._dtypes import lacks_dtype
 from ._files import ENV_CACHE_DIR, cache_dir, create_beside
 from ._version import __version__
 from .backends import ALIASES, POLICY_ALIASES
@@ -369,11 +370,7 @@ def _parse_cache(text: str) -> dict[str, tuple[TuningContext, dict]]:
             context = TuningContext.from_json(record.get("context"))
             if context.digest != digest:
                 raise ValueError(f"context {digest!r} does not match its own fields")
-            entries = {}
-            for item in record["entries"]:
-                entry = TunedEntry.from_json(item)
-                entries[entry.key] = entry
-            out[digest] = (context, entries)
+            out[digest] = (context, _entries(record["entries"]))
     except (TypeError, ValueError) as exc:
         raise _BadDocument("corrupt", f"malformed ({exc})") from None
     return out
@@ -408,12 +405,21 @@ def _parse_defaults(text: str) -> dict[str, dict]:
     for arch, items in devices.items():
         if not isinstance(items, list):
             raise ValueError(f"devices[{arch!r}] is not a list of entries")
-        entries = {}
-        for item in items:
-            entry = TunedEntry.from_json(item, origin="shipped")
-            entries[entry.key] = entry
-        out[arch] = entries
+        out[arch] = _entries(items, origin="shipped")
     return out
+
+
+def _entries(items: list, origin: str = "tuned") -> dict:
+    """``{key: entry}`` from a JSON list of entries (TypeError or ValueError when one is
+    malformed). Entries for a dtype this installation lacks (bfloat16 without ml_dtypes)
+    are skipped, not fatal: they apply where ml_dtypes is installed."""
+    entries = {}
+    for item in items:
+        if isinstance(item, dict) and lacks_dtype(item.get("value_dtype")):
+            continue
+        entry = TunedEntry.from_json(item, origin=origin)
+        entries[entry.key] = entry
+    return entries
 
 
 # ----------------------------------------------------------------- reading, memoized

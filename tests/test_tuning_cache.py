@@ -497,6 +497,46 @@ def test_shipped_defaults_file_has_the_real_schema():
         assert all(e.gb_per_s > 0 and e.matrix for e in entries.values())
 
 
+def _shipped_entries():
+    import importlib.resources
+
+    with importlib.resources.as_file(
+        importlib.resources.files("sparsegpu") / "data" / "tuning_defaults.json"
+    ) as path:
+        return {a: dict(es) for a, es in TuningCache(defaults=path).shipped().items()}
+
+
+def test_shipped_bfloat16_entries_are_skipped_without_ml_dtypes(monkeypatch):
+    """A plain install (no ml_dtypes) keeps every other shipped entry (issue 33)."""
+    from sparsegpu import _dtypes
+
+    if _dtypes.BFLOAT16 is None:
+        pytest.skip("ml_dtypes is not installed: the comparison needs both worlds")
+    monkeypatch.setattr(cache_mod, "_defaults_memo", {})
+    full = _shipped_entries()["sm_90"]
+    assert any(e.value_dtype == "bfloat16" for e in full.values())
+    monkeypatch.setattr(cache_mod, "_defaults_memo", {})
+    monkeypatch.setattr(_dtypes, "BFLOAT16", None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plain = _shipped_entries()["sm_90"]
+    assert plain == {k: e for k, e in full.items() if e.value_dtype != "bfloat16"}
+    assert len(plain) > 10
+
+
+def test_user_cache_entries_in_bfloat16_are_skipped_without_ml_dtypes(cache, monkeypatch):
+    from sparsegpu import _dtypes
+
+    cache.record(CONTEXT, [entry(), entry(value_dtype="bfloat16", row_class="short")])
+    monkeypatch.setattr(cache_mod, "_read_memo", {})
+    monkeypatch.setattr(_dtypes, "BFLOAT16", None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert lookup(cache).knobs["block_size"] == 128
+        assert lookup(cache, entry(value_dtype="bfloat16", row_class="short")) is None
+    assert aside_files(cache) == []  # not taken for a corrupt file
+
+
 def test_user_cache_comes_before_shipped_defaults(tmp_path):
     shipped = defaults_file(tmp_path, {"sm_90": [entry(block_size=64)]})
     cache = TuningCache(tmp_path / "user", defaults=shipped)
