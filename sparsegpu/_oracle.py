@@ -1,8 +1,12 @@
-"""The one answer check: scipy's product, the error each row may have, seeded test vectors.
+"""The one answer check: a reference answer, the error each entry may have, seeded vectors.
 
-The autotuner checks every candidate with it before and after timing, ``sparsegpu bench``
-checks every contender with it, and :mod:`sparsegpu.testing` re-exports its pieces for the
-test suite, so all three accept exactly the same answers.
+:class:`AnswerCheck` compares an answer with a reference within a bound; :class:`Oracle`
+is the check against scipy's product. The autotuner checks every candidate with an
+oracle before and after timing, ``sparsegpu bench`` checks every contender with one,
+planning checks each candidate against the estimate's answer with an
+:class:`AnswerCheck` (scipy on the host would cost more than the planning), and
+:mod:`sparsegpu.testing` re-exports the pieces for the test suite, so all of them accept
+answers by the same rule.
 """
 
 from __future__ import annotations
@@ -40,7 +44,79 @@ def tolerance(dtype, max_row_length: int = 1) -> float:
     return float(16 * e * np.sqrt(max(int(max_row_length), 1)))
 
 
-class Oracle:
+class AnswerCheck:
+    """A reference answer and the error each of its entries may have.
+
+    Parameters
+    ----------
+    reference : numpy.ndarray or cupy.ndarray
+        The answer to compare with (1-D, or 2-D for several right-hand sides).
+    bound : float or array
+        How far each entry may be from the reference (broadcast against it).
+    source : str
+        What the reference is, for the messages ("scipy", "the estimate").
+    """
+
+    def __init__(self, reference, bound, source: str = "the reference"):
+        self.y = reference
+        self.bound = bound
+        self.source = source
+        self._half = is_half(reference.dtype)
+        self._on_device: dict = {}
+
+    def _reference(self, xp):
+        if xp is np or _cuda.is_cupy_array(self.y):
+            return self.y, self.bound
+        key = xp.__name__
+        if key not in self._on_device:
+            self._on_device[key] = (xp.asarray(self.y), xp.asarray(self.bound))
+        return self._on_device[key]
+
+    def error(self, y) -> str | None:
+        """Why ``y`` is not the reference answer, or None when it is."""
+        if y.shape != self.y.shape or y.dtype != self.y.dtype:
+            return (
+                f"result has shape {y.shape} and dtype {y.dtype}, "
+                f"expected {self.y.shape} and {self.y.dtype}"
+            )
+        if y.size == 0:
+            return None
+        xp = _cuda.cupy_or_none() if _cuda.is_cupy_array(y) else np
+        reference, bound = self._reference(xp)
+        if self._half:  # compare in float64, not in the 16-bit type
+            y, reference = y.astype(np.float64), reference.astype(np.float64)
+        if bool((xp.abs(y - reference) <= bound).all()):  # NaN compares False: caught
+            return None
+        return self._describe(_host(y))
+
+    def _describe(self, y: np.ndarray) -> str:
+        y = y.astype(np.float64) if self._half else y
+        if not np.all(np.isfinite(y)):
+            at = _entry(y, int(np.argmax(~np.isfinite(y))))
+            return f"{_name(at)} is {y[at]} (not written, or overflow)"
+        reference = _host(self.y)
+        reference = reference.astype(np.float64) if self._half else reference
+        bound = np.broadcast_to(_host(self.bound), y.shape)
+        at = _entry(y, int(np.argmax(np.abs(y - reference) - bound)))
+        return (
+            f"{_name(at)} is {y[at]} but {self.source} gives {reference[at]} "
+            f"(error {abs(y[at] - reference[at]):.3e} > tolerance {bound[at]:.3e})"
+        )
+
+
+def _host(a) -> np.ndarray:
+    return a.get() if _cuda.is_cupy_array(a) else np.asarray(a)
+
+
+def _entry(y: np.ndarray, flat: int) -> tuple:
+    return np.unravel_index(flat, y.shape)
+
+
+def _name(at: tuple) -> str:
+    return f"row {at[0]}" if len(at) == 1 else f"entry ({at[0]}, {at[1]})"
+
+
+class Oracle(AnswerCheck):
     """scipy's answer to ``A @ x`` in one value dtype, and the error bound of each row.
 
     The reference is computed in double precision from the values rounded to ``dtype`` (the
@@ -69,46 +145,10 @@ class Oracle:
         self.x = random_vector(host.shape[1], dtype, seed=seed) if x is None else x
         wide = np.complex128 if dtype.kind == "c" or self.x.dtype.kind == "c" else np.float64
         x_wide = np.asarray(self.x).astype(wide)
-        self.y = (host.astype(wide) @ x_wide).astype(dtype)
-        self._half = is_half(dtype)
         lengths = np.diff(host.indptr)
         tol = tolerance(dtype, int(lengths.max()) if lengths.size else 1)
-        self.bound = tol * np.maximum(abs(host) @ np.abs(x_wide), 1.0)
-        self._on_device: dict = {}
-
-    def _reference(self, xp):
-        if xp is np:
-            return self.y, self.bound
-        key = xp.__name__
-        if key not in self._on_device:
-            self._on_device[key] = (xp.asarray(self.y), xp.asarray(self.bound))
-        return self._on_device[key]
-
-    def error(self, y) -> str | None:
-        """Why ``y`` is not scipy's answer, or None when it is."""
-        if y.shape != self.y.shape or y.dtype != self.y.dtype:
-            return (
-                f"result has shape {y.shape} and dtype {y.dtype}, "
-                f"expected {self.y.shape} and {self.y.dtype}"
-            )
-        if y.size == 0:
-            return None
-        xp = _cuda.cupy_or_none() if _cuda.is_cupy_array(y) else np
-        reference, bound = self._reference(xp)
-        if self._half:  # compare in float64, not in the 16-bit type
-            y, reference = y.astype(np.float64), reference.astype(np.float64)
-        if bool((xp.abs(y - reference) <= bound).all()):  # NaN compares False: caught
-            return None
-        return self._describe(y.get() if xp is not np else np.asarray(y))
-
-    def _describe(self, y: np.ndarray) -> str:
-        y = y.astype(np.float64) if self._half else y
-        if not np.all(np.isfinite(y)):
-            row = int(np.argmax(~np.isfinite(y)))
-            return f"row {row} is {y[row]} (not written, or overflow)"
-        reference = self.y.astype(np.float64) if self._half else self.y
-        row = int(np.argmax(np.abs(y - reference) - self.bound))
-        return (
-            f"row {row} is {y[row]} but scipy gives {reference[row]} "
-            f"(error {abs(y[row] - reference[row]):.3e} > tolerance {self.bound[row]:.3e})"
+        super().__init__(
+            (host.astype(wide) @ x_wide).astype(dtype),
+            tol * np.maximum(abs(host) @ np.abs(x_wide), 1.0),
+            source="scipy",
         )

@@ -1,24 +1,47 @@
 """How sparsegpu measures: CUDA-event timings (median of repeats after warm-up) and the
 byte count of a product, so every tool (bench, autotune, asv, probe) counts the same way.
 
+:func:`time_candidates` is the one timing harness of planning, the autotuner and
+``sparsegpu bench``: a calibration sample of each candidate, then its samples, taken in
+alternation with the other candidates'.
+
 Bytes counted for ``y = A @ x``: values + column indices + row pointers + x + y, each
 once. Speed is never asserted in unit tests.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass
 
 from . import _cuda
 
+# A sample is a loop of products at least this long when the caller leaves the loop's
+# length to the harness (CUDA events resolve about 0.5 us; a launch's latency on an idle
+# GPU is 5-20 us, which a single short product would be timed with).
+MIN_SAMPLE_MS = 0.2
+MAX_INNER = 256
+
 
 @dataclass(frozen=True)
 class Timing:
-    """Per-call times in milliseconds of one timed function."""
+    """Per-call times in milliseconds of one timed function.
+
+    Attributes
+    ----------
+    samples_ms : tuple of float
+        Each sample's time divided by ``inner``.
+    inner : int
+        Calls per sample.
+    cut_short : bool
+        Timed once only (:func:`time_candidates`: hopeless next to a faster candidate).
+    """
 
     samples_ms: tuple[float, ...]
+    inner: int = 1
+    cut_short: bool = False
 
     @property
     def median_ms(self) -> float:
@@ -55,10 +78,15 @@ def cuda_time(fn, *, warmup: int = 3, repeat: int = 20, inner: int = 1) -> Timin
     return cuda_time_interleaved({"fn": fn}, warmup=warmup, repeat=repeat, inner=inner)["fn"]
 
 
-def _interleaved(fns: dict, warmup: int, repeat: int, sample) -> dict:
+def _inner_of(inner, name) -> int:
+    """Calls per sample of ``name``: ``inner`` itself, or its entry when it is a dict."""
+    return inner[name] if isinstance(inner, dict) else inner
+
+
+def _interleaved(fns: dict, warmup: int, repeat: int, inner, sample) -> dict:
     """``{name: Timing}``: warm-up calls of each, then ``repeat`` rounds of one
-    ``sample(fn)`` (milliseconds a call) of each function, the order rotating a step every
-    round."""
+    ``sample(fn, inner)`` (milliseconds a call) of each function, the order rotating a step
+    every round."""
     names = list(fns)
     for name in names:
         for _ in range(warmup):
@@ -67,8 +95,8 @@ def _interleaved(fns: dict, warmup: int, repeat: int, sample) -> dict:
     for r in range(repeat):
         for i in range(len(names)):
             name = names[(r + i) % len(names)]
-            samples[name].append(sample(fns[name]))
-    return {name: Timing(tuple(samples[name])) for name in names}
+            samples[name].append(sample(fns[name], _inner_of(inner, name)))
+    return {name: Timing(tuple(samples[name]), _inner_of(inner, name)) for name in names}
 
 
 def cuda_time_interleaved(fns: dict, *, warmup: int = 3, repeat: int = 20, inner: int = 1) -> dict:
@@ -78,14 +106,15 @@ def cuda_time_interleaved(fns: dict, *, warmup: int = 3, repeat: int = 20, inner
     A slow stretch of the host (its speed drifts by tens of percent over seconds on a
     shared machine) or a clock change of the GPU then falls on every function alike,
     where timing them one after another lets it fall on one of them only. Parameters as
-    :func:`cuda_time`, for each function; returns ``{name: Timing}`` in ``fns``' order.
+    :func:`cuda_time`, for each function (``inner`` may also be a dict of each one's);
+    returns ``{name: Timing}`` in ``fns``' order.
     """
     cupy = _cuda.cupy_or_none()
     if cupy is None:
         raise RuntimeError(f"no GPU: {_cuda.unavailable_reason()}")
     stream = cupy.cuda.get_current_stream()
 
-    def sample(fn):
+    def sample(fn, inner):
         start, stop = cupy.cuda.Event(), cupy.cuda.Event()
         start.record(stream)
         for _ in range(inner):
@@ -98,19 +127,80 @@ def cuda_time_interleaved(fns: dict, *, warmup: int = 3, repeat: int = 20, inner
         for _ in range(warmup):
             fn()
     stream.synchronize()  # the warm-up's work done before the first sample starts
-    return _interleaved(fns, 0, repeat, sample)
+    return _interleaved(fns, 0, repeat, inner, sample)
 
 
 def host_time_interleaved(fns: dict, *, warmup: int = 3, repeat: int = 20, inner: int = 1) -> dict:
     """:func:`cuda_time_interleaved` with the host's clock (host backends)."""
 
-    def sample(fn):
+    def sample(fn, inner):
         start = time.perf_counter()
         for _ in range(inner):
             fn()
         return (time.perf_counter() - start) * 1e3 / inner
 
-    return _interleaved(fns, warmup, repeat, sample)
+    return _interleaved(fns, warmup, repeat, inner, sample)
+
+
+def time_candidates(
+    fns: dict,
+    *,
+    on_host: bool = False,
+    warmup: int = 1,
+    repeat: int = 5,
+    inner: int | None = None,
+    hopeless: float | None = None,
+    timer=None,
+) -> dict:
+    """The one timing harness: ``{key: Timing}`` of each function of ``fns``, in its order.
+
+    Each candidate gets ``warmup`` untimed calls and one calibration sample, in turn;
+    a candidate whose calibration sample is over ``hopeless`` times the fastest so far
+    stops there (``Timing.cut_short``: a vector kernel on an arrow matrix's dense rows can
+    run 200 times the best, and its repeats alone would cost hundreds of milliseconds).
+    The others then get one untimed call each (the others ran since its calibration) and
+    ``repeat`` samples each, taken in alternation, one of each per round
+    (:func:`cuda_time_interleaved`), so that a slow stretch of the host falls on all of
+    them alike; a single candidate, or one timed by ``timer``, gets its ``repeat``
+    samples at once.
+
+    Parameters
+    ----------
+    fns : dict
+        ``{key: fn}``; ``fn()`` launches one product (on the current stream for the GPU).
+    on_host : bool
+        Time with the host's clock (host backends) instead of CUDA events.
+    warmup, repeat : int
+        Untimed calls before the calibration sample; samples after it.
+    inner : int, optional
+        Calls per sample; default: enough for a sample of ``MIN_SAMPLE_MS`` (from the
+        calibration sample, at most ``MAX_INNER``).
+    hopeless : float, optional
+        The ratio to the fastest calibration sample so far beyond which a candidate is
+        timed no further; default: every candidate is timed in full.
+    timer : callable, optional
+        ``timer(fn, warmup=, repeat=, inner=) -> Timing`` for one function (a scripted
+        timer in tests, or the autotuner's ``timer=``); the candidates are then timed one
+        after another with it.
+    """
+    single = timer or (host_time if on_host else cuda_time)
+    results, contenders, inners = {}, {}, {}
+    fastest = None
+    for key, fn in fns.items():
+        first = single(fn, warmup=warmup, repeat=1, inner=inner or 1).median_ms
+        inners[key] = inner or max(1, min(MAX_INNER, math.ceil(MIN_SAMPLE_MS / max(first, 1e-6))))
+        if hopeless is not None and fastest is not None and first > hopeless * fastest:
+            results[key] = Timing((first,), inner or 1, cut_short=True)
+            continue
+        fastest = first if fastest is None else min(fastest, first)
+        contenders[key] = fn
+    if timer is not None or len(contenders) == 1:
+        for key, fn in contenders.items():
+            results[key] = single(fn, warmup=0, repeat=repeat, inner=inners[key])
+    elif contenders:
+        interleaved = host_time_interleaved if on_host else cuda_time_interleaved
+        results.update(interleaved(contenders, warmup=1, repeat=repeat, inner=inners))
+    return {key: results[key] for key in fns}
 
 
 def spmv_bytes(n_rows: int, n_cols: int, nnz: int, value_itemsize: int, index_itemsize: int):

@@ -31,9 +31,9 @@ import numpy as np
 import scipy
 import scipy.sparse as sp
 
-from . import _cuda, _dispatch, _registry, _select, datasets, suitesparse
+from . import _cuda, _planning, _registry, datasets, suitesparse
 from ._oracle import Oracle, random_vector
-from ._timing import cuda_time, gb_per_s, host_time, spmv_bytes
+from ._timing import gb_per_s, spmv_bytes, time_candidates
 from ._version import __version__
 from .backends.policy import format_knobs
 from .datasets import synthetic
@@ -224,7 +224,7 @@ class BackendContender:
         import sparsegpu
 
         matrix = sparsegpu.csr_matrix(A.astype(dtype))
-        plan = _dispatch.plan_for(matrix, dtype, backend=self.name)
+        plan = _planning.plan_for(matrix, dtype, backend=self.name)
         xp = plan.matrix.xp
         x = random_vector(A.shape[1], dtype, seed=seed, xp=xp)
         out = xp.empty(A.shape[0], dtype=plan.matrix.dtype)
@@ -250,8 +250,8 @@ class AutoContender:
         import sparsegpu
 
         matrix = sparsegpu.csr_matrix(A.astype(dtype))
-        choice = _select.explain(matrix, dtype)
-        plan = _dispatch.plan_for(matrix, dtype, backend=_registry.AUTO)
+        choice = _planning.explain(matrix, dtype)
+        plan = _planning.plan_for(matrix, dtype, backend=_registry.AUTO)
         xp = plan.matrix.xp
         x = random_vector(A.shape[1], dtype, seed=seed, xp=xp)
         out = xp.empty(A.shape[0], dtype=plan.matrix.dtype)
@@ -350,10 +350,13 @@ def _contenders(requested, gpu: bool):
 
 # ------------------------------------------------------------------------------ timing
 def measure(prepared: Prepared, repeat: int) -> list[float]:
-    """Per-call milliseconds of ``prepared.call``: CUDA events on the GPU, else wall clock."""
-    if prepared.timer == "cuda-events":
-        return list(cuda_time(prepared.call, warmup=3, repeat=repeat).samples_ms)
-    return list(host_time(prepared.call, warmup=1, repeat=repeat).samples_ms)
+    """Per-call milliseconds of ``prepared.call``, one product a sample (as a user's call
+    takes it): CUDA events on the GPU, else wall clock, through the one timing harness."""
+    on_host = prepared.timer != "cuda-events"
+    timing = time_candidates(
+        {"call": prepared.call}, on_host=on_host, warmup=3, repeat=repeat, inner=1
+    )
+    return list(timing["call"].samples_ms)
 
 
 def check(prepared: Prepared, A, dtype, oracle: Oracle | None = None) -> None:

@@ -28,7 +28,7 @@ from .._dtypes import HALF_DTYPES
 from .._matrix import _SparseGPUMixin, csr_matrix
 from .._mirror import RowLengthStats
 from .._oracle import Oracle
-from .._timing import cuda_time, gb_per_s, host_time, matrix_spmv_bytes
+from .._timing import cuda_time, gb_per_s, host_time, matrix_spmv_bytes, time_candidates
 from .._tuning_store import (
     TunedEntry,
     TuningCache,
@@ -42,10 +42,6 @@ from ..backends.base import FLOAT_AND_COMPLEX, INT32_AND_INT64
 from ..backends.policy import Policy
 
 ORACLE = "scipy"
-# A timed sample should last at least this long: CUDA events resolve about half a
-# microsecond, and a small product takes a few microseconds.
-MIN_SAMPLE_MS = 0.2
-MAX_INNER = 256
 
 OK, WRONG, ERROR, SKIPPED = "ok", "wrong", "error", "skipped"
 
@@ -394,9 +390,10 @@ def _run_candidate(sweep: _Sweep, policy: Policy, warmup: int, repeat: int) -> C
         def call():
             plan.matvec(sweep.x, out=sweep.y)
 
-        first = sweep.timer(call, warmup=warmup, repeat=1, inner=1).median_ms
-        inner = max(1, min(MAX_INNER, math.ceil(MIN_SAMPLE_MS / max(first, 1e-6))))
-        ms = sweep.timer(call, warmup=0, repeat=repeat, inner=inner).median_ms
+        # the one harness: warm-up, a calibration sample that sets the loop's length,
+        # then the samples (candidates one at a time, so the budget is checked between them)
+        timing = time_candidates({policy: call}, warmup=warmup, repeat=repeat, timer=sweep.timer)
+        ms = timing[policy].median_ms
         # every answer is checked: the last timed call's too (races show up here)
         problem = sweep.oracle.error(sweep.y)
         if problem is not None:
