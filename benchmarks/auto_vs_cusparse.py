@@ -21,7 +21,7 @@ the matrix, x and y descriptors and the workspace once and then calls only
 ``merge_path`` and ``cusparse`` backends (``cusparse`` as users call it, allocating y;
 ``cusparse_out`` with ``out=`` given, the same work as the direct program), ``auto``
 planning by estimate (the rules alone, ``A.planning = "estimate"``) and ``auto``
-planning by measurement (``sparsegpu.plan(A, x)`` first: its choice, what it measured
+planning by measurement (``sparsegpu.choose(A, x)`` first: its choice, what it measured
 and what planning cost are recorded). Every answer is checked against cupyx's before
 anything is timed, then all columns of a matrix are timed in alternation (one sample of
 each per round, the order rotating), so that the host's drift falls on them alike; a
@@ -52,7 +52,7 @@ import numpy as np
 import scipy.io
 
 import sparsegpu as sg
-from sparsegpu import _console, _cuda, _dispatch, _registry, _select, _timing, probe
+from sparsegpu import _console, _cuda, _planning, _registry, _select, _timing, probe
 from sparsegpu.backends import cusparse as cusparse_backend
 from sparsegpu.datasets import synthetic
 
@@ -103,11 +103,11 @@ def measure_host_overhead(cupy, cupyx_sparse) -> dict:
     x = cupy.asarray(np.random.default_rng(0).uniform(-1, 1, 1000))
     Acx = cupyx_sparse.csr_matrix(A)
     out = {"n_rows": 1000, "nnz": int(A.nnz), "cupyx_us": host_overhead_us(lambda: Acx @ x, cupy)}
-    out["auto_backend"] = _select.explain(A).backend
+    out["auto_backend"] = _planning.explain(A).backend
     out["auto_us"] = host_overhead_us(lambda: A @ x, cupy)
     # where the time goes: the dispatcher without scipy's operator, then the plan alone
     out["auto_matvec_function_us"] = host_overhead_us(lambda: sg.matvec(A, x), cupy)
-    plan = _dispatch.plan_for(A, np.float64)
+    plan = _planning.plan_for(A, np.float64)
     out["auto_plan_only_us"] = host_overhead_us(lambda: plan.matvec(x), cupy)
     for name in ("cusparse", "merge_path"):
         B = sg.csr_matrix(A)
@@ -265,7 +265,7 @@ def bench_one(name, build, dtype, cupy, cupyx_sparse, copy_gbs, set_label="heldo
     y_out = cupy.empty(n_rows, dtype=dtype)
     check(sg.matvec(A, x, backend="cusparse", out=y_out), "cusparse out=")
     fns["cusparse_out"] = lambda: sg.matvec(A, x, backend="cusparse", out=y_out)
-    cusparse_policy = repr(_dispatch.plan_for(A, dtype, backend="cusparse").policy)
+    cusparse_policy = repr(_planning.plan_for(A, dtype, backend="cusparse").policy)
 
     # auto planning by estimate (the rules alone), on a fresh matrix
     estimate_matrix = sg.csr_matrix(Acx)
@@ -275,7 +275,7 @@ def bench_one(name, build, dtype, cupy, cupyx_sparse, copy_gbs, set_label="heldo
 
     # auto planning by measurement, on a fresh matrix: plan now on this x, then time
     measured = sg.csr_matrix(Acx)
-    choice = sg.plan(measured, x)
+    choice = sg.choose(measured, x)
     check(measured @ x, "auto (measure)")
     fns["auto"] = lambda M=measured: M @ x
 
@@ -437,7 +437,7 @@ def markdown(result) -> str:
         f"CUDA {result['versions']['cuda_runtime']}. Median of CUDA-event timings"
         f"{_method_text(result)}; every "
         "answer checked against cupyx's first. `auto` plans by measurement "
-        "(`sparsegpu.plan(A, x)` on a fresh matrix, then `A @ x` timed); `auto est.` is "
+        "(`sparsegpu.choose(A, x)` on a fresh matrix, then `A @ x` timed); `auto est.` is "
         "`auto` planning by estimate (the rules alone). Ratios are speed-ups of `auto` "
         "(higher is better); raw is cuSPARSE called directly (descriptors of A, x and y and the "
         "workspace made once, then one `cusparseSpMV` per product), best of ALG1 and ALG2; "
@@ -501,7 +501,7 @@ def markdown(result) -> str:
             )
     lines += [
         "",
-        "Planning cost: `planning ms` is the wall time of `sparsegpu.plan(A, x)` (every "
+        "Planning cost: `planning ms` is the wall time of `sparsegpu.choose(A, x)` (every "
         "candidate timed with CUDA events and its answer compared), paid once per matrix; "
         "the JSON keeps each candidate's time and agreement per row "
         "(`planning_measurements`) and the cost in products of the chosen backend "

@@ -13,7 +13,7 @@ given, so every side does the same work):
     the ``delta16`` backend with every policy of its own sweep
     (``Delta16Backend.candidates``), and its default policy alone.
 ``auto``
-    what ``sparsegpu.plan(A, x)`` (planning ``measure``, default policies) picks, and its
+    what ``sparsegpu.choose(A, x)`` (planning ``measure``, default policies) picks, and its
     time: the check that planning picks ``delta16`` where it wins and not where it loses.
 
 Every candidate is first screened alone (median of 15, one candidate after another); then
@@ -226,7 +226,7 @@ def _screen_and_final(name, S, mirror, candidates, x, y, expected, times, calls,
             finals.update({k: calls[k] for k in sorted(mine, key=mine.get)[:FINALISTS]})
     # what planning by measurement picks, on a fresh matrix, with default policies
     fresh = sg.csr_matrix(S)
-    choice = sg.plan(fresh, x)
+    choice = sg.choose(fresh, x)
     row["auto_choice"] = choice.backend
     row["auto_planning_ms"] = choice.planning_ms
     row["auto_measured"] = {m.backend: m.ms for m in choice.measurements if m.ms is not None}

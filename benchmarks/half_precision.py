@@ -11,7 +11,7 @@ dtype's best over:
 * cuSPARSE called directly (``DirectSpMV`` from ``auto_vs_cusparse.py``, CSR ALG1 and
   ALG2; CUDA_R_16F / CUDA_R_16BF with float32 compute for the 16-bit types).
 
-and what ``sparsegpu.plan(A, x)`` (planning ``measure``, default policies) picks.
+and what ``sparsegpu.choose(A, x)`` (planning ``measure``, default policies) picks.
 
 Mixed precision (``A.mixed_precision``, opt-in): a float32 matrix times a float64 x, once
 as by default (values widened to float64 on the device, ``auto`` planned) and once with
@@ -120,7 +120,7 @@ def bench_mixed(name, S64, x64, cupy) -> dict:
     for label, mixed in (("widened", False), ("mixed", True)):
         A = sg.csr_matrix(S64, dtype=np.float32)
         A.mixed_precision = mixed
-        choice = sg.plan(A, x)
+        choice = sg.choose(A, x)
         problem = reference.error(A @ x)
         if problem is not None:
             raise AssertionError(f"{name} {label}: {problem}")
@@ -195,7 +195,7 @@ def bench_one(name, S64, x64, dtype, cupy, copy_gbs, DirectSpMV) -> dict:
     row["err"], row["arith"] = errors[best_key]
     # what planning by measurement picks, on a fresh matrix, with default policies
     fresh = sg.csr_matrix(S64, dtype=dtype)
-    choice = sg.plan(fresh, x)
+    choice = sg.choose(fresh, x)
     row["auto_choice"] = choice.backend
     row["auto_ms"] = _time(lambda: fresh.dot(x))
     row["auto_planning_ms"] = choice.planning_ms

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import sparsegpu as sg  # noqa: E402
-from sparsegpu import _console, _cuda, _dispatch, _registry, _timing, probe  # noqa: E402
+from sparsegpu import _console, _cuda, _planning, _registry, _timing, probe  # noqa: E402
 from sparsegpu.backends.csr_vector import CsrVectorPolicy  # noqa: E402
 from sparsegpu.backends.policy import THREADS_PER_ROW_CHOICES  # noqa: E402
 from sparsegpu.backends.swcache import SoftwareCachePolicy  # noqa: E402
@@ -143,7 +143,7 @@ def run_matrix(cupy, cupyx_sparse, name, A, dtype, copy_gbs, progress, task) -> 
             continue
         best = None
         for policy in sweep(backend, mirror):
-            plan = _dispatch.plan_for(A, dtype, backend=backend_name, policy=policy)
+            plan = _planning.plan_for(A, dtype, backend=backend_name, policy=policy)
             y.fill(np.nan)
             plan.matvec(x, out=y)
             check_on_device(cupy, y, reference, dtype, max_row, f"{backend_name} {policy} {name}")

@@ -30,7 +30,7 @@ import time
 import numpy as np
 
 import sparsegpu as sg
-from sparsegpu import _cuda, _dispatch, _registry, _timing, probe
+from sparsegpu import _cuda, _planning, _registry, _timing, probe
 from sparsegpu.backends.csr_vector import CsrVectorPolicy
 from sparsegpu.backends.cusparse import CusparsePolicy
 from sparsegpu.backends.merge_path import MERGE_PATH_SHAPES, MergePathPolicy
@@ -113,7 +113,7 @@ def sweep_matrix(name, build, dtype, cupy, copy_gbs, repeat, emit):
     }
 
     def timed(backend, policy):
-        plan = _dispatch.plan_for(A, dtype, backend=backend, policy=policy)
+        plan = _planning.plan_for(A, dtype, backend=backend, policy=policy)
         plan.matvec(x, out=y)
         err = float(cupy.abs(y - reference).max())
         if not err <= tol:

@@ -57,7 +57,7 @@ def per_call_us(fn, sync=None, calls=CALLS, repeats=REPEATS) -> float:
 
 def pieces(B, x, cupy, sync) -> dict:
     """Host microseconds of each step of ``auto``'s ``A @ x`` on ``B``, and of CuPy's floor."""
-    plan = sg._dispatch.plan_for(B, np.float64)
+    plan = sg._planning.plan_for(B, np.float64)
     out = {"backend": type(plan).__name__}
     y = cupy.empty(B.shape[0])
     out["get_current_stream_us"] = per_call_us(cupy.cuda.get_current_stream, sync)
@@ -89,7 +89,7 @@ def cusparse_pieces(B, x, cupy, sync) -> dict:
     """Host microseconds of the ``cusparse`` backend's ``A @ x`` against the one
     ``cusparseSpMV`` call it makes (same handle, descriptors and workspace): the part of a
     call that is cuSPARSE's own."""
-    plan = sg._dispatch.plan_for(B, np.float64, backend="cusparse")
+    plan = sg._planning.plan_for(B, np.float64, backend="cusparse")
     y = cupy.empty(B.shape[0])
     plan.matvec(x, out=y)  # makes the descriptors of x and y
     stream_ptr = cupy.cuda.get_current_stream().ptr
@@ -143,7 +143,7 @@ def main(argv=None) -> int:
             B = sg.csr_matrix(S)
             B.backend = status.name
             result["gpu"][f"{status.name}_us"] = per_call_us(lambda B=B: B @ x, sync)
-            plan = sg._dispatch.plan_for(B, np.float64)
+            plan = sg._planning.plan_for(B, np.float64)
             result["gpu"][f"{status.name}_plan_only_us"] = per_call_us(
                 lambda plan=plan: plan.matvec(x), sync
             )

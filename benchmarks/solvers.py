@@ -39,7 +39,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spl
 
 import sparsegpu as sg
-from sparsegpu import _cuda, _dispatch, _registry
+from sparsegpu import _cuda, _planning, _registry
 from sparsegpu._console import console, progress
 from sparsegpu._timing import cuda_time, gb_per_s, matrix_spmv_bytes
 from sparsegpu.datasets.synthetic import power_law, stencil_3d
@@ -113,7 +113,7 @@ def cupyx_cg_on_plan(S, M_dev, b, backend, args, cupy):
     """cupyx's cg driving a sparsegpu plan: the alternative to writing our own solvers."""
     import cupyx.scipy.sparse.linalg as cuspl
 
-    plan = _dispatch.plan_for(sg.csr_matrix(S), np.float64, backend=backend)
+    plan = _planning.plan_for(sg.csr_matrix(S), np.float64, backend=backend)
     operator = cuspl.LinearOperator(S.shape, matvec=plan.matvec, dtype=np.float64)
     tol = {tolerance_keyword(cuspl.cg): args.rtol}
     return best_of(lambda: cuspl.cg(operator, b, M=M_dev, **tol), cupy, args.repeat)
@@ -240,8 +240,8 @@ def transpose_one_backend(S, backend, args, cupy):
     A.backend = backend
     A @ x
     build_seconds, y = wall(lambda: A.T @ xt, cupy)  # builds the transpose once
-    plan = _dispatch.plan_for(A, np.float64)
-    plan_t = _dispatch.plan_for(A.T, np.float64)
+    plan = _planning.plan_for(A, np.float64)
+    plan_t = _planning.plan_for(A.T, np.float64)
     y_out = cupy.empty(S.shape[0])
     yt_out = cupy.empty(S.shape[1])
     forward = cuda_time(lambda: plan.matvec(x, out=y_out), repeat=args.kernel_repeat)
@@ -316,7 +316,7 @@ def bench_matmat(args, cupy, report, save):
         for backend in gpu_backends():
             A = sg.csr_matrix(S)
             A.backend = backend
-            plan = _dispatch.plan_for(A, np.float64)
+            plan = _planning.plan_for(A, np.float64)
             rows = entry["backends"][backend] = {}
             for k in (1, 2, 4, 8, 16, 32, 64):
                 rows[k] = matmat_one(plan, A_dev, k, args, cupy)

@@ -8,8 +8,8 @@ True
 
 from . import datasets, io, linalg, suitesparse
 from ._construct import block_diag, bmat, diags, eye, hstack, identity, kron, random, vstack
-from ._dispatch import plan
 from ._matrix import csc_array, csc_matrix, csr_array, csr_matrix, matvec
+from ._planning import choose, explain, plan, planning
 from ._registry import (
     BackendStatus,
     BackendUnavailableError,
@@ -18,7 +18,7 @@ from ._registry import (
     unregister_backend,
 )
 from ._reorder import reorder
-from ._select import explain, planning, use_backend
+from ._select import use_backend
 from ._version import __version__
 from .tuning.autotune import AutotuneReport, autotune
 
@@ -31,6 +31,7 @@ __all__ = [
     "backends",
     "block_diag",
     "bmat",
+    "choose",
     "csc_array",
     "csc_matrix",
     "csr_array",

@@ -24,7 +24,7 @@ import weakref
 import numpy as np
 import scipy.sparse as sp
 
-from . import _cuda, _dispatch, _registry, _select
+from . import _cuda, _dispatch, _planning, _registry
 from ._dtypes import is_half
 from ._host_buffers import (
     ARRAY_NAMES,
@@ -42,6 +42,7 @@ from ._host_buffers import (
     unhold,
 )
 from ._mirror import DeviceMatrix, MatrixCache, MirrorKey, Residence
+from ._select import Operand
 from ._write_through import write_through
 
 
@@ -188,7 +189,7 @@ class _SparseGPUMixin:
 
     @planning.setter
     def planning(self, level: str | None):
-        self._sg_planning = None if level is None else _select.check_level(level)
+        self._sg_planning = None if level is None else _planning.check_level(level)
 
     @property
     def mixed_precision(self) -> bool:
@@ -230,6 +231,13 @@ class _SparseGPUMixin:
     def _sg_layout(self):
         """(CSR shape of the stored arrays, True when they are this matrix's transpose)."""
         raise NotImplementedError
+
+    def _sg_operand(self) -> Operand:
+        """What selection and planning read of this matrix, its mirrors included."""
+        return Operand(
+            self.dtype, self._sg_index_dtype(), self._sg_backend, self._sg_policy,
+            self._sg_planning, self._sg_mixed, self._sg_mirror, self._sg_cache_dict,
+        )  # fmt: skip
 
     def _sg_mirror(self, residence: Residence, value_dtype) -> DeviceMatrix:
         """The validated mirror for ``residence`` in ``value_dtype`` (made once)."""
@@ -680,7 +688,7 @@ def matvec(A, x, *, backend: str | None = None, policy=None, out=None, planning=
     y : array in x's array module, with scipy's result dtype.
     """
     if planning is not None:
-        _select.check_level(planning)
+        _planning.check_level(planning)
     if not isinstance(A, _SparseGPUMixin):
         raise TypeError(
             f"A must be a sparsegpu matrix, got {type(A).__name__}; wrap it with "

@@ -146,7 +146,10 @@ class MirrorKey(NamedTuple):
 
 
 class ChoiceKey(NamedTuple):
-    """What one product's choice depends on besides the matrix (see ``_dispatch``)."""
+    """What one product's choice depends on besides the matrix (see ``_dispatch``): the
+    name in force, x's dtype, the per-call policy and planning level, the matrix's, the
+    registry's generation and the operation (``A @ x``, or ``A @ X`` by k bucket and
+    order)."""
 
     name: str
     x_dtype: np.dtype
@@ -155,6 +158,7 @@ class ChoiceKey(NamedTuple):
     matrix_policy: Any
     matrix_planning: str | None
     generation: int
+    operation: Any
 
 
 class MatrixCache:
@@ -170,8 +174,9 @@ class MatrixCache:
     def __init__(self):
         self.mirrors: dict[MirrorKey, DeviceMatrix] = {}
         self.choices: dict[ChoiceKey, Any] = {}
-        # value dtype -> the Choice planning measured for this matrix (what explain shows)
-        self.measured: dict[np.dtype, Any] = {}
+        # (value dtype, operation) -> the Choice planning measured for this matrix (what
+        # explain shows)
+        self.measured: dict[tuple, Any] = {}
         # held (never waited for) by the thread planning this matrix
         self.planning_lock = threading.Lock()
         # (method, backend name) -> (permuted matrix, permutation)

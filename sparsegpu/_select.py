@@ -1,7 +1,8 @@
 """Selection: the one place where a product's backend and policy are chosen, and why.
 
-:func:`select` answers for one matrix and x dtype with a :class:`Choice` (backend, policy,
-reason, row statistics). In order:
+:func:`select` answers for one matrix (an :class:`Operand`, handed down by dispatch or
+planning with its mirrors), x dtype and :class:`Operation` with a :class:`Choice`
+(backend, policy, reason, row statistics). In order:
 
 Precedence of the backend name
     an explicit ``backend=`` (``sg.matvec``), then the matrix's ``A.backend``, then the
@@ -17,18 +18,9 @@ Policy
     own default (occupancy, row lengths). A policy of another family than the backend's
     is a TypeError; under ``auto`` a policy restricts the choice to its family.
 
-Planning (:func:`plan`, like FFTW's ``FFTW_ESTIMATE``/``FFTW_MEASURE`` and cuDNN's
-benchmark mode)
-    ``estimate``: the rules above. ``measure`` (the default): the first product of a
-    matrix runs on the estimate; the second times a short list of candidates on its real
-    operands with CUDA events (the estimate, cuSPARSE ALG1 and ALG2, ``merge_path``, the
-    vector family's shape for the row class, ``delta16`` where the matrix's columns
-    compress, the tuned entry), checks they agree, and keeps the fastest for this matrix
-    and for matrices of the same fingerprint in this process. Backends that build a format
-    of their own (``delta16``: ``Backend.estimated`` False) are reached only this way.
-    ``exhaustive``: every usable backend with every candidate policy it has. The level
-    comes from ``planning=`` (``sg.matvec``/:func:`plan`), ``A.planning``, the innermost
-    ``with sparsegpu.planning(...)``, ``SPARSEGPU_PLANNING``, in that order.
+What :func:`select` gives is the *estimate*. Planning (:mod:`sparsegpu._planning`) sits
+above: it asks here for the estimate and for the candidates (:func:`gpu_candidates`),
+times them, and keeps the fastest; selection never imports planning.
 
 The tuning store (:mod:`sparsegpu._tuning_store`) is plain data passed in here; nothing
 registers itself into selection.
@@ -37,19 +29,17 @@ registers itself into selection.
 from __future__ import annotations
 
 import os
-import threading
-import time
 import warnings
+from collections.abc import Callable
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import _cuda, _registry, _timing, _tuning_store
+from . import _cuda, _registry, _tuning_store
 from ._dtypes import MIXED_PARTNERS, half_result_dtype, is_half
-from ._oracle import tolerance
 from ._registry import AUTO, get_backend, registered
 from ._tuning_store import (
     ROW_CLASSES,
@@ -61,12 +51,8 @@ from ._tuning_store import (
 from .backends.base import Backend
 
 ENV_VAR = "SPARSEGPU_BACKEND"
-PLANNING_ENV_VAR = "SPARSEGPU_PLANNING"
-LEVELS = ("estimate", "measure", "exhaustive")
-DEFAULT_LEVEL = "measure"
 
 _scoped: ContextVar[str | None] = ContextVar("sparsegpu_backend", default=None)
-_scoped_level: ContextVar[str | None] = ContextVar("sparsegpu_planning", default=None)
 
 
 # --------------------------------------------------------------------- precedence
@@ -115,7 +101,7 @@ except AttributeError:  # pragma: no cover - another Python: the plain, slower r
         return os.environ.get(ENV_VAR)
 
 
-def resolve_name(explicit: str | None, matrix_choice: str | None) -> str:
+def name_in_force(explicit: str | None, matrix_choice: str | None) -> str:
     """The backend name in force for one product (see the module docstring)."""
     return explicit or matrix_choice or _scoped.get() or env_backend() or AUTO
 
@@ -256,6 +242,86 @@ _NO_REQUEST = Request()
 
 
 @dataclass(frozen=True)
+class Operand:
+    """A matrix as selection and planning see it, handed down by dispatch.
+
+    Selection never calls up into the matrix: what it reads of one is here.
+
+    Attributes
+    ----------
+    dtype, index_dtype : numpy.dtype
+        Of the values and of the indices (the wider of ``indices`` and ``indptr``).
+    backend, policy, planning : str, Policy, str or None
+        ``A.backend``, ``A.policy`` and ``A.planning``.
+    mixed : bool
+        ``A.mixed_precision``.
+    mirror : callable
+        ``mirror(residence, value_dtype) -> DeviceMatrix``: the validated mirror where a
+        backend computes (made once, on first request).
+    cache : callable
+        ``cache() -> MatrixCache``: where the matrix keeps its choices (planning's).
+    """
+
+    dtype: np.dtype
+    index_dtype: np.dtype
+    backend: str | None = None
+    policy: Any = None
+    planning: str | None = None
+    mixed: bool = False
+    mirror: Callable = field(default=None, repr=False, compare=False)
+    cache: Callable = field(default=None, repr=False, compare=False)
+
+
+# Columns of X are rounded up to a power of two for planning (a plan measured with k = 24
+# serves k = 17..32); past this many, one bucket.
+LARGEST_BUCKET = 256
+
+
+def k_bucket(k: int) -> int:
+    """The bucket of ``k`` columns: the power of two at least ``k``, at most
+    ``LARGEST_BUCKET`` (which stands for every k over half of it)."""
+    bucket = 1
+    while bucket < k and bucket < LARGEST_BUCKET:
+        bucket *= 2
+    return bucket
+
+
+class Operation(NamedTuple):
+    """The product a choice is for.
+
+    ``kind`` is ``"A @ x"`` (one vector: ``A @ x``, ``A.T @ x``, and ``A @ X`` with one
+    column) or ``"A @ X"`` (several right-hand sides: ``columns`` is the bucket of X's k
+    columns, :func:`k_bucket`, and ``order`` X's memory order, ``"C"`` or ``"F"``). A
+    product on ``A.T`` is one on the transpose's own mirror, so it is planned the same way.
+    New kinds (sparse x sparse) add their own values of ``kind``.
+    """
+
+    kind: str = "A @ x"
+    columns: int = 1
+    order: str = "C"
+
+    def __str__(self) -> str:
+        if self.kind != "A @ X":
+            return self.kind
+        if self.columns >= LARGEST_BUCKET:
+            k = f"k > {LARGEST_BUCKET // 2}"
+        elif self.columns <= 2:
+            k = f"k = {self.columns}"
+        else:
+            k = f"k = {self.columns // 2 + 1}..{self.columns}"
+        return f"A @ X ({k}, {self.order} order)"
+
+
+VECTOR = Operation()
+
+
+def matmat_operation(k: int, order: str) -> Operation:
+    """The operation of ``A @ X`` for an X of ``k`` columns in memory order ``order``
+    (one column is ``A @ x``)."""
+    return VECTOR if k == 1 else Operation("A @ X", k_bucket(k), order)
+
+
+@dataclass(frozen=True)
 class Choice:
     """The backend and policy of one product, and why (what :func:`explain` shows).
 
@@ -287,6 +353,8 @@ class Choice:
         ``value_dtype`` (mixed precision, ``A.mixed_precision``); None otherwise.
     implementation : Backend
         The backend object itself (what dispatch makes the plan with).
+    operation : Operation
+        The product this choice is for.
     """
 
     backend: str
@@ -301,6 +369,7 @@ class Choice:
     planning_ms: float | None = None
     storage_dtype: np.dtype | None = None
     implementation: Any = field(default=None, repr=False, compare=False)
+    operation: Operation = VECTOR
 
     @property
     def row_class(self) -> str | None:
@@ -311,6 +380,8 @@ class Choice:
             f"{self.requested} -> backend {self.backend!r} with {self.policy!r}",
             f"  why: {self.reason}",
         ]
+        if self.operation != VECTOR:
+            lines.insert(1, f"  product: {self.operation}")
         s = self.stats
         if s is not None:
             lines.append(
@@ -343,7 +414,7 @@ class Choice:
     __repr__ = __str__
 
 
-def _gpu_candidates(value_dtype: np.dtype, policy_type=None) -> list[Backend]:
+def gpu_candidates(value_dtype: np.dtype, policy_type=None) -> list[Backend]:
     """Usable GPU backends that take this value dtype (and policy family), in order of
     preference."""
     if _cuda.unavailable_reason() is not None:
@@ -360,9 +431,9 @@ def _gpu_candidates(value_dtype: np.dtype, policy_type=None) -> list[Backend]:
     return sorted(found, key=lambda b: rank.get(b.name, len(rank)))
 
 
-def _auto(matrix, value_dtype: np.dtype, policy, store) -> tuple[Backend, str, Any]:
+def _auto(operand: Operand, value_dtype: np.dtype, policy, store) -> tuple[Backend, str, Any]:
     """(backend, reason, stats or None) of ``auto`` for this matrix and value dtype."""
-    candidates = _gpu_candidates(value_dtype, type(policy) if policy is not None else None)
+    candidates = gpu_candidates(value_dtype, type(policy) if policy is not None else None)
     if policy is None:  # a backend that only planning picks (unless its policy is given)
         candidates = [b for b in candidates if b.estimated]
     if not candidates:
@@ -377,7 +448,7 @@ def _auto(matrix, value_dtype: np.dtype, policy, store) -> tuple[Backend, str, A
             else f"no GPU backend computes in {value_dtype}"
         )
         return registered()["scipy"], reason + "; the scipy CPU reference computes", None
-    mirror = matrix._sg_mirror(candidates[0].residence, value_dtype)
+    mirror = operand.mirror(candidates[0].residence, value_dtype)
     usable = [b for b in candidates if b.supports(mirror)]
     if not usable:
         return registered()["scipy"], "no GPU backend accepts this matrix", None
@@ -394,12 +465,13 @@ def _auto(matrix, value_dtype: np.dtype, policy, store) -> tuple[Backend, str, A
     return usable[names.index(name)], reason, stats
 
 
-def select(matrix, x_dtype, request: Request | None = None, *, store=None) -> Choice:
-    """The backend and policy of ``matrix @ x`` for an x of ``x_dtype``.
+def select(operand: Operand, x_dtype, request: Request | None = None, *, store=None) -> Choice:
+    """The backend and policy of ``A @ x`` for an x of ``x_dtype``: the estimate.
 
     Parameters
     ----------
-    matrix : sparsegpu matrix
+    operand : Operand
+        The matrix, as dispatch hands it down.
     x_dtype : dtype
     request : Request, optional
         The caller's explicit backend name and policy (``sg.matvec(..., backend=,
@@ -415,27 +487,39 @@ def select(matrix, x_dtype, request: Request | None = None, *, store=None) -> Ch
         For a dtype the named backend does not take, or a policy of another family.
     """
     request = request or _NO_REQUEST
-    value_dtype = result_dtype(matrix.dtype, x_dtype)
-    name = resolve_name(request.backend, matrix._sg_backend)
-    policy = request.policy if request.policy is not None else matrix._sg_policy
-    storage = mixed_storage(matrix, value_dtype)
+    value_dtype = result_dtype(operand.dtype, x_dtype)
+    name = name_in_force(request.backend, operand.backend)
+    policy = request.policy if request.policy is not None else operand.policy
+    storage = mixed_storage(operand, value_dtype)
     if storage is not None:
-        mixed = _select_mixed(matrix, name, storage, value_dtype, policy, request, store)
+        mixed = _select_mixed(operand, name, storage, value_dtype, policy, request, store)
         if mixed is not None:
             return mixed
     if name == AUTO:
-        backend, reason, stats = _auto(matrix, value_dtype, policy, store)
+        backend, reason, stats = _auto(operand, value_dtype, policy, store)
         if policy is not None and backend.residence.name == "host":
             reason += f"; the {type(policy).__name__} has no effect there"
             policy = None
     else:
         backend = get_backend(name)
-        backend.check_dtypes(value_dtype, matrix._sg_index_dtype())
-        reason, stats = f"asked for by name ({_named_by(request, matrix)})", None
+        backend.check_dtypes(value_dtype, operand.index_dtype)
+        reason, stats = f"asked for by name ({_named_by(request, operand)})", None
     _check_policy_type(backend, policy, request)
     if policy is None:
-        policy = default_policy(backend, matrix._sg_mirror(backend.residence, value_dtype), store)
+        policy = default_policy(backend, operand.mirror(backend.residence, value_dtype), store)
     return Choice(backend.name, policy, reason, stats, value_dtype, name, implementation=backend)
+
+
+def auto_estimate(operand: Operand, value_dtype, override: str | None = None) -> Choice:
+    """What ``auto``'s rules give for this matrix in ``value_dtype``, whatever name is in
+    force (``explain``'s answer before planning has measured; ``override`` notes the name)."""
+    backend, reason, stats = _auto(operand, value_dtype, operand.policy, None)
+    policy = operand.policy
+    if policy is None or not isinstance(policy, backend.policy_type):
+        policy = default_policy(backend, operand.mirror(backend.residence, value_dtype), None)
+    return Choice(
+        backend.name, policy, reason, stats, value_dtype, AUTO, override, implementation=backend
+    )
 
 
 def _check_policy_type(backend, policy, request) -> None:
@@ -451,75 +535,26 @@ def _policy_from(request: Request) -> str:
     return "policy=" if request.policy is not None else "A.policy"
 
 
-def _named_by(request: Request, matrix) -> str:
+def _named_by(request: Request, operand: Operand) -> str:
     if request.backend:
         return "backend="
-    if matrix._sg_backend:
+    if operand.backend:
         return "A.backend"
     return "use_backend" if _scoped.get() else f"${ENV_VAR}"
 
 
-def explain(A, x_dtype=None) -> Choice:
-    """Which backend and policy ``auto`` uses for ``A @ x`` (x of ``x_dtype``), and why.
-
-    Parameters
-    ----------
-    A : sparsegpu matrix
-    x_dtype : dtype, optional
-        The dtype of x; default ``A.dtype``.
-
-    Returns
-    -------
-    Choice
-        Printing it shows the backend, the policy, the reason, and the row-length
-        statistics the rules looked at.
-
-    Examples
-    --------
-    >>> import scipy.sparse as sp, sparsegpu as sg
-    >>> print(sg.explain(sg.csr_matrix(sp.eye(4))).backend)  # doctest: +SKIP
-    merge_path
-    """
-    if not hasattr(A, "_sg_mirror"):
-        raise TypeError(
-            f"A must be a sparsegpu matrix, got {type(A).__name__}; wrap it with "
-            "sparsegpu.csr_matrix(A)"
-        )
-    x_dtype = np.dtype(x_dtype or A.dtype)
-    value_dtype = result_dtype(A.dtype, x_dtype)
-    storage = mixed_storage(A, value_dtype)
-    if storage is not None:  # what planning measured for it, else the estimate
-        cache = A.__dict__.get("_sg_cache")
-        measured = cache.measured.get((storage, value_dtype)) if cache is not None else None
-        return measured if measured is not None else select(A, x_dtype)
-    override = None
-    name = resolve_name(None, A._sg_backend)
-    if name != AUTO:
-        override = f"products of this matrix use {name!r} now (A.backend, use_backend or env)"
-    cache = A.__dict__.get("_sg_cache")
-    measured = cache.measured.get(value_dtype) if cache is not None else None
-    if measured is not None:
-        return replace(measured, override=override)
-    backend, reason, stats = _auto(A, value_dtype, A._sg_policy, None)
-    policy = A._sg_policy
-    if policy is None or not isinstance(policy, backend.policy_type):
-        policy = default_policy(backend, A._sg_mirror(backend.residence, value_dtype), None)
-    estimate = Choice(
-        backend.name, policy, reason, stats, value_dtype, AUTO, override, implementation=backend
-    )
-    return from_memory(A, estimate) or estimate
-
-
-def mixed_storage(matrix, value_dtype) -> np.dtype | None:
+def mixed_storage(operand: Operand, value_dtype) -> np.dtype | None:
     """The dtype the values stay in for a mixed-precision product (``A.mixed_precision``
     and a product computed in the wide partner of A's dtype), else None."""
-    if not getattr(matrix, "_sg_mixed", False):
+    if not operand.mixed:
         return None
-    storage = np.dtype(matrix.dtype)
+    storage = np.dtype(operand.dtype)
     return storage if MIXED_PARTNERS.get(storage) == value_dtype else None
 
 
-def _select_mixed(matrix, name, storage, value_dtype, policy, request, store) -> Choice | None:
+def _select_mixed(
+    operand: Operand, name, storage, value_dtype, policy, request, store
+) -> Choice | None:
     """The choice of a mixed-precision product: a GPU backend that computes the pair, or
     None where there is nothing to mix (no GPU, the host backend named: scipy widens the
     values itself)."""
@@ -539,7 +574,7 @@ def _select_mixed(matrix, name, storage, value_dtype, policy, request, store) ->
             ),
             key=lambda b: rank.get(b.name, len(rank)),
         )
-        mirror = matrix._sg_mirror(found[0].residence, storage) if found else None
+        mirror = operand.mirror(found[0].residence, storage) if found else None
         usable = [b for b in found if b.supports(mirror)]
         if not usable:
             raise TypeError(
@@ -571,11 +606,11 @@ def _select_mixed(matrix, name, storage, value_dtype, policy, request, store) ->
                 f"{' or '.join(repr(t) for t in takers) or 'another backend'} or 'auto', "
                 "or set A.mixed_precision = False"
             )
-        backend.check_dtypes(storage, matrix._sg_index_dtype())
-        reason = f"asked for by name ({_named_by(request, matrix)}), mixed precision"
+        backend.check_dtypes(storage, operand.index_dtype)
+        reason = f"asked for by name ({_named_by(request, operand)}), mixed precision"
     _check_policy_type(backend, policy, request)
     if policy is None:
-        policy = default_policy(backend, matrix._sg_mirror(backend.residence, storage), store)
+        policy = default_policy(backend, operand.mirror(backend.residence, storage), store)
     return Choice(
         backend.name, policy, reason, stats, value_dtype, name,
         storage_dtype=storage, implementation=backend,
@@ -665,326 +700,3 @@ def forget_tuned(mirror, backend_names) -> None:
     for name in backend_names:
         mirror.default_policies.pop(name, None)
     mirror.tuned_scores = None
-
-
-# ------------------------------------------------------------------------- planning
-@contextmanager
-def planning(level: str):
-    """Use planning level ``level`` for matrices planned inside this block (this thread).
-
-    Parameters
-    ----------
-    level : {"estimate", "measure", "exhaustive"}
-
-    Examples
-    --------
-    >>> import sparsegpu as sg
-    >>> with sg.planning("estimate"):
-    ...     pass
-    """
-    token = _scoped_level.set(check_level(level))
-    try:
-        yield level
-    finally:
-        _scoped_level.reset(token)
-
-
-def check_level(level) -> str:
-    """``level`` if it is a planning level, else a ValueError naming the choices."""
-    if level not in LEVELS:
-        raise ValueError(
-            f"unknown planning level {level!r}; choose one of {', '.join(map(repr, LEVELS))}"
-        )
-    return level
-
-
-def resolve_level(explicit: str | None, matrix_level: str | None) -> str:
-    """The planning level in force: ``planning=``, ``A.planning``, the scope, the
-    environment variable, then ``"measure"``."""
-    level = explicit or matrix_level or _scoped_level.get() or os.environ.get(PLANNING_ENV_VAR)
-    if level is None:
-        return DEFAULT_LEVEL
-    if level not in LEVELS:
-        raise ValueError(
-            f"{PLANNING_ENV_VAR}={level!r} is not a planning level; choose one of "
-            f"{', '.join(LEVELS)} (or unset it)"
-        )
-    return level
-
-
-# A candidate whose first timed sample is over this many times the fastest candidate so far
-# is not timed again (its one sample is what planning records).
-HOPELESS = 4
-
-
-@dataclass(frozen=True)
-class Measurement:
-    """One candidate timed by planning: its median milliseconds (None when it could not
-    run here) and whether its answer agreed with the estimate's."""
-
-    backend: str
-    policy: Any
-    ms: float | None
-    agreed: bool
-    note: str = ""
-
-    def __str__(self) -> str:
-        timing = f"{self.ms * 1e3:9.1f} us" if self.ms is not None else "        --"
-        flag = "" if self.agreed else "  (disagreed: left out)"
-        note = f"  ({self.note})" if self.note else ""
-        return f"{self.backend:<11} {timing}  {self.policy!r}{flag}{note}"
-
-
-# (name asked for, fingerprint) -> (backend name, policy) measured fastest in this process
-_measured: dict[tuple, tuple[str, Any]] = {}
-_measured_lock = threading.Lock()
-
-
-def fingerprint(mirror) -> tuple:
-    """What two matrices must share for one's measured plan to serve the other: shape,
-    dtypes and every row statistic (a matrix with new values but the same pattern, as in
-    Newton or time-stepping codes, has the same fingerprint)."""
-    return (mirror.shape, str(mirror.dtype), str(mirror.index_dtype), mirror.stats)
-
-
-def remembered(requested: str, mirror) -> tuple[str, Any] | None:
-    """The (backend, policy) planning measured fastest for this fingerprint when
-    ``requested`` (``"auto"`` or a backend's name) was in force, or None."""
-    return _measured.get((requested, fingerprint(mirror)))
-
-
-def forget_measurements() -> None:
-    """Forget every plan measured in this process (the next matrices plan again)."""
-    with _measured_lock:
-        _measured.clear()
-
-
-def _short_list(matrix, estimate: Choice, value_dtype, level: str, store, capturable) -> list:
-    """(backend, policy) pairs planning times: the estimate first, then, for ``measure``,
-    each backend's :meth:`~Backend.planning_candidates` (cuSPARSE's algorithms) and the
-    tuned and untuned policies of the ``planned`` backends (merge_path, shuffle, delta16)
-    that take the matrix (:func:`_planned_pairs`); for ``exhaustive``, every usable backend
-    with every candidate it has."""
-    pairs = [(estimate.implementation, estimate.policy)]
-    if capturable and not estimate.implementation.capturable:
-        pairs = []
-    if estimate.requested != AUTO:  # a backend named: plan its policy only
-        backend = estimate.implementation
-        mirror = matrix._sg_mirror(backend.residence, value_dtype)
-        return pairs + [
-            (backend, p) for p in backend.planning_candidates(mirror) if p != estimate.policy
-        ]
-    candidates = _gpu_candidates(
-        value_dtype, type(matrix._sg_policy) if matrix._sg_policy else None
-    )
-    pairs += _planned_pairs(matrix, candidates, value_dtype, level, store, capturable)
-    return _unique(pairs)
-
-
-def _planned_pairs(matrix, backends, mirror_dtype, level, store, capturable, named=False):
-    """The (backend, policy) pairs planning times for each of ``backends`` that takes the
-    mirror of ``mirror_dtype`` (and can be captured, when ``capturable``): every candidate
-    for ``exhaustive``, else its planning candidates (cuSPARSE's algorithms), else, where it
-    is ``planned`` and no backend was ``named``, its tuned policy and its untuned one.
-
-    Both, because a tuned policy is one matrix's winner applied to its whole row class:
-    the shipped ones were fitted on two stencils, and on matrices that took no part in
-    that the untuned policy (from the matrix's own mean row length) can be much faster
-    (H200, ``compressed_indices_h200_run2``, 2-D 9-point stencil in float64: planning
-    timed shuffle's and delta16's tuned short-row policies at 169 and 180 us a product,
-    where the best of each one's sweep took 140 and 129 us). Where no policy is tuned the
-    two are one.
-    """
-    pairs = []
-    for backend in backends:
-        mirror = matrix._sg_mirror(backend.residence, mirror_dtype)
-        if not backend.supports(mirror) or (capturable and not backend.capturable):
-            continue
-        if level == "exhaustive":
-            policies = backend.candidates(mirror)
-        elif backend.planning_candidates(mirror):
-            policies = backend.planning_candidates(mirror)
-        elif backend.planned and not named:
-            policies = [default_policy(backend, mirror, store), backend.default_policy(mirror)]
-        else:
-            continue
-        pairs += [(backend, policy) for policy in policies]
-    return pairs
-
-
-def _unique(pairs) -> list:
-    """``pairs`` without repeats of a (backend name, policy), in first-seen order."""
-    seen, unique = set(), []
-    for backend, policy in pairs:
-        if (backend.name, policy) not in seen:
-            seen.add((backend.name, policy))
-            unique.append((backend, policy))
-    return unique
-
-
-def measure(matrix, x, estimate: Choice, level: str, *, store=None, capturable=False) -> Choice:
-    """Time the candidates of ``level`` for ``matrix @ x`` on ``x`` and return the fastest
-    that agrees with the estimate's answer (see the module docstring).
-
-    ``x`` is a device vector of the estimate's value dtype. Runs on the current stream and
-    waits for it; each candidate's plan is made once (kept on the mirror like any plan).
-    The cost: per candidate, one checked product and 1 + 1 + 5 timed ones (a sample, then
-    a warm-up and five samples taken in alternation with the other candidates', so that the
-    host's drift falls on all of them alike; several products a sample for products under
-    about 20 us); a
-    candidate whose first sample is over ``HOPELESS`` times the fastest so far stops there
-    (a vector kernel on an arrow matrix's dense rows runs 200 times cuSPARSE: its repeats
-    alone cost hundreds of milliseconds). ``capturable``: only backends whose products a
-    CUDA graph can hold (a solver about to capture its iterations).
-    """
-    from ._mirror import PlanKey
-
-    start = time.perf_counter()
-    value_dtype = estimate.value_dtype
-    storage = estimate.storage_dtype  # mixed precision: the values' dtype on the device
-    if storage is None:
-        pairs = _short_list(matrix, estimate, value_dtype, level, store, capturable)
-    else:
-        pairs = _short_list_mixed(matrix, estimate, level, store, capturable)
-    if not pairs:
-        return estimate
-    reference = None
-    best = None
-    results = []
-    contenders: dict = {}  # inner -> {index in results: product}
-    for backend, policy in pairs:
-        mirror = matrix._sg_mirror(backend.residence, storage or value_dtype)
-        try:
-            if storage is None:
-                plan = mirror.get_plan(
-                    PlanKey(backend.name, policy),
-                    lambda b=backend, m=mirror, p=policy: b.plan(m, p),
-                )
-            else:
-                plan = mirror.get_plan(
-                    PlanKey(backend.name, policy, value_dtype),
-                    lambda b=backend, m=mirror, p=policy: b.plan(m, p, vector_dtype=value_dtype),
-                )
-            xp = mirror.xp
-            y = xp.empty(mirror.shape[0], dtype=value_dtype)
-            plan.matvec(x, out=y)
-        except Exception as exc:  # a candidate that cannot run here is left out
-            results.append(
-                Measurement(backend.name, policy, None, False, f"{type(exc).__name__}: {exc}")
-            )
-            continue
-        if reference is None:
-            reference = y
-            scale = _agreement_scale(mirror, x, y)
-            agreed = True
-        else:
-            agreed = bool((xp.abs(y - reference) <= scale).all()) if y.size else True
-        inner = max(1, min(20, int(4e7 // max(mirror.nbytes + 16 * x.size, 1))))
-        product = lambda plan=plan, y=y: plan.matvec(x, out=y)  # noqa: E731
-        on_host = xp is np
-        timer = _timing.host_time if on_host else _timing.cuda_time
-        ms = timer(product, warmup=0, repeat=1, inner=inner).median_ms
-        note = ""
-        if best is not None and ms > HOPELESS * best[2]:
-            note = f"one sample: over {HOPELESS}x the fastest so far"
-        else:  # timed below, in alternation with the others
-            contenders.setdefault((on_host, inner), {})[len(results)] = product
-        results.append(Measurement(backend.name, policy, ms, agreed, note))
-        if agreed and (best is None or ms < best[2]):
-            best = (backend, policy, ms)
-    # The candidates that were not hopeless, timed in alternation (one sample of each per
-    # round): the host's speed drifts over seconds, which timed one after another would
-    # fall on some candidates only and decide between near-ties by it.
-    for (on_host, inner), products in contenders.items():
-        timer = _timing.host_time_interleaved if on_host else _timing.cuda_time_interleaved
-        for i, timing in timer(products, warmup=1, repeat=5, inner=inner).items():
-            results[i] = replace(results[i], ms=timing.median_ms)
-    best = None
-    for (backend, policy), m in zip(pairs, results, strict=True):
-        if m.agreed and m.ms is not None and (best is None or m.ms < best[2]):
-            best = (backend, policy, m.ms)
-    if best is None:  # nothing ran here: keep the estimate
-        return estimate
-    backend, policy, ms = best
-    planning_ms = (time.perf_counter() - start) * 1e3
-    timed = sum(m.ms is not None for m in results)
-    reason = (
-        f"measured fastest of {timed} candidates on this matrix's operands "
-        f"({ms * 1e3:.1f} us a product"
-    )
-    first = results[0]
-    if first.backend == estimate.backend and first.policy == estimate.policy and first.ms:
-        reason += f"; the estimate, {estimate.backend}, {first.ms * 1e3:.1f} us"
-    reason += ")" + (" among capturable backends" if capturable else "")
-    if storage is None:  # (mixed-precision winners are not remembered across matrices)
-        mirror = matrix._sg_mirror(backend.residence, value_dtype)
-        with _measured_lock:
-            _measured[(estimate.requested, fingerprint(mirror))] = (backend.name, policy)
-    else:
-        reason = f"mixed precision ({storage} values, {value_dtype} sums); {reason}"
-    return Choice(
-        backend.name, policy, reason, estimate.stats, value_dtype, estimate.requested,
-        level=level, measurements=tuple(results), planning_ms=planning_ms,
-        storage_dtype=storage, implementation=backend,
-    )  # fmt: skip
-
-
-def _short_list_mixed(matrix, estimate: Choice, level: str, store, capturable) -> list:
-    """:func:`_short_list` for a mixed-precision product: the estimate, then each backend
-    that computes the pair, with its planning candidates (cuSPARSE's algorithms), its
-    tuned and untuned policies where it is ``planned`` (shuffle, delta16), or every candidate
-    (``exhaustive``); only the estimate's backend when one was named."""
-    storage, value_dtype = estimate.storage_dtype, estimate.value_dtype
-    pairs = [(estimate.implementation, estimate.policy)]
-    if capturable and not estimate.implementation.capturable:
-        pairs = []
-    named = estimate.requested != AUTO
-    if named:
-        backends = [estimate.implementation]
-    else:
-        backends = [
-            b
-            for b in registered().values()
-            if (storage, value_dtype) in b.mixed_pairs and b.unavailable_reason() is None
-        ]
-    pairs += _planned_pairs(matrix, backends, storage, level, store, capturable, named)
-    return _unique(pairs)
-
-
-def _agreement_scale(mirror, x, y) -> Any:
-    """How far a candidate's answer may be from the estimate's: the dtype's tolerance for
-    the longest row times a bound of the row sums' size (|y|, or |A|max |x|max x mean row
-    length when the rows cancel)."""
-    xp = mirror.xp
-    tol = tolerance(mirror.dtype, max(mirror.stats.max, 1))
-    size = float(xp.abs(y).max()) if y.size else 0.0
-    if mirror.nnz and x.size:
-        typical = (
-            float(xp.abs(mirror.data).max()) * float(xp.abs(x).max()) * max(mirror.stats.mean, 1.0)
-        )
-        size = max(size, typical)
-    return 4 * tol * max(size, 1.0)
-
-
-def from_memory(matrix, estimate: Choice) -> Choice | None:
-    """The estimate replaced by the plan measured for a matrix of the same fingerprint in
-    this process, or None."""
-    backend = estimate.implementation
-    if backend is None or backend.residence.name == "host" or estimate.storage_dtype is not None:
-        return None
-    mirror = matrix._sg_mirror(backend.residence, estimate.value_dtype)
-    found = remembered(estimate.requested, mirror)
-    if found is None:
-        return None
-    name, policy = found
-    if estimate.requested != AUTO:
-        chosen = backend if name == backend.name else None
-    else:
-        chosen = next((b for b in _gpu_candidates(estimate.value_dtype) if b.name == name), None)
-    if chosen is None or not chosen.supports(mirror):
-        return None
-    return Choice(
-        name, policy, "measured on a matrix of the same fingerprint in this process",
-        estimate.stats, estimate.value_dtype, estimate.requested, estimate.override,
-        level="measure", implementation=chosen,
-    )  # fmt: skip

@@ -1,4 +1,6 @@
-"""Host <-> device copies of NumPy vectors through pinned (page-locked) host memory.
+"""Host <-> device copies of NumPy vectors through pinned (page-locked) host memory, and
+the moves of a product's operands to where its backend computes and back
+(:func:`to_residence`, :func:`from_residence`).
 
 ``scipy.sparse.linalg.cg(A_sparsegpu, b_numpy)`` uploads x and downloads y on every
 product. From pageable memory the driver stages each copy through a bounce buffer of its
@@ -214,3 +216,46 @@ def download(y) -> np.ndarray:
     y.get(stream=stream, out=host)
     stream.synchronize()
     return host
+
+
+def to_residence(x, residence, dtype, owner=None, order: str = "C"):
+    """x moved (if needed) to where a backend computes, in ``dtype`` and memory order
+    ``order`` (``"C"``, or ``"F"`` for an (n, k) X a plan reads as it is); a NumPy x goes
+    through ``owner``'s pinned staging buffer (:func:`upload`) when an owner is given.
+
+    Parameters
+    ----------
+    x : numpy.ndarray or cupy.ndarray
+    residence : Residence
+        Where the plan's mirror lives.
+    dtype : dtype
+    owner : DeviceMatrix, optional
+        The mirror whose staging buffers a C-order upload may use.
+    order : {"C", "F"}
+    """
+    xp = residence.xp
+    fortran = order == "F" and x.ndim == 2
+    if xp is np:  # the scipy backend (and the test backends that copy on the host)
+        if _cuda.is_cupy_array(x):
+            x = x.get()
+        return np.asfortranarray(x, dtype=dtype) if fortran else np.ascontiguousarray(x, dtype)
+    if _cuda.is_cupy_array(x):
+        if x.dtype != dtype:
+            x = x.astype(dtype)
+        return xp.asfortranarray(x) if fortran else xp.ascontiguousarray(x)
+    if fortran:
+        return residence.upload(np.asfortranarray(x, dtype=dtype))
+    if owner is not None and residence.name == "cupy":
+        return upload(x, dtype, owner)
+    return residence.upload(np.ascontiguousarray(x, dtype=dtype))
+
+
+def from_residence(y, want_cupy: bool):
+    """A product's result ``y`` in the caller's array module (CuPy when ``want_cupy``)."""
+    if want_cupy:
+        if not _cuda.is_cupy_array(y):
+            return _cuda.cupy_or_none().asarray(y)
+        return y
+    if _cuda.is_cupy_array(y):
+        return download(y)
+    return y

@@ -49,9 +49,9 @@ def _forget_measured_plans():
     """Plans measured for a fingerprint are process-wide: one test's must not decide the
     next test's choice."""
     yield
-    from sparsegpu import _select
+    from sparsegpu import _planning
 
-    _select.forget_measurements()
+    _planning.forget_measurements()
 
 
 @pytest.fixture(autouse=True)

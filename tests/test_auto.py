@@ -125,7 +125,7 @@ def fake_gpu(monkeypatch):
 
     def install(*backends):
         monkeypatch.setattr(
-            _select, "_gpu_candidates", lambda value_dtype, policy_type=None: list(backends)
+            _select, "gpu_candidates", lambda value_dtype, policy_type=None: list(backends)
         )
         # the awkward matrices are all small; the row-length rules are what is tested here
         monkeypatch.setattr(_select, "SMALL_ITEMS", 0)
@@ -203,7 +203,7 @@ def test_explain_notes_an_override(fake_gpu):
 
 
 def test_explain_without_gpu_says_scipy_and_why(monkeypatch):
-    monkeypatch.setattr(_select, "_gpu_candidates", lambda dtype, family=None: [])
+    monkeypatch.setattr(_select, "gpu_candidates", lambda dtype, family=None: [])
     choice = sg.explain(_awkward("random_200x150"))
     assert choice.backend == "scipy"
     assert choice.stats is None

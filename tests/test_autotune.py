@@ -13,7 +13,7 @@ import pytest
 import scipy.sparse as sp
 
 import sparsegpu as sg
-from sparsegpu import _dispatch, _registry
+from sparsegpu import _planning, _registry
 from sparsegpu._timing import host_time
 from sparsegpu._tuning_store import TuningCache, TuningCacheError, TuningCacheWarning, host_context
 from sparsegpu.testing import HOST_COPY
@@ -256,16 +256,16 @@ def test_tuned_policy_becomes_the_default_policy(register):
     backend = register(SweepBackend("sweep-a"))
     tune(matrix(seed=1), [backend])
     other = matrix(seed=2)  # another matrix of the same row class
-    policy = _dispatch.plan_for(other, backend="sweep-a").policy
+    policy = _planning.plan_for(other, backend="sweep-a").policy
     assert policy == FASTEST and policy.source == "tuned"
 
 
 def test_tuning_refreshes_a_matrix_s_remembered_default(register):
     backend = register(SweepBackend("sweep-a"))
     A = matrix()
-    assert _dispatch.plan_for(A, backend="sweep-a").policy == UNTUNED
+    assert _planning.plan_for(A, backend="sweep-a").policy == UNTUNED
     tune(A, [backend])
-    assert _dispatch.plan_for(A, backend="sweep-a").policy == FASTEST
+    assert _planning.plan_for(A, backend="sweep-a").policy == FASTEST
 
 
 def test_products_of_a_tuned_matrix_switch_to_the_tuned_policy(register):
@@ -285,7 +285,7 @@ def test_tuning_one_row_class_leaves_another_alone(register):
     backend = register(SweepBackend("sweep-a"))
     tune(matrix(row_length=10), [backend])  # medium
     short = matrix(row_length=3)
-    assert _dispatch.plan_for(short, backend="sweep-a").policy == UNTUNED
+    assert _planning.plan_for(short, backend="sweep-a").policy == UNTUNED
 
 
 def test_index_dtype_is_part_of_the_key(register):
@@ -294,7 +294,7 @@ def test_index_dtype_is_part_of_the_key(register):
     assert report.index_dtype == "int64"
     [(_, e)] = TuningCache().entries()
     assert e.index_dtype == "int64"
-    assert _dispatch.plan_for(matrix(), backend="sweep-a").policy == UNTUNED
+    assert _planning.plan_for(matrix(), backend="sweep-a").policy == UNTUNED
 
 
 def test_save_false_writes_nothing(register):
@@ -460,6 +460,6 @@ def test_gpu_backend_tunes_and_remembers(gpu_backend_name):
     report = sg.autotune(A, gpu_backend_name, budget=15, repeat=3, warmup=1)
     assert [r for r in report.results if r.status == "wrong"] == []
     [winner] = report.winners
-    policy = _dispatch.plan_for(A, backend=gpu_backend_name).policy
+    policy = _planning.plan_for(A, backend=gpu_backend_name).policy
     if type(policy).knob_names():
         assert policy == winner.best.policy and policy.source == "tuned"

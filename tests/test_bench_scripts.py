@@ -261,7 +261,7 @@ def test_bench_one_with_cpu_stand_ins(script, monkeypatch):
         def close(self):
             pass
 
-    class FakeDispatch:
+    class FakePlanning:
         @staticmethod
         def plan_for(A, dtype, backend=None):
             return type("P", (), {"policy": ("policy", backend)})()
@@ -281,7 +281,7 @@ def test_bench_one_with_cpu_stand_ins(script, monkeypatch):
     timings = iter(range(1, 1000))
     monkeypatch.setattr(script, "_registry", FakeRegistry)
     monkeypatch.setattr(script, "DirectSpMV", FakeDirect)
-    monkeypatch.setattr(script, "_dispatch", FakeDispatch)
+    monkeypatch.setattr(script, "_planning", FakePlanning)
 
     def fake_interleaved(fns, inner=1):
         out = {}
@@ -292,7 +292,7 @@ def test_bench_one_with_cpu_stand_ins(script, monkeypatch):
 
     monkeypatch.setattr(script._timing, "cuda_time_interleaved", fake_interleaved)
     monkeypatch.setattr(sg, "matvec", fake_matvec)
-    monkeypatch.setattr(sg, "plan", fake_plan, raising=False)
+    monkeypatch.setattr(sg, "choose", fake_plan)
     folder = Path(script.DEFAULT_MATRICES)
     rows = []
     for label, name, make, _ in script.matrices("heldout", "small", folder, cupy=None)[:3]:

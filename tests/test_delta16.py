@@ -188,7 +188,7 @@ def test_refuses_scattered_columns_and_says_why(cupy):
     assert "delta16.columns" not in _mirror(A).formats  # refused on the chunk table alone
     with pytest.raises(ValueError, match=r"only 0% of its .* too scattered for 16-bit"):
         sg.matvec(A, cupy.ones(A.shape[1]), backend="delta16")
-    choice = sg.plan(A, cupy.ones(A.shape[1]))
+    choice = sg.choose(A, cupy.ones(A.shape[1]))
     assert "delta16" not in {m.backend for m in choice.measurements}
 
 
@@ -196,7 +196,7 @@ def test_planning_times_it_where_it_compresses(cupy):
     S = sg.datasets.synthetic.stencil_2d(300)
     A = sg.csr_matrix(S)
     x = cupy.asarray(random_vector(S.shape[1], np.float64, seed=8))
-    choice = sg.plan(A, x)
+    choice = sg.choose(A, x)
     timed = {m.backend: m for m in choice.measurements}
     assert "delta16" in timed and timed["delta16"].ms is not None and timed["delta16"].agreed
     assert_product_close(A @ x, S @ x.get(), np.float64, 5)

@@ -67,7 +67,7 @@ def test_auto_without_gpu_is_scipy(matrix, monkeypatch):
     monkeypatch.delenv("SPARSEGPU_BACKEND", raising=False)
     if sg._cuda.unavailable_reason() is None:
         pytest.skip("a GPU is usable here: auto picks a GPU backend")
-    assert _select.select(matrix, np.float64).backend == "scipy"
+    assert _select.select(matrix._sg_operand(), np.float64).backend == "scipy"
 
 
 def test_unknown_backend_names_the_choices(matrix):
@@ -104,7 +104,7 @@ def test_unavailable_backend_says_why_and_lists_the_others(matrix):
         assert "scipy: available" in str(info.value)
         status = {b.name: b for b in sg.backends()}["unavailable-test"]
         assert not status.available and "hardware" in status.reason
-        assert _select.select(matrix, np.float64).backend != "unavailable-test"
+        assert _select.select(matrix._sg_operand(), np.float64).backend != "unavailable-test"
     finally:
         sg.unregister_backend("unavailable-test")
 

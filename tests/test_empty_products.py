@@ -65,9 +65,9 @@ def test_auto_plans_through_them(xp, name, k):
 
 @pytest.mark.parametrize("name", list(SHAPES))
 def test_plan_takes_an_x_without_columns(xp, name):
-    """``sg.plan`` given no column to measure on returns the estimate, and products go on."""
+    """``sg.choose`` given no column to measure on returns the estimate, and products go on."""
     S = _matrix(name, np.int32)
     A = sg.csr_matrix(S)
-    choice = sg.plan(A, xp.asarray(_operand(S.shape[1], 0)))
+    choice = sg.choose(A, xp.asarray(_operand(S.shape[1], 0)))
     assert choice.backend in [b.name for b in sg.backends()]
     _check_three_products(A, S, _operand(S.shape[1], 2), xp)

@@ -213,7 +213,7 @@ def test_auto_plans_among_the_backends_that_take_it(cupy, half):
     S = sg.datasets.synthetic.stencil_2d(200)
     A = sg.csr_matrix(S, dtype=half)
     x = cupy.asarray(random_vector(S.shape[1], half, seed=9))
-    choice = sg.plan(A, x)
+    choice = sg.choose(A, x)
     assert np.dtype(half) in sg._registry.registered()[choice.backend].value_dtypes
     timed = {m.backend for m in choice.measurements}
     assert timed and all(_takes(name, half) for name in timed)

@@ -15,7 +15,7 @@ import pytest
 import scipy.sparse as sp
 
 import sparsegpu as sg
-from sparsegpu import _compile, _dispatch, _registry, datasets
+from sparsegpu import _compile, _planning, _registry, datasets
 from sparsegpu import _occupancy as occupancy
 from sparsegpu._dtypes import HALF_DTYPES
 from sparsegpu._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES, name_expression
@@ -166,7 +166,7 @@ def test_wrong_policy_type_is_a_type_error(cupy):
     A = sg.csr_matrix(sp.eye(3))
     backend = _registry.registered()["swcache"]
     with pytest.raises(TypeError, match="SoftwareCachePolicy"):
-        _dispatch.plan_for(A, np.float64, backend=backend.name, policy=CsrVectorPolicy())
+        _planning.plan_for(A, np.float64, backend=backend.name, policy=CsrVectorPolicy())
 
 
 def test_check_kernels_parses_ptxas_and_flags_spills():
@@ -364,7 +364,7 @@ def test_out_argument_and_stream(cupy, backend_name):
 @pytest.mark.parametrize("backend_name", KERNEL_BACKENDS)
 def test_plan_rejects_wrong_x(cupy, backend_name):
     A = sg.csr_matrix(awkward_matrices(np.float64, np.int32)["random_200x150"])
-    plan = _dispatch.plan_for(A, np.float64, backend=backend_name)
+    plan = _planning.plan_for(A, np.float64, backend=backend_name)
     with pytest.raises(ValueError, match=r"shape \(150,\)"):
         plan.matvec(cupy.ones(149))
     with pytest.raises(ValueError, match="float64"):
@@ -382,7 +382,7 @@ def test_texture_refuses_x_beyond_the_1d_linear_limit(cupy):
         shape=(1, n_cols),
     )
     with pytest.raises(ValueError, match=f"at most {limit:,}"):
-        _dispatch.plan_for(A, np.float64, backend="texture")
+        _planning.plan_for(A, np.float64, backend="texture")
     mirror = A._sg_mirror(_registry.registered()["texture"].residence, np.float64)
     assert not _registry.registered()["texture"].supports(mirror)
     assert _registry.registered()["readonly"].supports(mirror)
@@ -392,7 +392,7 @@ def test_texture_refuses_x_beyond_the_1d_linear_limit(cupy):
 @pytest.mark.gpu
 def test_texture_objects_are_reused_per_x_buffer(cupy):
     A = sg.csr_matrix(awkward_matrices(np.float64, np.int32)["random_200x150"])
-    plan = _dispatch.plan_for(A, np.float64, backend="texture")
+    plan = _planning.plan_for(A, np.float64, backend="texture")
     xs = [cupy.asarray(random_vector(150, np.float64, seed=s)) for s in range(3)]
     expected = [sp.csr_matrix(A) @ x.get() for x in xs]
     for _ in range(2):
@@ -404,7 +404,7 @@ def test_texture_objects_are_reused_per_x_buffer(cupy):
 @pytest.mark.gpu
 def test_a_texture_entry_keeps_its_event_across_launches(cupy):
     A = sg.csr_matrix(awkward_matrices(np.float64, np.int32)["random_200x150"])
-    plan = _dispatch.plan_for(A, np.float64, backend="texture")
+    plan = _planning.plan_for(A, np.float64, backend="texture")
     x = cupy.asarray(random_vector(150, np.float64, seed=0))
     plan.matvec(x)
     (entry,) = plan.textures._entries.values()
@@ -422,7 +422,7 @@ def test_texture_eviction_under_threads_keeps_every_answer(cupy):
     import concurrent.futures
 
     A = sg.csr_matrix(awkward_matrices(np.float64, np.int32)["random_200x150"])
-    plan = _dispatch.plan_for(A, np.float64, backend="texture")
+    plan = _planning.plan_for(A, np.float64, backend="texture")
     S = sp.csr_matrix(A)
 
     def work(seed):
@@ -450,7 +450,7 @@ def test_grid_stride_beyond_2_to_the_31_threads(cupy, backend_name):
     data = np.arange(1, 1 + 3 * len(rows), dtype=np.float64)
     A = sg.csr_matrix((data, indices, indptr), shape=(n_rows, 100))
     policy = policy_for(backend_name, 32, 256)
-    plan = _dispatch.plan_for(A, np.float64, backend=backend_name, policy=policy)
+    plan = _planning.plan_for(A, np.float64, backend=backend_name, policy=policy)
     assert plan.grid * (256 // 32) < n_rows  # the grid-stride loop is exercised
     x = random_vector(100, np.float64, seed=5)
     got = plan.matvec(cupy.asarray(x)).get()

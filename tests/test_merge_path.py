@@ -173,7 +173,7 @@ def test_arrow_rows_spanning_hundreds_of_tiles_are_summed_by_warps(cupy, dtype, 
     rng = np.random.default_rng(11)
     A = sg.csr_matrix(from_row_lengths(lengths, 200_000, dtype, index_dtype, rng))
     policy = MergePathPolicy(block_size=shape[0], nnz_per_thread=shape[1])
-    plan = sg._dispatch.plan_for(A, dtype, backend="merge_path", policy=policy)
+    plan = sg._planning.plan_for(A, dtype, backend="merge_path", policy=policy)
     assert plan.longest_carry_run > 32 and not plan.fused_fixup
     x = random_vector(A.shape[1], dtype, seed=12)
     xd = cupy.asarray(x)

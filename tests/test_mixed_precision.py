@@ -9,7 +9,7 @@ import pytest
 import scipy.sparse as sp
 
 import sparsegpu as sg
-from sparsegpu import _dispatch
+from sparsegpu import _dispatch, _planning
 from sparsegpu.testing import INDEX_DTYPES, assert_product_close, awkward_matrices, random_vector
 
 MIXED_BACKENDS = ["vector", "readonly", "shuffle", "delta16", "cusparse"]
@@ -67,7 +67,7 @@ def test_values_stay_narrow_and_the_answer_is_the_wide_one(cupy, backend, index_
     assert isinstance(y, cupy.ndarray) and y.dtype == wide
     # the float64 product of the float32 values, to float64's tolerance
     assert_product_close(y, S.astype(wide) @ x, wide, _max_row(S), what=matrix_name)
-    resolved = _dispatch.resolved_for(A, wide)
+    resolved = _planning.planned_product(A, wide)
     assert resolved.choice.backend == (backend or resolved.choice.backend)
     assert resolved.choice.storage_dtype == narrow
     assert resolved.plan.matrix.dtype == narrow  # the values were not widened
@@ -99,12 +99,12 @@ def test_never_chosen_without_the_opt_in(cupy):
     A = sg.csr_matrix(S)
     x = cupy.asarray(random_vector(S.shape[1], np.float64, seed=5))
     A @ x
-    resolved = _dispatch.resolved_for(A, np.float64)
+    resolved = _planning.planned_product(A, np.float64)
     assert resolved.choice.storage_dtype is None
     assert resolved.plan.matrix.dtype == np.float64  # widened on the device, as before
     A.mixed_precision = True  # the switch takes effect on the next product
     A @ x
-    assert _dispatch.resolved_for(A, np.float64).plan.matrix.dtype == np.float32
+    assert _planning.planned_product(A, np.float64).plan.matrix.dtype == np.float32
     assert "mixed precision: the values stay float32" in str(sg.explain(A, np.float64))
 
 
@@ -128,7 +128,7 @@ def test_complex_products_are_widened_as_before(cupy):
     assert_product_close(
         A @ cupy.asarray(x), S.astype(np.complex128) @ x, np.complex128, _max_row(S)
     )
-    assert _dispatch.resolved_for(A, np.complex128).choice.storage_dtype is None
+    assert _planning.planned_product(A, np.complex128).choice.storage_dtype is None
 
 
 def test_products_in_the_narrow_dtype_are_not_mixed(cupy):
@@ -137,7 +137,7 @@ def test_products_in_the_narrow_dtype_are_not_mixed(cupy):
     A.mixed_precision = True
     y = A @ cupy.ones(S.shape[1], dtype=np.float32)
     assert y.dtype == np.float32
-    assert _dispatch.resolved_for(A, np.float32).choice.storage_dtype is None
+    assert _planning.planned_product(A, np.float32).choice.storage_dtype is None
 
 
 @pytest.mark.parametrize("backend", ["texture", "swcache", "merge_path"])
@@ -178,7 +178,7 @@ def test_auto_plans_among_the_backends_that_compute_it(cupy):
     A = sg.csr_matrix(S)
     A.mixed_precision = True
     x = cupy.asarray(random_vector(S.shape[1], np.float64, seed=10))
-    choice = sg.plan(A, x)
+    choice = sg.choose(A, x)
     assert choice.storage_dtype == np.float32 and choice.level == "measure"
     timed = {m.backend for m in choice.measurements if m.ms is not None}
     assert {"shuffle", "delta16", "cusparse"} <= timed

@@ -12,7 +12,7 @@ import pytest
 import scipy.sparse as sp
 
 import sparsegpu as sg
-from sparsegpu import _select
+from sparsegpu import _planning, _select
 from sparsegpu.testing import CountingBackend, HostCopyBackend, assert_product_close, random_vector
 from sparsegpu.tuning import CsrVectorPolicy, NoPolicy
 
@@ -57,7 +57,7 @@ def gpu(monkeypatch):
 
     def install(*backends):
         monkeypatch.setattr(
-            _select, "_gpu_candidates", lambda value_dtype, policy_type=None: list(backends)
+            _select, "gpu_candidates", lambda value_dtype, policy_type=None: list(backends)
         )
         monkeypatch.delenv("SPARSEGPU_PLANNING", raising=False)
         sg._registry.invalidate_choices()
@@ -137,7 +137,7 @@ def test_a_candidate_that_disagrees_is_left_out(gpu):
     gpu(_counted("merge_path", delay_s=1e-3), wrong)
     A = _matrix(seed=3)
     x = random_vector(A.shape[1], np.float64, seed=3)
-    choice = sg.plan(A, x)
+    choice = sg.choose(A, x)
     assert choice.backend == "merge_path"
     assert [m.agreed for m in choice.measurements] == [True, False]
     assert "disagreed" in str(choice)
@@ -151,12 +151,12 @@ def test_a_hopeless_candidate_is_timed_once(gpu):
     gpu(fast, slow)
     A = _matrix(seed=5)
     x = random_vector(A.shape[1], np.float64, seed=5)
-    choice = sg.plan(A, x)
+    choice = sg.choose(A, x)
     assert choice.backend == "merge_path"
     first, hopeless = choice.measurements
     assert first.backend == "merge_path" and first.note == ""
-    assert hopeless.backend == "cusparse" and hopeless.ms > _select.HOPELESS * first.ms
-    assert f"over {_select.HOPELESS}x the fastest so far" in hopeless.note
+    assert hopeless.backend == "cusparse" and hopeless.ms > _planning.HOPELESS * first.ms
+    assert f"over {_planning.HOPELESS}x the fastest so far" in hopeless.note
     assert "one sample" in str(choice)
     # a checked product and one sample, against a checked product, one sample, a warm-up
     # and five samples
@@ -164,18 +164,20 @@ def test_a_hopeless_candidate_is_timed_once(gpu):
 
 
 def test_candidates_are_timed_in_alternation(gpu):
-    # after each candidate's checked product and first sample, the rest of the samples go
-    # round the candidates, so a slow stretch of the host falls on all of them alike
+    # every candidate's answer is checked first, then each gets a calibration sample in
+    # turn, and the rest of the samples go round the candidates, so a slow stretch of the
+    # host falls on all of them alike
     log = []
     gpu(_counted("merge_path", log=log), _counted("cusparse", log=log))
     A = _matrix(seed=6)
     x = random_vector(A.shape[1], np.float64, seed=6)
-    sg.plan(A, x)
+    sg.choose(A, x)
     # per candidate: a checked product, a sample of `inner` products, one warm-up product
     # and five samples
     inner = (len(log) - 4) // 12
     mp, cs = ["merge_path"] * inner, ["cusparse"] * inner
-    expected = ["merge_path"] + mp + ["cusparse"] + cs  # each checked and screened in turn
+    expected = ["merge_path", "cusparse"]  # each answer checked
+    expected += mp + cs  # the calibration samples, in turn
     expected += ["merge_path", "cusparse"]  # the warm-ups
     expected += mp + cs + cs + mp + mp + cs + cs + mp + mp + cs  # five rounds, rotating
     assert log == expected
@@ -186,7 +188,7 @@ def test_a_matrix_of_the_same_fingerprint_reuses_the_measurement(gpu):
     gpu(slow, fast)
     A = _matrix(seed=4)
     x = random_vector(A.shape[1], np.float64, seed=4)
-    sg.plan(A, x)
+    sg.choose(A, x)
     B = sg.csr_matrix(A.copy() * 3.0)  # new values, same pattern: same fingerprint
     slow_before = slow.matvecs
     B @ x
@@ -226,7 +228,7 @@ def test_products_with_nothing_in_them_go_through_planning(gpu, shape):
     no_columns = np.ones((shape[1], 0))
     for _ in range(3):
         assert (A @ no_columns).shape == (shape[0], 0)
-    assert sg.plan(A, no_columns).level == "estimate"
+    assert sg.choose(A, no_columns).level == "estimate"
     assert sg.explain(A).level == "estimate"
     X = random_vector(shape[1] * 2, np.float64, seed=8).reshape(shape[1], 2)
     for _ in range(2):
@@ -248,18 +250,18 @@ def test_a_policy_given_means_no_measurement(gpu):
 def test_plan_without_a_gpu_returns_the_estimate():
     if sg._cuda.unavailable_reason() is None:
         pytest.skip("a GPU is usable here")
-    choice = sg.plan(_matrix(seed=7), np.ones(300))
+    choice = sg.choose(_matrix(seed=7), np.ones(300))
     assert choice.backend == "scipy" and choice.level == "estimate"
     assert choice.measurements == () and choice.planning_ms is None
 
 
 def test_plan_checks_its_arguments():
     with pytest.raises(TypeError, match="sparsegpu matrix"):
-        sg.plan(sp.eye(3, format="csr"), np.ones(3))
+        sg.choose(sp.eye(3, format="csr"), np.ones(3))
     with pytest.raises(ValueError, match="x needs 3 rows"):
-        sg.plan(sg.csr_matrix(sp.eye(3)), np.ones(4))
+        sg.choose(sg.csr_matrix(sp.eye(3)), np.ones(4))
     with pytest.raises(ValueError, match="unknown planning level"):
-        sg.plan(sg.csr_matrix(sp.eye(3)), np.ones(3), level="slow")
+        sg.choose(sg.csr_matrix(sp.eye(3)), np.ones(3), level="slow")
 
 
 class _OneFastPolicy(HostCopyBackend):
@@ -362,8 +364,16 @@ def test_planning_times_the_tuned_and_the_untuned_policy(gpu, monkeypatch, tuned
     gpu(_Planned())
     A = _matrix(seed=10)
     x = random_vector(A.shape[1], np.float64, seed=10)
-    choice = sg.plan(A, x)
+    choice = sg.choose(A, x)
     timed = [m.policy.threads_per_row for m in choice.measurements if m.ms is not None]
     assert timed == ([1, 4] if tuned else [4])
     assert choice.policy.threads_per_row == 4
     assert_product_close(A @ x, sp.csr_matrix(A) @ x, np.float64, 50)
+
+
+def test_plan_is_the_deprecated_name_of_choose():
+    A = _matrix(seed=11)
+    x = random_vector(A.shape[1], np.float64, seed=11)
+    with pytest.warns(DeprecationWarning, match="sparsegpu.choose"):
+        choice = sg.plan(A, x)
+    assert choice == sg.choose(A, x)

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import sparsegpu as sg
-from sparsegpu import _dispatch, _select
+from sparsegpu import _planning, _select
 from sparsegpu import _tuning_store as cache_mod
 from sparsegpu._tuning_store import (
     CACHE_FILE,
@@ -372,7 +372,7 @@ def test_corrupt_cache_never_breaks_a_product(tmp_path, monkeypatch, text):
         with pytest.warns(TuningCacheWarning):
             y = sg.matvec(A, np.arange(6.0), backend="sweep-corrupt")
         np.testing.assert_allclose(y, np.arange(6.0))
-        assert _dispatch.plan_for(A, backend="sweep-corrupt").policy.source == "default"
+        assert _planning.plan_for(A, backend="sweep-corrupt").policy.source == "default"
     finally:
         sg.unregister_backend("sweep-corrupt")
 
@@ -590,13 +590,13 @@ def record_for(backend_name, **kw):
 
 
 def test_default_policy_without_a_cache_entry_is_the_untuned_one(sweep_backend):
-    policy = _dispatch.plan_for(medium_matrix(), backend="sweep-lookup").policy
+    policy = _planning.plan_for(medium_matrix(), backend="sweep-lookup").policy
     assert policy == UNTUNED and policy.source == "default"
 
 
 def test_default_policy_comes_from_the_user_cache(sweep_backend):
     record_for("sweep-lookup", block_size=64)
-    policy = _dispatch.plan_for(medium_matrix(), backend="sweep-lookup").policy
+    policy = _planning.plan_for(medium_matrix(), backend="sweep-lookup").policy
     assert policy == CsrVectorPolicy(block_size=64, threads_per_row=8)
     assert policy.source == "tuned"
 
@@ -606,7 +606,7 @@ def test_default_policy_comes_from_shipped_defaults_next(sweep_backend, tmp_path
     monkeypatch.setattr(
         cache_mod, "default_cache", lambda: TuningCache(tmp_path / "empty", defaults=shipped)
     )
-    policy = _dispatch.plan_for(medium_matrix(), backend="sweep-lookup").policy
+    policy = _planning.plan_for(medium_matrix(), backend="sweep-lookup").policy
     assert policy.block_size == 32 and policy.source == "shipped"
 
 
@@ -614,20 +614,20 @@ def test_default_policy_ignores_entries_of_another_row_class(sweep_backend):
     TuningCache().record(
         cache_mod.host_context(), [entry(backend="sweep-lookup", row_class="long")]
     )
-    assert _dispatch.plan_for(medium_matrix(), backend="sweep-lookup").policy == UNTUNED
+    assert _planning.plan_for(medium_matrix(), backend="sweep-lookup").policy == UNTUNED
 
 
 def test_unusable_entry_warns_and_falls_back_to_untuned(sweep_backend):
     record_for("sweep-lookup", knobs={"block_size": 128, "warps": 3})
     with pytest.warns(TuningCacheWarning, match="unusable"):
-        policy = _dispatch.plan_for(medium_matrix(), backend="sweep-lookup").policy
+        policy = _planning.plan_for(medium_matrix(), backend="sweep-lookup").policy
     assert policy == UNTUNED
 
 
 def test_explicit_policy_beats_the_cache(sweep_backend):
     record_for("sweep-lookup", block_size=64)
     explicit = CsrVectorPolicy(block_size=1024, threads_per_row=1)
-    plan = _dispatch.plan_for(medium_matrix(), backend="sweep-lookup", policy=explicit)
+    plan = _planning.plan_for(medium_matrix(), backend="sweep-lookup", policy=explicit)
     assert plan.policy is explicit
 
 
@@ -635,7 +635,7 @@ def test_missing_platformdirs_never_breaks_a_product(sweep_backend, monkeypatch)
     monkeypatch.delenv("SPARSEGPU_CACHE_DIR")
     monkeypatch.setitem(sys.modules, "platformdirs", None)
     with pytest.warns(TuningCacheWarning, match="could not be read"):
-        policy = _dispatch.plan_for(medium_matrix(), backend="sweep-lookup").policy
+        policy = _planning.plan_for(medium_matrix(), backend="sweep-lookup").policy
     assert policy == UNTUNED
 
 

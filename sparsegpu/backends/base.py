@@ -3,7 +3,8 @@
 A backend is a small object: its name, where its mirror lives, which dtypes it takes,
 whether it is usable here, its default policy, and ``plan``, which turns a validated
 :class:`~sparsegpu._mirror.DeviceMatrix` and a policy into an immutable :class:`Plan`.
-Selection among backends lives in :mod:`sparsegpu._dispatch` only.
+Choosing among backends is selection's (:mod:`sparsegpu._select`) and planning's
+(:mod:`sparsegpu._planning`); the registry (:mod:`sparsegpu._registry`) holds them by name.
 """
 
 from __future__ import annotations

@@ -120,7 +120,7 @@ class HostStaged:
 
     @staticmethod
     def reason(xp) -> str:
-        """Why this transport was chosen, for :meth:`DistributedMatrix.explain`."""
+        """Why this transport was chosen, for :meth:`sparsegpu.distributed.csr_matrix.explain`."""
         if xp is np:
             return "vectors live on the host: MPI sends the NumPy buffers directly"
         return (

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from .. import _cuda, _dispatch, _select
+from .. import _cuda, _dispatch, _planning, _select
 from .._matrix import csr_matrix as _local_csr
 from . import _comm
 from ._exchange import HostStaged, make_plan
@@ -362,7 +362,7 @@ class csr_matrix:  # noqa: N801 - named like sparsegpu.csr_matrix, whose role it
         """numpy or cupy: where this rank's local products compute."""
         for local in (self._diag, self._offd):
             if local.nnz:
-                return _dispatch.plan_for(local, self.dtype).matrix.xp
+                return _planning.plan_for(local, self.dtype).matrix.xp
         return np
 
     # --------------------------------------------------------------- attributes
@@ -532,7 +532,7 @@ class csr_matrix:  # noqa: N801 - named like sparsegpu.csr_matrix, whose role it
         backend = "none (no nonzeros)"
         for local in (self._diag, self._offd):
             if local.nnz:
-                chosen = _select.select(local, dtype)
+                chosen = _planning.estimate(local, dtype)
                 name = chosen.requested
                 backend = (
                     chosen.backend if name == chosen.backend else f"{chosen.backend} (via {name})"

@@ -83,7 +83,7 @@ class Layout:
 class DistributedVector:
     """A vector split over the ranks: this rank's block is :attr:`local`.
 
-    Made by :meth:`DistributedMatrix.scatter` (or the matrix's products and solvers).
+    Made by :meth:`sparsegpu.distributed.csr_matrix.scatter` (or the matrix's products and solvers).
     Arithmetic is element-wise on the blocks (no communication); :meth:`vdot`,
     :meth:`dot` and :meth:`norm` are collective (one ``allreduce``); :meth:`gather`
     collects the global vector on one rank or all.

@@ -1,7 +1,7 @@
 """Operators and systems for the solvers: products without per-iteration dispatch.
 
 A solver works in one array module (NumPy or CuPy). For a sparsegpu matrix that is the
-module of the plan the dispatcher picks (``plan_for`` once, then ``plan.matvec`` on every
+module of the plan planning picks (``plan_for`` once, then ``plan.matvec`` on every
 iteration), so a NumPy right-hand side with a GPU backend is solved on the GPU with one
 upload and one download. Any other operator (a ``LinearOperator``, a CuPy/cupyx or scipy
 matrix, a dense array) is applied in the right-hand side's module.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import _cuda, _dispatch
+from .. import _cuda, _planning
 from .._matrix import _SparseGPUMixin
 from .._oracle import random_vector
 
@@ -106,16 +106,16 @@ def _sparsegpu_operator(A, b_dtype, b=None, capturable=False) -> Operator:
     """The operator of a sparsegpu matrix: its plan, bound once per solve (planned by
     measurement on ``b`` when ``auto`` is in force: a solve multiplies many times; among
     the backends a CUDA graph can hold when ``capturable``, for a solve that captures)."""
-    resolved = _dispatch.resolved_for(A, b_dtype, x=b, capturable=capturable)
-    plan, backend = resolved.plan, resolved.choice.implementation
+    planned = _planning.planned_product(A, b_dtype, x=b, capturable=capturable)
+    plan, backend = planned.plan, planned.choice.implementation
     dtype = plan.matrix.dtype
     xp = plan.matrix.xp
-    transposed = []  # the transpose's Resolved, made on the first adjoint product
+    transposed = []  # the transpose's PlannedProduct, made on the first adjoint product
     scratch = []  # conj(x) for complex adjoint products into out
 
     def adjoint():
         if not transposed:
-            transposed.append(_dispatch.resolved_for(A.T, b_dtype, x=b, capturable=capturable))
+            transposed.append(_planning.planned_product(A.T, b_dtype, x=b, capturable=capturable))
         return transposed[0]
 
     def rmatvec(x, out=None):

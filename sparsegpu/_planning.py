@@ -1,0 +1,694 @@
+"""Planning: what each product runs, decided by estimate or by measurement, and kept.
+
+Dispatch asks here once per matrix, operation and request (:func:`decide`); planning asks
+selection (:mod:`sparsegpu._select`) for the estimate and the candidates, times the
+candidates on the product's real operands with the one timing harness
+(:func:`sparsegpu._timing.time_candidates`), checks their answers with the one answer
+check (:class:`sparsegpu._oracle.AnswerCheck`) and keeps the fastest. Like FFTW's
+``FFTW_ESTIMATE``/``FFTW_MEASURE`` and cuDNN's benchmark mode.
+
+Operations (:class:`~sparsegpu._select.Operation`)
+    ``A @ x`` (one vector; ``A @ X`` with one column is the same), ``A @ X`` per bucket of
+    X's column count, X's memory order and the dtype, and the products of ``A.T`` (a CSC
+    view whose mirror is the transpose, built once on the device: planned as products of
+    that mirror). Each has its own choice; a new kind of product (sparse x sparse) adds
+    its candidates and its way to run a plan (:func:`_runner`).
+Levels
+    ``estimate``: selection's rules. ``measure`` (the default): the first product of a
+    matrix runs on the estimate; the second times a short list of candidates on its real
+    operands with CUDA events (the estimate, cuSPARSE's algorithms, ``merge_path``, the
+    vector family's shape for the row class, ``delta16`` where the matrix's columns
+    compress, the tuned entry), checks they agree, and keeps the fastest for this matrix
+    and for matrices of the same fingerprint in this process. Backends that build a format
+    of their own (``delta16``: ``Backend.estimated`` False) are reached only this way.
+    ``exhaustive``: every usable backend with every candidate policy it has. The level
+    comes from ``planning=`` (``sg.matvec``/:func:`choose`), ``A.planning``, the innermost
+    ``with sparsegpu.planning(...)``, ``SPARSEGPU_PLANNING``, in that order.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import warnings
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, replace
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from . import _cuda, _registry, _select, _timing
+from ._mirror import ChoiceKey, PlanKey
+from ._oracle import AnswerCheck, tolerance
+from ._registry import AUTO, registered
+from ._select import (
+    VECTOR,
+    Choice,
+    Operand,
+    Operation,
+    Request,
+    auto_estimate,
+    default_policy,
+    mixed_storage,
+    name_in_force,
+    result_dtype,
+    select,
+)
+from ._staging import to_residence
+from .backends.base import Plan
+
+PLANNING_ENV_VAR = "SPARSEGPU_PLANNING"
+LEVELS = ("estimate", "measure", "exhaustive")
+DEFAULT_LEVEL = "measure"
+
+_scoped_level: ContextVar[str | None] = ContextVar("sparsegpu_planning", default=None)
+
+
+# --------------------------------------------------------------------------- levels
+@contextmanager
+def planning(level: str):
+    """Use planning level ``level`` for matrices planned inside this block (this thread).
+
+    Parameters
+    ----------
+    level : {"estimate", "measure", "exhaustive"}
+
+    Examples
+    --------
+    >>> import sparsegpu as sg
+    >>> with sg.planning("estimate"):
+    ...     pass
+    """
+    token = _scoped_level.set(check_level(level))
+    try:
+        yield level
+    finally:
+        _scoped_level.reset(token)
+
+
+def check_level(level) -> str:
+    """``level`` if it is a planning level, else a ValueError naming the choices."""
+    if level not in LEVELS:
+        raise ValueError(
+            f"unknown planning level {level!r}; choose one of {', '.join(map(repr, LEVELS))}"
+        )
+    return level
+
+
+def level_in_force(explicit: str | None, matrix_level: str | None) -> str:
+    """The planning level in force: ``planning=``, ``A.planning``, the scope, the
+    environment variable, then ``"measure"``."""
+    level = explicit or matrix_level or _scoped_level.get() or os.environ.get(PLANNING_ENV_VAR)
+    if level is None:
+        return DEFAULT_LEVEL
+    if level not in LEVELS:
+        raise ValueError(
+            f"{PLANNING_ENV_VAR}={level!r} is not a planning level; choose one of "
+            f"{', '.join(LEVELS)} (or unset it)"
+        )
+    return level
+
+
+# --------------------------------------------------------------------- measurements
+# A candidate whose first timed sample is over this many times the fastest candidate so far
+# is not timed again (its one sample is what planning records).
+HOPELESS = 4
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One candidate timed by planning: its median milliseconds (None when it could not
+    run here) and whether its answer agreed with the estimate's."""
+
+    backend: str
+    policy: Any
+    ms: float | None
+    agreed: bool
+    note: str = ""
+
+    def __str__(self) -> str:
+        timing = f"{self.ms * 1e3:9.1f} us" if self.ms is not None else "        --"
+        flag = "" if self.agreed else "  (disagreed: left out)"
+        note = f"  ({self.note})" if self.note else ""
+        return f"{self.backend:<11} {timing}  {self.policy!r}{flag}{note}"
+
+
+# (name asked for, operation, fingerprint) -> (backend name, policy) measured fastest in
+# this process
+_measured: dict[tuple, tuple[str, Any]] = {}
+_measured_lock = threading.Lock()
+
+
+def fingerprint(mirror) -> tuple:
+    """What two matrices must share for one's measured plan to serve the other: shape,
+    dtypes and every row statistic (a matrix with new values but the same pattern, as in
+    Newton or time-stepping codes, has the same fingerprint)."""
+    return (mirror.shape, str(mirror.dtype), str(mirror.index_dtype), mirror.stats)
+
+
+def remembered(requested: str, mirror, operation: Operation = VECTOR) -> tuple[str, Any] | None:
+    """The (backend, policy) planning measured fastest for this fingerprint and operation
+    when ``requested`` (``"auto"`` or a backend's name) was in force, or None."""
+    return _measured.get((requested, operation, fingerprint(mirror)))
+
+
+def forget_measurements() -> None:
+    """Forget every plan measured in this process (the next matrices plan again)."""
+    with _measured_lock:
+        _measured.clear()
+
+
+# ----------------------------------------------------------------------- candidates
+def _short_list(operand: Operand, estimate: Choice, level: str, store, capturable) -> list:
+    """(backend, policy) pairs planning times: the estimate first, then, for ``measure``,
+    each backend's :meth:`~Backend.planning_candidates` (cuSPARSE's algorithms) and the
+    tuned and untuned policies of the ``planned`` backends (merge_path, shuffle, delta16)
+    that take the matrix (:func:`_planned_pairs`); for ``exhaustive``, every usable backend
+    with every candidate it has."""
+    value_dtype = estimate.value_dtype
+    pairs = [(estimate.implementation, estimate.policy)]
+    if capturable and not estimate.implementation.capturable:
+        pairs = []
+    if estimate.requested != AUTO:  # a backend named: plan its policy only
+        backend = estimate.implementation
+        mirror = operand.mirror(backend.residence, value_dtype)
+        return pairs + [
+            (backend, p) for p in backend.planning_candidates(mirror) if p != estimate.policy
+        ]
+    # through the module: tests stand in for the GPU backends there
+    family = type(operand.policy) if operand.policy else None
+    candidates = _select.gpu_candidates(value_dtype, family)
+    pairs += _planned_pairs(operand, candidates, value_dtype, level, store, capturable)
+    return _unique(pairs)
+
+
+def _planned_pairs(operand, backends, mirror_dtype, level, store, capturable, named=False):
+    """The (backend, policy) pairs planning times for each of ``backends`` that takes the
+    mirror of ``mirror_dtype`` (and can be captured, when ``capturable``): every candidate
+    for ``exhaustive``, else its planning candidates (cuSPARSE's algorithms), else, where it
+    is ``planned`` and no backend was ``named``, its tuned policy and its untuned one.
+
+    Both, because a tuned policy is one matrix's winner applied to its whole row class:
+    the shipped ones were fitted on two stencils, and on matrices that took no part in
+    that the untuned policy (from the matrix's own mean row length) can be much faster
+    (H200, ``compressed_indices_h200_run2``, 2-D 9-point stencil in float64: planning
+    timed shuffle's and delta16's tuned short-row policies at 169 and 180 us a product,
+    where the best of each one's sweep took 140 and 129 us). Where no policy is tuned the
+    two are one.
+    """
+    pairs = []
+    for backend in backends:
+        mirror = operand.mirror(backend.residence, mirror_dtype)
+        if not backend.supports(mirror) or (capturable and not backend.capturable):
+            continue
+        if level == "exhaustive":
+            policies = backend.candidates(mirror)
+        elif backend.planning_candidates(mirror):
+            policies = backend.planning_candidates(mirror)
+        elif backend.planned and not named:
+            policies = [default_policy(backend, mirror, store), backend.default_policy(mirror)]
+        else:
+            continue
+        pairs += [(backend, policy) for policy in policies]
+    return pairs
+
+
+def _short_list_mixed(operand: Operand, estimate: Choice, level: str, store, capturable) -> list:
+    """:func:`_short_list` for a mixed-precision product: the estimate, then each backend
+    that computes the pair, with its planning candidates (cuSPARSE's algorithms), its
+    tuned and untuned policies where it is ``planned`` (shuffle, delta16), or every candidate
+    (``exhaustive``); only the estimate's backend when one was named."""
+    storage, value_dtype = estimate.storage_dtype, estimate.value_dtype
+    pairs = [(estimate.implementation, estimate.policy)]
+    if capturable and not estimate.implementation.capturable:
+        pairs = []
+    named = estimate.requested != AUTO
+    if named:
+        backends = [estimate.implementation]
+    else:
+        backends = [
+            b
+            for b in registered().values()
+            if (storage, value_dtype) in b.mixed_pairs and b.unavailable_reason() is None
+        ]
+    pairs += _planned_pairs(operand, backends, storage, level, store, capturable, named)
+    return _unique(pairs)
+
+
+def _unique(pairs) -> list:
+    """``pairs`` without repeats of a (backend name, policy), in first-seen order."""
+    seen, unique = set(), []
+    for backend, policy in pairs:
+        if (backend.name, policy) not in seen:
+            seen.add((backend.name, policy))
+            unique.append((backend, policy))
+    return unique
+
+
+# ------------------------------------------------------------------------ measuring
+def _plan_on(mirror, backend, policy, vector_dtype=None) -> Plan:
+    """The plan of ``backend`` and ``policy`` on ``mirror`` (made once, kept on the mirror);
+    with a ``vector_dtype``, the mixed-precision plan reading vectors of that dtype."""
+    if vector_dtype is None:
+        return mirror.get_plan(PlanKey(backend.name, policy), lambda: backend.plan(mirror, policy))
+    return mirror.get_plan(
+        PlanKey(backend.name, policy, vector_dtype),
+        lambda: backend.plan(mirror, policy, vector_dtype=vector_dtype),
+    )
+
+
+def _runner(plan: Plan, x, y):
+    """A call running ``plan``'s product of ``x`` into ``y`` (a vector or several)."""
+    if x.ndim == 1:
+        return lambda: plan.matvec(x, out=y)
+    return lambda: plan.matmat(x, out=y)
+
+
+def _agreement_scale(mirror, x, y) -> float:
+    """How far a candidate's answer may be from the estimate's: the dtype's tolerance for
+    the longest row times a bound of the row sums' size (|y|, or |A|max |x|max x mean row
+    length when the rows cancel)."""
+    xp = mirror.xp
+    tol = tolerance(mirror.dtype, max(mirror.stats.max, 1))
+    size = float(xp.abs(y).max()) if y.size else 0.0
+    if mirror.nnz and x.size:
+        typical = (
+            float(xp.abs(mirror.data).max()) * float(xp.abs(x).max()) * max(mirror.stats.mean, 1.0)
+        )
+        size = max(size, typical)
+    return 4 * tol * max(size, 1.0)
+
+
+def measure(operand: Operand, x, estimate: Choice, level: str, *, store=None, capturable=False):
+    """Time the candidates of ``level`` for the estimate's product on ``x`` and return the
+    fastest that agrees with the estimate's answer (see the module docstring).
+
+    ``x`` is a device array of the estimate's value dtype: a vector for ``A @ x``, an
+    (n_cols, k) array for ``A @ X``. Runs on the current stream and waits for it; each
+    candidate's plan is made once (kept on the mirror like any plan). The cost: per
+    candidate, one checked product, then one calibration sample (several products a
+    sample for products under about 20 us) and, unless it is over ``HOPELESS`` times the
+    fastest so far, a warm-up product and five samples taken in alternation with the
+    other candidates', so that the host's drift falls on all of them alike
+    (:func:`sparsegpu._timing.time_candidates`). A vector kernel on an arrow matrix's dense
+    rows runs 200 times cuSPARSE: its repeats alone would cost hundreds of milliseconds.
+    ``capturable``: only backends whose products a CUDA graph can hold (a solver about to
+    capture its iterations).
+    """
+    start = time.perf_counter()
+    value_dtype = estimate.value_dtype
+    storage = estimate.storage_dtype  # mixed precision: the values' dtype on the device
+    if storage is None:
+        pairs = _short_list(operand, estimate, level, store, capturable)
+    else:
+        pairs = _short_list_mixed(operand, estimate, level, store, capturable)
+    if not pairs:
+        return estimate
+    check = None
+    results: list[Measurement] = []
+    groups: dict = {}  # on the host? -> {index in results: product}
+    inner = 1
+    for backend, policy in pairs:
+        mirror = operand.mirror(backend.residence, storage or value_dtype)
+        try:
+            plan = _plan_on(mirror, backend, policy, value_dtype if storage else None)
+            xp = mirror.xp
+            y = xp.empty((mirror.shape[0],) + x.shape[1:], dtype=value_dtype, order=_order(x))
+            product = _runner(plan, x, y)
+            product()
+        except Exception as exc:  # a candidate that cannot run here is left out
+            results.append(
+                Measurement(backend.name, policy, None, False, f"{type(exc).__name__}: {exc}")
+            )
+            continue
+        if check is None:
+            check = AnswerCheck(y, _agreement_scale(mirror, x, y), source="the estimate")
+            inner = max(1, min(20, int(4e7 // max(mirror.nbytes + 16 * x.size, 1))))
+        agreed = check.error(y) is None
+        if agreed:
+            groups.setdefault(xp is np, {})[len(results)] = product
+        results.append(Measurement(backend.name, policy, None, agreed))
+    for on_host, products in groups.items():
+        timings = _timing.time_candidates(
+            products, on_host=on_host, warmup=0, repeat=5, inner=inner, hopeless=HOPELESS
+        )
+        for i, timing in timings.items():
+            note = f"one sample: over {HOPELESS}x the fastest so far" if timing.cut_short else ""
+            results[i] = replace(results[i], ms=timing.median_ms, note=note)
+    best = None
+    for (backend, policy), m in zip(pairs, results, strict=True):
+        if m.agreed and m.ms is not None and (best is None or m.ms < best[2]):
+            best = (backend, policy, m.ms)
+    if best is None:  # nothing ran here: keep the estimate
+        return estimate
+    backend, policy, ms = best
+    planning_ms = (time.perf_counter() - start) * 1e3
+    timed = sum(m.ms is not None for m in results)
+    reason = (
+        f"measured fastest of {timed} candidates on this matrix's operands "
+        f"({ms * 1e3:.1f} us a product"
+    )
+    first = results[0]
+    if first.backend == estimate.backend and first.policy == estimate.policy and first.ms:
+        reason += f"; the estimate, {estimate.backend}, {first.ms * 1e3:.1f} us"
+    reason += ")" + (" among capturable backends" if capturable else "")
+    if storage is None:  # (mixed-precision winners are not remembered across matrices)
+        mirror = operand.mirror(backend.residence, value_dtype)
+        with _measured_lock:
+            _measured[(estimate.requested, estimate.operation, fingerprint(mirror))] = (
+                backend.name,
+                policy,
+            )
+    else:
+        reason = f"mixed precision ({storage} values, {value_dtype} sums); {reason}"
+    return Choice(
+        backend.name, policy, reason, estimate.stats, value_dtype, estimate.requested,
+        level=level, measurements=tuple(results), planning_ms=planning_ms,
+        storage_dtype=storage, implementation=backend, operation=estimate.operation,
+    )  # fmt: skip
+
+
+def _order(x) -> str:
+    """The memory order a product's result takes from its right-hand side ``x``."""
+    return "F" if x.ndim == 2 and not x.flags.c_contiguous and x.flags.f_contiguous else "C"
+
+
+def from_memory(operand: Operand, estimate: Choice) -> Choice | None:
+    """The estimate replaced by the plan measured for a matrix of the same fingerprint in
+    this process, or None."""
+    backend = estimate.implementation
+    if backend is None or backend.residence.name == "host" or estimate.storage_dtype is not None:
+        return None
+    mirror = operand.mirror(backend.residence, estimate.value_dtype)
+    found = remembered(estimate.requested, mirror, estimate.operation)
+    if found is None:
+        return None
+    name, policy = found
+    if estimate.requested != AUTO:
+        chosen = backend if name == backend.name else None
+    else:
+        candidates = _select.gpu_candidates(estimate.value_dtype)
+        chosen = next((b for b in candidates if b.name == name), None)
+    if chosen is None or not chosen.supports(mirror):
+        return None
+    return Choice(
+        name, policy, "measured on a matrix of the same fingerprint in this process",
+        estimate.stats, estimate.value_dtype, estimate.requested, estimate.override,
+        level="measure", implementation=chosen, operation=estimate.operation,
+    )  # fmt: skip
+
+
+# ------------------------------------------------------------------ planned products
+class PlannedProduct(NamedTuple):
+    """A product's choice with its plan: what a matrix keeps per :class:`ChoiceKey`.
+
+    ``measure_next``: the choice is ``auto``'s estimate and the planning level asks for a
+    measurement, made by the next product (a matrix multiplied once never pays for it).
+    """
+
+    plan: Plan
+    value_dtype: np.dtype
+    on_host: bool
+    choice: Choice
+    measure_next: bool = False
+
+
+def with_plan(operand: Operand, choice: Choice, measure_next: bool = False) -> PlannedProduct:
+    """``choice`` with its plan (made once, on its mirror)."""
+    backend = choice.implementation
+    mixed = choice.storage_dtype is not None  # values kept narrow, vectors in value_dtype
+    mirror = operand.mirror(backend.residence, choice.storage_dtype or choice.value_dtype)
+    if not backend.supports(mirror):
+        reason = backend.refuse_reason(mirror) or (
+            f"its dtypes ({mirror.dtype} values, {mirror.index_dtype} indices) are not among "
+            f"those it supports ({', '.join(map(str, backend.value_dtypes))})"
+        )
+        raise ValueError(f"backend {backend.name!r} cannot take this matrix: {reason}")
+    plan = _plan_on(mirror, backend, choice.policy, choice.value_dtype if mixed else None)
+    on_host = backend.residence.name == "host"
+    return PlannedProduct(plan, choice.value_dtype, on_host, choice, measure_next)
+
+
+def decide(
+    operand: Operand, name: str, x_dtype, policy, planning=None, operation: Operation = VECTOR
+) -> PlannedProduct:
+    """The choice and plan of one product; the slow, cached part of dispatch: the
+    estimate, or the plan measured on a matrix of the same fingerprint, or the estimate
+    marked to be measured by the next product."""
+    choice = select(operand, x_dtype, Request(name, policy, planning))
+    if operation != VECTOR:
+        choice = replace(choice, operation=operation)
+    if not _plans_by_measurement(operand, choice, policy, planning):
+        return with_plan(operand, choice)
+    found = from_memory(operand, choice)
+    if found is not None:
+        return with_plan(operand, found)
+    return with_plan(operand, choice, measure_next=True)
+
+
+def _plans_by_measurement(operand: Operand, choice: Choice, policy, planning) -> bool:
+    """Whether the estimate is to be replaced by a measurement: at a level above
+    ``estimate``, without a policy given, on the GPU: ``auto``'s choice of backend, or the
+    policy of a named backend that has a short list (cuSPARSE's algorithm)."""
+    if (
+        choice.level != "estimate"
+        or policy is not None
+        or operand.policy is not None
+        or choice.implementation.residence.name == "host"
+        or level_in_force(planning, operand.planning) == "estimate"
+    ):
+        return False
+    if choice.requested == AUTO:
+        return True
+    # a backend named without a policy: plan its policy when it has a short list to time
+    backend = choice.implementation
+    mirror = operand.mirror(backend.residence, choice.storage_dtype or choice.value_dtype)
+    return bool(backend.planning_candidates(mirror))
+
+
+def measure_now(
+    operand: Operand, cache, key, entry: PlannedProduct, x, level=None, capturable=False
+) -> PlannedProduct:
+    """Replace ``entry`` (an estimate, kept in ``cache`` under ``key``) by the plan
+    measured on ``x`` (the product's right-hand side, anywhere), unless another thread is
+    planning this matrix: then this product runs on the estimate (planning one matrix
+    never blocks a product). A measurement that fails for memory keeps the estimate; an
+    ``x`` without columns (``A @ X`` with k = 0) has nothing to measure on and leaves the
+    measurement to the next product."""
+    if x.ndim == 2 and x.shape[1] == 0:
+        return entry
+    if not cache.planning_lock.acquire(blocking=False):
+        return entry
+    try:
+        current = cache.choices.get(key, entry)
+        if current is not entry and not current.measure_next:
+            return current  # measured by another thread meanwhile
+        level = level or level_in_force(key[3], operand.planning)
+        operation = entry.choice.operation
+        if operation == VECTOR and x.ndim == 2:
+            x = x[:, 0]
+        xd = to_residence(x, entry.plan.matrix.residence, entry.value_dtype, order=_order(x))
+        try:
+            choice = measure(operand, xd, entry.choice, level, capturable=capturable)
+        except MemoryError:
+            new = entry._replace(measure_next=False)
+        else:
+            new = with_plan(operand, choice)
+            if choice.requested == AUTO:  # what explain(A) shows
+                key_dtype = entry.value_dtype
+                if choice.storage_dtype is not None:
+                    key_dtype = (choice.storage_dtype, entry.value_dtype)
+                cache.measured[(key_dtype, operation)] = choice
+        cache.choices[key] = new
+        return new
+    finally:
+        cache.planning_lock.release()
+
+
+def operation_of(x) -> Operation:
+    """The operation of a product with right-hand side ``x`` (a vector, or n_cols x k)."""
+    return VECTOR
+
+
+def auto_key(operand: Operand, x_dtype, operation: Operation = VECTOR) -> ChoiceKey:
+    """The key of ``auto``'s choice for products without per-call options."""
+    return ChoiceKey(
+        AUTO, np.dtype(x_dtype), None, None, operand.policy, operand.planning,
+        _registry.generation, operation,
+    )  # fmt: skip
+
+
+# ------------------------------------------------------------------- public entries
+def operand_of(A) -> Operand:
+    """What selection and planning read of the sparsegpu matrix ``A``; a TypeError for
+    anything else."""
+    if not hasattr(A, "_sg_operand"):
+        raise TypeError(
+            f"A must be a sparsegpu matrix, got {type(A).__name__}; wrap it with "
+            "sparsegpu.csr_matrix(A)"
+        )
+    return A._sg_operand()
+
+
+def choose(A, x, *, level: str | None = None, capturable: bool = False) -> Choice:
+    """Choose the backend and policy of ``A @ x`` now, by measurement on this ``x``, and
+    keep the choice for ``A``.
+
+    What ``auto`` does by itself on a matrix's second product, done at once (solvers and
+    benchmarks call it before a loop of products).
+
+    Parameters
+    ----------
+    A : sparsegpu matrix
+    x : numpy.ndarray or cupy.ndarray
+        A representative right-hand side (1-D of length ``A.shape[1]``, or 2-D: its first
+        column is used; without a column, the estimate is kept and the next product with a
+        column measures).
+    level : {"estimate", "measure", "exhaustive"}, optional
+        Default: ``A.planning``, ``sparsegpu.planning``, ``SPARSEGPU_PLANNING``, then
+        ``"measure"``.
+    capturable : bool
+        Only backends whose products a CUDA graph can hold (what a solver that captures
+        its iterations asks for; cuSPARSE is not among them).
+
+    Returns
+    -------
+    Choice
+        The decided backend and policy, with the times planning measured
+        (``choice.measurements``) and what planning cost (``choice.planning_ms``). Without a
+        GPU, or at level ``"estimate"``, the estimate.
+
+    Examples
+    --------
+    >>> import numpy as np, scipy.sparse as sp, sparsegpu as sg
+    >>> A = sg.csr_matrix(sp.eye(4))
+    >>> sg.choose(A, np.ones(4)).backend in [b.name for b in sg.backends()]
+    True
+    """
+    operand = operand_of(A)
+    if level is not None:
+        check_level(level)
+    if x.ndim not in (1, 2) or x.shape[0] != A.shape[1]:
+        raise ValueError(
+            f"dimension mismatch: A has shape {A.shape} but x has shape {x.shape}; "
+            f"x needs {A.shape[1]} rows"
+        )
+    operation = operation_of(x)
+    key = auto_key(operand, x.dtype, operation)
+    cache = operand.cache()
+    estimate = select(operand, x.dtype, Request(AUTO, None, level))
+    if operation != VECTOR:
+        estimate = replace(estimate, operation=operation)
+    if not _plans_by_measurement(operand, estimate, None, level):
+        cache.choices[key] = with_plan(operand, estimate)
+        return estimate
+    entry = cache.choices[key] = with_plan(operand, estimate, measure_next=True)
+    level = level_in_force(level, operand.planning)
+    return measure_now(operand, cache, key, entry, x, level, capturable).choice
+
+
+def plan(A, x, *, level: str | None = None, capturable: bool = False) -> Choice:
+    """Deprecated name of :func:`choose` (it returns a :class:`Choice`, not a plan).
+
+    .. deprecated:: 0.15
+        Use :func:`sparsegpu.choose`.
+    """
+    warnings.warn(
+        "sparsegpu.plan(A, x) is now sparsegpu.choose(A, x): it returns a Choice, not a "
+        "Plan; the old name will be removed",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return choose(A, x, level=level, capturable=capturable)
+
+
+def planned_product(
+    A, x_dtype=None, *, backend: str | None = None, policy=None, x=None, capturable=False
+) -> PlannedProduct:
+    """The choice and plan a product ``A @ x`` with an x of ``x_dtype`` would run (made if
+    needed).
+
+    Solvers and benchmarks call ``plan.matvec(x, out=...)`` on device arrays directly,
+    skipping the per-call dispatch. Given a representative ``x`` (a solver's right-hand
+    side) and ``auto`` in force, the matrix is planned by measurement first (:func:`choose`),
+    since the plan is about to run many times; ``capturable`` keeps to backends a CUDA
+    graph can hold. The choice (``.choice.implementation``: the backend) comes with the
+    plan, for callers that must know what the plan runs on.
+    """
+    operand = operand_of(A)
+    name = name_in_force(backend, operand.backend)
+    dtype = np.dtype(x_dtype or operand.dtype)
+    if x is not None and name == AUTO and policy is None and _cuda.is_cupy_array(x):
+        key = auto_key(operand, dtype, operation_of(x))
+        entry = operand.cache().choices.get(key)
+        stale = capturable and entry is not None and not entry.choice.implementation.capturable
+        if entry is None or entry.measure_next or stale:
+            choose(A, x.astype(dtype, copy=False), capturable=capturable)
+            entry = operand.cache().choices.get(key)
+        if entry is not None:
+            return entry
+    return decide(operand, name, dtype, policy)
+
+
+def plan_for(A, x_dtype=None, *, backend: str | None = None, policy=None, x=None, capturable=False):
+    """The :class:`~sparsegpu.backends.base.Plan` a product ``A @ x`` with an x of
+    ``x_dtype`` would run (made if needed): :func:`planned_product`'s plan."""
+    return planned_product(
+        A, x_dtype, backend=backend, policy=policy, x=x, capturable=capturable
+    ).plan
+
+
+def estimate(A, x_dtype=None) -> Choice:
+    """What selection's rules give for ``A @ x`` with an x of ``x_dtype`` (default A's
+    dtype) under the name in force, without planning."""
+    operand = operand_of(A)
+    return select(operand, np.dtype(x_dtype or operand.dtype))
+
+
+def explain(A, x=None) -> Choice:
+    """Which backend and policy ``auto`` uses for a product of ``A``, and why.
+
+    Parameters
+    ----------
+    A : sparsegpu matrix
+    x : dtype or array, optional
+        The right-hand side of the product, or its dtype (default ``A.dtype``): a vector
+        or a dtype asks about ``A @ x``, an (n, k) array about ``A @ X`` with its k and
+        memory order.
+
+    Returns
+    -------
+    Choice
+        Printing it shows the backend, the policy, the reason, the row-length statistics
+        the rules looked at and, once the product has been planned, what was measured.
+
+    Examples
+    --------
+    >>> import scipy.sparse as sp, sparsegpu as sg
+    >>> print(sg.explain(sg.csr_matrix(sp.eye(4))).backend)  # doctest: +SKIP
+    merge_path
+    """
+    operand = operand_of(A)
+    if isinstance(x, np.ndarray) or _cuda.is_cupy_array(x):
+        x_dtype, operation = x.dtype, operation_of(x)
+    else:
+        x_dtype, operation = np.dtype(x or operand.dtype), VECTOR
+    value_dtype = result_dtype(operand.dtype, x_dtype)
+    storage = mixed_storage(operand, value_dtype)
+    cache = operand.cache()
+    if storage is not None:  # what planning measured for it, else the estimate
+        measured = cache.measured.get(((storage, value_dtype), operation))
+        if measured is not None:
+            return measured
+        return replace(select(operand, x_dtype), operation=operation)
+    override = None
+    name = name_in_force(None, operand.backend)
+    if name != AUTO:
+        override = f"products of this matrix use {name!r} now (A.backend, use_backend or env)"
+    measured = cache.measured.get((value_dtype, operation))
+    if measured is not None:
+        return replace(measured, override=override)
+    found = replace(auto_estimate(operand, value_dtype, override), operation=operation)
+    return from_memory(operand, found) or found
