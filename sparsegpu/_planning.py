@@ -590,11 +590,8 @@ def choose(A, x, *, level: str | None = None, capturable: bool = False) -> Choic
 
 
 def plan(A, x, *, level: str | None = None, capturable: bool = False) -> Choice:
-    """Deprecated name of :func:`choose` (it returns a :class:`Choice`, not a plan).
-
-    .. deprecated:: 0.15
-        Use :func:`sparsegpu.choose`.
-    """
+    """Deprecated name of :func:`choose` (it returns a :class:`Choice`, not a plan); warns
+    with a DeprecationWarning and will be removed."""
     warnings.warn(
         "sparsegpu.plan(A, x) is now sparsegpu.choose(A, x): it returns a Choice, not a "
         "Plan; the old name will be removed",

@@ -376,4 +376,4 @@ def test_plan_is_the_deprecated_name_of_choose():
     x = random_vector(A.shape[1], np.float64, seed=11)
     with pytest.warns(DeprecationWarning, match="sparsegpu.choose"):
         choice = sg.plan(A, x)
-    assert choice == sg.choose(A, x)
+    assert (choice.backend, choice.policy) == (sg.explain(A).backend, sg.explain(A).policy)
