@@ -391,7 +391,11 @@ class _SparseGPUMixin:
     @shape.setter
     def shape(self, value):
         if not isinstance(self, sp.spmatrix):
-            raise AttributeError("the shape of a sparse array cannot be set; use reshape()")
+            # scipy's own wording (a property without a setter), which its tests match
+            raise AttributeError(
+                f"property 'shape' of {type(self).__name__!r} object has no setter: the "
+                "shape of a sparse array cannot be set; use reshape()"
+            )
         self._sg_invalidate()
         sp.spmatrix.set_shape(self, value)
 
