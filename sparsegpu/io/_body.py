@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import io
 import os
 
 import numpy as np
@@ -45,7 +46,8 @@ _DIGIT = _TOKEN
 _LETTER = _TOKEN | _RARE
 _BAD = _RARE
 _SPECIAL = _TOKEN | _EVENT  # the low bits of a sign, point or exponent
-_DOT, _EXP, _SIGN = _SPECIAL, _SPECIAL | 8, _SPECIAL | 16
+# ... and one of the high bits: they are the only classes from 8 up (one comparison finds them)
+_DOT, _EXP, _SIGN = _SPECIAL | 8, _SPECIAL | 16, _SPECIAL | 24
 _CODES = 32  # classes fit in 5 bits
 _CLASS = np.full(256, _BAD, dtype=np.uint8)
 _CLASS[[ord(" "), ord("\t"), ord("\r")]] = _WS
@@ -87,6 +89,33 @@ _LAYOUT = {
 }
 
 
+if hasattr(np, "bitwise_count"):  # numpy >= 2.0
+    _popcount = np.bitwise_count
+else:
+    _ONES = np.array([bin(i).count("1") for i in range(256)], dtype=np.uint8)
+    _popcount = _ONES.take
+
+
+def _starts_up_to(start: np.ndarray):
+    """``f(positions)``: how many of ``start``'s true entries lie at or before each of the
+    (sorted or not) ``positions``; a prefix count read from bits and popcounts.
+
+    The same as ``numpy.cumsum(start)[positions]``, about 5x cheaper: numpy's cumsum of
+    one byte per byte cost a third of the whole check.
+    """
+    packed = np.packbits(start)  # bit 7 of byte k is start[8 k]
+    ones = _popcount(packed)
+    before = np.cumsum(ones, dtype=np.int32)
+    before -= ones
+
+    def at(positions: np.ndarray) -> np.ndarray:
+        byte = positions >> 3
+        shift = (7 - (positions & 7)).astype(np.uint8)
+        return before.take(byte) + _popcount(packed.take(byte) >> shift)
+
+    return at
+
+
 class _BadLine(Exception):
     """A bad line, numbered within its chunk (the chunk's first line is line 1)."""
 
@@ -113,14 +142,15 @@ class _Body:
     def fail(line: int, problem: str):
         raise _BadLine(line, problem)
 
-    def check(self, data: bytes) -> tuple[np.ndarray, int]:
-        """Check ``data``: a newline, then whole lines.
+    def check(self, data) -> tuple[np.ndarray, int]:
+        """Check ``data`` (bytes-like): a newline, then whole lines.
 
         Returns the chunk's entry lines (0-based) and its number of lines; the caller
         checks the entries' total against the size line.
         """
         a = np.frombuffer(data, dtype=np.uint8)
-        c = np.frombuffer(data.translate(_CLASS_TABLE), dtype=np.uint8)
+        # bytes.translate: a third of the cost of _CLASS.take(a), which widens the indices
+        c = np.frombuffer(bytes(data).translate(_CLASS_TABLE), dtype=np.uint8)
         if np.bitwise_or.reduce(c) & _RARE:
             if (c == _BAD).any():
                 self._bad_byte(a, c)
@@ -128,15 +158,21 @@ class _Body:
         start = np.empty_like(token)
         start[0] = False
         np.greater(token[1:], token[:-1], out=start[1:])
-        token_number = np.cumsum(start.view(np.uint8), dtype=np.int32)  # tokens so far
+        tokens_up_to = _starts_up_to(start)
         newlines = np.flatnonzero(c == _NL)
-        counts = np.diff(token_number.take(newlines))
+        counts = np.diff(tokens_up_to(newlines))
         self._count(a, counts)
         words = self._words(a, c, token, start) if (c == _LETTER).any() else None
-        special = np.flatnonzero((c & _SPECIAL) == _SPECIAL)
-        if special.size:
-            tokens = token_number.take(special) - 1
-            self._numbers(a, c, special, tokens, start, words)
+        # the chunk starts and ends with a newline: a special has neighbours on both sides
+        middle = c[1:-1]
+        special = middle >= _DOT
+        # An exponent's sign before a digit ("1e-5") stands where it may, and the exponent
+        # before it already carries the token's place and order: no per-sign work for it.
+        special &= ~((middle == _SIGN) & (c[:-2] == _EXP) & (c[2:] == _DIGIT))
+        inner = np.flatnonzero(special)
+        if inner.size:
+            tokens = tokens_up_to(inner + 1) - 1
+            self._numbers(a, c, inner, tokens, start, words)
         return np.flatnonzero(counts), newlines.size - 1
 
     @staticmethod
@@ -183,7 +219,7 @@ class _Body:
                 f"'{self.layout}' ({self.per_line}); the file does not match its header",
             )
 
-    def too_many(self, data: bytes, entry_lines: np.ndarray, seen: int):
+    def too_many(self, data, entry_lines: np.ndarray, seen: int):
         """Refuse the chunk's line holding entry ``declared + 1`` (``seen`` came before)."""
         declared = self.info.entries
         k = int(entry_lines[declared - seen])
@@ -219,12 +255,16 @@ class _Body:
                 )
         return lettered
 
-    def _numbers(self, a, c, special, tokens, start, words) -> None:
-        """Signs, points and exponents: where they stand, their order, and which tokens."""
-        kind = c.take(special)
-        pair = (kind.astype(np.int16) << 5) | c.take(special - 1)
+    def _numbers(self, a, c, inner, tokens, start, words) -> None:
+        """Signs, points and exponents (at ``inner``, positions in ``c[1:-1]``, so that
+        ``c[:-2]`` and ``c[2:]`` hold their neighbours): where they stand, their order,
+        and which tokens."""
+        kind = c[1:-1].take(inner)
+        pair = (kind.astype(np.uint16) << 5) | c[:-2].take(inner)
         rank = _RANK.take(pair)
-        bad = _REFUSED.take((pair.astype(np.int32) << 5) | c.take(special + 1))
+        pair <<= 5
+        pair |= c[2:].take(inner)
+        bad = _REFUSED.take(pair)
         bad[1:] |= (tokens[1:] == tokens[:-1]) & (rank[1:] <= rank[:-1])
         bad |= tokens % self.per_line < self.indices
         if self.info.field == "integer":
@@ -241,15 +281,18 @@ class _Body:
             )
 
 
-def check_body(stream, info: MMInfo) -> None:
+def check_body(text, info: MMInfo, workers: int = _WORKERS) -> None:
     """Check every entry of a Matrix Market body against ``info`` (see the module doc).
 
     Parameters
     ----------
-    stream : binary file object
-        The (decompressed) file, positioned just after the header.
+    text : binary file object, or bytes-like
+        The (decompressed) file: a stream positioned just after the header, or the whole
+        file's bytes (``bytes``, ``mmap``), read from ``info.header_bytes`` on.
     info : MMInfo
         Its checked header.
+    workers : int
+        Chunks checked at once (one while scipy parses the file on the other cores).
 
     Raises
     ------
@@ -259,12 +302,14 @@ def check_body(stream, info: MMInfo) -> None:
     """
     body = _Body(info)
     seen, line = 0, info.header_lines + 1
-    with concurrent.futures.ThreadPoolExecutor(_WORKERS) as pool:
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
         pending = collections.deque()
         try:
-            for data in _chunks(stream):
+            is_stream = isinstance(text, io.IOBase)
+            chunks = _chunks(text) if is_stream else _buffer_chunks(text, info)
+            for data in chunks:
                 pending.append((pool.submit(body.check, data), data))
-                if len(pending) > 2 * _WORKERS:
+                if len(pending) > 2 * workers:
                     seen, line = _collect(body, pending.popleft(), seen, line)
         except _BadLine as long_line:  # from _chunks: its line follows the pending ones
             while pending:
@@ -293,6 +338,27 @@ def _collect(body: _Body, job, seen: int, line: int) -> tuple[int, int]:
     except _BadLine as bad:
         raise bad_file(body.info.source, f"line {line + bad.line - 1}: {bad.problem}") from None
     return seen + entry_lines.size, line + lines
+
+
+def _buffer_chunks(buffer, info: MMInfo):
+    """Whole lines of a file's bytes after its header, a chunk at a time (views, not
+    copies), each starting with the newline before its first line (the last line gets one
+    after it too)."""
+    end = len(buffer)
+    view = memoryview(buffer)
+    start = info.header_bytes - 1  # the size line's newline, when entries follow it
+    while start + 1 < end:
+        if end - start <= CHUNK_BYTES:
+            ends_line = buffer[end - 1 : end] == b"\n"
+            yield view[start:end] if ends_line else bytes(view[start:end]) + b"\n"
+            return
+        cut = buffer.rfind(b"\n", start + 1, start + CHUNK_BYTES)
+        if cut < 0:  # one line fills the chunk: take it whole, if it is not too long
+            cut = buffer.find(b"\n", start + 1, start + 2 + MAX_LINE_BYTES)
+            if cut < 0:
+                _Body.fail(1, f"is longer than {MAX_LINE_BYTES} bytes: not an entry")
+        yield view[start : cut + 1]
+        start = cut
 
 
 def _chunks(stream):

@@ -5,18 +5,21 @@ own parser before). Around it: the header is read and checked first (:mod:`._hea
 so a bad file gets a ValueError naming the file and nothing is allocated before the
 declared sizes are known to fit; then every entry is checked against the header
 (:mod:`._body`: scipy silently drops what it does not expect, and crashes on a NUL byte)
-before scipy sees the file; after the parse, the symmetric triangle is checked and the
-result becomes a
-:class:`sparsegpu.csr_matrix`.
+while scipy parses the file on another thread, and scipy's result is used only when every
+entry passed; the symmetric triangle is checked and the result becomes a
+:class:`sparsegpu.csr_matrix`. On a 2-core machine this costs about as much as scipy's own
+``mmread(...).tocsr()`` (``tools/bench_io.py``, docs/benchmarks/results/mmread_cpu.md).
 """
 
 from __future__ import annotations
 
 import bz2
+import concurrent.futures
 import functools
 import gzip
 import inspect
 import io
+import mmap
 import os
 import re
 import shutil
@@ -153,23 +156,51 @@ def _mmread_kwargs() -> dict:
     )
 
 
-def _parse_body(open_stream, source, info: MMInfo):
-    """scipy's parse of ``source`` (a path or a binary stream), errors named by file.
+def _parse_body(open_stream, source, info: MMInfo, convert):
+    """``convert`` of scipy's parse of ``source`` (a path or a binary stream), errors named
+    by file.
 
-    Every entry is checked first (:func:`._body.check_body`) on a stream from
-    ``open_stream()``, so scipy only ever sees files whose every entry matches the header
-    (its parser crashes on a NUL byte and silently drops what it does not expect). A
-    compressed file or archive member of up to :data:`_IN_MEMORY_BYTES` is decompressed
-    once, into memory, for both.
+    Every entry is checked (:func:`._body.check_body`) against the header, and scipy's
+    parse is used only when all of them pass: its parser silently drops what it does not
+    expect. The check runs while scipy parses (and ``convert`` converts) on another thread,
+    from the file's bytes: a plain file mapped into memory, a compressed file or archive
+    member of up to :data:`_IN_MEMORY_BYTES` decompressed once, into memory, for both. A
+    NUL byte, which crashes scipy's parser, is looked for before it starts. A longer
+    compressed text is checked from a stream of its own first, then parsed.
     """
     check_memory(info)
-    if not (isinstance(source, str) and _compression(source) is None):
-        text = _read_whole(open_stream, info)
-        if text is not None:
-            source = io.BytesIO(text)
-            open_stream = functools.partial(io.BytesIO, text)
+    if isinstance(source, str) and _compression(source) is None:
+        with open(source, "rb") as file:
+            mapped = _mapped(file)
+        return _check_while_parsing(mapped, source, info, convert)
+    text = _read_whole(open_stream, info)
+    if text is not None:
+        return _check_while_parsing(text, io.BytesIO(text), info, convert)
     _check_entries(open_stream, info)
-    return _scipy_parse(source, info)
+    return convert(_scipy_parse(source, info))
+
+
+def _mapped(file) -> mmap.mmap:
+    """The file's bytes, mapped read-only, its pages read in at once where the system can
+    (Linux: one pass instead of a fault a page). Unmapped when the last view of it goes
+    (an error's traceback may hold some), not closed here."""
+    populate = getattr(mmap, "MAP_POPULATE", 0)
+    return mmap.mmap(file.fileno(), 0, flags=mmap.MAP_SHARED | populate, prot=mmap.PROT_READ)
+
+
+def _check_while_parsing(text, source, info: MMInfo, convert):
+    """Check ``text`` (the whole file's bytes) while ``convert(scipy's parse of source)``
+    runs on another thread; its result once every entry has passed."""
+    if text.find(b"\0", info.header_bytes) >= 0:  # scipy's parser would crash on it
+        check_body(text, info)  # refuses the first bad line: the NUL's, or one before it
+        raise bad_file(info.source, "holds a NUL byte, which no Matrix Market entry has")
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    parsed = pool.submit(lambda: convert(_scipy_parse(source, info, text)))
+    try:
+        check_body(text, info, workers=1)  # scipy's parser takes the other cores
+    finally:
+        pool.shutdown(wait=False)  # a bad line is reported now, not after scipy's parse
+    return parsed.result()
 
 
 def _read_whole(open_stream, info: MMInfo) -> bytes | None:
@@ -191,13 +222,37 @@ def _check_entries(open_stream, info: MMInfo) -> None:
         raise bad_file(info.source, f"cannot be read ({exc})") from exc
 
 
-def _scipy_parse(source, info: MMInfo):
+# scipy's (fast_matrix_market's) message for an index outside the declared shape
+_OUT_OF_RANGE = re.compile(r"Line (\d+): (Row|Column) index out of bounds")
+
+
+def _scipy_parse(source, info: MMInfo, text=None):
+    """scipy's parse; its errors named by file, an index out of range with its value and
+    bound when the file's bytes are at hand (``text``)."""
     try:
         return scipy.io.mmread(source, **_mmread_kwargs())
     except MemoryError:
         raise
     except Exception as exc:  # the parser's message (line, problem) is the useful part
-        raise bad_file(info.source, f"bad entries: {exc}") from exc
+        found = _OUT_OF_RANGE.search(str(exc)) if text is not None else None
+        if found is None:
+            raise bad_file(info.source, f"bad entries: {exc}") from exc
+        line, which = int(found[1]), found[2].lower()
+        raise bad_file(info.source, _out_of_range(text, line, which, info)) from exc
+
+
+def _out_of_range(text, line: int, which: str, info: MMInfo) -> str:
+    """What is wrong with ``line`` (1-based) of ``text``, whose ``which`` index is out of
+    range."""
+    newlines = np.flatnonzero(np.frombuffer(text, dtype=np.uint8) == ord("\n"))
+    end = int(newlines[line - 1]) if line <= newlines.size else len(text)
+    words = bytes(text[int(newlines[line - 2]) + 1 : end]).split()
+    column = 0 if which == "row" else 1
+    bound = info.shape[column]
+    return (
+        f"line {line}: {which} index {words[column].decode()} is out of range: the size line "
+        f"declares {bound} {which}s (indices 1 to {bound}); the entry or the size line is wrong"
+    )
 
 
 def _check_triangle(coo, info: MMInfo) -> None:
@@ -327,7 +382,8 @@ def mmread(path, *, array: bool = False, aux: bool = False):
     if is_archive(path):
         return _read_archive(path, array, aux)
     info = _header_of_file(path)
-    matrix = _to_csr(_parse_body(lambda: _open_binary(path), path, info), info, array)
+    to_csr = functools.partial(_to_csr, info=info, array=array)
+    matrix = _parse_body(lambda: _open_binary(path), path, info, to_csr)
     return (matrix, {}) if aux else matrix
 
 
@@ -335,22 +391,23 @@ def _read_archive(path: str, array: bool, aux: bool):
     with _open_archive(path) as tar:
         main, aux_members = archive_members(tar, path)
         info = _header_of_member(tar, path, main)
-        matrix = _to_csr(_parse_member(tar, main, info), info, array)
+        matrix = _parse_member(tar, main, info, functools.partial(_to_csr, info=info, array=array))
         if not aux:
             return matrix
         extra = {}
         for suffix, member in aux_members.items():
             member_info = _header_of_member(tar, path, member)
-            extra[suffix] = _read_aux(_parse_member(tar, member, member_info), member_info, array)
+            to_aux = functools.partial(_read_aux, info=member_info, array=array)
+            extra[suffix] = _parse_member(tar, member, member_info, to_aux)
         return matrix, extra
 
 
-def _parse_member(tar, member, info: MMInfo):
+def _parse_member(tar, member, info: MMInfo, convert):
     try:
         stream = tar.extractfile(member)
     except _STREAM_ERRORS as exc:
         raise bad_file(info.source, f"cannot be read ({exc})") from exc
-    return _parse_body(lambda: tar.extractfile(member), stream, info)
+    return _parse_body(lambda: tar.extractfile(member), stream, info, convert)
 
 
 # ------------------------------------------------------------------------- writing
