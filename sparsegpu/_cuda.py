@@ -18,24 +18,25 @@ NO_CUPY_HINT = 'pip install -e ".[cuda13]" (or ".[cuda12]" with a CUDA 12 driver
 
 @functools.cache
 def _probe():
-    """Import CuPy and touch the current device once; return (cupy, reason)."""
+    """Import CuPy and touch the current device once; return (cupy, cause, details): why
+    the GPU cannot be used in a few words, and the rest (the error, what to do)."""
     try:
         import cupy
     except ImportError as exc:
-        return None, f"CuPy is not installed ({exc}); {NO_CUPY_HINT}"
+        return None, "CuPy is not installed", f"({exc}); {NO_CUPY_HINT}"
     except Exception as exc:  # a broken CUDA install raises all sorts of things on import
-        return None, f"CuPy failed to import: {type(exc).__name__}: {exc}"
+        return None, "CuPy failed to import", f"({type(exc).__name__}: {exc})"
     try:
         count = cupy.cuda.runtime.getDeviceCount()
     except Exception as exc:
         error = f"{type(exc).__name__}: {exc}"
         missing = _missing_driver(_driver_version(cupy), glob.glob("/dev/nvidia*"), sys.platform)
         if missing is not None:
-            return None, f"no NVIDIA driver/GPU found ({missing}; CuPy said {error})"
-        return None, f"no usable CUDA device: {error}"
+            return None, "no NVIDIA driver/GPU found", f"({missing}; CuPy said {error})"
+        return None, "no usable CUDA device", f"({error})"
     if count == 0:
-        return None, "no CUDA device found"
-    return cupy, None
+        return None, "no CUDA device found", ""
+    return cupy, None, None
 
 
 def _driver_version(cupy) -> int | None:
@@ -67,8 +68,18 @@ def cupy_or_none():
 
 
 def unavailable_reason() -> str | None:
-    """Why the GPU cannot be used here, or None when it can."""
-    return _probe()[1]
+    """Why the GPU cannot be used here, in full (the error, what to do), or None when it
+    can. Said once wherever a list shows the GPU backends, which give
+    :func:`backend_reason`."""
+    _, cause, details = _probe()
+    return None if cause is None else f"{cause} {details}".rstrip()
+
+
+def backend_reason() -> str | None:
+    """What each GPU backend says when the GPU cannot be used: a few words (``"no usable
+    GPU: CuPy is not installed"``), the full story being :func:`unavailable_reason`'s."""
+    cause = _probe()[1]
+    return None if cause is None else f"no usable GPU: {cause}"
 
 
 _thread_state = threading.local()

@@ -12,6 +12,7 @@ import importlib
 import threading
 from dataclasses import dataclass
 
+from . import _cuda
 from .backends import BUILTIN_MODULES, canonical_name
 from .backends.base import Backend
 
@@ -112,12 +113,14 @@ def backends() -> list[BackendStatus]:
 
 
 def _availability_summary() -> str:
-    lines = []
+    """The backends, a line each; those unavailable for the same reason on one line."""
+    lines, unavailable = [], {}
     for status in backends():
         if status.available:
             lines.append(f"  {status.name}: available")
         else:
-            lines.append(f"  {status.name}: unavailable ({status.reason})")
+            unavailable.setdefault(status.reason, []).append(status.name)
+    lines += [f"  {', '.join(names)}: unavailable ({why})" for why, names in unavailable.items()]
     return "\n".join(lines)
 
 
@@ -141,6 +144,8 @@ def get_backend(name: str) -> Backend:
         )
     reason = backend.unavailable_reason()
     if reason is not None:
+        if reason == _cuda.backend_reason():  # the GPU's whole story, once
+            reason = f"no usable GPU: {_cuda.unavailable_reason()}"
         raise BackendUnavailableError(
             f"backend {name!r} is not available here: {reason}\n{_availability_summary()}"
         )

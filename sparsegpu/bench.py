@@ -276,7 +276,7 @@ class CupyxContender:
 
     @staticmethod
     def unavailable_reason() -> str | None:
-        return _cuda.unavailable_reason()
+        return _cuda.backend_reason()
 
     def prepare(self, A, dtype, seed: int) -> Prepared:
         cupy = _cuda.cupy_or_none()

@@ -6,6 +6,7 @@
   host, so that mirror invalidation is exercised on machines without a GPU.
 * :class:`CountingBackend`: wraps a backend and counts the products that reach it,
   proving that a code path (a scipy solver, say) went through the dispatcher.
+* :func:`no_gpu_reason`: the one skip reason of every test that needs a GPU.
 """
 
 from __future__ import annotations
@@ -16,11 +17,19 @@ from collections import Counter
 import numpy as np
 import scipy.sparse as sp
 
+from . import _cuda
 from ._dtypes import HALF_DTYPES, is_half
 from ._mirror import Residence
 from ._oracle import random_values, random_vector, tolerance
 from .backends.base import Backend, Plan
 from .backends.scipy_reference import ScipyBackend, ScipyPlan
+
+
+def no_gpu_reason() -> str:
+    """Why a test that needs a GPU skips here: one text for all of them, so that a CPU
+    run's skip summary says it on one line."""
+    return f"no GPU: {_cuda.unavailable_reason()}"
+
 
 VALUE_DTYPES = (np.float32, np.float64, np.complex64, np.complex128)
 INDEX_DTYPES = (np.int32, np.int64)

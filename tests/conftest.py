@@ -14,7 +14,7 @@ import pytest
 
 import sparsegpu as sg
 from sparsegpu import _cuda, suitesparse
-from sparsegpu.testing import HostCopyBackend
+from sparsegpu.testing import HostCopyBackend, no_gpu_reason
 
 from .collection_server import CollectionServer
 
@@ -37,6 +37,8 @@ GPU_BACKEND_NAMES = [
 
 def skip_unless_available(name: str) -> None:
     status = {b.name: b for b in sg.backends()}[name]
+    if status.reason is not None and status.reason == _cuda.backend_reason():
+        pytest.skip(no_gpu_reason())  # every GPU backend's skips on one summary line
     if not status.available:
         pytest.skip(f"backend {name!r} unavailable: {status.reason}")
 
@@ -89,7 +91,7 @@ def cupy():
     """CuPy, or a skip saying why the GPU is unusable."""
     mod = _cuda.cupy_or_none()
     if mod is None:
-        pytest.skip(f"no GPU: {_cuda.unavailable_reason()}")
+        pytest.skip(no_gpu_reason())
     return mod
 
 
@@ -100,7 +102,7 @@ def xp(request):
         return np
     mod = _cuda.cupy_or_none()
     if mod is None:
-        pytest.skip(f"no GPU: {_cuda.unavailable_reason()}")
+        pytest.skip(no_gpu_reason())
     return mod
 
 

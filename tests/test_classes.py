@@ -83,12 +83,7 @@ def test_setting_array_shape_is_refused(scipy_matrix):
         A.shape = (20, 30)
 
 
-def test_from_cupy_inputs():
-    cupy = pytest.importorskip("cupy")
-    from sparsegpu import _cuda
-
-    if _cuda.unavailable_reason():
-        pytest.skip(_cuda.unavailable_reason())
+def test_from_cupy_inputs(cupy):
     import cupyx.scipy.sparse as csp
 
     S = sp.random(30, 20, density=0.2, format="csr", random_state=1)

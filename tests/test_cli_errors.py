@@ -134,6 +134,27 @@ def test_bench_prints_a_shared_reason_once(capsys):
     assert out.count(_cuda.unavailable_reason()) == 1
 
 
+@needs_no_gpu
+def test_info_prints_a_shared_reason_once(capsys):
+    assert cli.main(["info"]) == 0
+    assert capsys.readouterr().out.count(_cuda.unavailable_reason()) == 1
+
+
+@needs_no_gpu
+def test_the_gpu_reason_is_said_once_per_list_of_backends():
+    """Each GPU backend says it in a few words; the full story (the error, what to do)
+    comes once (issue 33: it was repeated for every backend)."""
+    import sparsegpu as sg
+
+    full = _cuda.unavailable_reason()
+    reasons = {b.reason for b in sg.backends() if not b.available}
+    assert reasons == {_cuda.backend_reason()} and full not in _cuda.backend_reason()
+    with pytest.raises(sg.BackendUnavailableError) as excinfo:
+        sg.use_backend("shuffle").__enter__()
+    assert str(excinfo.value).count(full) == 1
+    assert str(excinfo.value).count(_cuda.backend_reason()) == 2  # the error and the list
+
+
 @pytest.fixture
 def no_driver_cupy(monkeypatch):
     """A CuPy that imports but finds no driver, as on a machine without NVIDIA hardware."""

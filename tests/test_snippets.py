@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from sparsegpu import _cuda
+from sparsegpu.testing import no_gpu_reason
 
 ROOT = Path(__file__).resolve().parents[1]
 GPU_ONLY = re.compile(r"#\s*GPU only\b")
@@ -136,7 +137,7 @@ def run(snippet: Snippet, namespace: dict, gpu: bool) -> None:
 def test_snippet_runs(snippet, server, tmp_path, monkeypatch):
     gpu = _cuda.unavailable_reason() is None
     if snippet.code.lstrip().startswith("# GPU only") and not gpu:
-        pytest.skip(f"{snippet.id} is marked '# GPU only': {_cuda.unavailable_reason()}")
+        pytest.skip(no_gpu_reason())  # the block is marked '# GPU only'
     if snippet.path.name == "distributed.rst":
         # one process is a communicator of size 1: the page runs wherever mpi4py imports
         pytest.importorskip("mpi4py.MPI", reason="the distributed page needs mpi4py")

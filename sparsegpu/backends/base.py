@@ -228,10 +228,11 @@ class Backend:
     mixed_pairs: tuple = ()
 
     def unavailable_reason(self) -> str | None:
-        """Why this backend cannot run here (no GPU, no library), or None."""
+        """Why this backend cannot run here (no GPU, no library), or None; in a few words
+        when the GPU is the reason (:func:`sparsegpu._cuda.backend_reason`)."""
         from .. import _cuda
 
-        return _cuda.unavailable_reason()
+        return _cuda.backend_reason()
 
     def refuse_reason(self, matrix: DeviceMatrix) -> str | None:
         """Why this backend cannot take this particular matrix (a size limit), or None."""

@@ -384,7 +384,7 @@ class CusparseBackend(Backend):
     capturable = False
 
     def unavailable_reason(self):
-        reason = _cuda.unavailable_reason()
+        reason = _cuda.backend_reason()
         if reason is not None:
             return reason
         try:

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from .. import bench
+from .. import _cuda, bench
 from .._console import console, group_by_reason, progress, table
 from ..backends import canonical_name
 from ..cli import CommandError, positive_int, require_matplotlib
@@ -65,6 +65,8 @@ def _print(report: bench.BenchReport) -> None:
     if report.peak_gb_per_s:
         out.print(f"100% of peak = {report.peak_gb_per_s:,.0f} GB/s ({report.peak_source})")
     for names, reason in group_by_reason(report.unavailable):
+        if reason == _cuda.backend_reason():  # the GPU's whole story, once
+            reason = f"no usable GPU: {_cuda.unavailable_reason()}"
         out.print(f"{', '.join(names)}: unavailable ({reason})", soft_wrap=True)
     for names, reason in group_by_reason(report.skipped):
         out.print(f"{', '.join(names)}: skipped ({reason})", soft_wrap=True)

@@ -189,7 +189,7 @@ def run(args) -> int:
     out.print(table("Backends", ["name", "available", "what it is"], rows))
     unavailable = {b["name"]: b["reason"] for b in data["backends"] if not b["available"]}
     for names, reason in group_by_reason(unavailable):
-        if reason == data["gpu_unavailable_reason"]:
+        if reason == _cuda.backend_reason():
             reason = "no usable GPU, see above"
         out.print(f"{', '.join(names)}: unavailable ({reason})", soft_wrap=True)
     return 0

@@ -22,7 +22,7 @@ def _select_device(comm) -> str:
     """Make device ``local rank % device count`` current; say which (or why none)."""
     cupy = _cuda.cupy_or_none()
     if cupy is None:
-        return f"none ({_cuda.unavailable_reason()})"
+        return f"none ({_cuda.backend_reason()})"
     count = cupy.cuda.runtime.getDeviceCount()
     node_rank = _comm.local_rank(comm)
     device = node_rank % count
