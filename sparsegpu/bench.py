@@ -31,7 +31,8 @@ import numpy as np
 import scipy
 import scipy.sparse as sp
 
-from . import _cuda, _planning, _registry, datasets, suitesparse
+from . import _cuda, _planning, _registry, suitesparse
+from ._dtypes import HALF_DTYPES, is_half
 from ._oracle import Oracle, random_vector
 from ._timing import gb_per_s, spmv_bytes, time_candidates
 from ._version import __version__
@@ -39,7 +40,10 @@ from .backends.policy import format_knobs
 from .datasets import synthetic
 
 SCHEMA = "sparsegpu-bench/1"
-DTYPE_CHOICES = ("float32", "float64", "complex64", "complex128")
+# the 16-bit floats too (sums in float32); bfloat16 where ml_dtypes is installed
+DTYPE_CHOICES = ("float32", "float64", "complex64", "complex128") + tuple(
+    str(d) for d in HALF_DTYPES
+)
 REFERENCE_NAME = "cupyx"
 # The bar every backend is compared with: cuSPARSE through our backend when registered,
 # else cuSPARSE through CuPy's own sparse product.
@@ -55,36 +59,24 @@ class BenchError(ValueError):
 # --------------------------------------------------------------------------- matrices
 @dataclass(frozen=True)
 class MatrixSource:
-    """A matrix to benchmark: its name, where it comes from, and how to build it.
-
-    ``offline_copy`` is the bundled copy of a SuiteSparse matrix that ships with
-    sparsegpu, used by :meth:`open` when the download fails.
-    """
+    """A matrix to benchmark: its name, where it comes from, and how to build it."""
 
     name: str
     origin: str
     load: Callable[[], sp.spmatrix]
-    offline_copy: MatrixSource | None = None
 
-    def open(self) -> tuple[sp.spmatrix, str, str | None]:
-        """The matrix, the origin it was read from, and a note when that is not ``origin``.
+    def open(self) -> sp.spmatrix:
+        """The matrix.
 
         Raises
         ------
         BenchError
-            When the matrix cannot be loaded (no network and no bundled copy, a bad file).
+            When the matrix cannot be loaded (a SuiteSparse matrix not cached, without a
+            network, and not shipped with sparsegpu; a bad file).
         """
         try:
-            return self.load(), self.origin, None
-        except suitesparse.DownloadError as exc:
-            if self.offline_copy is None:
-                raise BenchError(f"{self.name}: {exc}") from None
-            note = (
-                f"{self.name}: the download failed, so the copy bundled with sparsegpu "
-                f"({self.offline_copy.name}) is used ({exc})"
-            )
-            return self.offline_copy.load(), self.offline_copy.origin, note
-        except (OSError, ValueError) as exc:
+            return self.load()
+        except (OSError, ValueError, suitesparse.DownloadError) as exc:
             raise BenchError(f"{self.name}: {exc}") from None
 
 
@@ -141,17 +133,9 @@ def _bundled_source(name: str, entry) -> MatrixSource:
     return MatrixSource(name, "bundled", lambda: _read_bundled(entry))
 
 
-def _suitesparse_source(name: str, bundled: dict) -> MatrixSource:
-    """A SuiteSparse ``Group/Name``, with its bundled copy (if one ships) for offline use."""
-    copies = {datasets.info(short).collection_name.lower(): short for short in bundled}
-    short = copies.get(name.lower())
-    offline = _bundled_source(short, bundled[short]) if short is not None else None
-    return MatrixSource(
-        name,
-        "SuiteSparse",
-        lambda: suitesparse.load(name, progress=False),
-        offline_copy=offline,
-    )
+def _suitesparse_source(name: str) -> MatrixSource:
+    """A SuiteSparse ``Group/Name`` (one shipped with sparsegpu loads offline too)."""
+    return MatrixSource(name, "SuiteSparse", lambda: suitesparse.load(name, progress=False))
 
 
 def resolve_matrices(specs, gpu: bool) -> list[MatrixSource]:
@@ -183,7 +167,7 @@ def resolve_matrices(specs, gpu: bool) -> list[MatrixSource]:
         elif spec.endswith(MATRIX_SUFFIXES):
             raise BenchError(f"matrix file {spec!r} does not exist")
         elif "/" in spec:
-            sources.append(_suitesparse_source(spec, bundled))
+            sources.append(_suitesparse_source(spec))
         else:
             known = sorted(bundled) + sorted(synthetic_sources)
             raise BenchError(
@@ -223,7 +207,7 @@ class BackendContender:
     def prepare(self, A, dtype, seed: int) -> Prepared:
         import sparsegpu
 
-        matrix = sparsegpu.csr_matrix(A.astype(dtype))
+        matrix = sparsegpu.csr_matrix(A, dtype=dtype)  # scipy's astype refuses float16
         plan = _planning.plan_for(matrix, dtype, backend=self.name)
         xp = plan.matrix.xp
         x = random_vector(A.shape[1], dtype, seed=seed, xp=xp)
@@ -249,7 +233,7 @@ class AutoContender:
     def prepare(self, A, dtype, seed: int) -> Prepared:
         import sparsegpu
 
-        matrix = sparsegpu.csr_matrix(A.astype(dtype))
+        matrix = sparsegpu.csr_matrix(A, dtype=dtype)
         choice = _planning.explain(matrix, dtype)
         plan = _planning.plan_for(matrix, dtype, backend=_registry.AUTO)
         xp = plan.matrix.xp
@@ -400,13 +384,11 @@ class BenchResult:
 
 @dataclass
 class BenchReport:
-    """A whole run: the machine, the peak, the baseline, every result row, and notes on
-    where matrices came from when that was not where they were asked for."""
+    """A whole run: the machine, the peak, the baseline, every result row."""
 
     results: list = field(default_factory=list)
     unavailable: dict = field(default_factory=dict)
     skipped: dict = field(default_factory=dict)
-    notes: list = field(default_factory=list)
     peak_gb_per_s: float | None = None
     peak_source: str | None = None
     baseline: str | None = None
@@ -459,6 +441,10 @@ def _run_one(contender, name, origin, A, dtype, repeat, seed, oracle_cache) -> B
         kind=contender.kind,
         status="ok",
     )
+    overflow = _overflow("values", A.data, dtype)
+    if overflow is not None:
+        row.status, row.message = "refused", overflow
+        return row
     try:
         prepared = contender.prepare(A, dtype, seed)
     except (TypeError, ValueError, MemoryError) as exc:  # a dtype or size it does not take
@@ -473,6 +459,10 @@ def _run_one(contender, name, origin, A, dtype, repeat, seed, oracle_cache) -> B
     key = (name, row.dtype)
     if key not in oracle_cache:
         oracle_cache[key] = Oracle(A, dtype, x=x_host)
+    overflow = _overflow("product with x", oracle_cache[key].y, dtype)
+    if overflow is not None:
+        row.status, row.message = "refused", overflow
+        return row
     try:
         check(prepared, A, dtype, oracle_cache[key])
         samples = measure(prepared, repeat)
@@ -490,6 +480,18 @@ def _run_one(contender, name, origin, A, dtype, repeat, seed, oracle_cache) -> B
     )
     row.gb_per_s = gb_per_s(row.bytes, row.median_ms)
     return row
+
+
+def _overflow(what: str, values, dtype) -> str | None:
+    """Why a 16-bit ``dtype`` cannot hold ``values`` (the matrix's, or its product's), or
+    None (float16 tops out at 65504: bcsstk13's values do not fit)."""
+    if not is_half(dtype):
+        return None
+    with np.errstate(over="ignore"):
+        rounded = np.asarray(values).astype(dtype).astype(np.float32)
+    if np.isfinite(rounded).all():
+        return None
+    return f"the matrix's {what} overflow {np.dtype(dtype)}; bench it in float32"
 
 
 def _finish_ratios(report: BenchReport) -> None:
@@ -521,7 +523,8 @@ def run(
         File paths, bundled or synthetic names, SuiteSparse ``Group/Name``; default: the
         synthetic full suite on a GPU, the bundled matrices on a CPU-only machine.
     dtypes : sequence of str
-        Value dtypes to run (each of ``float32``, ``float64``, ``complex64``, ``complex128``).
+        Value dtypes to run (each of :data:`DTYPE_CHOICES`: ``float32``, ``float64``,
+        ``complex64``, ``complex128``, ``float16``, and ``bfloat16`` with ml_dtypes).
     backends : list of str, optional
         Backend names (``cupyx`` for CuPy's own product); default: every usable one.
     repeat : int
@@ -567,10 +570,8 @@ def run(
     for source in sources:
         if progress is not None:
             progress.update(task, description=f"loading {source.name}")
-        matrix, origin, note = source.open()
-        if note is not None:
-            report.notes.append(note)
-        A = sp.csr_matrix(matrix)
+        A = sp.csr_matrix(source.open())
+        origin = source.origin
         oracle_cache: dict = {}
         for dtype in dtypes:
             for contender in contenders:

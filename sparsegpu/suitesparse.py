@@ -33,6 +33,7 @@ import contextlib
 import csv
 import errno
 import fnmatch
+import gzip
 import http.client
 import os
 import re
@@ -374,6 +375,9 @@ def resolve(name: str, *, data_dir=None) -> tuple[str, str]:
     in_cache = [c for c in cached(data_dir) if c.split("/")[1] == text]
     if len(in_cache) == 1:
         return tuple(in_cache[0].split("/"))
+    bundled = _bundled_name(text)
+    if not in_cache and bundled is not None:  # known without the index (offline too)
+        return tuple(bundled.split("/"))
     candidates = in_cache or [r.full_name for r in index(data_dir=data_dir) if r.name == text]
     if not candidates:
         candidates = [
@@ -534,6 +538,10 @@ def _locked(path: Path, what: str):
 def fetch(name: str, *, data_dir=None, refresh: bool = False, progress: bool = True) -> Path:
     """Download a matrix's Matrix Market archive into the cache (once) and extract it.
 
+    A matrix shipped with sparsegpu (:func:`sparsegpu.datasets.names`) is copied into the
+    cache from the package instead, without a network (the collection's own file, without
+    the archive's auxiliary matrices; ``refresh=True`` downloads the archive).
+
     Parameters
     ----------
     name : str
@@ -571,17 +579,21 @@ def fetch(name: str, *, data_dir=None, refresh: bool = False, progress: bool = T
         return main
     entry.parent.mkdir(parents=True, exist_ok=True)
     url = archive_url(group, short)
+    bundled = None if refresh else _bundled_name(f"{group}/{short}")
     with _locked(entry.parent / f".{short}.lock", f"{group}/{short}"):
         if main.is_file() and not refresh:
             return main  # another process fetched it while we waited
         _remove_stale_work(entry.parent, short)
         work = Path(tempfile.mkdtemp(prefix=f".{short}.", dir=entry.parent))
         try:
-            archive = work / f"{short}.tar.gz"
-            _download(url, archive, f"{group}/{short}", progress)
             unpacked = work / "unpacked"
             unpacked.mkdir()
-            extracted = safe_extract(archive, unpacked, short, source=url)
+            if bundled is not None:
+                extracted = _copy_bundled(bundled, unpacked / short)
+            else:
+                archive = work / f"{short}.tar.gz"
+                _download(url, archive, f"{group}/{short}", progress)
+                extracted = safe_extract(archive, unpacked, short, source=url)
             mtx = extracted / f"{short}.mtx"
             if not mtx.is_file():
                 raise ValueError(f"{url}: the archive holds no {short}/{short}.mtx")
@@ -591,6 +603,31 @@ def fetch(name: str, *, data_dir=None, refresh: bool = False, progress: bool = T
         finally:
             shutil.rmtree(work, ignore_errors=True)
     return main
+
+
+def _bundled_name(name: str) -> str | None:
+    """``"Group/Name"`` of a matrix shipped with sparsegpu (``sparsegpu.datasets``) that
+    ``name`` (``"Group/Name"`` or a bare name) names, or None."""
+    from .datasets import _bundled
+
+    try:
+        return _bundled.info(name).collection_name
+    except ValueError:
+        return None
+
+
+def _copy_bundled(name: str, folder: Path) -> Path:
+    """The bundled copy of ``name`` ("Group/Name") as ``folder/<Name>.mtx``: the
+    collection's own file, without its archive's auxiliary files."""
+    from .datasets import _bundled
+
+    folder.mkdir()
+    with (
+        gzip.open(_bundled.path(name), "rb") as source,
+        open(folder / f"{folder.name}.mtx", "wb") as target,
+    ):
+        shutil.copyfileobj(source, target, 1 << 20)
+    return folder
 
 
 def _remove_stale_work(directory: Path, name: str) -> None:

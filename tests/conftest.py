@@ -109,6 +109,9 @@ def xp(request):
 @pytest.fixture
 def server(tmp_path, monkeypatch):
     """A stand-in SuiteSparse collection on 127.0.0.1, with the cache in ``tmp_path/cache``."""
+    # The stand-in serves matrices that also ship with the package: fetch them from it,
+    # as from the real collection, rather than copying the bundled files
+    monkeypatch.setattr(suitesparse, "_bundled_name", lambda name: None)
     with CollectionServer() as running:
         monkeypatch.setenv(suitesparse.URL_ENV, running.url)
         monkeypatch.setenv(suitesparse.DATA_DIR_ENV, str(tmp_path / "cache"))

@@ -70,8 +70,6 @@ def _print(report: bench.BenchReport) -> None:
         out.print(f"{', '.join(names)}: unavailable ({reason})", soft_wrap=True)
     for names, reason in group_by_reason(report.skipped):
         out.print(f"{', '.join(names)}: skipped ({reason})", soft_wrap=True)
-    for note in report.notes:
-        out.print(f"note: {note}", soft_wrap=True)
 
 
 def _check_outputs(args) -> None:
