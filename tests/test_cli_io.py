@@ -62,6 +62,31 @@ def test_info_table(capsys):
     assert "karate" in out and "34 x 34" in out and "pattern" in out and "1 / 17" in out
 
 
+@pytest.mark.parametrize("target", ["/nonexistent.mtx", "./m.mtx.gz", "gone.tar.gz"])
+def test_info_of_a_missing_file_says_so_and_not_fetch(target, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["info", target]) == 1
+    err = capsys.readouterr().err
+    assert err == f"sparsegpu info: {target}: no such file\n"
+
+
+def test_fetch_of_a_bundled_matrix_works_offline(capsys, tmp_path, monkeypatch):
+    """Both ship with the package (issue 33: they needed the network)."""
+    monkeypatch.setenv(suitesparse.URL_ENV, "http://127.0.0.1:9")
+    monkeypatch.setenv(suitesparse.DATA_DIR_ENV, str(tmp_path))
+    assert main(["fetch", "--no-progress", "HB/west0067", "bcsstk13"]) == 0
+    paths = capsys.readouterr().out.split()
+    assert paths == [
+        str(tmp_path / "MM" / "HB" / "west0067" / "west0067.mtx"),
+        str(tmp_path / "MM" / "HB" / "bcsstk13" / "bcsstk13.mtx"),
+    ]
+    A = suitesparse.load("HB/bcsstk13")
+    assert abs(A - datasets.load("bcsstk13")).max() == 0
+    assert suitesparse.cached() == ["HB/bcsstk13", "HB/west0067"]
+    with pytest.raises(suitesparse.DownloadError):  # a refresh asks the collection
+        suitesparse.fetch("HB/west0067", refresh=True, progress=False)
+
+
 def test_info_of_an_unknown_name_says_how_to_fetch(server, capsys):
     assert main(["info", "HB/west0479"]) == 1
     err = capsys.readouterr().err

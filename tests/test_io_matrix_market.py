@@ -319,6 +319,24 @@ def test_an_index_out_of_range_is_reported_with_its_value_and_bound(
     assert str(excinfo.value).startswith(f"{path}: ")
 
 
+@pytest.mark.parametrize(
+    ("content", "shown"),
+    [
+        (b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4, "column 1 holds byte 0x89"),
+        (b"MM\x00\x01" + b"\xff" * 500 + b"\n", "column 3 holds byte 0x00"),
+    ],
+    ids=["png", "nul"],
+)
+def test_a_binary_file_is_named_as_such_without_its_bytes(tmp_path, content, shown):
+    path = tmp_path / "m.mtx"
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match=f"is not a text file \\(line 1, {shown}\\)") as info:
+        sg.io.mmread(path)
+    message = str(info.value)
+    assert message.isascii() and message.isprintable()
+    assert len(message) - len(str(path)) < 160
+
+
 def test_header_line_without_newline_is_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(_header, "MAX_HEADER_LINE_BYTES", 64)
     path = tmp_path / "blob.mtx"

@@ -28,6 +28,19 @@ def add_arguments(parser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
 
+def _names_a_file(target: str) -> bool:
+    """Whether ``target`` can only be a path (``/x``, ``./x``, ``~/x``, ``x.mtx``...), never
+    a dataset or ``Group/Name``: a missing one is not worth a ``sparsegpu fetch``."""
+    from ..io import is_archive
+
+    files = (".mtx", ".mtx.gz", ".mtx.bz2", ".npz")
+    return (
+        target.startswith(("/", "./", "../", "~"))
+        or target.lower().endswith(files)
+        or is_archive(target)
+    )
+
+
 def _open_matrix(target: str, data_dir):
     """(matrix, header path) for a file, a bundled dataset or a cached SuiteSparse name."""
     from .. import datasets, suitesparse
@@ -35,6 +48,8 @@ def _open_matrix(target: str, data_dir):
 
     if os.path.exists(target):
         return mmread(target), target
+    if _names_a_file(target):
+        raise CommandError(f"{target}: no such file", status=1)
     try:  # a bundled name, or the Group/Name of a bundled matrix (works offline)
         bundled = datasets.path(target)
     except ValueError:

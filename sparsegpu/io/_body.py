@@ -198,7 +198,9 @@ class _Body:
         position = int(np.argmax(c == _BAD))
         line, column = self._line_of(a, position)
         byte = int(a[position])
-        what = "a NUL byte" if byte == 0 else f"byte 0x{byte:02x} ({chr(byte)!r})"
+        what = "a NUL byte" if byte == 0 else f"byte 0x{byte:02x}"
+        if 32 < byte < 127:  # printable: shown as well
+            what += f" ({chr(byte)!r})"
         if byte == ord("%"):
             what += " (a comment: comments belong before the size line)"
         self.fail(

@@ -201,15 +201,31 @@ def _decode(line: bytes) -> str:
         return line.decode("latin-1")
 
 
-def _parse_banner(text: str, source: str) -> tuple[str, str, str]:
+_BANNER = "'%%MatrixMarket matrix <format> <field> <symmetry>'"
+
+
+def _binary_byte(line: bytes) -> tuple[int, int] | None:
+    """(1-based column, value) of the first byte of ``line`` that no text has (a control
+    byte other than tab and line ends, or a byte past ASCII), or None."""
+    for column, byte in enumerate(line, 1):
+        if (byte < 32 and byte not in (9, 10, 13)) or byte > 126:
+            return column, byte
+    return None
+
+
+def _parse_banner(text: str, source: str, raw: bytes) -> tuple[str, str, str]:
     tokens = text.split()
     if not tokens or tokens[0].lower() != "%%matrixmarket":
+        binary = _binary_byte(raw[:256])
+        if binary is not None:  # say so, rather than print the bytes as text
+            column, byte = binary
+            raise bad_file(
+                source,
+                f"is not a text file (line 1, column {column} holds byte 0x{byte:02x}): not "
+                f"a Matrix Market file, which starts with {_BANNER}",
+            )
         shown = text.strip()[:60]
-        raise bad_file(
-            source,
-            f"line 1 is {shown!r}, not a Matrix Market banner "
-            "('%%MatrixMarket matrix <format> <field> <symmetry>')",
-        )
+        raise bad_file(source, f"line 1 is {shown!r}, not a Matrix Market banner ({_BANNER})")
     if len(tokens) != 5:
         raise bad_file(
             source,
@@ -290,7 +306,7 @@ def read_header(stream, source: str, body_bytes: int | None = None) -> MMInfo:
     first = _readline(stream, source, 1)
     if not first:
         raise bad_file(source, "the file is empty; expected a '%%MatrixMarket' banner")
-    fmt, fld, sym = _parse_banner(_decode(first), source)
+    fmt, fld, sym = _parse_banner(_decode(first), source, first)
     consumed = len(first)
     comments: list[str] = []
     line_number = 1
