@@ -1,5 +1,22 @@
 """sparsegpu: scipy.sparse-compatible CSR matrices whose products run on NVIDIA GPUs.
 
+Matrices
+    ``csr_matrix`` and ``csr_array`` (and ``csc_matrix``/``csc_array``, what ``A.T``
+    gives) are scipy's classes with the products moved: ``A @ x``, ``A.T @ x``, ``A @ X``
+    run on a backend, on the GPU for a GPU backend. ``help(sparsegpu.csr_matrix)`` shows
+    one (with everything it inherits from scipy: not repeated here).
+Backends
+    ``backends()`` lists them with why each cannot run here; ``use_backend``,
+    ``A.backend`` and ``matvec(..., backend=)`` choose one; ``explain(A)`` says what
+    ``auto`` chose and why; ``plan(A, x)`` plans by measurement now; ``planning`` sets
+    how much ``auto`` measures; ``autotune`` tunes the policies of this device.
+Submodules
+    ``io`` (Matrix Market), ``suitesparse`` (the SuiteSparse collection), ``datasets``
+    (bundled and synthetic matrices), ``linalg`` (GPU-resident solvers), ``tuning``,
+    ``distributed`` (MPI).
+Command line
+    ``sparsegpu info | bench | autotune | fetch | probe``.
+
 >>> import numpy as np, scipy.sparse as sp, sparsegpu as sg
 >>> A = sg.csr_matrix(sp.random(50, 50, density=0.1, random_state=0))
 >>> bool(np.allclose(A @ np.ones(50), sp.csr_matrix(A) @ np.ones(50)))
@@ -8,7 +25,11 @@ True
 
 from . import datasets, io, linalg, suitesparse
 from ._construct import block_diag, bmat, diags, eye, hstack, identity, kron, random, vstack
-from ._matrix import csc_array, csc_matrix, csr_array, csr_matrix, matvec
+from ._matrix import csc_array as csc_array  # public; kept out of __all__ (see there)
+from ._matrix import csc_matrix as csc_matrix
+from ._matrix import csr_array as csr_array
+from ._matrix import csr_matrix as csr_matrix
+from ._matrix import matvec
 from ._planning import choose, explain, plan, planning
 from ._registry import (
     BackendStatus,
@@ -22,6 +43,8 @@ from ._select import use_backend
 from ._version import __version__
 from .tuning.autotune import AutotuneReport, autotune
 
+# What help(sparsegpu) documents in full: not the four matrix classes, whose help repeats
+# ~1,000 lines of scipy's each (help(sparsegpu) was 5,000 lines); the docstring names them.
 __all__ = [
     "AutotuneReport",
     "BackendStatus",
@@ -32,10 +55,6 @@ __all__ = [
     "block_diag",
     "bmat",
     "choose",
-    "csc_array",
-    "csc_matrix",
-    "csr_array",
-    "csr_matrix",
     "datasets",
     "diags",
     "explain",

@@ -91,3 +91,15 @@ def test_from_cupy_inputs(cupy):
     np.testing.assert_allclose(A.toarray(), S.toarray())
     B = sg.csr_matrix(cupy.asarray(S.toarray()))
     np.testing.assert_allclose(B.toarray(), S.toarray())
+
+
+def test_help_of_the_package_is_an_overview():
+    """help(sparsegpu) was 5,065 lines, four copies of scipy's inherited documentation
+    (issue 33); the classes are named in the docstring and documented by their own help."""
+    import pydoc
+
+    text = pydoc.plaintext.document(sg)
+    assert len(text.splitlines()) < 1000
+    assert "help(sparsegpu.csr_matrix)" in text and "inherited from scipy" not in text
+    assert all(hasattr(sg, name) for name in sg.__all__)
+    assert "inherited from scipy" in pydoc.plaintext.document(sg.csr_matrix)
