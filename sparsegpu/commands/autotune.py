@@ -217,22 +217,10 @@ def _workload(args):
             sources = bench.resolve_matrices(args.matrices, gpu=_cuda.cupy_or_none() is not None)
         except ValueError as exc:
             raise CommandError(str(exc)) from None
-        return [(source.name, _loader(source)) for source in sources], args.budget
+        return [(source.name, source.open) for source in sources], args.budget
     suite = default_suite("full")
     budget = args.budget if args.budget is not None else DEFAULT_SUITE_BUDGET_S
     return [(name, factory) for name, (_, factory) in suite.items()], budget
-
-
-def _loader(source):
-    """``source``'s matrix, with a one-line note when it came from elsewhere (offline)."""
-
-    def load():
-        matrix, _, note = source.open()
-        if note is not None:
-            console(stderr=True).print(f"note: {note}", soft_wrap=True)
-        return matrix
-
-    return load
 
 
 # --------------------------------------------------------------------------- output
