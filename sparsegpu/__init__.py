@@ -8,7 +8,7 @@ Matrices
 Backends
     ``backends()`` lists them with why each cannot run here; ``use_backend``,
     ``A.backend`` and ``matvec(..., backend=)`` choose one; ``explain(A)`` says what
-    ``auto`` chose and why; ``plan(A, x)`` plans by measurement now; ``planning`` sets
+    ``auto`` chose and why; ``choose(A, x)`` chooses by measurement now; ``planning`` sets
     how much ``auto`` measures; ``autotune`` tunes the policies of this device.
 Submodules
     ``io`` (Matrix Market), ``suitesparse`` (the SuiteSparse collection), ``datasets``
