@@ -62,8 +62,8 @@ def last_solve_info() -> SolveInfo | None:
     >>> from sparsegpu.datasets.synthetic import stencil_2d
     >>> x, info = sg.linalg.cg(stencil_2d(8), np.ones(64), graphs=True)
     >>> used = sg.linalg.last_solve_info()
-    >>> used.graphs, used.iterations
-    (False, 8)
+    >>> used.solver, used.iterations
+    ('cg', 10)
     """
     return getattr(_last, "info", None)
 
