@@ -3,8 +3,10 @@
 A kernel family is one templated ``.cu`` file; its instantiations are C++ name
 expressions (``"csr_vector<double, int, 32, 1, 0>"``). At run time each instantiation is
 compiled by NVRTC through ``cupy.RawModule`` the first time it is needed on a device and
-memoized (CuPy also caches the binary on disk). In CI, ``tools/check_kernels.py``
-compiles every instantiation of every family with nvcc for sm_90 and fails on spills.
+memoized (CuPy also caches the binary on disk). The solvers' fused elementwise kernels are
+data too (:class:`ElementwiseSource`). In CI, ``tools/check_kernels.py`` compiles every
+instantiation of every family, and every elementwise source, with nvcc for sm_90 and fails
+on spills.
 """
 
 from __future__ import annotations
@@ -72,6 +74,40 @@ FAMILIES: list[KernelFamily] = []
 def register_family(family: KernelFamily) -> KernelFamily:
     FAMILIES.append(family)
     return family
+
+
+@dataclass(frozen=True)
+class ElementwiseSource:
+    """A fused elementwise kernel as data: what ``cupy.ElementwiseKernel`` takes.
+
+    Registered (:func:`register_elementwise`) so that ``tools/check_kernels.py`` compiles
+    its operation with nvcc too. ``T`` (and ``V``, a real type) in the parameters are its
+    type parameters, set from the arrays by CuPy.
+    """
+
+    in_params: str
+    out_params: str
+    operation: str
+    name: str
+    preamble: str = ""
+
+    def kernel(self):
+        """The ``cupy.ElementwiseKernel`` (CuPy compiles it per dtype on first use)."""
+        cupy = _cuda.cupy_or_none()
+        if cupy is None:
+            raise RuntimeError(f"no GPU: {_cuda.unavailable_reason()}")
+        return cupy.ElementwiseKernel(
+            self.in_params, self.out_params, self.operation, self.name, preamble=self.preamble
+        )
+
+
+# Every elementwise source with the value kinds it runs on ("f" real, "c" complex), for
+# the CI compile check; the solver modules add theirs at import.
+ELEMENTWISE: list[tuple[str, ElementwiseSource]] = []
+
+
+def register_elementwise(kinds: str, *sources: ElementwiseSource) -> None:
+    ELEMENTWISE.extend((kinds, source) for source in sources)
 
 
 NVRTC_OPTIONS = ("-std=c++17",)

@@ -188,6 +188,29 @@ def test_check_kernels_parses_ptxas_and_flags_spills():
     assert '#include "k.cu"' in unit and "(void*)&k<double, int, 8>" in unit
 
 
+def test_check_kernels_compiles_every_elementwise_source():
+    """The solvers' fused CuPy kernels are compiled by the CI check too (issue 33: none
+    of them was): one unit per value type holds every source that runs on it."""
+    from sparsegpu import _compile
+
+    from .scripts import load_script
+
+    module = load_script(Path("tools") / "check_kernels.py")
+    jobs = module.elementwise_jobs()
+    registered = module.elementwise_sources()
+    assert [label for label, _, _ in jobs] == [
+        "elementwise<float>",
+        "elementwise<double>",
+        "elementwise<thrust::complex<float>>",
+        "elementwise<thrust::complex<double>>",
+    ]
+    assert len(registered) == len(_compile.ELEMENTWISE) > 40
+    for label, unit, count in jobs:
+        kind = "c" if "complex" in label else "f"
+        names = {source.name for kinds, source in registered if kind in kinds}
+        assert count == len(names) and all(f"void {name}(" in unit for name in names)
+
+
 def test_every_bundled_matrix_is_tested():
     assert len(BUNDLED) >= 15
 

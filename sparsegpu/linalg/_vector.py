@@ -14,7 +14,13 @@ import functools
 
 import numpy as np
 
-from .._compile import KernelFamily, get_kernel, register_family
+from .._compile import (
+    ElementwiseSource,
+    KernelFamily,
+    get_kernel,
+    register_elementwise,
+    register_family,
+)
 from .._launch import CXX_VALUE_TYPES, KernelLaunch, name_expression
 
 
@@ -68,35 +74,33 @@ class _Dot:
         return out
 
 
-@functools.cache
-def _cupy_kernels(kind: str):
-    """The fused CuPy kernels for real (``kind`` "f") or complex ("c") values."""
-    import cupy
+def _cg_sources(kind: str) -> tuple[ElementwiseSource, ...]:
+    """CG's fused steps for real (``kind`` "f") or complex ("c") values."""
 
     rr = _real_expression(kind, "rr")
     # top of a CG iteration: converged (for good) once ||r|| < atol
-    cg_check = cupy.ElementwiseKernel(
+    cg_check = ElementwiseSource(
         "T rr, float64 atol",
         "bool active, bool converged",
         f"active = !converged && !(sqrt((double){rr}) < atol); converged = !active;",
         "sparsegpu_cg_check",
     )
     # p = z + beta p with beta = rho / rho_prev (p = z on the first iteration)
-    cg_direction = cupy.ElementwiseKernel(
+    cg_direction = ElementwiseSource(
         "T z, T rho, T rho_prev, bool active, bool first",
         "T p",
         "if (active) p = first ? z : z + (rho / rho_prev) * p;",
         "sparsegpu_cg_direction",
     )
     # x += alpha p, r -= alpha q with alpha = rho / (p . q)
-    cg_update = cupy.ElementwiseKernel(
+    cg_update = ElementwiseSource(
         "T p, T q, T rho, T pq, bool active",
         "T x, T r",
         "if (active) { T alpha = rho / pq; x += alpha * p; r -= alpha * q; }",
         "sparsegpu_cg_update",
     )
     # rho_prev = rho and one more iteration counted, where the iteration ran
-    keep = cupy.ElementwiseKernel(
+    keep = ElementwiseSource(
         "T rho, bool active",
         "T rho_prev, int64 count",
         "if (active) { rho_prev = rho; count += 1; }",
@@ -110,15 +114,13 @@ def _magnitude(kind: str, name: str) -> str:
     return f"(double)abs({name})" if kind == "c" else f"fabs((double){name})"
 
 
-@functools.cache
-def _cupy_bicgstab_kernels(kind: str):
+def _bicgstab_sources(kind: str) -> tuple[ElementwiseSource, ...]:
     """BiCGSTAB's scalar steps (0-d arrays, one thread) and the masked axpy, for real
     (``kind`` "f") or complex ("c") values; ``_bicgstab_host`` is their NumPy twin."""
-    import cupy
 
     mag = functools.partial(_magnitude, kind)
     # top: status 1 once ||r|| < tol, -10 when rho vanished, -11 when omega did
-    check = cupy.ElementwiseKernel(
+    check = ElementwiseSource(
         "T rr, T rho, T omega, float64 tol, float64 rhotol, float64 omegatol, bool first",
         "int32 status, bool active",
         f"""if (status == 0) {{
@@ -130,13 +132,13 @@ def _cupy_bicgstab_kernels(kind: str):
         "sparsegpu_bicg_check",
     )
     # p = r (first) or r + beta (p - omega v), beta = (rho / rho_prev) (alpha / omega)
-    direction = cupy.ElementwiseKernel(
+    direction = ElementwiseSource(
         "T r, T v, T rho, T rho_prev, T alpha, T omega, bool active, bool first",
         "T p",
         "if (active) p = first ? r : (p - omega * v) * ((rho / rho_prev) * (alpha / omega)) + r;",
         "sparsegpu_bicg_direction",
     )
-    alpha = cupy.ElementwiseKernel(
+    alpha = ElementwiseSource(
         "T rho, T rv, bool active",
         "T alpha",
         "if (active) alpha = rho / (rv == (T)0 ? (T)1 : rv);",
@@ -144,7 +146,7 @@ def _cupy_bicgstab_kernels(kind: str):
     )
     # after s = r - alpha v: -11 when rv was 0, 1 when ||s|| < tol; stepped: x takes
     # alpha phat; going: the second half runs
-    middle = cupy.ElementwiseKernel(
+    middle = ElementwiseSource(
         "T rv, T ss, float64 tol, bool active",
         "int32 status, bool stepped, bool going",
         f"""stepped = active && !(rv == (T)0);
@@ -155,7 +157,7 @@ def _cupy_bicgstab_kernels(kind: str):
             going = active && status == 0;""",
         "sparsegpu_bicg_middle",
     )
-    omega = cupy.ElementwiseKernel(
+    omega = ElementwiseSource(
         "T tr, T tt, T rho, bool going, bool stepped",
         "T omega, T rho_prev, int64 count",
         "if (going) { omega = tr / tt; rho_prev = rho; } if (stepped) count += 1;",
@@ -171,23 +173,21 @@ MINRES_ROTATE_STATE = (
 )  # fmt: skip
 
 
-@functools.cache
-def _cupy_minres_kernels(kind: str):
+def _minres_sources(kind: str) -> tuple[ElementwiseSource, ...]:
     """MINRES's steps for real (``kind`` "f") or complex ("c") vectors: the Lanczos vector
     updates and, on one thread, scipy's scalar recurrences and stopping tests (each
     ``VectorOps.minres_*`` method is the NumPy twin of one)."""
-    import cupy
 
     real = functools.partial(_real_expression, kind)
     mag = functools.partial(_magnitude, kind)
-    scale = cupy.ElementwiseKernel(
+    scale = ElementwiseSource(
         "T y, float64 beta, bool active",
         "T v",
         "if (active) v = y * (T)(1.0 / beta);",
         "sparsegpu_minres_scale",
     )
     # y = A v - shift v - (beta / oldb) r1 (the last term from the second iteration on)
-    lanczos = cupy.ElementwiseKernel(
+    lanczos = ElementwiseSource(
         "T v, T r1, T shift, float64 beta, float64 oldb, bool first, bool active",
         "T y",
         """if (active && shift != (T)0) y = y - shift * v;
@@ -195,14 +195,14 @@ def _cupy_minres_kernels(kind: str):
         "sparsegpu_minres_lanczos",
     )
     # y -= (alfa / beta) r2 with alfa = v . y
-    orthogonalize = cupy.ElementwiseKernel(
+    orthogonalize = ElementwiseSource(
         "T r2, T vy, float64 beta, bool active",
         "T y",
         f"if (active) y = y - (T)((double){real('vy')} / beta) * r2;",
         "sparsegpu_minres_orthogonalize",
     )
     state = ", ".join(f"float64 {name}" for name in MINRES_ROTATE_STATE)
-    rotate = cupy.ElementwiseKernel(
+    rotate = ElementwiseSource(
         "T vy, T ry, float64 eps, float64 beta1, bool first",
         f"{state}, int32 istop, bool active, bool error",
         f"""if (active) {{
@@ -235,7 +235,7 @@ def _cupy_minres_kernels(kind: str):
         "sparsegpu_minres_rotate",
     )
     # w = (v - oldeps w1 - delta w2) / gamma, x += phi w
-    update = cupy.ElementwiseKernel(
+    update = ElementwiseSource(
         "T v, T w1, T w2, float64 oldeps, float64 delta, float64 gamma, float64 phi, bool active",
         "T w, T x",
         """if (active) {
@@ -244,7 +244,7 @@ def _cupy_minres_kernels(kind: str):
            }""",
         "sparsegpu_minres_update",
     )
-    stop = cupy.ElementwiseKernel(
+    stop = ElementwiseSource(
         "T xx, float64 tnorm2, float64 phibar, float64 root, float64 gmax, float64 gmin, "
         "float64 eps, float64 beta1, float64 rtol, int64 maxiter, float64 inf",
         "int32 istop, bool active, int64 itn",
@@ -360,29 +360,27 @@ __device__ void sparsegpu_sym_ortho(double a, double b, double& c, double& s, do
 """
 
 
-@functools.cache
-def _cupy_lsqr_kernels(kind: str):
+def _lsqr_sources(kind: str) -> tuple[ElementwiseSource, ...]:
     """LSQR's steps for real (``kind`` "f") or complex ("c") vectors (each
     ``VectorOps.lsqr_*`` method is the NumPy twin of one)."""
-    import cupy
 
     mag = functools.partial(_magnitude, kind)
     # u = A v - alfa u
-    bidiag = cupy.ElementwiseKernel(
+    bidiag = ElementwiseSource(
         "T av, float64 alfa, bool active",
         "T u",
         "if (active) u = av - (T)alfa * u;",
         "sparsegpu_lsqr_bidiag",
     )
     # y *= 1 / c where flag, gate > 0 and c > 0
-    scale = cupy.ElementwiseKernel(
+    scale = ElementwiseSource(
         "float64 c, float64 gate, bool flag",
         "T y",
         "if (flag && gate > 0 && c > 0) y = y * (T)(1.0 / c);",
         "sparsegpu_lsqr_scale",
     )
     # beta = ||u||, and anorm with it where beta > 0
-    norm_u = cupy.ElementwiseKernel(
+    norm_u = ElementwiseSource(
         "T uu, float64 alfa, float64 dampsq, bool active",
         "float64 beta, float64 anorm",
         f"""if (active) {{
@@ -392,14 +390,14 @@ def _cupy_lsqr_kernels(kind: str):
         "sparsegpu_lsqr_norm_u",
     )
     # v = A^H u - beta v where beta > 0
-    adjoint = cupy.ElementwiseKernel(
+    adjoint = ElementwiseSource(
         "T atu, float64 beta, bool active",
         "T v",
         "if (active && beta > 0) v = atu - (T)beta * v;",
         "sparsegpu_lsqr_adjoint",
     )
     state = ", ".join(f"float64 {name}" for name in LSQR_STATE)
-    recurrences = cupy.ElementwiseKernel(
+    recurrences = ElementwiseSource(
         "T vv, T ww, float64 damp, float64 dampsq, float64 bnorm, float64 atol, "
         "float64 btol, float64 ctol, float64 eps, int64 iter_lim",
         f"{state}, int32 istop, bool active, bool stepped, int64 itn",
@@ -408,7 +406,7 @@ def _cupy_lsqr_kernels(kind: str):
         preamble=_SYM_ORTHO,
     )
     # var += |w / rho|^2 (calc_var), x += t1 w, w = v + t2 w
-    update = cupy.ElementwiseKernel(
+    update = ElementwiseSource(
         "T v, float64 t1, float64 t2, float64 rho, bool stepped, bool calc_var",
         "T w, T x, V var",
         f"""if (stepped) {{
@@ -497,16 +495,32 @@ def _lsqr_recurrences(vv, ww, damp, dampsq, bnorm, atol, btol, ctol, eps, iter_l
     active[...] = bool(active) and istop == 0
 
 
-@functools.cache
-def _cupy_masked_axpy():
-    import cupy
-
-    return cupy.ElementwiseKernel(
+def _masked_axpy_source() -> ElementwiseSource:
+    """y +- a v where flag (every value dtype)."""
+    return ElementwiseSource(
         "T a, T v, bool flag, bool subtract",
         "T y",
         "if (flag) y = subtract ? y - a * v : y + a * v;",
         "sparsegpu_masked_axpy",
     )
+
+
+# the CI compile check compiles them all (tools/check_kernels.py)
+for _build in (_cg_sources, _bicgstab_sources, _minres_sources, _lsqr_sources):
+    for _kind in "fc":
+        register_elementwise(_kind, *_build(_kind))
+register_elementwise("fc", _masked_axpy_source())
+
+
+@functools.cache
+def _on_device(build, kind: str) -> tuple:
+    """CuPy's kernels of ``build(kind)``'s sources, made once."""
+    return tuple(source.kernel() for source in build(kind))
+
+
+@functools.cache
+def _masked_axpy_kernel():
+    return _masked_axpy_source().kernel()
 
 
 class VectorOps:
@@ -524,11 +538,11 @@ class VectorOps:
                 self._cg_direction,
                 self._cg_update,
                 self._keep,
-            ) = _cupy_kernels(kind)
-            self._bicg = _cupy_bicgstab_kernels(kind)
-            self._masked_axpy = _cupy_masked_axpy()
-            self._minres = _cupy_minres_kernels(kind)
-            self._lsqr = _cupy_lsqr_kernels(kind)
+            ) = _on_device(_cg_sources, kind)
+            self._bicg = _on_device(_bicgstab_sources, kind)
+            self._masked_axpy = _masked_axpy_kernel()
+            self._minres = _on_device(_minres_sources, kind)
+            self._lsqr = _on_device(_lsqr_sources, kind)
 
     def vdot(self, a, b, out=None):
         """``conj(a) . b`` of two contiguous vectors as a 0-d array (on the device for CuPy:
