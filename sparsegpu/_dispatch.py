@@ -12,8 +12,8 @@ import numpy as np
 
 from . import _cuda, _registry
 from ._mirror import ChoiceKey, DeviceMemoryError, is_out_of_memory, memory_error
-from ._planning import decide, measure_now
-from ._select import AUTO, VECTOR, env_backend, scoped_backend
+from ._planning import decide, measure_now, order_of
+from ._select import AUTO, VECTOR, env_backend, matmat_operation, scoped_backend
 from ._staging import from_residence, to_residence
 
 
@@ -46,6 +46,12 @@ def product(matrix_obj, x, *, backend: str | None = None, policy=None, out=None,
 
 def _product(matrix_obj, x, backend, policy, out, planning=None):
     _cuda.ensure_context()
+    operation, order = VECTOR, "C"
+    if x.ndim == 2:
+        if x.shape[1] == 1:  # one column is A @ x: the vector product's plan and choice
+            return _one_column(matrix_obj, x, backend, policy, out, planning)
+        order = order_of(x)
+        operation = matmat_operation(x.shape[1], order)
     name = backend or matrix_obj._sg_backend or scoped_backend() or env_backend() or AUTO
     # A plain tuple finds the ChoiceKey it equals (same hash): cheaper per call to build.
     key = (
@@ -56,7 +62,7 @@ def _product(matrix_obj, x, backend, policy, out, planning=None):
         matrix_obj._sg_policy,
         matrix_obj._sg_planning,
         _registry.generation,
-        VECTOR,
+        operation,
     )
     cache = matrix_obj.__dict__.get("_sg_cache")
     entry = cache.choices.get(key) if cache is not None else None
@@ -65,7 +71,7 @@ def _product(matrix_obj, x, backend, policy, out, planning=None):
         # thread drops them meanwhile (``A.data = new``), the choice goes with them.
         cache = matrix_obj._sg_cache_dict()
         operand = matrix_obj._sg_operand()
-        entry = decide(operand, name, x.dtype, policy, planning, VECTOR)
+        entry = decide(operand, name, x.dtype, policy, planning, operation)
         cache.choices[ChoiceKey(*key)] = entry
     elif entry.measure_next:  # auto's second product of this matrix: plan by measurement
         entry = measure_now(matrix_obj._sg_operand(), cache, ChoiceKey(*key), entry, x)
@@ -73,24 +79,27 @@ def _product(matrix_obj, x, backend, policy, out, planning=None):
     if on_host:
         if out is None and type(x) is np.ndarray:  # the CPU path: scipy's kernel takes x
             return plan.matvec(x)
-    elif plan._on_device and type(x) is plan._array_type and x.dtype == value_dtype and x.ndim == 1:
-        # the GPU hot path: a device vector in the right dtype (Plan.matvec checks the rest)
-        if not x._c_contiguous:
-            x = x.copy()
-        if out is None:
-            return plan.matvec(x)
-        if plan.takes_out(x, out):  # a device buffer the result can go into as it is
-            return plan.matvec(x, out=out)
+    elif plan._on_device and type(x) is plan._array_type and x.dtype == value_dtype:
+        if x.ndim == 1:
+            # the GPU hot path: a device vector in the right dtype (Plan.matvec checks the rest)
+            if not x._c_contiguous:
+                x = x.copy()
+            if out is None:
+                return plan.matvec(x)
+            if plan.takes_out(x, out):  # a device buffer the result can go into as it is
+                return plan.matvec(x, out=out)
+        elif out is None and (x._c_contiguous or x._f_contiguous):
+            return plan.matmat(x)  # a device X read as it is, in its memory order
     want_cupy = _cuda.is_cupy_array(x)
     if out is not None:
         _check_out(out, x, matrix_obj.shape[0], value_dtype)
     residence = plan.matrix.residence
-    xr = to_residence(x, residence, value_dtype, plan.matrix)
+    xr = to_residence(x, residence, value_dtype, plan.matrix, order)
     target = None
     if out is not None and (
         _cuda.is_cupy_array(out) != (residence.xp is not np)
         or out.dtype != value_dtype
-        or not out.flags.c_contiguous
+        or not (out.flags.f_contiguous if order == "F" else out.flags.c_contiguous)
         or _shares_memory(out, xr)
     ):
         target, out = out, None  # the caller's buffer can't be written directly; copy below
@@ -102,17 +111,31 @@ def _product(matrix_obj, x, backend, policy, out, planning=None):
     return y
 
 
+def _one_column(matrix_obj, X, backend, policy, out, planning):
+    """``A @ X`` for an X of one column, as the vector product of that column."""
+    if out is None:
+        return _product(matrix_obj, X[:, 0], backend, policy, None, planning)[:, None]
+    _check_out_shape(out, X, matrix_obj.shape[0])
+    _product(matrix_obj, X[:, 0], backend, policy, out[:, 0], planning)
+    return out
+
+
+def _check_out_shape(out, x, n_rows: int) -> None:
+    """Refuse an ``out`` that is not an array of exactly the product's shape."""
+    if not (isinstance(out, np.ndarray) or _cuda.is_cupy_array(out)):
+        raise TypeError(f"out must be a numpy or cupy array, got {type(out).__name__}")
+    want = (n_rows,) if x.ndim == 1 else (n_rows, x.shape[1])
+    if out.shape != want:
+        raise ValueError(f"out has shape {out.shape} but the product has shape {want}")
+
+
 def _check_out(out, x, n_rows: int, value_dtype: np.dtype) -> None:
     """Refuse an ``out`` the result cannot go into, before anything is computed.
 
     Like numpy's ``out=``: the shape must be the result's exactly (no broadcasting), and
     the result's dtype must cast to out's under ``same_kind`` (no float into int).
     """
-    if not (isinstance(out, np.ndarray) or _cuda.is_cupy_array(out)):
-        raise TypeError(f"out must be a numpy or cupy array, got {type(out).__name__}")
-    want = (n_rows,) if x.ndim == 1 else (n_rows, x.shape[1])
-    if out.shape != want:
-        raise ValueError(f"out has shape {out.shape} but the product has shape {want}")
+    _check_out_shape(out, x, n_rows)
     if not np.can_cast(value_dtype, out.dtype, "same_kind"):
         raise TypeError(
             f"cannot write the {value_dtype} product into an out of dtype {out.dtype} "

@@ -51,11 +51,13 @@ from ._select import (
     Request,
     auto_estimate,
     default_policy,
+    matmat_operation,
     mixed_storage,
     name_in_force,
     result_dtype,
     select,
 )
+from ._spmm import is_fortran
 from ._staging import to_residence
 from .backends.base import Plan
 
@@ -171,6 +173,8 @@ def _short_list(operand: Operand, estimate: Choice, level: str, store, capturabl
     pairs = [(estimate.implementation, estimate.policy)]
     if capturable and not estimate.implementation.capturable:
         pairs = []
+    if estimate.operation.kind == "A @ X":
+        return _unique(pairs + _matmat_pairs(operand, estimate, capturable))
     if estimate.requested != AUTO:  # a backend named: plan its policy only
         backend = estimate.implementation
         mirror = operand.mirror(backend.residence, value_dtype)
@@ -211,6 +215,27 @@ def _planned_pairs(operand, backends, mirror_dtype, level, store, capturable, na
             policies = [default_policy(backend, mirror, store), backend.default_policy(mirror)]
         else:
             continue
+        pairs += [(backend, policy) for policy in policies]
+    return pairs
+
+
+def _matmat_pairs(operand: Operand, estimate: Choice, capturable) -> list:
+    """The (backend, policy) pairs planning times for ``A @ X`` besides the estimate: each
+    usable GPU backend's :meth:`~Backend.matmat_candidates` for X's column bucket and order
+    (cuSPARSE's SpMM algorithms, the row-split kernel's shapes, the merge-path SpMM's
+    runs); only the named backend's when one was named."""
+    operation, value_dtype = estimate.operation, estimate.value_dtype
+    if estimate.requested != AUTO:
+        backends = [estimate.implementation]
+    else:
+        family = type(operand.policy) if operand.policy else None
+        backends = _select.gpu_candidates(value_dtype, family)
+    pairs = []
+    for backend in backends:
+        mirror = operand.mirror(backend.residence, value_dtype)
+        if not backend.supports(mirror) or (capturable and not backend.capturable):
+            continue
+        policies = backend.matmat_candidates(mirror, operation.columns, operation.order)
         pairs += [(backend, policy) for policy in policies]
     return pairs
 
@@ -315,7 +340,7 @@ def measure(operand: Operand, x, estimate: Choice, level: str, *, store=None, ca
         try:
             plan = _plan_on(mirror, backend, policy, value_dtype if storage else None)
             xp = mirror.xp
-            y = xp.empty((mirror.shape[0],) + x.shape[1:], dtype=value_dtype, order=_order(x))
+            y = xp.empty((mirror.shape[0],) + x.shape[1:], dtype=value_dtype, order=order_of(x))
             product = _runner(plan, x, y)
             product()
         except Exception as exc:  # a candidate that cannot run here is left out
@@ -370,9 +395,11 @@ def measure(operand: Operand, x, estimate: Choice, level: str, *, store=None, ca
     )  # fmt: skip
 
 
-def _order(x) -> str:
-    """The memory order a product's result takes from its right-hand side ``x``."""
-    return "F" if x.ndim == 2 and not x.flags.c_contiguous and x.flags.f_contiguous else "C"
+def order_of(x) -> str:
+    """The memory order of a product's right-hand side ``x`` and result: ``"F"`` for an X
+    stored column by column (a plan reads it as it is), else ``"C"`` (any other X is copied
+    to C order)."""
+    return "F" if is_fortran(x) else "C"
 
 
 def from_memory(operand: Operand, estimate: Choice) -> Choice | None:
@@ -437,9 +464,7 @@ def decide(
     """The choice and plan of one product; the slow, cached part of dispatch: the
     estimate, or the plan measured on a matrix of the same fingerprint, or the estimate
     marked to be measured by the next product."""
-    choice = select(operand, x_dtype, Request(name, policy, planning))
-    if operation != VECTOR:
-        choice = replace(choice, operation=operation)
+    choice = select(operand, x_dtype, Request(name, policy, planning), operation=operation)
     if not _plans_by_measurement(operand, choice, policy, planning):
         return with_plan(operand, choice)
     found = from_memory(operand, choice)
@@ -465,6 +490,9 @@ def _plans_by_measurement(operand: Operand, choice: Choice, policy, planning) ->
     # a backend named without a policy: plan its policy when it has a short list to time
     backend = choice.implementation
     mirror = operand.mirror(backend.residence, choice.storage_dtype or choice.value_dtype)
+    operation = choice.operation
+    if operation.kind == "A @ X":
+        return bool(backend.matmat_candidates(mirror, operation.columns, operation.order))
     return bool(backend.planning_candidates(mirror))
 
 
@@ -489,7 +517,7 @@ def measure_now(
         operation = entry.choice.operation
         if operation == VECTOR and x.ndim == 2:
             x = x[:, 0]
-        xd = to_residence(x, entry.plan.matrix.residence, entry.value_dtype, order=_order(x))
+        xd = to_residence(x, entry.plan.matrix.residence, entry.value_dtype, order=order_of(x))
         try:
             choice = measure(operand, xd, entry.choice, level, capturable=capturable)
         except MemoryError:
@@ -508,8 +536,11 @@ def measure_now(
 
 
 def operation_of(x) -> Operation:
-    """The operation of a product with right-hand side ``x`` (a vector, or n_cols x k)."""
-    return VECTOR
+    """The operation of a product with right-hand side ``x``: ``A @ x`` for a vector or a
+    single column, else ``A @ X`` by X's column bucket and memory order."""
+    if x.ndim == 1:
+        return VECTOR
+    return matmat_operation(x.shape[1], order_of(x))
 
 
 def auto_key(operand: Operand, x_dtype, operation: Operation = VECTOR) -> ChoiceKey:
@@ -543,9 +574,10 @@ def choose(A, x, *, level: str | None = None, capturable: bool = False) -> Choic
     ----------
     A : sparsegpu matrix
     x : numpy.ndarray or cupy.ndarray
-        A representative right-hand side (1-D of length ``A.shape[1]``, or 2-D: its first
-        column is used; without a column, the estimate is kept and the next product with a
-        column measures).
+        A representative right-hand side: 1-D of length ``A.shape[1]`` plans ``A @ x``;
+        2-D plans ``A @ X`` for X's bucket of k (the power of two at least k), memory order
+        and dtype (one column is ``A @ x``; without a column, the estimate is kept and the
+        next product with columns measures).
     level : {"estimate", "measure", "exhaustive"}, optional
         Default: ``A.planning``, ``sparsegpu.planning``, ``SPARSEGPU_PLANNING``, then
         ``"measure"``.
@@ -578,9 +610,7 @@ def choose(A, x, *, level: str | None = None, capturable: bool = False) -> Choic
     operation = operation_of(x)
     key = auto_key(operand, x.dtype, operation)
     cache = operand.cache()
-    estimate = select(operand, x.dtype, Request(AUTO, None, level))
-    if operation != VECTOR:
-        estimate = replace(estimate, operation=operation)
+    estimate = select(operand, x.dtype, Request(AUTO, None, level), operation=operation)
     if not _plans_by_measurement(operand, estimate, None, level):
         cache.choices[key] = with_plan(operand, estimate)
         return estimate
@@ -626,7 +656,7 @@ def planned_product(
             entry = operand.cache().choices.get(key)
         if entry is not None:
             return entry
-    return decide(operand, name, dtype, policy)
+    return decide(operand, name, dtype, policy, operation=VECTOR if x is None else operation_of(x))
 
 
 def plan_for(A, x_dtype=None, *, backend: str | None = None, policy=None, x=None, capturable=False):
@@ -679,7 +709,7 @@ def explain(A, x=None) -> Choice:
         measured = cache.measured.get(((storage, value_dtype), operation))
         if measured is not None:
             return measured
-        return replace(select(operand, x_dtype), operation=operation)
+        return select(operand, x_dtype, operation=operation)
     override = None
     name = name_in_force(None, operand.backend)
     if name != AUTO:
@@ -687,5 +717,5 @@ def explain(A, x=None) -> Choice:
     measured = cache.measured.get((value_dtype, operation))
     if measured is not None:
         return replace(measured, override=override)
-    found = replace(auto_estimate(operand, value_dtype, override), operation=operation)
+    found = auto_estimate(operand, value_dtype, override, operation)
     return from_memory(operand, found) or found

@@ -28,12 +28,13 @@ registers itself into selection.
 
 from __future__ import annotations
 
+import functools
 import os
 import warnings
 from collections.abc import Callable
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -229,6 +230,43 @@ def auto_rule(stats, usable_names) -> tuple[str, str]:
     )
 
 
+# A @ X (several right-hand sides): power-law rows go to the merge-path SpMM (row-major X
+# only), whose equal runs of merge items keep every team busy where one row would hold a
+# whole warp of the row-split kernel; otherwise the vector family's row-split SpMM, its
+# lanes across X's columns reading 16 bytes of each X row at a time. Planning then times
+# both, cuSPARSE's SpMM algorithms and the row-split kernel's other shapes.
+_MATMAT_IRREGULAR = ("merge_path",)
+_MATMAT_REGULAR = ("shuffle", "vector", "readonly")
+
+
+def matmat_rule(stats, usable_names, operation) -> tuple[str, str]:
+    """The rules of ``auto`` for ``A @ X``: (backend name, reason) from row-length
+    statistics and the operation (:class:`Operation`: X's column bucket and order).
+
+    Parameters
+    ----------
+    stats : RowLengthStats
+    usable_names : list of str
+        Backends that take this matrix and dtype, in preference order (not empty).
+    operation : Operation
+    """
+    irregular = stats.nnz > 0 and (row_class(stats) == "irregular" or stats.max > LONG_ROW)
+    if irregular and operation.order == "C":
+        for name in _MATMAT_IRREGULAR:
+            if name in usable_names:
+                return name, (
+                    f"{operation}: irregular rows (max {stats.max}, mean {stats.mean:.1f}): the "
+                    "merge-path SpMM gives every team of lanes the same number of merge items"
+                )
+    for name in _MATMAT_REGULAR:
+        if name in usable_names:
+            return name, (
+                f"{operation}: the row-split SpMM, lanes across X's columns (16 bytes of each "
+                "X row at a time) and k-wide sums, reading A once"
+            )
+    return usable_names[0], f"{operation}: first usable backend ({usable_names[0]})"
+
+
 # -------------------------------------------------------------------------- choices
 class Request(NamedTuple):
     """What the caller asked of one product: a backend name and a policy, either unset."""
@@ -315,9 +353,10 @@ class Operation(NamedTuple):
 VECTOR = Operation()
 
 
+@functools.lru_cache(maxsize=1024)
 def matmat_operation(k: int, order: str) -> Operation:
     """The operation of ``A @ X`` for an X of ``k`` columns in memory order ``order``
-    (one column is ``A @ x``)."""
+    (one column is ``A @ x``); made once per k and order (each product asks)."""
     return VECTOR if k == 1 else Operation("A @ X", k_bucket(k), order)
 
 
@@ -431,8 +470,11 @@ def gpu_candidates(value_dtype: np.dtype, policy_type=None) -> list[Backend]:
     return sorted(found, key=lambda b: rank.get(b.name, len(rank)))
 
 
-def _auto(operand: Operand, value_dtype: np.dtype, policy, store) -> tuple[Backend, str, Any]:
-    """(backend, reason, stats or None) of ``auto`` for this matrix and value dtype."""
+def _auto(
+    operand: Operand, value_dtype: np.dtype, policy, store, operation: Operation = VECTOR
+) -> tuple[Backend, str, Any]:
+    """(backend, reason, stats or None) of ``auto`` for this matrix, value dtype and
+    operation."""
     candidates = gpu_candidates(value_dtype, type(policy) if policy is not None else None)
     if policy is None:  # a backend that only planning picks (unless its policy is given)
         candidates = [b for b in candidates if b.estimated]
@@ -454,6 +496,9 @@ def _auto(operand: Operand, value_dtype: np.dtype, policy, store) -> tuple[Backe
         return registered()["scipy"], "no GPU backend accepts this matrix", None
     stats = mirror.stats
     names = [b.name for b in usable]
+    if operation.kind == "A @ X":  # the tuning store's entries are the vector product's
+        name, reason = matmat_rule(stats, names, operation)
+        return usable[names.index(name)], reason, stats
     # Tuning entries are measured on large matrices (GB/s); a small product is
     # latency-bound and follows the small-matrix rule (H200, bundled float64 matrices:
     # the tuned shuffle kernel 12.6 us, the merge-path kernel 9.2; auto_vs_cusparse_h200).
@@ -465,8 +510,15 @@ def _auto(operand: Operand, value_dtype: np.dtype, policy, store) -> tuple[Backe
     return usable[names.index(name)], reason, stats
 
 
-def select(operand: Operand, x_dtype, request: Request | None = None, *, store=None) -> Choice:
-    """The backend and policy of ``A @ x`` for an x of ``x_dtype``: the estimate.
+def select(
+    operand: Operand,
+    x_dtype,
+    request: Request | None = None,
+    *,
+    store=None,
+    operation: Operation = VECTOR,
+) -> Choice:
+    """The backend and policy of a product of ``A`` with an x of ``x_dtype``: the estimate.
 
     Parameters
     ----------
@@ -478,6 +530,8 @@ def select(operand: Operand, x_dtype, request: Request | None = None, *, store=N
         policy=)``); unset fields fall through the precedence of the module docstring.
     store : TuningCache, optional
         The tuning store to consult; default the user's cache and the shipped defaults.
+    operation : Operation
+        The product (``A @ x`` by default; ``A @ X`` has rules of its own).
 
     Raises
     ------
@@ -494,9 +548,9 @@ def select(operand: Operand, x_dtype, request: Request | None = None, *, store=N
     if storage is not None:
         mixed = _select_mixed(operand, name, storage, value_dtype, policy, request, store)
         if mixed is not None:
-            return mixed
+            return _with_operation(mixed, operation)
     if name == AUTO:
-        backend, reason, stats = _auto(operand, value_dtype, policy, store)
+        backend, reason, stats = _auto(operand, value_dtype, policy, store, operation)
         if policy is not None and backend.residence.name == "host":
             reason += f"; the {type(policy).__name__} has no effect there"
             policy = None
@@ -507,19 +561,30 @@ def select(operand: Operand, x_dtype, request: Request | None = None, *, store=N
     _check_policy_type(backend, policy, request)
     if policy is None:
         policy = default_policy(backend, operand.mirror(backend.residence, value_dtype), store)
-    return Choice(backend.name, policy, reason, stats, value_dtype, name, implementation=backend)
+    return Choice(
+        backend.name, policy, reason, stats, value_dtype, name,
+        implementation=backend, operation=operation,
+    )  # fmt: skip
 
 
-def auto_estimate(operand: Operand, value_dtype, override: str | None = None) -> Choice:
-    """What ``auto``'s rules give for this matrix in ``value_dtype``, whatever name is in
-    force (``explain``'s answer before planning has measured; ``override`` notes the name)."""
-    backend, reason, stats = _auto(operand, value_dtype, operand.policy, None)
+def _with_operation(choice: Choice, operation: Operation) -> Choice:
+    return choice if choice.operation == operation else replace(choice, operation=operation)
+
+
+def auto_estimate(
+    operand: Operand, value_dtype, override: str | None = None, operation: Operation = VECTOR
+) -> Choice:
+    """What ``auto``'s rules give for this matrix, value dtype and operation, whatever name
+    is in force (``explain``'s answer before planning has measured; ``override`` notes the
+    name)."""
+    backend, reason, stats = _auto(operand, value_dtype, operand.policy, None, operation)
     policy = operand.policy
     if policy is None or not isinstance(policy, backend.policy_type):
         policy = default_policy(backend, operand.mirror(backend.residence, value_dtype), None)
     return Choice(
-        backend.name, policy, reason, stats, value_dtype, AUTO, override, implementation=backend
-    )
+        backend.name, policy, reason, stats, value_dtype, AUTO, override,
+        implementation=backend, operation=operation,
+    )  # fmt: skip
 
 
 def _check_policy_type(backend, policy, request) -> None:

@@ -1,9 +1,10 @@
 """``Y = A @ X`` on the GPU for a CSR mirror and a dense X of k columns, reading A once.
 
-The default :meth:`sparsegpu.backends.base.Plan.matmat` of every GPU backend that does not
-bring its own (cuSPARSE brings SpMM) runs this kernel (``kernels/csr_spmm.cu``): k
-separate products read the matrix k times, this reads it once per ``column_lanes``
-columns (once for k <= 32).
+The row-split SpMM kernels (``kernels/csr_spmm.cu``): a group of lanes per row, each lane
+holding a 16-byte tile of X's row (row-major X) or a few columns (column-major X), in
+k-wide accumulators. The vector family's plans run them with their policy's threads per
+row as the lanes that split a row's nonzeros (planning times a few); every other GPU
+backend without an SpMM of its own runs them with the shape of :func:`launch_shape`.
 """
 
 from __future__ import annotations
@@ -14,79 +15,153 @@ from ._occupancy import threads_per_row_for
 
 _POWERS_OF_TWO = (1, 2, 4, 8, 16, 32)
 BLOCK_SIZE = 256
+# bytes of X a lane loads at once from a row-major X (one 16-byte vector)
+TILE_BYTES = 16
 
 
-def kernel_name(value_dtype, index_dtype, threads_per_row: int, column_lanes: int) -> str:
-    """The C++ name of one instantiation, e.g. ``csr_spmm<double, int, 32, 16>``."""
-    return name_expression("csr_spmm", value_dtype, index_dtype, threads_per_row, column_lanes)
+def rows_kernel_name(value_dtype, index_dtype, column_lanes: int, nonzero_lanes: int) -> str:
+    """The C++ name of a row-major instantiation, e.g. ``csr_spmm_rows<double, int, 4, 2>``."""
+    return name_expression("csr_spmm_rows", value_dtype, index_dtype, column_lanes, nonzero_lanes)
+
+
+def columns_kernel_name(value_dtype, index_dtype, nonzero_lanes: int) -> str:
+    """The C++ name of a column-major instantiation, e.g. ``csr_spmm_columns<float, int, 2>``."""
+    return name_expression("csr_spmm_columns", value_dtype, index_dtype, nonzero_lanes)
 
 
 SPMM_FAMILY = register_family(
     KernelFamily(
         "csr_spmm.cu",
         tuple(
-            kernel_name(v, i, t, c)
+            rows_kernel_name(v, i, c, n)
             for v in CXX_VALUE_TYPES
             for i in CXX_INDEX_TYPES
-            for t in _POWERS_OF_TWO
             for c in _POWERS_OF_TWO
-            if c <= t
+            for n in _POWERS_OF_TWO
+            if c * n <= 32
+        )
+        + tuple(
+            columns_kernel_name(v, i, n)
+            for v in CXX_VALUE_TYPES
+            for i in CXX_INDEX_TYPES
+            for n in _POWERS_OF_TWO
         ),
     )
 )
 
 
 def spmm_supports(value_dtype) -> bool:
-    """Whether the one-pass kernel is instantiated for ``value_dtype`` (not the 16-bit
+    """Whether the SpMM kernels are instantiated for ``value_dtype`` (not the 16-bit
     floats: their products go column by column through the matvec kernels)."""
     return value_dtype in CXX_VALUE_TYPES
 
 
 def _power_of_two_at_least(n: int) -> int:
-    return next(p for p in _POWERS_OF_TWO if p >= n) if n <= 32 else 32
+    return next((p for p in _POWERS_OF_TWO if p >= n), _POWERS_OF_TWO[-1])
 
 
-def launch_shape(mean_row_length: float, k: int) -> tuple[int, int]:
-    """(threads_per_row, column_lanes) for k columns and the mean row length.
+def tile_width(value_dtype) -> int:
+    """Values of X's row one lane loads at once (16 bytes: 4 floats, 2 doubles...)."""
+    return max(1, TILE_BYTES // value_dtype.itemsize)
 
-    Lanes across columns cover k (up to a warp); the rest of the warp splits the row's
-    nonzeros by the matvec kernels' rule (:func:`sparsegpu._occupancy.threads_per_row_for`).
+
+def column_lanes(value_dtype, k: int) -> int:
+    """Lanes across X's columns for a row-major X of k columns: enough 16-byte tiles to
+    cover k, a power of two, at most a warp."""
+    width = tile_width(value_dtype)
+    return _power_of_two_at_least(max(-(-k // width), 1))
+
+
+def nonzero_lanes_for(mean_row_length: float, lanes_left: int) -> int:
+    """Lanes splitting a row's nonzeros: the matvec kernels' rule (about half the mean
+    row length, :func:`sparsegpu._occupancy.threads_per_row_for`) within what the column
+    lanes leave of a warp."""
+    return threads_per_row_for(mean_row_length, limit=lanes_left)
+
+
+def launch_shape(matrix, k: int, fortran: bool, nonzero_lanes: int | None = None):
+    """(column lanes, nonzero lanes) of the row-split kernel for this mirror and k.
+
+    ``nonzero_lanes`` (a policy's threads per row) is capped to what the column lanes
+    leave of a warp; by default the rule of :func:`nonzero_lanes_for`. A column-major X
+    has one column lane.
     """
-    column_lanes = _power_of_two_at_least(max(k, 1))
-    nonzero_lanes = threads_per_row_for(mean_row_length, limit=32 // column_lanes)
-    return column_lanes * nonzero_lanes, column_lanes
+    columns = 1 if fortran else column_lanes(matrix.dtype, k)
+    left = 32 // columns
+    if nonzero_lanes is None:
+        return columns, nonzero_lanes_for(matrix.stats.mean, left)
+    return columns, min(_power_of_two_at_least(nonzero_lanes), left)
 
 
-def csr_spmm(matrix, X, out):
-    """``A @ X`` for a device mirror ``matrix`` and a C-contiguous (n_cols, k) CuPy X.
+def is_fortran(X) -> bool:
+    """True for a 2-D X stored column by column (and not also row by row)."""
+    if hasattr(X, "_f_contiguous"):  # CuPy keeps both as attributes (.flags builds an object)
+        return X.ndim == 2 and X._f_contiguous and not X._c_contiguous
+    return X.ndim == 2 and not X.flags.c_contiguous and X.flags.f_contiguous
 
-    The operands are checked by the caller (:meth:`sparsegpu.backends.base.Plan.operands`).
+
+class RowSplitSpmm:
+    """The row-split SpMM of one mirror: ``spmm(X, out)`` fills ``out`` with ``A @ X``.
+
+    Each (k, memory order, alignment) gets its launch made once (kernel, shape, fixed
+    arguments); a product then only sets X's and Y's pointers.
 
     Parameters
     ----------
     matrix : DeviceMatrix
         A validated CSR mirror on the GPU.
-    X : cupy.ndarray
-        Shape (n_cols, k), C-contiguous, in the mirror's dtype.
-    out : cupy.ndarray
-        Shape (n_rows, k), C-contiguous, in the mirror's dtype.
-
-    Returns
-    -------
-    cupy.ndarray of shape (n_rows, k).
+    nonzero_lanes : int, optional
+        Lanes splitting a row's nonzeros (see :func:`launch_shape`).
+    block_size : int
+        Threads per block.
     """
-    n_rows = matrix.shape[0]
-    k = int(X.shape[1])
-    if n_rows == 0 or k == 0:
+
+    def __init__(self, matrix, nonzero_lanes: int | None = None, block_size: int = BLOCK_SIZE):
+        self.matrix = matrix
+        self.nonzero_lanes = nonzero_lanes
+        self.block_size = block_size
+        self._launches: dict = {}
+
+    def shape(self, k: int, fortran: bool) -> tuple[int, int]:
+        """(column lanes, nonzero lanes) for k columns in that memory order."""
+        return launch_shape(self.matrix, k, fortran, self.nonzero_lanes)
+
+    def _launch(self, k: int, fortran: bool, vectors: bool):
+        key = (k, fortran, vectors)
+        found = self._launches.get(key)
+        if found is None:
+            m = self.matrix
+            (n_rows, n_cols), value, index = m.shape, m.dtype, m.index_dtype
+            columns, nonzero = self.shape(k, fortran)
+            if fortran:
+                name = columns_kernel_name(value, index, nonzero)
+                arguments = (m.indptr, m.indices, m.data, "x", "y", n_rows, n_cols, k)
+            else:
+                name = rows_kernel_name(value, index, columns, nonzero)
+                arguments = (m.indptr, m.indices, m.data, "x", "y", n_rows, k, int(vectors))
+            launch = KernelLaunch(get_kernel(SPMM_FAMILY.source, name), self.block_size, arguments)
+            grid = -(-n_rows * columns * nonzero // self.block_size)
+            found = self._launches[key] = (launch, grid)
+        return found
+
+    def __call__(self, X, out):
+        """``out = A @ X`` for a CuPy X of shape (n_cols, k) and ``out`` of (n_rows, k),
+        both C-contiguous or both Fortran-contiguous, in the mirror's dtype (checked by the
+        caller, :meth:`sparsegpu.backends.base.Plan.operands`)."""
+        k = int(X.shape[1])
+        if self.matrix.shape[0] == 0 or k == 0:
+            return out
+        fortran = not X._c_contiguous  # (checked: C- or Fortran-contiguous)
+        launch, grid = self._launch(k, fortran, not fortran and aligned(X, out, k))
+        launch.xy(grid, X, out)
         return out
-    threads_per_row, column_lanes = launch_shape(matrix.stats.mean, k)
-    kernel = get_kernel(
-        SPMM_FAMILY.source,
-        kernel_name(matrix.dtype, matrix.index_dtype, threads_per_row, column_lanes),
+
+
+def aligned(X, Y, k: int) -> bool:
+    """Whether every row of the row-major X and Y starts on a 16-byte boundary (the SpMM
+    kernels then load and store 16-byte vectors)."""
+    return (
+        (k * X.dtype.itemsize) % TILE_BYTES == 0
+        and X.data.ptr % TILE_BYTES == 0
+        and Y.data.ptr % TILE_BYTES == 0
     )
-    grid = (n_rows * threads_per_row + BLOCK_SIZE - 1) // BLOCK_SIZE
-    launch = KernelLaunch(
-        kernel, BLOCK_SIZE, (matrix.data, matrix.indices, matrix.indptr, X, out, n_rows, k)
-    )
-    launch(grid)
-    return out

@@ -177,6 +177,9 @@ class CountingBackend(Backend):
     def planning_candidates(self, matrix):
         return self.inner.planning_candidates(matrix)
 
+    def matmat_candidates(self, matrix, columns, order):
+        return self.inner.matmat_candidates(matrix, columns, order)
+
     def plan(self, matrix, policy):
         return _CountingPlan(self, self.inner.plan(matrix, policy))
 

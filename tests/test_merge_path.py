@@ -14,6 +14,7 @@ from sparsegpu.backends import canonical_name
 from sparsegpu.backends.merge_path import (
     FAMILY,
     MERGE_PATH_SHAPES,
+    SPMM_COLUMN_LANES,
     MergePathPolicy,
     longest_run,
     tile_coordinates,
@@ -76,7 +77,9 @@ def test_every_instantiation_is_registered():
     names = set(FAMILY.instantiations)
     assert "merge_path_spmv<complex128, long long, 128, 16>" in names
     assert "merge_path_fixup<float, int>" in names
-    assert len(names) == 4 * 2 * len(MERGE_PATH_SHAPES) + 4 * 2
+    assert "merge_path_spmm<double, long long, 16>" in names
+    spmm = 4 * 2 * len(SPMM_COLUMN_LANES) + 4 * 2  # the SpMM and its clearing kernel
+    assert len(names) == 4 * 2 * len(MERGE_PATH_SHAPES) + 4 * 2 + spmm
 
 
 @pytest.mark.parametrize("shape", [(64, 8), (256, 16), (512, 4)])

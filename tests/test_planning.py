@@ -30,6 +30,10 @@ class _Stand(HostCopyBackend):
         # as the real cuSPARSE backend, a short list of its own (one policy here)
         return [NoPolicy(source="candidate")] if self.name == "cusparse" else []
 
+    def matmat_candidates(self, matrix, columns, order):
+        # as the real cuSPARSE backend, SpMM algorithms of its own (one policy here)
+        return [NoPolicy(source="candidate")] if self.name == "cusparse" else []
+
     def plan(self, matrix, policy):
         inner = super().plan(matrix, policy)
         stand = self
@@ -44,6 +48,8 @@ class _Stand(HostCopyBackend):
                 if stand.wrong:
                     y += 1.0
                 return y
+
+            matmat = matvec
 
         plan = _Plan.__new__(_Plan)
         plan.__dict__.update(inner.__dict__)
@@ -233,7 +239,7 @@ def test_products_with_nothing_in_them_go_through_planning(gpu, shape):
     X = random_vector(shape[1] * 2, np.float64, seed=8).reshape(shape[1], 2)
     for _ in range(2):
         assert_product_close(A @ X, sp.csr_matrix(A) @ X, np.float64, 50)
-    assert sg.explain(A).level == "measure"
+    assert sg.explain(A, X).level == "measure"  # A @ X is planned as A @ X
 
 
 def test_a_policy_given_means_no_measurement(gpu):
@@ -377,3 +383,38 @@ def test_plan_is_the_deprecated_name_of_choose():
     with pytest.warns(DeprecationWarning, match="sparsegpu.choose"):
         choice = sg.plan(A, x)
     assert (choice.backend, choice.policy) == (sg.explain(A).backend, sg.explain(A).policy)
+
+
+def test_a_at_X_is_planned_per_k_bucket_and_order(gpu):
+    # A @ X has a plan of its own for each bucket of k (a power of two) and memory order;
+    # one column is A @ x
+    slow, fast = _counted("merge_path", delay_s=2e-3), _counted("cusparse")
+    gpu(slow, fast)
+    A = _matrix(seed=12)
+    S = sp.csr_matrix(A)
+    X = np.random.default_rng(12).uniform(-1, 1, (A.shape[1], 8))
+    for _ in range(2):
+        assert_product_close(A @ X, S @ X, np.float64, 50)
+    choice = sg.explain(A, X)
+    assert choice.level == "measure" and choice.backend == "cusparse"
+    assert choice.operation == _select.Operation("A @ X", 8, "C")
+    assert "A @ X (k = 5..8, C order)" in str(choice)
+    assert sg.explain(A, X[:, :7]).level == "measure"  # the same bucket
+    assert sg.explain(A, X[:, :3].copy()).level == "estimate"  # k = 3..4: not yet
+    assert sg.explain(A, np.asfortranarray(X)).level == "estimate"  # the other order
+    assert sg.explain(A).level == "estimate"  # A @ x: not yet
+    before = fast.matmats
+    assert_product_close(A @ X[:, :6].copy(), S @ X[:, :6], np.float64, 50)
+    assert fast.matmats == before + 1  # k = 6 runs the plan measured for k = 8
+    for _ in range(2):
+        assert_product_close(A @ X[:, :1], S @ X[:, :1], np.float64, 50)
+    assert sg.explain(A).level == "measure"  # one column planned A @ x
+
+
+def test_choose_plans_a_at_X_on_the_X_given(gpu):
+    gpu(_counted("merge_path", delay_s=2e-3), _counted("cusparse"))
+    A = _matrix(seed=13)
+    X = np.asfortranarray(np.random.default_rng(13).uniform(-1, 1, (A.shape[1], 16)))
+    choice = sg.choose(A, X)
+    assert choice.operation == _select.Operation("A @ X", 16, "F")
+    assert sg.explain(A, X) == choice and sg.explain(A).level == "estimate"

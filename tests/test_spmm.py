@@ -1,16 +1,20 @@
-"""``A @ X`` with k = 1..64 columns: every GPU backend against scipy, on awkward matrices;
-the default GPU matmat (one CSR kernel reading A once) has an instantiation for every
-launch shape it can ask for."""
+"""``A @ X`` (issue 34): every backend, and every candidate planning times for ``A @ X``
+(cuSPARSE's SpMM algorithms, the row-split kernel's shapes, the merge-path SpMM), against
+scipy on awkward matrices, for k = 0 to well past a warp of column tiles, X in C and in
+Fortran order, NumPy and CuPy; every launch shape the kernels can ask for is instantiated."""
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
 import sparsegpu as sg
-from sparsegpu import _spmm
+from sparsegpu import _registry, _spmm
 from sparsegpu._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES
+from sparsegpu.backends import merge_path
 from sparsegpu.testing import (
     INDEX_DTYPES,
     VALUE_DTYPES,
@@ -19,45 +23,111 @@ from sparsegpu.testing import (
 )
 
 MATRIX_NAMES = list(awkward_matrices())
-COLUMNS = [1, 3, 32, 33, 64]
+# no column, one (the vector product), a few, past one pass of the column lanes
+COLUMNS = [0, 1, 3, 33]
+ORDERS = ["C", "F"]
+# the matrices that break SpMM kernels most: long rows, empty rows, power-law rows, shapes
+CANDIDATE_MATRICES = ["power_law", "one_long_row", "half_rows_empty", "tall_500x30", "row_1x300"]
+GPU_BACKENDS = [n for n, b in _registry.registered().items() if b.residence.name == "cupy"]
 
 
-@pytest.mark.parametrize("k", range(1, 65))
+def _dense(rows: int, k: int, dtype, order: str, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-1, 1, (rows, k))
+    if np.dtype(dtype).kind == "c":
+        X = X + 1j * rng.uniform(-1, 1, (rows, k))
+    return np.asarray(X.astype(dtype), order=order)
+
+
+def _longest(S) -> int:
+    lengths = np.diff(S.indptr)
+    return int(lengths.max()) if lengths.size else 1
+
+
+def _layout_kept(Y, X, order: str) -> bool:
+    """A GPU result in X's order where X had one (a Fortran X is read as it is, and its
+    product written the same way); scipy's, on the host, is C-ordered."""
+    return order == "C" or X.shape[1] <= 1 or Y.flags.f_contiguous or isinstance(Y, np.ndarray)
+
+
+# ---------------------------------------------------------------- instantiations
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("lanes", [None, 1, 2, 4, 8, 16, 32])
 @pytest.mark.parametrize("mean_row_length", [0.0, 0.5, 3.0, 7.0, 40.0, 5000.0])
-def test_every_launch_shape_is_instantiated(k, mean_row_length):
-    threads_per_row, column_lanes = _spmm.launch_shape(mean_row_length, k)
-    assert column_lanes >= min(k, 32)
+def test_every_row_split_shape_is_instantiated(mean_row_length, lanes, order):
+    names = set(_spmm.SPMM_FAMILY.instantiations)
+    for value in CXX_VALUE_TYPES:
+        mirror = SimpleNamespace(dtype=value, stats=SimpleNamespace(mean=mean_row_length))
+        for k in (*range(2, 70), 127, 128, 129, 1000):
+            columns, nonzero = _spmm.launch_shape(mirror, k, order == "F", lanes)
+            assert columns * nonzero <= 32
+            for index in CXX_INDEX_TYPES:
+                if order == "F":
+                    assert columns == 1
+                    assert _spmm.columns_kernel_name(value, index, nonzero) in names
+                else:
+                    assert _spmm.rows_kernel_name(value, index, columns, nonzero) in names
+
+
+def test_column_lanes_cover_k_in_tiles_of_16_bytes():
+    assert _spmm.column_lanes(np.dtype(np.float32), 8) == 2  # two lanes of four floats
+    assert _spmm.column_lanes(np.dtype(np.float64), 8) == 4  # four lanes of two doubles
+    assert _spmm.column_lanes(np.dtype(np.complex128), 3) == 4  # one value a lane
+    assert _spmm.column_lanes(np.dtype(np.float64), 1000) == 32  # a warp, then passes
+
+
+def test_every_merge_path_spmm_team_is_instantiated():
+    names = set(merge_path.FAMILY.instantiations)
     for value in CXX_VALUE_TYPES:
         for index in CXX_INDEX_TYPES:
-            name = _spmm.kernel_name(value, index, threads_per_row, column_lanes)
-            assert name in _spmm.SPMM_FAMILY.instantiations
+            assert merge_path.spmm_zero_name(value, index) in names
+            for k in range(2, 300):
+                lanes = _spmm.column_lanes(np.dtype(value), k)
+                assert merge_path.spmm_name(value, index, lanes) in names
 
 
+# ---------------------------------------------------------------- every backend
+@pytest.mark.parametrize("order", ORDERS)
 @pytest.mark.parametrize("k", COLUMNS)
 @pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("dtype", VALUE_DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("matrix_name", MATRIX_NAMES)
-def test_matmat_matches_scipy(gpu_backend_name, cupy, matrix_name, dtype, index_dtype, k):
+def test_matmat_matches_scipy(backend_name, matrix_name, dtype, index_dtype, k, order):
+    xp = sg._cuda.cupy_or_none() if backend_name in GPU_BACKENDS else np
     S = awkward_matrices(dtype, index_dtype, seed=1)[matrix_name]
-    rng = np.random.default_rng(k)
-    X = rng.uniform(-1, 1, (S.shape[1], k)).astype(dtype)
-    if np.dtype(dtype).kind == "c":
-        X = X + 1j * rng.uniform(-1, 1, X.shape).astype(dtype)
+    X = _dense(S.shape[1], k, dtype, order, seed=k)
     A = sg.csr_matrix(S)
-    A.backend = gpu_backend_name
-    Y = A @ cupy.asarray(X)
-    assert isinstance(Y, cupy.ndarray)
-    row_lengths = np.diff(S.indptr)
-    longest = int(row_lengths.max()) if len(row_lengths) else 1
-    assert_product_close(Y, sp.csr_matrix(S) @ X, dtype, longest, what=f"A @ X (k={k})")
+    A.backend = backend_name
+    for _ in range(2):  # the second product of a named backend may plan its policy
+        Y = A @ xp.asarray(X, order=order)
+        assert isinstance(Y, xp.ndarray) and _layout_kept(Y, X, order)
+        assert_product_close(Y, S @ X, dtype, _longest(S), what=f"A @ X (k={k}, {order})")
 
 
-def test_transposed_matmat_matches_scipy(gpu_backend_name, cupy):
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("k", [2, 5, 64, 130])
+@pytest.mark.parametrize("dtype", [np.float32, np.complex128], ids=["float32", "complex128"])
+@pytest.mark.parametrize("matrix_name", ["power_law", "random_200x150"])
+def test_numpy_and_cupy_operands(backend_name, xp, matrix_name, dtype, k, order):
+    S = awkward_matrices(dtype, np.int32, seed=2)[matrix_name]
+    X = _dense(S.shape[1], k, dtype, order, seed=k)
+    A = sg.csr_matrix(S)
+    A.backend = backend_name
+    Y = A @ xp.asarray(X, order=order)
+    assert isinstance(Y, xp.ndarray)
+    assert_product_close(Y, S @ X, dtype, _longest(S), what=f"A @ X (k={k}, {order})")
+
+
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("k", [3, 33])
+def test_transposed_matmat_matches_scipy(backend_name, xp, k, order):
     S = awkward_matrices(np.float64, np.int32, seed=2)["power_law"]
-    X = np.random.default_rng(0).uniform(-1, 1, (S.shape[0], 16))
+    X = _dense(S.shape[0], k, np.float64, order, seed=k)
     A = sg.csr_matrix(S)
-    A.backend = gpu_backend_name
-    assert_product_close(A.T @ cupy.asarray(X), S.T @ X, np.float64, S.shape[0])
+    A.backend = backend_name
+    for _ in range(2):
+        Y = A.T @ xp.asarray(X, order=order)
+        assert_product_close(Y, S.T @ X, np.float64, S.shape[0], what=f"A.T @ X (k={k})")
 
 
 @pytest.mark.parametrize("columns", [1, 4], ids=["vector", "4-columns"])
@@ -71,3 +141,69 @@ def test_operand_viewed_at_an_odd_offset(gpu_backend_name, cupy, columns):
     X = X[:, 0] if columns == 1 else X
     Y = A @ cupy.asarray(storage)[columns:].reshape(X.shape)
     assert_product_close(Y, S @ X, np.float64, 12)
+
+
+@pytest.mark.parametrize("out_order", ORDERS)
+@pytest.mark.parametrize("order", ORDERS)
+def test_out_is_filled_in_either_order(backend_name, xp, order, out_order):
+    S = awkward_matrices(np.float64, np.int32, seed=5)["random_200x150"]
+    X = _dense(S.shape[1], 6, np.float64, order, seed=6)
+    out = xp.full((S.shape[0], 6), np.nan, order=out_order)
+    Y = sg.matvec(sg.csr_matrix(S), xp.asarray(X, order=order), backend=backend_name, out=out)
+    assert Y is out
+    assert_product_close(out, S @ X, np.float64, _longest(S))
+
+
+# ------------------------------------------------------------ every A @ X candidate
+def _candidates(backend_name, S, dtype, k, order):
+    """The policies planning times for ``A @ X`` on ``backend_name`` (skips without any)."""
+    backend = _registry.get_backend(backend_name)
+    A = sg.csr_matrix(S)
+    mirror = A._sg_mirror(backend.residence, dtype)
+    policies = backend.matmat_candidates(mirror, sg._select.k_bucket(k), order)
+    if not policies:
+        pytest.skip(f"{backend_name} has no A @ X candidates of its own for {order} order")
+    return A, policies
+
+
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("k", [2, 8, 33])
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("dtype", VALUE_DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("matrix_name", CANDIDATE_MATRICES)
+def test_every_matmat_candidate_matches_scipy(
+    gpu_backend_name, cupy, matrix_name, dtype, index_dtype, k, order
+):
+    S = awkward_matrices(dtype, index_dtype, seed=7)[matrix_name]
+    A, policies = _candidates(gpu_backend_name, S, dtype, k, order)
+    X = _dense(S.shape[1], k, dtype, order, seed=k)
+    for policy in policies:
+        Y = sg.matvec(A, cupy.asarray(X, order=order), backend=gpu_backend_name, policy=policy)
+        assert_product_close(Y, S @ X, dtype, _longest(S), what=f"{policy} (k={k}, {order})")
+
+
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("k", [2, 8, 64])
+def test_auto_plans_matmat_and_keeps_the_answer(cupy, k, order):
+    S = awkward_matrices(np.float64, np.int32, seed=8)["power_law"]
+    A = sg.csr_matrix(S)
+    X = cupy.asarray(_dense(S.shape[1], k, np.float64, order, seed=k), order=order)
+    for _ in range(3):  # the estimate, the measurement, the measured plan
+        assert_product_close(A @ X, S @ X.get(), np.float64, _longest(S))
+    choice = sg.explain(A, X)
+    assert choice.level == "measure" and choice.operation.kind == "A @ X"
+    assert choice.operation.order == order and len(choice.measurements) >= 2
+
+
+def test_rows_cut_by_merge_path_runs_are_summed(cupy):
+    """One row holding most nonzeros spans many teams of the merge-path SpMM: the teams'
+    shares are added into a row cleared first, every product (the clearing runs again)."""
+    rng = np.random.default_rng(9)
+    dense_row = sp.csr_matrix(rng.uniform(-1, 1, (1, 4000)))
+    S = sp.vstack([sp.random(50, 4000, density=0.01, random_state=9), dense_row]).tocsr()
+    policy = sg.tuning.MergePathPolicy(256, 4)
+    X = _dense(4000, 8, np.float64, "C", seed=9)
+    A = sg.csr_matrix(S)
+    for _ in range(3):
+        Y = sg.matvec(A, cupy.asarray(X), backend="merge_path", policy=policy)
+        assert_product_close(Y, S @ X, np.float64, 4000)

@@ -13,7 +13,7 @@ import numpy as np
 
 from .._mirror import CUPY, DeviceMatrix, Residence
 from .._result_buffers import ResultBuffers
-from .._spmm import csr_spmm, spmm_supports
+from .._spmm import RowSplitSpmm, is_fortran, spmm_supports
 from .policy import Policy
 
 FLOAT_AND_COMPLEX = tuple(
@@ -22,9 +22,11 @@ FLOAT_AND_COMPLEX = tuple(
 INT32_AND_INT64 = (np.dtype(np.int32), np.dtype(np.int64))
 
 
-# From this many columns the one-pass SpMM kernel beats k matvecs (H200, 3-D Poisson 128^3,
-# float64: 0.6x at k = 1..8, 1.05x at 16, 2.5x at 32, 3.1x at 64; solvers_h200.json).
-SPMM_MIN_COLUMNS = 16
+# From this many columns a GPU plan without an SpMM of its own runs the row-split SpMM
+# kernel instead of k matvecs: it reads A once, and its column lanes load 16 bytes of X's
+# row at a time (the kernel it replaced, with one value per lane, lost to k matvecs below
+# 16 columns: H200, 3-D Poisson 128^3, float64, 0.6x at k = 1..8; solvers_h200.json).
+SPMM_MIN_COLUMNS = 2
 
 
 class Plan:
@@ -56,27 +58,30 @@ class Plan:
             if ResultBuffers.wanted(self._on_device, nbytes)
             else None
         )
+        self._row_split = None  # the row-split SpMM, made on the first A @ X
 
     def operands(self, x, out, ndim: int):
         """``(x, y)`` checked for a product: ``y`` is ``out`` or a new result buffer.
 
         ``x`` must be an array of the mirror's module and the plan's vector dtype (the
         mirror's, unless mixed precision), C-contiguous, of shape
-        ``(n_cols,)`` (``ndim`` 1) or ``(n_cols, k)`` (``ndim`` 2); ``out`` likewise of shape
-        ``(n_rows,)`` or ``(n_rows, k)``, and sharing no memory with ``x`` (a kernel would
-        read what it has already overwritten). Anything else is a ValueError that says what
-        was expected and what came.
+        ``(n_cols,)`` (``ndim`` 1) or ``(n_cols, k)`` (``ndim`` 2: C- or Fortran-contiguous);
+        ``out`` likewise of shape ``(n_rows,)`` or ``(n_rows, k)`` (in x's memory order),
+        and sharing no memory with ``x`` (a kernel would read what it has already
+        overwritten). Anything else is a ValueError that says what was expected and what
+        came.
         """
         m = self.matrix
         xp = m.xp
         n_rows, n_cols = m.shape
         k = x.shape[-1] if ndim == 2 and getattr(x, "ndim", 0) == 2 else None
         shape = (n_cols,) if ndim == 1 else (n_cols, k if k is not None else "k")
-        _require("x", x, shape, xp, self._dtype)
+        order = "F" if k is not None and type(x) is xp.ndarray and is_fortran(x) else "C"
+        _require("x", x, shape, xp, self._dtype, "CF" if ndim == 2 else "C")
         want = (n_rows,) if ndim == 1 else (n_rows, k)
         if out is None:
-            return x, xp.empty(want, dtype=self._dtype)
-        _require("out", out, want, xp, self._dtype)
+            return x, xp.empty(want, dtype=self._dtype, order=order)
+        _require("out", out, want, xp, self._dtype, order)
         if out.size and x.size and _overlap(x, out, xp):
             raise ValueError(
                 "out shares memory with x; a product cannot overwrite its own input: pass a "
@@ -122,7 +127,20 @@ class Plan:
         )
 
     def matmat(self, X, out=None):
-        """``A @ X`` for a 2-D C-contiguous X of shape (n_cols, k); ``out`` is (n_rows, k)."""
+        """``A @ X`` for a 2-D X of shape (n_cols, k), C- or Fortran-contiguous; ``out``, when
+        given, is (n_rows, k) in X's memory order (a new one is made in that order)."""
+        if (
+            out is None
+            and self._on_device
+            and type(X) is self._array_type
+            and X.dtype == self._dtype
+            and X.ndim == 2
+            and X.shape[0] == self._n_cols
+            and (X._c_contiguous or X._f_contiguous)
+        ):  # a device X as it comes (the full check of operands would say the same)
+            order = "C" if X._c_contiguous else "F"
+            Y = self._allocate((self._y_shape[0], X.shape[1]), self._dtype, order=order)
+            return self._matmat(X, Y)
         X, Y = self.operands(X, out, 2)
         return self._matmat(X, Y)
 
@@ -131,12 +149,13 @@ class Plan:
         raise NotImplementedError
 
     def _matmat(self, X, Y):
-        """Fill ``Y`` with ``A @ X`` (both checked).
+        """Fill ``Y`` with ``A @ X`` (both checked, in one memory order).
 
-        Default: on the GPU, from ``SPMM_MIN_COLUMNS`` columns on, one CSR kernel that
-        reads A once for all k columns (:mod:`sparsegpu._spmm`); below that, on the host,
-        for the 16-bit floats (which that kernel is not instantiated for) and in mixed
-        precision (it reads X in the values' dtype), one matvec per column.
+        Default: on the GPU, from ``SPMM_MIN_COLUMNS`` columns on, the row-split SpMM
+        kernel that reads A once for all k columns (:mod:`sparsegpu._spmm`, its shape from
+        :meth:`_spmm_shape`); below that, on the host, for the 16-bit floats (which
+        that kernel is not instantiated for) and in mixed precision (it reads X in the
+        values' dtype), one matvec per column.
         """
         if (
             self.matrix.residence.name == CUPY.name
@@ -144,25 +163,38 @@ class Plan:
             and self._dtype == self.matrix.dtype
             and spmm_supports(self._dtype)
         ):
-            return csr_spmm(self.matrix, X, Y)
+            if self._row_split is None:
+                self._row_split = RowSplitSpmm(self.matrix, *self._spmm_shape())
+            return self._row_split(X, Y)
         xp = self.matrix.xp
+        column = xp.empty(Y.shape[0], dtype=Y.dtype)
         for j in range(X.shape[1]):
-            Y[:, j] = self._matvec(xp.ascontiguousarray(X[:, j]), xp.empty_like(Y[:, 0]))
+            Y[:, j] = self._matvec(xp.ascontiguousarray(X[:, j]), column)
         return Y
 
+    def _spmm_shape(self) -> tuple:
+        """(lanes splitting a row's nonzeros or None for the rule, block size) of the
+        row-split SpMM this plan runs; the vector family's plans take their policy's."""
+        return None, 256
 
-def _require(name: str, a, shape: tuple, xp, dtype) -> None:
-    """Raise ValueError unless ``a`` is a C-contiguous array of module ``xp`` and
-    ``dtype`` with exactly ``shape``."""
+
+_LAYOUTS = {"C": "C-contiguous", "F": "Fortran-contiguous", "CF": "C- or Fortran-contiguous"}
+
+
+def _require(name: str, a, shape: tuple, xp, dtype, orders: str = "C") -> None:
+    """Raise ValueError unless ``a`` is an array of module ``xp`` and ``dtype`` with
+    exactly ``shape``, contiguous in one of ``orders`` (``"C"``, ``"F"`` or ``"CF"``)."""
     if (
         type(a) is not xp.ndarray
         or a.shape != shape
         or a.dtype != dtype
-        or not a.flags.c_contiguous
+        or not (
+            ("C" in orders and a.flags.c_contiguous) or ("F" in orders and a.flags.f_contiguous)
+        )
     ):
         raise ValueError(
-            f"{name} must be a C-contiguous {xp.__name__} array of shape {_shape_text(shape)} "
-            f"and dtype {dtype}, got {_describe(a)}"
+            f"{name} must be a {_LAYOUTS[orders]} {xp.__name__} array of shape "
+            f"{_shape_text(shape)} and dtype {dtype}, got {_describe(a)}"
         )
 
 
@@ -173,7 +205,13 @@ def _shape_text(shape) -> str:
 def _describe(a) -> str:
     if not hasattr(a, "shape") or not hasattr(a, "dtype"):
         return f"a {type(a).__name__}"
-    layout = "C-contiguous" if a.flags.c_contiguous else "not C-contiguous"
+    layout = (
+        "C-contiguous"
+        if a.flags.c_contiguous
+        else "Fortran-contiguous"
+        if a.flags.f_contiguous
+        else "not contiguous"
+    )
     return f"a {type(a).__module__.split('.')[0]} {type(a).__name__} {a.shape} {a.dtype} ({layout})"
 
 
@@ -275,6 +313,13 @@ class Backend:
         """The few policies planning by measurement times for this backend (a short list,
         each a few products' worth); empty when the default policy is the only sensible
         one without a full sweep."""
+        return []
+
+    def matmat_candidates(self, matrix: DeviceMatrix, columns: int, order: str) -> list[Policy]:
+        """The policies planning times for ``A @ X`` with X of about ``columns`` columns
+        (a bucket: a power of two) in memory order ``order`` (``"C"`` or ``"F"``), when
+        this backend's plans run an SpMM of their own that the policy shapes (cuSPARSE's
+        algorithms, the row-split kernel's lanes, the merge-path teams); empty otherwise."""
         return []
 
     def plan(self, matrix: DeviceMatrix, policy: Policy) -> Plan:

@@ -27,6 +27,8 @@ from .._launch import (
     name_expression,
 )
 from .._mirror import DeviceMatrix
+from .._spmm import BLOCK_SIZE as SPMM_BLOCK_SIZE
+from .._spmm import column_lanes, nonzero_lanes_for, spmm_supports
 from .base import FLOAT_AND_COMPLEX, Backend, Plan
 from .policy import THREADS_PER_ROW_CHOICES, UnrolledRowPolicy
 
@@ -270,6 +272,11 @@ class CsrVectorPlan(KernelPlan):
         self.textures.launch(self._launch, self.grid, x, y)
         return y
 
+    def _spmm_shape(self) -> tuple:
+        # the row-split SpMM with this policy's threads per row splitting a row's nonzeros
+        # (within what X's column lanes leave of a warp): the vector family's shape
+        return self.policy.threads_per_row, self.policy.block_size
+
 
 class RowGroupBackend(Backend):
     """What the backends of the row-group kernels (``csr_vector``, ``delta16``) share: the
@@ -366,6 +373,18 @@ class CsrVectorBackend(RowGroupBackend):
 
     def plan(self, matrix: DeviceMatrix, policy: CsrVectorPolicy, vector_dtype=None):
         return CsrVectorPlan(matrix, policy, self, vector_dtype)
+
+    def matmat_candidates(self, matrix: DeviceMatrix, columns: int, order: str) -> list:
+        # the planned member's row-split SpMM with the rule's lanes per row for the row's
+        # nonzeros, half and twice that (within what X's column lanes leave of a warp)
+        if not self.planned or not spmm_supports(matrix.dtype):
+            return []
+        column = 1 if order == "F" else column_lanes(matrix.dtype, columns)
+        rule = nonzero_lanes_for(matrix.stats.mean, 32 // column)
+        lanes = [n for n in (rule // 2, rule, rule * 2) if 1 <= n <= 32 // column]
+        return [
+            CsrVectorPolicy(SPMM_BLOCK_SIZE, n, source="candidate") for n in dict.fromkeys(lanes)
+        ]
 
 
 BACKENDS = [

@@ -31,16 +31,17 @@ import numpy as np
 from .. import _cuda
 from .._dtypes import BFLOAT16, FLOAT16, HALF_DTYPES, MIXED_PARTNERS
 from .._mirror import DeviceMatrix
+from .._spmm import is_fortran
 from .base import FLOAT_AND_COMPLEX, Backend, Plan
 from .policy import Policy
 
 # cusparseSpMVAlg_t / cusparseSpMMAlg_t values (cusparse.h, CUDA 12 and 13); the names
 # moved between CuPy releases, so the numbers are spelled out once here.
 SPMV_ALGORITHM = {"default": 0, "csr_alg1": 2, "csr_alg2": 3}
-SPMM_ALGORITHM_DEFAULT = 0
+SPMM_ALGORITHM = {"default": 0, "csr_alg1": 4, "csr_alg2": 6, "csr_alg3": 12}
 OPERATION_NON_TRANSPOSE = 0
 INDEX_BASE_ZERO = 0
-ORDER_ROW = 2
+ORDER_COL, ORDER_ROW = 1, 2
 INDEX_TYPE = {np.dtype(np.int32): 2, np.dtype(np.int64): 3}  # CUSPARSE_INDEX_32I / _64I
 # cudaDataType_t of each value dtype (library_types.h)
 CUDA_DATA_TYPE = {
@@ -52,28 +53,36 @@ CUDA_DATA_TYPE = {
 }
 if BFLOAT16 is not None:
     CUDA_DATA_TYPE[BFLOAT16] = 14  # CUDA_R_16BF
+# SpMM algorithms cusparseSpMM_preprocess speeds up (the cusparseSpMM documentation)
+SPMM_PREPROCESSED = (SPMM_ALGORITHM["csr_alg1"], SPMM_ALGORITHM["csr_alg3"])
 # cuSPARSE computes 16-bit products in float32 (A, x and y in the 16-bit type, compute
 # CUDA_R_32F, alpha and beta float32: the cusparseSpMV table of supported types)
 COMPUTE_DTYPE = {dtype: np.dtype(np.float32) for dtype in HALF_DTYPES}
 
 
-CUSPARSE_ALGORITHMS = ("default", "csr_alg1", "csr_alg2")
+CUSPARSE_ALGORITHMS = tuple(SPMV_ALGORITHM)
+SPMM_ALGORITHMS = tuple(SPMM_ALGORITHM)
 
 
 @dataclass(frozen=True)
 class CusparsePolicy(Policy):
-    """cuSPARSE generic SpMV.
+    """cuSPARSE generic SpMV and SpMM.
 
     Attributes
     ----------
     algorithm : str
-        ``"default"``, ``"csr_alg1"`` or ``"csr_alg2"`` (CUSPARSE_SPMV_CSR_ALG1/2).
+        SpMV's: ``"default"``, ``"csr_alg1"`` or ``"csr_alg2"`` (CUSPARSE_SPMV_CSR_ALG1/2).
     preprocess : bool
         Call ``cusparseSpMV_preprocess`` once per plan where the library has it.
+    spmm_algorithm : str
+        SpMM's (``A @ X``): ``"default"``, ``"csr_alg1"``, ``"csr_alg2"`` or ``"csr_alg3"``
+        (CUSPARSE_SPMM_CSR_ALG1/2/3); ``cusparseSpMM_preprocess`` runs once per k and
+        order for ALG1 and ALG3 where the library has it.
     """
 
     algorithm: str = "default"
     preprocess: bool = False
+    spmm_algorithm: str = "default"
 
     def __post_init__(self):
         super().__post_init__()
@@ -84,6 +93,11 @@ class CusparsePolicy(Policy):
             )
         if not isinstance(self.preprocess, bool):
             raise TypeError(f"preprocess must be a bool, got {self.preprocess!r}")
+        if self.spmm_algorithm not in SPMM_ALGORITHMS:
+            raise ValueError(
+                f"spmm_algorithm={self.spmm_algorithm!r} is not allowed; "
+                f"choose one of {list(SPMM_ALGORITHMS)}"
+            )
 
 
 def _bindings():
@@ -92,10 +106,11 @@ def _bindings():
     return cusparse
 
 
-def has_preprocess() -> bool:
-    """True when the installed CuPy exposes ``cusparseSpMV_preprocess``."""
+def has_preprocess(operation: str = "spMV") -> bool:
+    """True when the installed CuPy exposes ``cusparseSpMV_preprocess`` (``"spMV"``) or
+    ``cusparseSpMM_preprocess`` (``"spMM"``)."""
     try:
-        return hasattr(_bindings(), "spMV_preprocess")
+        return hasattr(_bindings(), f"{operation}_preprocess")
     except ImportError:
         return False
 
@@ -171,6 +186,7 @@ class CusparsePlan(Plan):
         compute = COMPUTE_DTYPE.get(self._dtype, self._dtype)
         self._compute_type = CUDA_DATA_TYPE[compute]
         self._algorithm = SPMV_ALGORITHM[policy.algorithm]
+        self._spmm_algorithm = SPMM_ALGORITHM[policy.spmm_algorithm]
         # alpha = 1, beta = 0 as host scalars of the compute type (the handle's default
         # pointer mode)
         self._alpha = np.ones(1, dtype=compute)
@@ -305,8 +321,10 @@ class CusparsePlan(Plan):
         return y
 
     def _matmat(self, X, Y):
-        """``A @ X`` through cuSPARSE SpMM on row-major (C-contiguous) X and result (column
-        by column through SpMV in mixed precision, which SpMM does not list)."""
+        """``A @ X`` through cuSPARSE SpMM with the policy's algorithm, on X and Y as they
+        are: row-major (C order) or column-major (Fortran order), the dense descriptors
+        saying which, so nothing is copied (column by column through SpMV in mixed
+        precision, which SpMM does not list)."""
         cupy = self._cupy
         k = int(X.shape[1])
         if self._empty or k == 0:
@@ -317,53 +335,56 @@ class CusparsePlan(Plan):
         lib = self._lib
         stream_ptr = cupy.cuda.get_current_stream().ptr
         handle = thread_handle(lib, self._device_id, stream_ptr)
+        fortran = is_fortran(X)
         with self._lock:
-            mat_b, mat_c, workspace = self._spmm_state(handle, k, X, Y, stream_ptr)
+            mat_b, mat_c, workspace = self._spmm_state(handle, k, fortran, X, Y, stream_ptr)
             lib.dnMatSetValues(mat_b.handle, X.data.ptr)
             lib.dnMatSetValues(mat_c.handle, Y.data.ptr)
             lib.spMM(
                 handle,
                 OPERATION_NON_TRANSPOSE,
                 OPERATION_NON_TRANSPOSE,
-                self._alpha.ctypes.data,
-                self._mat.handle,
+                self._alpha_ptr,
+                self._mat_handle,
                 mat_b.handle,
-                self._beta.ctypes.data,
+                self._beta_ptr,
                 mat_c.handle,
                 self._compute_type,
-                SPMM_ALGORITHM_DEFAULT,
+                self._spmm_algorithm,
                 workspace.data.ptr,
             )
         return Y
 
-    def _spmm_state(self, handle, k: int, X, Y, stream_ptr: int):
-        """Dense-matrix descriptors and workspace for k right-hand sides (made once per k)."""
-        key = (k, stream_ptr)
+    def _spmm_state(self, handle, k: int, fortran: bool, X, Y, stream_ptr: int):
+        """Dense-matrix descriptors and workspace for k right-hand sides in one memory
+        order (made once per k, order and stream; preprocessed where that helps)."""
+        key = (k, fortran, stream_ptr)
         state = self._spmm.get(key)
         if state is None:
             lib = self._lib
-            n_cols = self.matrix.shape[1]
+            n_rows, n_cols = self._n_rows, self._n_cols
+            if fortran:  # leading dimension: the rows of each column
+                layout = ((n_cols, k, n_cols, ORDER_COL), (n_rows, k, n_rows, ORDER_COL))
+            else:
+                layout = ((n_cols, k, k, ORDER_ROW), (n_rows, k, k, ORDER_ROW))
+            (rb, cb, ldb, order_b), (rc, cc, ldc, order_c) = layout
             mat_b = _Descriptor(
-                lib.createDnMat(n_cols, k, k, X.data.ptr, self._vector_type, ORDER_ROW),
+                lib.createDnMat(rb, cb, ldb, X.data.ptr, self._vector_type, order_b),
                 lib.destroyDnMat,
             )
             mat_c = _Descriptor(
-                lib.createDnMat(self._n_rows, k, k, Y.data.ptr, self._vector_type, ORDER_ROW),
+                lib.createDnMat(rc, cc, ldc, Y.data.ptr, self._vector_type, order_c),
                 lib.destroyDnMat,
             )
-            size = lib.spMM_bufferSize(
-                handle,
-                OPERATION_NON_TRANSPOSE,
-                OPERATION_NON_TRANSPOSE,
-                self._alpha.ctypes.data,
-                self._mat.handle,
-                mat_b.handle,
-                self._beta.ctypes.data,
-                mat_c.handle,
-                self._compute_type,
-                SPMM_ALGORITHM_DEFAULT,
-            )
+            arguments = (
+                handle, OPERATION_NON_TRANSPOSE, OPERATION_NON_TRANSPOSE, self._alpha_ptr,
+                self._mat_handle, mat_b.handle, self._beta_ptr, mat_c.handle,
+                self._compute_type, self._spmm_algorithm,
+            )  # fmt: skip
+            size = lib.spMM_bufferSize(*arguments)
             workspace = self._cupy.empty(max(int(size), 1), dtype=np.int8)
+            if self._spmm_algorithm in SPMM_PREPROCESSED and has_preprocess("spMM"):
+                lib.spMM_preprocess(*arguments, workspace.data.ptr)
             state = (mat_b, mat_c, workspace)
             self._spmm[key] = state
         return state
@@ -411,6 +432,14 @@ class CusparseBackend(Backend):
         # the algorithm is the one knob whose best value differs by matrix (arrow-like rows:
         # ALG2 0.22 ms against ALG1 0.28 on the H200; most others: ALG1 by 5-20%)
         return [CusparsePolicy(algorithm=a, source="candidate") for a in CUSPARSE_ALGORITHMS]
+
+    def matmat_candidates(self, matrix, columns, order):
+        # SpMM's algorithms, each with the default SpMV policy (what A @ x keeps running)
+        default = self.default_policy(matrix)
+        return [
+            CusparsePolicy(default.algorithm, spmm_algorithm=a, source="candidate")
+            for a in SPMM_ALGORITHMS
+        ]
 
     def plan(self, matrix, policy, vector_dtype=None):
         return CusparsePlan(matrix, policy, vector_dtype)

@@ -11,6 +11,12 @@ more than a warp of tiles has its carries summed by a whole warp, lanes striding
 (a serial walk over 500 tiles per dense row made an arrow matrix 1.7x slower than
 cuSPARSE). Sums run in a fixed order whatever the scheduling: results are bitwise
 reproducible.
+
+``A @ X`` with a row-major X runs the merge-path SpMM of the same file
+(``merge_path_spmm``): runs of ``SPMM_ITEMS_PER_THREAD * nnz_per_thread`` merge items per
+team of lanes across X's columns, rows cut by a run's boundary cleared first and added
+with atomics (those rows agree to rounding, not bitwise). A column-major X takes the
+row-split SpMM of every GPU plan.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import numpy as np
 from .. import _compile, _cuda
 from .._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES, KernelLaunch, name_expression
 from .._mirror import DeviceMatrix
+from .._spmm import aligned, column_lanes, is_fortran, spmm_supports
 from .base import Backend, Plan
 from .policy import Policy, as_int, check_block_size
 
@@ -78,6 +85,22 @@ def fixup_name(value_dtype, index_dtype) -> str:
     return name_expression("merge_path_fixup", value_dtype, index_dtype)
 
 
+SPMM_COLUMN_LANES = (1, 2, 4, 8, 16, 32)
+# Merge items a team of the SpMM consumes, per nnz_per_thread of the policy: a team is a
+# few lanes where the SpMV's tile is a block, so its runs are shorter (32 or 64 items).
+SPMM_ITEMS_PER_THREAD = 8
+
+
+def spmm_name(value_dtype, index_dtype, column_lanes: int) -> str:
+    """C++ name expression of the merge-path SpMM for teams of ``column_lanes`` lanes."""
+    return name_expression("merge_path_spmm", value_dtype, index_dtype, column_lanes)
+
+
+def spmm_zero_name(value_dtype, index_dtype) -> str:
+    """C++ name expression of the kernel clearing the rows the SpMM adds into."""
+    return name_expression("merge_path_spmm_zero", value_dtype, index_dtype)
+
+
 FAMILY = _compile.register_family(
     _compile.KernelFamily(
         SOURCE,
@@ -87,7 +110,14 @@ FAMILY = _compile.register_family(
             for i in CXX_INDEX_TYPES
             for block, items in MERGE_PATH_SHAPES
         )
-        + tuple(fixup_name(v, i) for v in CXX_VALUE_TYPES for i in CXX_INDEX_TYPES),
+        + tuple(fixup_name(v, i) for v in CXX_VALUE_TYPES for i in CXX_INDEX_TYPES)
+        + tuple(
+            spmm_name(v, i, lanes)
+            for v in CXX_VALUE_TYPES
+            for i in CXX_INDEX_TYPES
+            for lanes in SPMM_COLUMN_LANES
+        )
+        + tuple(spmm_zero_name(v, i) for v in CXX_VALUE_TYPES for i in CXX_INDEX_TYPES),
     )
 )
 
@@ -172,6 +202,7 @@ class MergePathPlan(Plan):
             ("carry_row", "carry_value", self.n_tiles, n_rows, "y"),
         )
         self._fixup_grid = -(-self.n_tiles * WARP_LANES // FIXUP_BLOCK)  # a warp per tile
+        self._spmm = None  # the merge-path SpMM, made on the first A @ X
 
     def _launches(self, stream_ptr: int):
         """(main launch, fix-up launch) for one stream, bound to that stream's scratch: carry
@@ -200,6 +231,67 @@ class MergePathPlan(Plan):
             fixup(self._fixup_grid, y=y)
         return y
 
+    def _matmat(self, X, Y):
+        """``A @ X`` by the merge-path SpMM for a row-major X (see the module docstring);
+        a column-major X, 16-bit floats and k = 1 take the base class's way."""
+        k = int(X.shape[1])
+        if k < 2 or is_fortran(X) or not spmm_supports(self._dtype) or self._n_rows == 0:
+            return super()._matmat(X, Y)
+        if self._spmm is None:
+            self._spmm = MergePathSpmm(self.matrix, self.policy)
+        return self._spmm(X, Y)
+
+
+class MergePathSpmm:
+    """The merge-path SpMM of one mirror and policy: team start coordinates and the rows
+    cut by a run's boundary (made once), and a launch per k and alignment."""
+
+    def __init__(self, matrix: DeviceMatrix, policy: MergePathPolicy):
+        cupy = _cuda.cupy_or_none()
+        self.matrix = matrix
+        self.block_size = policy.block_size
+        items = SPMM_ITEMS_PER_THREAD * policy.nnz_per_thread
+        self._team_row, self._team_nz = tile_coordinates(matrix.indptr, matrix.nnz, items, cupy)
+        self.n_teams = int(self._team_row.shape[0]) - 1
+        starts = self._team_row[:-1]
+        cut = self._team_nz[:-1] > matrix.indptr[starts]
+        self._cut_rows = cupy.unique(starts[cut]).astype(matrix.index_dtype)
+        self._launches: dict = {}
+
+    def _launch(self, k: int, vectors: bool):
+        key = (k, vectors)
+        found = self._launches.get(key)
+        if found is None:
+            m = self.matrix
+            lanes = column_lanes(m.dtype, k)
+            main = KernelLaunch(
+                _compile.get_kernel(SOURCE, spmm_name(m.dtype, m.index_dtype, lanes)),
+                self.block_size,
+                (
+                    m.indptr, m.indices, m.data, "x", "y", self._team_row, self._team_nz,
+                    self.n_teams, m.shape[0], k, int(vectors),
+                ),
+            )  # fmt: skip
+            zero = None
+            n_cut = int(self._cut_rows.shape[0])
+            if n_cut:
+                zero = KernelLaunch(
+                    _compile.get_kernel(SOURCE, spmm_zero_name(m.dtype, m.index_dtype)),
+                    FIXUP_BLOCK,
+                    (self._cut_rows, n_cut, k, "y"),
+                )
+            grids = (-(-self.n_teams * lanes // self.block_size), -(-n_cut * k // FIXUP_BLOCK))
+            found = self._launches[key] = (main, zero, grids)
+        return found
+
+    def __call__(self, X, Y):
+        k = int(X.shape[1])
+        main, zero, (grid, zero_grid) = self._launch(k, aligned(X, Y, k))
+        if zero is not None:
+            zero(zero_grid, y=Y)
+        main.xy(grid, X, Y)
+        return Y
+
 
 class MergePathBackend(Backend):
     """Merge-path SpMV: equal work per thread whatever the row lengths; deterministic."""
@@ -220,6 +312,12 @@ class MergePathBackend(Backend):
 
     def plan(self, matrix, policy):
         return MergePathPlan(matrix, policy)
+
+    def matmat_candidates(self, matrix, columns, order):
+        # the merge-path SpMM reads a row-major X; runs of 32 and 64 merge items per team
+        if order != "C" or not spmm_supports(matrix.dtype):
+            return []
+        return [MergePathPolicy(256, items, source="candidate") for items in (4, 8)]
 
 
 BACKENDS = [MergePathBackend()]

@@ -70,6 +70,13 @@ __device__ __forceinline__ complex128 add(complex128 a, complex128 b) {
   return complex128{a.re + b.re, a.im + b.im};
 }
 
+// Values in one 16-byte tile of a row of a row-major dense matrix (the SpMM kernels load X's
+// rows a tile at a time): four floats, two doubles or complex64, one complex128.
+template <typename Value>
+__host__ __device__ constexpr int tile_width() {
+  return sizeof(Value) >= 16 ? 1 : static_cast<int>(16 / sizeof(Value));
+}
+
 // ---------------------------------------------------------------- warp shuffles
 constexpr unsigned FULL_WARP = 0xffffffffu;
 

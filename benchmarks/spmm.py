@@ -1,0 +1,484 @@
+"""``A @ X`` for k columns: sparsegpu ``auto`` against cuSPARSE SpMM, cupyx and torch.sparse.
+
+Issue 34's measurement. For every matrix of ``--set``, value dtype, memory order of X (C,
+Fortran) and k in ``--k``, the median time (CUDA events) of:
+
+``cusparse_<algorithm>``
+    cuSPARSE SpMM called directly (:class:`DirectSpMM`: the CSR, X and Y descriptors, the
+    workspace and ``cusparseSpMM_preprocess`` where it helps made once, then one
+    ``cusparseSpMM`` per product), X and Y in X's own order, each of CSR_ALG1/2/3 and the
+    default; ``cusparse_best`` is the fastest that ran.
+``cupyx``
+    ``cupyx.scipy.sparse.csr_matrix @ X``, as CuPy's users call it (cuSPARSE's default
+    algorithm; CuPy copies a C-order X to Fortran order first).
+``torch``
+    ``torch.sparse_csr_tensor @ X`` on the same device arrays (torch reads X through DLPack
+    strides as they are).
+``auto``
+    a sparsegpu matrix planned on this X (``sparsegpu.choose(A, X)``: its choice, every
+    candidate's time and the planning cost are recorded), then ``A @ X`` as users call
+    it (a new Y each product).
+
+"The best of the three" is the fastest of ``cusparse_best``, ``cupyx`` and ``torch``.
+Every answer is checked against cupyx's first; then all columns of one (matrix, dtype,
+order, k) are timed in alternation, one sample of each per round, each sample a loop of at
+least ``MIN_CALLS`` products. Sets (fit on one, claim on another):
+
+``fit``
+    what the ``A @ X`` rules, the row-split kernel's shapes and the candidate lists were
+    checked and chosen on: a 2-D 5-point stencil of 1000^2, a 3-D 27-point stencil of 64^3,
+    an R-MAT graph of scale 17.
+``heldout``
+    what the claims are made on: the issue's 2-D 5-point 2000^2, 3-D 27-point 100^3 and
+    R-MAT scale 19 (4M nonzeros), a power-law matrix of 1M rows, and the SuiteSparse
+    matrices bundled with sparsegpu of at least 1,000 rows.
+
+Usage (on a GPU machine; ``--quick`` takes three ks and the small matrices)::
+
+    python benchmarks/spmm.py --set heldout --out spmm.json --md spmm.md
+    python benchmarks/spmm.py --from-json spmm.json --md spmm.md --plot spmm.png  # no GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.resources
+import json
+import math
+import pathlib
+import sys
+import time
+
+import numpy as np
+import scipy.io
+
+import sparsegpu as sg
+from sparsegpu import _cuda, _registry, _spmm, _timing
+from sparsegpu.backends import cusparse as cusparse_backend
+from sparsegpu.datasets import synthetic
+
+DEFAULT_MATRICES = importlib.resources.files("sparsegpu.datasets") / "data"
+SETS = ("fit", "heldout")
+KS = (2, 4, 8, 16, 32, 64, 128)
+QUICK_KS = (2, 8, 32)
+# the issue-34 bars: auto against the best of cuSPARSE (direct, best algorithm), cupyx and
+# torch, on every matrix and k, and as a geometric mean
+CLOSE = 0.97
+GEOMEAN_BAR = 1.25
+MIN_CALLS = 3
+REPEAT = 9
+# bundled SuiteSparse matrices with at least this many rows join the held-out set
+MIN_REAL_ROWS = 1000
+THE_THREE = ("cusparse_best", "cupyx", "torch")
+
+
+def synthetic_matrices(which: str, quick: bool) -> dict:
+    """``{name: build() -> scipy CSR}`` of the generated matrices of a set."""
+    if which == "fit":
+        out = {
+            "stencil2d5_1000": lambda: synthetic.stencil_2d(1000),
+            "stencil3d27_64": lambda: synthetic.stencil_3d(64, points=27),
+            "rmat_s17_e8": lambda: synthetic.rmat(17, 8),
+        }
+        return {} if quick else out
+    out = {
+        "stencil2d5_2000": lambda: synthetic.stencil_2d(2000),
+        "stencil3d27_100": lambda: synthetic.stencil_3d(100, points=27),
+        "rmat_s19_e8": lambda: synthetic.rmat(19, 8),
+        "powerlaw_1M_e2.2": lambda: synthetic.power_law(
+            1_000_000, mean=12.0, max_row=20_000, exponent=2.2, seed=6
+        ),
+    }
+    return {} if quick else out
+
+
+def real_matrices(folder) -> dict:
+    out = {}
+    for path in sorted(pathlib.Path(str(folder)).glob("*.mtx*")):
+        A = scipy.io.mmread(str(path)).tocsr()
+        if A.shape[0] >= MIN_REAL_ROWS:
+            out[path.name.split(".mtx")[0]] = lambda A=A: A
+    return out
+
+
+def matrices(which: str, quick: bool, folder) -> dict:
+    if which not in SETS:
+        raise ValueError(f"set={which!r}; use one of {SETS}")
+    out = synthetic_matrices(which, quick)
+    if which == "heldout":
+        out.update(real_matrices(folder))
+    return out
+
+
+class DirectSpMM:
+    """cuSPARSE SpMM called directly: ``Y = A @ X`` as a C program does it.
+
+    The CSR descriptor, dense-matrix descriptors bound to this X and Y (row-major for a
+    C-order X, column-major for a Fortran one: nothing is copied), the workspace and, for
+    ALG1 and ALG3 where the bindings have it, ``cusparseSpMM_preprocess`` are made once;
+    each call is one ``cusparseSpMM``.
+    """
+
+    def __init__(self, mirror, X, Y, algorithm: str):
+        cupy = _cuda.cupy_or_none()
+        self._operands = (mirror, X, Y)  # the descriptors hold their raw pointers
+        lib = self._lib = cusparse_backend._bindings()
+        self._handle = lib.create()
+        lib.setStream(self._handle, cupy.cuda.get_current_stream().ptr)
+        cuda_type = cusparse_backend.CUDA_DATA_TYPE[mirror.dtype]
+        index_type = cusparse_backend.INDEX_TYPE[mirror.index_dtype]
+        (n_rows, n_cols), k = mirror.shape, X.shape[1]
+        self._mat = lib.createCsr(
+            n_rows, n_cols, mirror.nnz, mirror.indptr.data.ptr, mirror.indices.data.ptr,
+            mirror.data.data.ptr, index_type, index_type, 0, cuda_type,
+        )  # fmt: skip
+        if _spmm.is_fortran(X):
+            order, ld_x, ld_y = cusparse_backend.ORDER_COL, n_cols, n_rows
+        else:
+            order, ld_x, ld_y = cusparse_backend.ORDER_ROW, k, k
+        self._x = lib.createDnMat(n_cols, k, ld_x, X.data.ptr, cuda_type, order)
+        self._y = lib.createDnMat(n_rows, k, ld_y, Y.data.ptr, cuda_type, order)
+        self._alpha = np.ones(1, dtype=mirror.dtype)
+        self._beta = np.zeros(1, dtype=mirror.dtype)
+        algorithm = cusparse_backend.SPMM_ALGORITHM[algorithm]
+        args = (
+            self._handle, 0, 0, self._alpha.ctypes.data, self._mat, self._x,
+            self._beta.ctypes.data, self._y, cuda_type, algorithm,
+        )  # fmt: skip
+        self._workspace = cupy.empty(max(int(lib.spMM_bufferSize(*args)), 1), dtype=np.int8)
+        self._args = (*args, self._workspace.data.ptr)
+        if algorithm in cusparse_backend.SPMM_PREPROCESSED and cusparse_backend.has_preprocess(
+            "spMM"
+        ):
+            lib.spMM_preprocess(*self._args)
+        self._spmm = lib.spMM
+
+    def __call__(self):
+        self._spmm(*self._args)
+
+    def close(self):
+        lib = self._lib
+        _cuda.cupy_or_none().cuda.get_current_stream().synchronize()
+        lib.destroyDnMat(self._x)
+        lib.destroyDnMat(self._y)
+        lib.destroySpMat(self._mat)
+        lib.destroy(self._handle)
+        self._operands = None
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch if torch.cuda.is_available() else None
+
+
+def bench_one(name, A, Acx, X, cupy, torch, set_label) -> dict:
+    """One (matrix, dtype, order, k): every contender checked, then timed in alternation."""
+    dtype, k = X.dtype, X.shape[1]
+    fortran = _spmm.is_fortran(X)
+    mirror = A._sg_mirror(_registry.registered()["cusparse"].residence, dtype)
+    reference = Acx @ X
+    scale = max(float(cupy.abs(reference).max()), 1.0) if reference.size else 1.0
+    tol = 64 * np.finfo(dtype).eps * math.sqrt(max(mirror.stats.max, 1)) * scale
+
+    def check(Y, what):
+        err = float(cupy.abs(cupy.asarray(Y) - reference).max()) if reference.size else 0.0
+        if not err <= tol:
+            raise AssertionError(f"{name} {dtype} k={k} {what}: error {err:.3e} > {tol:.3e}")
+
+    fns, directs, refused = {}, [], {}
+    Y = cupy.empty(reference.shape, dtype=dtype, order="F" if fortran else "C")
+    for algorithm in cusparse_backend.SPMM_ALGORITHMS:
+        try:
+            direct = DirectSpMM(mirror, X, Y, algorithm)
+            direct()
+        except Exception as exc:  # an algorithm that does not take this order or dtype
+            refused[algorithm] = f"{type(exc).__name__}: {exc}"
+            continue
+        directs.append(direct)
+        check(Y, f"cusparse {algorithm}")
+        fns[f"cusparse_{algorithm}"] = direct
+    check(Acx @ X, "cupyx")
+    fns["cupyx"] = lambda: Acx @ X
+    if torch is not None:
+        At = torch.sparse_csr_tensor(
+            torch.as_tensor(Acx.indptr), torch.as_tensor(Acx.indices),
+            torch.as_tensor(Acx.data), size=Acx.shape,
+        )  # fmt: skip
+        Xt = torch.as_tensor(X)
+        check(At @ Xt, "torch")
+        fns["torch"] = lambda: At @ Xt
+    start = time.perf_counter()
+    choice = sg.choose(A, X)
+    planning_wall_ms = (time.perf_counter() - start) * 1e3
+    check(A @ X, "auto")
+    fns["auto"] = lambda: A @ X
+    nbytes = _timing.matrix_spmv_bytes(mirror) + (X.size + reference.size) * dtype.itemsize
+    inner = max(MIN_CALLS, min(200, int(2e8 // max(nbytes, 1))))
+    timings = _timing.cuda_time_interleaved(fns, warmup=2, repeat=REPEAT, inner=inner)
+    for direct in directs:
+        direct.close()
+    ms = {key: t.median_ms for key, t in timings.items()}
+    algorithms = {key: v for key, v in ms.items() if key.startswith("cusparse_")}
+    if algorithms:
+        ms["cusparse_best"] = min(algorithms.values())
+    three = {key: ms[key] for key in THE_THREE if key in ms}
+    best = min(three, key=three.get)
+    return {
+        "matrix": name,
+        "set": set_label,
+        "dtype": dtype.name,
+        "order": "F" if fortran else "C",
+        "k": int(k),
+        "n_rows": int(A.shape[0]),
+        "n_cols": int(A.shape[1]),
+        "nnz": int(mirror.nnz),
+        "row_mean": float(mirror.stats.mean),
+        "row_max": int(mirror.stats.max),
+        "calls_per_sample": inner,
+        "ms": ms,
+        "cusparse_refused": refused,
+        "best_of_three": best,
+        "auto_vs_best": ms[best] / ms["auto"],
+        "auto_vs": {key: value / ms["auto"] for key, value in three.items()},
+        "auto_backend": choice.backend,
+        "auto_policy": repr(choice.policy),
+        "auto_level": choice.level,
+        "planning_ms": None if choice.planning_ms is None else float(choice.planning_ms),
+        "planning_wall_ms": planning_wall_ms,
+        "planning_measurements": [
+            {
+                "backend": m.backend,
+                "policy": repr(m.policy),
+                "ms": None if m.ms is None else float(m.ms),
+                "agreed": bool(m.agreed),
+                "note": m.note,
+            }
+            for m in choice.measurements
+        ],
+    }
+
+
+def _geomean(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return float(np.exp(np.mean(np.log(values)))) if values else None
+
+
+def summarize(rows) -> dict:
+    """Per set: the geomean and the lowest of ``auto`` over the best of the three, the rows
+    under ``CLOSE``, and the same per dtype and order."""
+    out = {}
+    for set_label in sorted({r["set"] for r in rows}):
+        sel = [r for r in rows if r["set"] == set_label]
+        worst = min(sel, key=lambda r: r["auto_vs_best"])
+        parts = {}
+        for dtype in sorted({r["dtype"] for r in sel}):
+            for order in ("C", "F"):
+                part = [r for r in sel if r["dtype"] == dtype and r["order"] == order]
+                if part:
+                    parts[f"{dtype} {order}"] = {
+                        "rows": len(part),
+                        "geomean_auto_vs_best": _geomean([r["auto_vs_best"] for r in part]),
+                        "min_auto_vs_best": min(r["auto_vs_best"] for r in part),
+                    }
+        out[set_label] = {
+            "rows": len(sel),
+            "matrices": len({r["matrix"] for r in sel}),
+            "geomean_auto_vs_best": _geomean([r["auto_vs_best"] for r in sel]),
+            "min_auto_vs_best": worst["auto_vs_best"],
+            "worst": f"{worst['matrix']} {worst['dtype']} {worst['order']} k={worst['k']}",
+            "below_close": [
+                f"{r['matrix']} {r['dtype']} {r['order']} k={r['k']}: {r['auto_vs_best']:.2f}x"
+                for r in sel
+                if r["auto_vs_best"] < CLOSE
+            ],
+            "geomean_auto_vs": {
+                key: _geomean([r["auto_vs"].get(key) for r in sel]) for key in THE_THREE
+            },
+            "bars_met": {
+                f"every row >= {CLOSE}x": worst["auto_vs_best"] >= CLOSE,
+                f"geomean >= {GEOMEAN_BAR}x": (_geomean([r["auto_vs_best"] for r in sel]) or 0)
+                >= GEOMEAN_BAR,
+            },
+            "by_dtype_and_order": parts,
+        }
+    return out
+
+
+def markdown(result) -> str:
+    rows = result["results"]
+    summary = result.get("summary") or summarize(rows)
+    ks = sorted({r["k"] for r in rows})
+    lines = [
+        f"# A @ X: auto against the best of cuSPARSE, cupyx and torch on {result['device']}",
+        "",
+        f"CuPy {result['versions'].get('cupy')}, CUDA {result['versions'].get('cuda_runtime')}, "
+        f"torch {result.get('torch') or 'absent'}. Median of CUDA-event timings, the "
+        "contenders of a row timed in alternation (one sample of each per round), each "
+        f"sample a loop of at least {MIN_CALLS} products; every answer checked against "
+        "cupyx's first. Each cell: the time of the best of cuSPARSE SpMM called directly "
+        "(descriptors and workspace made once, the best of CSR ALG1/2/3 and the default), "
+        "cupyx and torch.sparse, divided by `auto`'s (planned on that X first, then "
+        "`A @ X` as users call it): above 1 `auto` is faster. Command: "
+        f"`{result.get('command', 'python benchmarks/spmm.py')}`.",
+        "",
+        "Sets: `fit` is what the A @ X rules, the row-split kernel's shapes and the candidate "
+        "lists were checked and chosen on; `heldout` took no part in that: the issue's "
+        "stencils and R-MAT graph, a power-law matrix and the bundled SuiteSparse matrices.",
+        "",
+    ]
+    for set_label, s in summary.items():
+        lines += [
+            f"## {set_label}: geomean {s['geomean_auto_vs_best']:.2f}x, lowest "
+            f"{s['min_auto_vs_best']:.2f}x ({s['worst']}), {s['rows']} rows on "
+            f"{s['matrices']} matrices",
+            "",
+            "Bars: "
+            + ", ".join(
+                f"{bar}: {'met' if met else 'NOT met'}" for bar, met in s["bars_met"].items()
+            )
+            + ". Geomean of auto over each: "
+            + ", ".join(f"{key} {_x(value)}" for key, value in s["geomean_auto_vs"].items())
+            + ".",
+            "",
+        ]
+        if s["below_close"]:
+            lines += [f"Under {CLOSE}x: " + "; ".join(s["below_close"]), ""]
+        header = "| matrix | rows | nnz | dtype | order | " + " | ".join(f"k={k}" for k in ks)
+        lines += [header + " | auto chose (largest k) |", "|" + "---|" * (len(ks) + 6)]
+        sel = [r for r in rows if r["set"] == set_label]
+        keys = sorted({(r["matrix"], r["dtype"], r["order"]) for r in sel})
+        for matrix, dtype, order in keys:
+            mine = {r["k"]: r for r in sel if (r["matrix"], r["dtype"], r["order"]) == (
+                matrix, dtype, order)}  # fmt: skip
+            last = mine[max(mine)]
+            cells = [_x(mine[k]["auto_vs_best"]) if k in mine else "-" for k in ks]
+            lines.append(
+                f"| {matrix} | {last['n_rows']:,} | {last['nnz']:,} | {dtype} | {order} | "
+                + " | ".join(cells)
+                + f" | {last['auto_backend']} |"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _x(value) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def plot(result, path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in result["results"] if r["set"] == "heldout"] or result["results"]
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    for ax, order in zip(axes, ("C", "F"), strict=True):
+        keys = sorted({(r["matrix"], r["dtype"]) for r in rows if r["order"] == order})
+        for matrix, dtype in keys:
+            mine = [
+                r for r in rows if (r["matrix"], r["dtype"], r["order"]) == (matrix, dtype, order)
+            ]
+            mine.sort(key=lambda r: r["k"])
+            style = "-" if dtype == "float64" else "--"
+            ax.plot([r["k"] for r in mine], [r["auto_vs_best"] for r in mine], style, marker="o")
+        ax.axhline(CLOSE, color="red", linewidth=0.8)
+        ax.axhline(1.0, color="grey", linewidth=0.5)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("k (columns of X)")
+        ax.set_title(f"X in {order} order (solid float64, dashed float32)")
+    axes[0].set_ylabel("auto speed-up over the best of cuSPARSE, cupyx, torch")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def write_outputs(result, args) -> None:
+    if args.out:
+        pathlib.Path(args.out).write_text(json.dumps(result, indent=1))
+    if args.md:
+        pathlib.Path(args.md).write_text(markdown(result))
+    if args.plot:
+        plot(result, args.plot)
+
+
+def run(args, cupy) -> dict:
+    import cupyx.scipy.sparse as cupyx_sparse
+
+    torch = _torch()
+    ks = QUICK_KS if args.quick else tuple(int(k) for k in args.k.split(","))
+    dtypes = [np.dtype(d) for d in args.dtypes.split(",")]
+    orders = args.orders.split(",")
+    rows = []
+    for set_label in SETS if args.set == "both" else (args.set,):
+        for name, build in matrices(set_label, args.quick, args.matrices).items():
+            host = build().tocsr()
+            host.sum_duplicates()
+            for dtype in dtypes:
+                Acx = cupyx_sparse.csr_matrix(host.astype(dtype))
+                A = sg.csr_matrix(Acx)
+                for order in orders:
+                    for k in ks:
+                        rng = np.random.default_rng(k)
+                        X = cupy.asarray(
+                            rng.uniform(-1, 1, (A.shape[1], k)).astype(dtype), order=order
+                        )
+                        row = bench_one(name, A, Acx, X, cupy, torch, set_label)
+                        rows.append(row)
+                        print(
+                            f"{set_label:8} {name:22} {dtype.name:8} {order} k={k:<4} "
+                            f"auto {row['ms']['auto']:.4f} ms ({row['auto_backend']}) "
+                            f"best {row['best_of_three']} {row['ms'][row['best_of_three']]:.4f} ms "
+                            f"-> {row['auto_vs_best']:.2f}x",
+                            flush=True,
+                        )
+                        del X
+                del A, Acx
+                cupy.get_default_memory_pool().free_all_blocks()
+                if torch is not None:
+                    torch.cuda.empty_cache()
+    device = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]
+    return {
+        "device": device.decode() if isinstance(device, bytes) else device,
+        "versions": _cuda.versions(),
+        "torch": None if torch is None else torch.__version__,
+        "command": "python benchmarks/spmm.py " + " ".join(sys.argv[1:]),
+        "results": rows,
+        "summary": summarize(rows),
+    }
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--set", default="heldout", choices=[*SETS, "both"])
+    parser.add_argument("--k", default=",".join(map(str, KS)), help="columns of X, comma-separated")
+    parser.add_argument("--dtypes", default="float64,float32")
+    parser.add_argument("--orders", default="C,F")
+    parser.add_argument("--matrices", default=str(DEFAULT_MATRICES), help="Matrix Market folder")
+    parser.add_argument("--quick", action="store_true", help="three ks, no large matrices")
+    parser.add_argument("--out", help="JSON result file")
+    parser.add_argument("--md", help="markdown table file")
+    parser.add_argument("--plot", help="PNG plot file (needs matplotlib)")
+    parser.add_argument("--from-json", help="redraw --md/--plot from a result file, no GPU")
+    args = parser.parse_args(argv)
+    if args.from_json:
+        write_outputs(json.loads(pathlib.Path(args.from_json).read_text()), args)
+        return 0
+    cupy = _cuda.cupy_or_none()
+    if cupy is None:
+        print(f"spmm: no GPU ({_cuda.unavailable_reason()})", file=sys.stderr)
+        return 2
+    result = run(args, cupy)
+    write_outputs(result, args)
+    for set_label, s in result["summary"].items():
+        print(
+            f"{set_label}: geomean {s['geomean_auto_vs_best']:.2f}x, lowest "
+            f"{s['min_auto_vs_best']:.2f}x ({s['worst']}); bars {s['bars_met']}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
