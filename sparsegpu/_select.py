@@ -230,11 +230,13 @@ def auto_rule(stats, usable_names) -> tuple[str, str]:
     )
 
 
-# A @ X (several right-hand sides): power-law rows go to the merge-path SpMM (row-major X
-# only), whose equal runs of merge items keep every team busy where one row would hold a
-# whole warp of the row-split kernel; otherwise the vector family's row-split SpMM, its
-# lanes across X's columns reading 16 bytes of each X row at a time. Planning then times
-# both, cuSPARSE's SpMM algorithms and the row-split kernel's other shapes.
+# A @ X (several right-hand sides): power-law rows go to the merge-path SpMM, whose equal
+# runs of merge items keep every team busy where one hub row held a whole group of the
+# row-split kernel for 25 times cuSPARSE's time (H100, R-MAT scale 17, k = 2..128; the
+# issue-34 fit run); otherwise the vector family's row-split SpMM, its lanes across X's
+# columns reading 16 bytes of each X row at a time (1.3-3.1x cuSPARSE's best algorithm on
+# the fit stencils). Planning then times both, cuSPARSE's SpMM algorithms and the
+# row-split kernel's other shapes.
 _MATMAT_IRREGULAR = ("merge_path",)
 _MATMAT_REGULAR = ("shuffle", "vector", "readonly")
 
@@ -251,7 +253,7 @@ def matmat_rule(stats, usable_names, operation) -> tuple[str, str]:
     operation : Operation
     """
     irregular = stats.nnz > 0 and (row_class(stats) == "irregular" or stats.max > LONG_ROW)
-    if irregular and operation.order == "C":
+    if irregular:
         for name in _MATMAT_IRREGULAR:
             if name in usable_names:
                 return name, (

@@ -65,10 +65,10 @@ def tile_width(value_dtype) -> int:
     return max(1, TILE_BYTES // value_dtype.itemsize)
 
 
-def column_lanes(value_dtype, k: int) -> int:
-    """Lanes across X's columns for a row-major X of k columns: enough 16-byte tiles to
-    cover k, a power of two, at most a warp."""
-    width = tile_width(value_dtype)
+def column_lanes(value_dtype, k: int, fortran: bool = False) -> int:
+    """Lanes across X's columns for X of k columns: enough 16-byte tiles of a row-major X's
+    rows (one column each of a column-major X) to cover k, a power of two, at most a warp."""
+    width = 1 if fortran else tile_width(value_dtype)
     return _power_of_two_at_least(max(-(-k // width), 1))
 
 

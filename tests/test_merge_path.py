@@ -77,8 +77,8 @@ def test_every_instantiation_is_registered():
     names = set(FAMILY.instantiations)
     assert "merge_path_spmv<complex128, long long, 128, 16>" in names
     assert "merge_path_fixup<float, int>" in names
-    assert "merge_path_spmm<double, long long, 16>" in names
-    spmm = 4 * 2 * len(SPMM_COLUMN_LANES) + 4 * 2  # the SpMM and its clearing kernel
+    assert "merge_path_spmm<double, long long, 16, false>" in names
+    spmm = 4 * 2 * len(SPMM_COLUMN_LANES) * 2 + 4 * 2  # the SpMM (both orders), its clearing
     assert len(names) == 4 * 2 * len(MERGE_PATH_SHAPES) + 4 * 2 + spmm
 
 

@@ -85,7 +85,7 @@ def test_from_json_redraws_without_a_gpu(script, tmp_path):
 def test_sets_keep_fitting_and_claims_apart(script):
     fit = script.matrices("fit", False, script.DEFAULT_MATRICES)
     held = script.matrices("heldout", False, script.DEFAULT_MATRICES)
-    assert set(fit) == {"stencil2d5_1000", "stencil3d27_64", "rmat_s17_e8"}
+    assert set(fit) == {"stencil2d5_60", "stencil2d5_1000", "stencil3d27_64", "rmat_s17_e8"}
     assert {"stencil2d5_2000", "stencil3d27_100", "rmat_s19_e8", "bcsstk13"} <= set(held)
     assert not set(fit) & set(held)
     assert "karate" not in held  # under MIN_REAL_ROWS rows

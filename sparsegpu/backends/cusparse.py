@@ -336,10 +336,17 @@ class CusparsePlan(Plan):
         stream_ptr = cupy.cuda.get_current_stream().ptr
         handle = thread_handle(lib, self._device_id, stream_ptr)
         fortran = is_fortran(X)
+        x_ptr, y_ptr = X.data.ptr, Y.data.ptr
         with self._lock:
-            mat_b, mat_c, workspace = self._spmm_state(handle, k, fortran, X, Y, stream_ptr)
-            lib.dnMatSetValues(mat_b.handle, X.data.ptr)
-            lib.dnMatSetValues(mat_c.handle, Y.data.ptr)
+            mat_b, mat_c, workspace, pointers = self._spmm_state(
+                handle, k, fortran, X, Y, stream_ptr
+            )
+            if pointers[0] != x_ptr:  # re-pointed only when X or Y is another buffer
+                lib.dnMatSetValues(mat_b.handle, x_ptr)
+                pointers[0] = x_ptr
+            if pointers[1] != y_ptr:
+                lib.dnMatSetValues(mat_c.handle, y_ptr)
+                pointers[1] = y_ptr
             lib.spMM(
                 handle,
                 OPERATION_NON_TRANSPOSE,
@@ -385,7 +392,8 @@ class CusparsePlan(Plan):
             workspace = self._cupy.empty(max(int(size), 1), dtype=np.int8)
             if self._spmm_algorithm in SPMM_PREPROCESSED and has_preprocess("spMM"):
                 lib.spMM_preprocess(*arguments, workspace.data.ptr)
-            state = (mat_b, mat_c, workspace)
+            # the buffers the descriptors point at now: X's and Y's
+            state = (mat_b, mat_c, workspace, [X.data.ptr, Y.data.ptr])
             self._spmm[key] = state
         return state
 

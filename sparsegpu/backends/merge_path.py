@@ -12,11 +12,10 @@ more than a warp of tiles has its carries summed by a whole warp, lanes striding
 cuSPARSE). Sums run in a fixed order whatever the scheduling: results are bitwise
 reproducible.
 
-``A @ X`` with a row-major X runs the merge-path SpMM of the same file
-(``merge_path_spmm``): runs of ``SPMM_ITEMS_PER_THREAD * nnz_per_thread`` merge items per
+``A @ X`` runs the merge-path SpMM of the same file (``merge_path_spmm``), X and Y in
+either memory order: runs of ``SPMM_ITEMS_PER_THREAD * nnz_per_thread`` merge items per
 team of lanes across X's columns, rows cut by a run's boundary cleared first and added
-with atomics (those rows agree to rounding, not bitwise). A column-major X takes the
-row-split SpMM of every GPU plan.
+with atomics (those rows agree to rounding, not bitwise).
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ import numpy as np
 from .. import _compile, _cuda
 from .._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES, KernelLaunch, name_expression
 from .._mirror import DeviceMatrix
-from .._spmm import aligned, column_lanes, is_fortran, spmm_supports
+from .._spmm import aligned, column_lanes, spmm_supports
 from .base import Backend, Plan
 from .policy import Policy, as_int, check_block_size
 
@@ -91,9 +90,12 @@ SPMM_COLUMN_LANES = (1, 2, 4, 8, 16, 32)
 SPMM_ITEMS_PER_THREAD = 8
 
 
-def spmm_name(value_dtype, index_dtype, column_lanes: int) -> str:
-    """C++ name expression of the merge-path SpMM for teams of ``column_lanes`` lanes."""
-    return name_expression("merge_path_spmm", value_dtype, index_dtype, column_lanes)
+def spmm_name(value_dtype, index_dtype, column_lanes: int, row_major: bool) -> str:
+    """C++ name expression of the merge-path SpMM for teams of ``column_lanes`` lanes and a
+    row-major (C-order) or column-major X."""
+    return name_expression(
+        "merge_path_spmm", value_dtype, index_dtype, column_lanes, str(row_major).lower()
+    )
 
 
 def spmm_zero_name(value_dtype, index_dtype) -> str:
@@ -112,10 +114,11 @@ FAMILY = _compile.register_family(
         )
         + tuple(fixup_name(v, i) for v in CXX_VALUE_TYPES for i in CXX_INDEX_TYPES)
         + tuple(
-            spmm_name(v, i, lanes)
+            spmm_name(v, i, lanes, row_major)
             for v in CXX_VALUE_TYPES
             for i in CXX_INDEX_TYPES
             for lanes in SPMM_COLUMN_LANES
+            for row_major in (True, False)
         )
         + tuple(spmm_zero_name(v, i) for v in CXX_VALUE_TYPES for i in CXX_INDEX_TYPES),
     )
@@ -232,10 +235,10 @@ class MergePathPlan(Plan):
         return y
 
     def _matmat(self, X, Y):
-        """``A @ X`` by the merge-path SpMM for a row-major X (see the module docstring);
-        a column-major X, 16-bit floats and k = 1 take the base class's way."""
+        """``A @ X`` by the merge-path SpMM (see the module docstring); 16-bit floats and
+        k = 1 take the base class's way."""
         k = int(X.shape[1])
-        if k < 2 or is_fortran(X) or not spmm_supports(self._dtype) or self._n_rows == 0:
+        if k < 2 or not spmm_supports(self._dtype) or self._n_rows == 0:
             return super()._matmat(X, Y)
         if self._spmm is None:
             self._spmm = MergePathSpmm(self.matrix, self.policy)
@@ -258,27 +261,29 @@ class MergePathSpmm:
         self._cut_rows = cupy.unique(starts[cut]).astype(matrix.index_dtype)
         self._launches: dict = {}
 
-    def _launch(self, k: int, vectors: bool):
-        key = (k, vectors)
+    def _launch(self, k: int, fortran: bool, vectors: bool):
+        key = (k, fortran, vectors)
         found = self._launches.get(key)
         if found is None:
             m = self.matrix
-            lanes = column_lanes(m.dtype, k)
+            (n_rows, n_cols), value, index = m.shape, m.dtype, m.index_dtype
+            lanes = column_lanes(value, k, fortran)
             main = KernelLaunch(
-                _compile.get_kernel(SOURCE, spmm_name(m.dtype, m.index_dtype, lanes)),
+                _compile.get_kernel(SOURCE, spmm_name(value, index, lanes, not fortran)),
                 self.block_size,
                 (
                     m.indptr, m.indices, m.data, "x", "y", self._team_row, self._team_nz,
-                    self.n_teams, m.shape[0], k, int(vectors),
+                    self.n_teams, n_rows, n_cols, k, int(vectors),
                 ),
             )  # fmt: skip
             zero = None
             n_cut = int(self._cut_rows.shape[0])
             if n_cut:
+                strides = (1, n_rows) if fortran else (k, 1)  # of Y's rows and columns
                 zero = KernelLaunch(
-                    _compile.get_kernel(SOURCE, spmm_zero_name(m.dtype, m.index_dtype)),
+                    _compile.get_kernel(SOURCE, spmm_zero_name(value, index)),
                     FIXUP_BLOCK,
-                    (self._cut_rows, n_cut, k, "y"),
+                    (self._cut_rows, n_cut, k, *strides, "y"),
                 )
             grids = (-(-self.n_teams * lanes // self.block_size), -(-n_cut * k // FIXUP_BLOCK))
             found = self._launches[key] = (main, zero, grids)
@@ -286,7 +291,8 @@ class MergePathSpmm:
 
     def __call__(self, X, Y):
         k = int(X.shape[1])
-        main, zero, (grid, zero_grid) = self._launch(k, aligned(X, Y, k))
+        fortran = not X._c_contiguous  # (checked: C- or Fortran-contiguous)
+        main, zero, (grid, zero_grid) = self._launch(k, fortran, not fortran and aligned(X, Y, k))
         if zero is not None:
             zero(zero_grid, y=Y)
         main.xy(grid, X, Y)
@@ -314,8 +320,8 @@ class MergePathBackend(Backend):
         return MergePathPlan(matrix, policy)
 
     def matmat_candidates(self, matrix, columns, order):
-        # the merge-path SpMM reads a row-major X; runs of 32 and 64 merge items per team
-        if order != "C" or not spmm_supports(matrix.dtype):
+        # the merge-path SpMM with runs of 32 and 64 merge items per team
+        if not spmm_supports(matrix.dtype):
             return []
         return [MergePathPolicy(256, items, source="candidate") for items in (4, 8)]
 

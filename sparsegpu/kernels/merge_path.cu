@@ -286,16 +286,18 @@ __global__ void merge_path_fixup(const I* __restrict__ carry_row,
 }
 
 // ------------------------------------------------------------------------------ SpMM
-// merge_path_spmm: Y = A @ X for a row-major (C-order) X of k columns, load-balanced the
-// same way: the merge path of row ends and nonzeros is cut into equal runs of `items`
-// items, one run per team of COLUMN_LANES lanes (start coordinates computed once per
-// plan), so a power-law row costs what its nonzeros cost, spread over many teams. Each
-// lane of a team keeps a 16-byte tile of X's columns (four floats, two doubles); passes
-// cover k beyond COLUMN_LANES tiles. A row whose end and first nonzero lie in one team's
-// run is stored by that team; a row cut by a run's boundary is added to Y with atomics by
-// every team that holds part of it, after merge_path_spmm_zero cleared it (the rows cut
-// are known per plan). The order of those additions varies from run to run: such rows
-// agree to rounding, not bitwise, unlike merge_path_spmv. Work O(n_rows + nnz * k).
+// merge_path_spmm: Y = A @ X for a dense X of k columns, load-balanced the same way: the
+// merge path of row ends and nonzeros is cut into equal runs of `items` items, one run
+// per team of COLUMN_LANES lanes (start coordinates computed once per plan), so a
+// power-law row costs what its nonzeros cost, spread over many teams. With a row-major X
+// (C order, ROW_MAJOR) each lane of a team keeps a 16-byte tile of X's columns (four
+// floats, two doubles); with a column-major X (Fortran order) one column each, read down
+// the column. Passes cover k beyond the team's lanes. A row whose first nonzero and end
+// lie in one team's run is stored by that team; a row cut by a run's boundary is added to
+// Y with atomics by every team that holds part of it, after merge_path_spmm_zero cleared
+// it (the rows cut are known per plan). The order of those additions varies from run to
+// run: such rows agree to rounding, not bitwise, unlike merge_path_spmv.
+// Work O(n_rows + nnz * k).
 __device__ __forceinline__ void atomic_add_value(float* p, float v) { atomicAdd(p, v); }
 __device__ __forceinline__ void atomic_add_value(double* p, double v) { atomicAdd(p, v); }
 __device__ __forceinline__ void atomic_add_value(complex64* p, complex64 v) {
@@ -307,11 +309,11 @@ __device__ __forceinline__ void atomic_add_value(complex128* p, complex128 v) {
     atomicAdd(&p->im, v.im);
 }
 
-// One team's share of one row for the columns first..first+count-1: stored when the team
-// holds the whole row, else added.
+// One team's share of one row, `count` values `stride` apart from y: stored when the
+// team holds the whole row (one 16-byte store when `whole`), else added.
 template <typename V, int WIDTH>
-__device__ __forceinline__ void spmm_write(V* y, const V (&sum)[WIDTH], int count, bool whole,
-                                           bool alone) {
+__device__ __forceinline__ void spmm_write(V* y, long long stride, const V (&sum)[WIDTH],
+                                           int count, bool whole, bool alone) {
     if (alone && whole) {
         int4 v;
         memcpy(&v, sum, sizeof(v));
@@ -322,25 +324,26 @@ __device__ __forceinline__ void spmm_write(V* y, const V (&sum)[WIDTH], int coun
     for (int t = 0; t < WIDTH; ++t) {
         if (t < count) {
             if (alone) {
-                y[t] = sum[t];
+                y[t * stride] = sum[t];
             } else {
-                atomic_add_value(y + t, sum[t]);
+                atomic_add_value(y + t * stride, sum[t]);
             }
         }
     }
 }
 
-// aligned: X and Y start 16-byte aligned and k * sizeof(V) is a multiple of 16.
-template <typename V, typename I, int COLUMN_LANES>
+// aligned (row-major only): X and Y start 16-byte aligned and k * sizeof(V) is a multiple
+// of 16, so a full tile is one 16-byte load or store.
+template <typename V, typename I, int COLUMN_LANES, bool ROW_MAJOR>
 __global__ void merge_path_spmm(const I* __restrict__ indptr, const I* __restrict__ indices,
                                 const V* __restrict__ data, const V* __restrict__ X,
                                 V* __restrict__ Y, const I* __restrict__ team_row,
                                 const I* __restrict__ team_nz, long long n_teams,
-                                long long n_rows, int k, int aligned) {
+                                long long n_rows, long long n_cols, int k, int aligned) {
     static_assert(COLUMN_LANES >= 1 && COLUMN_LANES <= 32 &&
                       (COLUMN_LANES & (COLUMN_LANES - 1)) == 0,
                   "COLUMN_LANES must be a power of two up to 32");
-    constexpr int WIDTH = tile_width<V>();
+    constexpr int WIDTH = ROW_MAJOR ? tile_width<V>() : 1;
     const long long team =
         (blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x) / COLUMN_LANES;
     if (team >= n_teams) {
@@ -351,13 +354,18 @@ __global__ void merge_path_spmm(const I* __restrict__ indptr, const I* __restric
     const I first_nz = team_nz[team];
     const long long last_row = team_row[team + 1];  // the row the run ends in (not its end)
     const I last_nz = team_nz[team + 1];
+    // element (i, c) of X and Y: i * k + c row-major, i + c * rows column-major
+    const long long x_column = ROW_MAJOR ? 1 : n_cols;
+    const long long y_column = ROW_MAJOR ? 1 : n_rows;
     for (int pass = 0; pass < k; pass += COLUMN_LANES * WIDTH) {
         const int first = pass + column_lane * WIDTH;
         const int count = min(WIDTH, k - first);
         if (count <= 0) {
             continue;  // no shuffles in this kernel: lanes go their own way
         }
-        const bool whole = aligned != 0 && count == WIDTH;
+        const bool whole = ROW_MAJOR && aligned != 0 && count == WIDTH;
+        const V* x_first = X + (ROW_MAJOR ? first : first * n_cols);
+        V* y_first = Y + (ROW_MAJOR ? first : first * n_rows);
         I j = first_nz;
         for (long long row = first_row; row <= last_row && row < n_rows; ++row) {
             const I row_start = indptr[row];
@@ -371,7 +379,8 @@ __global__ void merge_path_spmm(const I* __restrict__ indptr, const I* __restric
 #pragma unroll 4
             for (; j < stop; ++j) {
                 const V a = data[j];
-                const V* x = X + static_cast<long long>(indices[j]) * k + first;
+                const long long column = indices[j];
+                const V* x = x_first + (ROW_MAJOR ? column * k : column);
                 if (whole) {
                     const int4 v = __ldg(reinterpret_cast<const int4*>(x));
                     V tile[WIDTH];
@@ -384,7 +393,7 @@ __global__ void merge_path_spmm(const I* __restrict__ indptr, const I* __restric
 #pragma unroll
                     for (int t = 0; t < WIDTH; ++t) {
                         if (t < count) {
-                            sum[t] = multiply_add(sum[t], a, load_readonly(x + t));
+                            sum[t] = multiply_add(sum[t], a, load_readonly(x + t * x_column));
                         }
                     }
                 }
@@ -392,18 +401,22 @@ __global__ void merge_path_spmm(const I* __restrict__ indptr, const I* __restric
             const bool ends_here = row < last_row;
             const bool starts_here = row > first_row || first_nz == row_start;
             if (ends_here || j > begun) {  // a share of the row, or the whole row
-                spmm_write(Y + row * k + first, sum, count, whole, ends_here && starts_here);
+                V* y = y_first + (ROW_MAJOR ? row * k : row);
+                spmm_write(y, y_column, sum, count, whole, ends_here && starts_here);
             }
         }
     }
 }
 
-// Clears the rows cut by a run's boundary (merge_path_spmm adds into them).
+// Clears the rows cut by a run's boundary (merge_path_spmm adds into them): element
+// (rows[i], c) of Y is at rows[i] * row_stride + c * column_stride.
 template <typename V, typename I>
 __global__ void merge_path_spmm_zero(const I* __restrict__ rows, long long n, int k,
+                                     long long row_stride, long long column_stride,
                                      V* __restrict__ Y) {
     const long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;
     if (i < n * k) {
-        Y[static_cast<long long>(rows[i / k]) * k + i % k] = value_zero<V>();
+        Y[static_cast<long long>(rows[i / k]) * row_stride + (i % k) * column_stride] =
+            value_zero<V>();
     }
 }
