@@ -405,10 +405,20 @@ def write_outputs(result, args) -> None:
         plot(result, args.plot)
 
 
-def run(args, cupy) -> dict:
+def run(args, cupy, after_each=None) -> dict:
+    """Every row of the run; ``after_each(result)`` gets the result so far after each
+    matrix (the outputs are written as the run goes)."""
     import cupyx.scipy.sparse as cupyx_sparse
 
     torch = _torch()
+    device = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]
+    result = {
+        "device": device.decode() if isinstance(device, bytes) else device,
+        "versions": _cuda.versions(),
+        "torch": None if torch is None else torch.__version__,
+        "command": "python benchmarks/spmm.py " + " ".join(sys.argv[1:]),
+        "results": [],
+    }
     ks = QUICK_KS if args.quick else tuple(int(k) for k in args.k.split(","))
     dtypes = [np.dtype(d) for d in args.dtypes.split(",")]
     orders = args.orders.split(",")
@@ -440,15 +450,10 @@ def run(args, cupy) -> dict:
                 cupy.get_default_memory_pool().free_all_blocks()
                 if torch is not None:
                     torch.cuda.empty_cache()
-    device = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]
-    return {
-        "device": device.decode() if isinstance(device, bytes) else device,
-        "versions": _cuda.versions(),
-        "torch": None if torch is None else torch.__version__,
-        "command": "python benchmarks/spmm.py " + " ".join(sys.argv[1:]),
-        "results": rows,
-        "summary": summarize(rows),
-    }
+            result["results"], result["summary"] = rows, summarize(rows)
+            if after_each is not None:
+                after_each(result)
+    return result
 
 
 def main(argv=None) -> int:
@@ -471,8 +476,7 @@ def main(argv=None) -> int:
     if cupy is None:
         print(f"spmm: no GPU ({_cuda.unavailable_reason()})", file=sys.stderr)
         return 2
-    result = run(args, cupy)
-    write_outputs(result, args)
+    result = run(args, cupy, after_each=lambda partial: write_outputs(partial, args))
     for set_label, s in result["summary"].items():
         print(
             f"{set_label}: geomean {s['geomean_auto_vs_best']:.2f}x, lowest "

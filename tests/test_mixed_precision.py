@@ -9,7 +9,7 @@ import pytest
 import scipy.sparse as sp
 
 import sparsegpu as sg
-from sparsegpu import _dispatch, _planning
+from sparsegpu import _planning
 from sparsegpu.testing import INDEX_DTYPES, assert_product_close, awkward_matrices, random_vector
 
 MIXED_BACKENDS = ["vector", "readonly", "shuffle", "delta16", "cusparse"]
@@ -187,6 +187,6 @@ def test_auto_plans_among_the_backends_that_compute_it(cupy):
     assert all(m.agreed for m in choice.measurements if m.ms is not None)
     assert sg.explain(A, np.float64) == choice
     # the products run what planning chose, on the float32 values
-    kept = A._sg_cache_dict().choices[_dispatch._auto_key(A, np.float64)]
+    kept = A._sg_cache_dict().choices[_planning.auto_key(A._sg_operand(), np.float64)]
     assert kept.choice.backend == choice.backend and kept.plan.matrix.dtype == np.float32
     assert_product_close(A @ x, S.astype(np.float64) @ x.get(), np.float64, 5)
