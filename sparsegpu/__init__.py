@@ -30,7 +30,8 @@ from ._matrix import csc_matrix as csc_matrix
 from ._matrix import csr_array as csr_array
 from ._matrix import csr_matrix as csr_matrix
 from ._matrix import matvec
-from ._planning import choose, explain, plan, planning
+from ._planning import choose, plan, planning
+from ._products import explain, galerkin_product, spgemm
 from ._registry import (
     BackendStatus,
     BackendUnavailableError,
@@ -59,6 +60,7 @@ __all__ = [
     "diags",
     "explain",
     "eye",
+    "galerkin_product",
     "hstack",
     "identity",
     "io",
@@ -70,6 +72,7 @@ __all__ = [
     "random",
     "register_backend",
     "reorder",
+    "spgemm",
     "suitesparse",
     "unregister_backend",
     "use_backend",

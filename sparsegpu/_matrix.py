@@ -15,6 +15,13 @@ below). While such a mirror lives the host arrays are read-only, so an in-place 
 like ``A.data[0] = 1`` is refused by numpy instead of going unseen; assigning a new array
 (``A.data = new``) or calling any scipy method works as usual. Matrices sharing arrays
 (``A.T`` shares ``A``'s) drop their mirrors together.
+
+Results kept on the device
+--------------------------
+A sparse product of GPU operands (``A @ B``) returns a matrix whose device copy is its
+mirror and whose host arrays are made when the host first reads one of them
+(:mod:`sparsegpu._pending`): ``A @ B @ C``, ``C @ x`` and a solve with ``C`` never copy it
+to the host. Its shape, dtype, nnz and transposes need no host arrays either.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ import weakref
 import numpy as np
 import scipy.sparse as sp
 
-from . import _cuda, _dispatch, _planning, _registry
+from . import _cuda, _dispatch, _planning, _registry, _sparse_product
 from ._dtypes import is_half
 from ._host_buffers import (
     ARRAY_NAMES,
@@ -42,6 +49,7 @@ from ._host_buffers import (
     unhold,
 )
 from ._mirror import DeviceMatrix, MatrixCache, MirrorKey, Residence
+from ._pending import PendingArrays
 from ._select import Operand
 from ._write_through import write_through
 
@@ -59,6 +67,22 @@ def _half_target(dtype, arg1) -> np.dtype | None:
     return found if found is not None and is_half(found) else None
 
 
+_ATTRIBUTES: dict[type, dict] = {}
+
+
+def _attributes_of(cls) -> dict:
+    """The instance attributes scipy's constructor gives a ``cls`` besides its arrays, shape
+    and flags (``maxprint``...), read once from an empty instance."""
+    found = _ATTRIBUTES.get(cls)
+    if found is None:
+        empty = cls((np.empty(0), np.empty(0, np.int32), np.zeros(1, np.int32)), shape=(0, 0))
+        skip = {*ARRAY_NAMES, "_shape", "_has_sorted_indices", "_has_canonical_format"}
+        found = _ATTRIBUTES[cls] = {
+            k: v for k, v in empty.__dict__.items() if k not in skip and not k.startswith("_sg_")
+        }
+    return found
+
+
 def _release(matrix) -> set[int]:
     """Drop a matrix's mirrors and its holds on buffers (call under MIRROR_LOCK).
 
@@ -74,7 +98,13 @@ def _stored(name):
     """A property storing ``name`` in the instance dict; assignment drops the mirrors."""
 
     def fget(self):
-        value = self.__dict__[name]
+        try:
+            value = self.__dict__[name]
+        except KeyError:
+            if "_sg_pending" not in self.__dict__:
+                raise
+            self._sg_materialise()  # a result kept on the device: first host use
+            value = self.__dict__[name]
         # while a mirror holds the buffer, hand out a view whose writes drop the mirror
         if "_sg_roots" in self.__dict__ and type(value) is np.ndarray and not value.flags.writeable:
             return write_through(value, self)
@@ -84,6 +114,8 @@ def _stored(name):
         # scipy re-assigns unchanged arrays and shapes (check_format): only a real change
         # drops this matrix's mirrors. Assignment never changes a shared buffer's contents,
         # so other matrices sharing the old array keep theirs.
+        if "_sg_pending" in self.__dict__:
+            self._sg_materialise()  # the other arrays must exist before one is replaced
         old = self.__dict__.get(name)
         if old is None or old is value or (name == "_shape" and old == value):
             self.__dict__[name] = value
@@ -103,12 +135,27 @@ def _stored(name):
     )
 
 
+def _sorted_flag(d) -> bool:
+    return d.get("_has_sorted_indices") is True
+
+
+def _canonical_flag(d) -> bool:
+    return d.get("_has_canonical_format") is True and d.get("_has_sorted_indices") is not False
+
+
+# scipy's in-place methods that change nothing when scipy's cached flags say so (scipy
+# reads the same flags first): then no mirror needs dropping (a product result is canonical)
+_NO_OP_WHEN = {"sort_indices": _sorted_flag, "sum_duplicates": _canonical_flag}
+
+
 def _invalidating(method_name):
     """Wrap scipy's method ``method_name``, which changes the arrays' contents in place, so
     that it first drops the mirrors of every matrix sharing them."""
+    no_op = _NO_OP_WHEN.get(method_name)
 
     def method(self, *args, **kwargs):
-        self._sg_invalidate()
+        if no_op is None or not no_op(self.__dict__):
+            self._sg_invalidate()
         return getattr(super(_SparseGPUMixin, self), method_name)(*args, **kwargs)
 
     method.__name__ = method_name
@@ -226,6 +273,9 @@ class _SparseGPUMixin:
 
     # ------------------------------------------------------------------- mirror
     def _sg_index_dtype(self) -> np.dtype:
+        pending = self.__dict__.get("_sg_pending")
+        if pending is not None:
+            return pending.index_dtype
         return np.promote_types(self.indices.dtype, self.indptr.dtype)
 
     def _sg_layout(self):
@@ -261,8 +311,9 @@ class _SparseGPUMixin:
 
     def _sg_build_mirror(self, residence, value_dtype) -> DeviceMatrix:
         csr_shape, transposed = self._sg_layout()
-        arrays = [self.__dict__[n] for n in ARRAY_NAMES]
         if not residence.copies:
+            self._sg_materialise()
+            arrays = [self.__dict__[n] for n in ARRAY_NAMES]
             # The host mirror aliases the arrays (scipy computes on them, also in CSC
             # layout), so it is never stale; they are still held, so that a write through
             # A.data/A.indices drops the mirror and the next product validates them again
@@ -278,6 +329,8 @@ class _SparseGPUMixin:
         shared = self._sg_shared_arrays()
         stored = shared.get((residence.name, "stored"))
         if stored is None:
+            self._sg_materialise()  # a result kept on another residence's device
+            arrays = [self.__dict__[n] for n in ARRAY_NAMES]
             arrays = own_arrays(live_sharers(shared), arrays)
             stored = DeviceMatrix.from_host(*arrays, csr_shape, residence)
             shared[(residence.name, "stored")] = stored
@@ -340,6 +393,51 @@ class _SparseGPUMixin:
             other.__dict__["_sg_shared"] = {"sharers": [weakref.ref(other)], **seeded}
             other._sg_lock_arrays([other.__dict__[n] for n in ARRAY_NAMES])
 
+    def _sg_materialise(self) -> None:
+        """Make the host arrays of a result kept on the device (its first host use).
+
+        Every live matrix sharing the same pending arrays (a result and its transposes)
+        takes the same downloaded arrays; as a device copy of them lives, they are held
+        read-only like those of any matrix with a mirror.
+        """
+        if "_sg_pending" not in self.__dict__:
+            return
+        with MIRROR_LOCK:
+            pending = self.__dict__.get("_sg_pending")
+            if pending is None:
+                return
+            arrays = pending.host()
+            shared = self.__dict__.get("_sg_shared") or {"sharers": [weakref.ref(self)]}
+            for sharer in [self, *live_sharers(shared)]:
+                d = sharer.__dict__
+                if d.get("_sg_pending") is not pending:
+                    continue
+                d.update(zip(ARRAY_NAMES, arrays, strict=True))
+                del d["_sg_pending"]
+                if any(key != "sharers" for key in d.get("_sg_shared", ())):
+                    sharer._sg_lock_arrays(arrays)
+            pending.forget_host()
+
+    @classmethod
+    def _sg_on_device(cls, stored: DeviceMatrix, shape, like, pending=None, shared=None):
+        """A ``cls`` matrix of ``shape`` whose arrays are ``stored`` (canonical CSR of its
+        stored layout), kept on the device until the host reads them; ``like``'s backend
+        choice. ``pending`` and ``shared`` are given for a view sharing another's arrays.
+        """
+        matrix = cls.__new__(cls)
+        d = matrix.__dict__
+        d.update(_attributes_of(cls))
+        d["_shape"] = (int(shape[0]), int(shape[1]))
+        d["_has_sorted_indices"] = True
+        d["_has_canonical_format"] = True
+        d["_sg_pending"] = pending or PendingArrays(stored)
+        if shared is None:
+            shared = {"sharers": [], (stored.residence.name, "stored"): stored}
+        with MIRROR_LOCK:
+            shared["sharers"] = live_refs(shared["sharers"]) + [weakref.ref(matrix)]
+        d["_sg_shared"] = shared
+        return like._sg_inherit(matrix)
+
     def _sg_lock_arrays(self, arrays) -> None:
         """Hold the buffers behind ``arrays`` read-only while this matrix's mirror lives."""
         hold(self, self.__dict__.setdefault("_sg_roots", set()), arrays)
@@ -367,6 +465,7 @@ class _SparseGPUMixin:
     def _sg_invalidate(self) -> None:
         """The arrays' contents are about to change: drop the mirrors of every matrix that
         shares a buffer with this one (``A.T`` shares ``A``'s), and give the buffers back."""
+        self._sg_materialise()
         d = self.__dict__
         roots = {root_id(d[n]) for n in ARRAY_NAMES if n in d}
         roots.update(d.get("_sg_roots", ()))
@@ -399,7 +498,26 @@ class _SparseGPUMixin:
         self._sg_invalidate()
         sp.spmatrix.set_shape(self, value)
 
+    @property
+    def dtype(self):
+        """The values' dtype (scipy's; known without host arrays for a result kept on the
+        device)."""
+        pending = self.__dict__.get("_sg_pending")
+        return pending.dtype if pending is not None else self.data.dtype
+
+    @dtype.setter
+    def dtype(self, newtype):
+        self.data = self.data.view(newtype)
+
+    @property
+    def nnz(self) -> int:
+        """Number of stored values, including explicit zeros (scipy's; known without host
+        arrays for a result kept on the device)."""
+        pending = self.__dict__.get("_sg_pending")
+        return pending.nnz if pending is not None else super().nnz
+
     def __getstate__(self):
+        self._sg_materialise()
         state = dict(self.__dict__)
         state.pop("_sg_cache", None)
         state.pop("_sg_shared", None)
@@ -491,6 +609,13 @@ class _SparseGPUMixin:
         return super().__rmatmul__(other)
 
     def transpose(self, axes=None, copy=False):
+        pending = self.__dict__.get("_sg_pending")
+        if pending is not None and axes is None:  # a view of the same arrays, on the device
+            cls = self._csc_container if self.format == "csr" else self._csr_container
+            shape = self.shape[::-1]
+            if copy:
+                return cls._sg_on_device(pending.device, shape, self)
+            return cls._sg_on_device(pending.device, shape, self, pending, self._sg_shared)
         result = self._sg_inherit(super().transpose(axes=axes, copy=copy))
         if not copy and isinstance(result, _SparseGPUMixin):
             self._sg_share_with(result)
@@ -499,6 +624,9 @@ class _SparseGPUMixin:
     transpose.__doc__ = sp.csr_matrix.transpose.__doc__
 
     def copy(self):
+        pending = self.__dict__.get("_sg_pending")
+        if pending is not None:  # device arrays are never written: the copy may share them
+            return type(self)._sg_on_device(pending.device, self.shape, self)
         result = self._sg_inherit(super().copy())
         self._sg_seed_copy(result, conjugate=False)
         return result
@@ -586,9 +714,15 @@ class _SparseGPUMixin:
     tocsc.__doc__ = sp.csr_matrix.tocsc.__doc__
 
     def _matmul_sparse(self, other):
+        stored = _sparse_product.product(self, other)
+        if stored is not None:  # computed on the GPU: kept there
+            return type(self)._sg_on_device(stored, (self.shape[0], other.shape[1]), self)
         return self._sg_adopt(super()._matmul_sparse(other))
 
     def _mul_sparse_matrix(self, other):  # scipy < 1.13
+        stored = _sparse_product.product(self, other)
+        if stored is not None:
+            return type(self)._sg_on_device(stored, (self.shape[0], other.shape[1]), self)
         return self._sg_adopt(super()._mul_sparse_matrix(other))
 
     # Python calls a reflected operator of the right operand first when its class is a

@@ -410,18 +410,31 @@ class DeviceMemoryError(MemoryError):
     """Not enough GPU memory for a mirror or a product; says how much was needed and free."""
 
 
-def memory_error(needed: int, what: str) -> DeviceMemoryError:
-    """A MemoryError saying what needed how many bytes and how many are free on the GPU."""
-    free = "an unknown number of"
+def device_free_bytes() -> int | None:
+    """Bytes a new GPU allocation can take now: the device's free memory plus what CuPy's
+    pool holds unused, within the pool's limit when one is set; None without a GPU."""
     cupy = _cuda.cupy_or_none()
-    if cupy is not None:
-        try:
-            free_b, _ = cupy.cuda.runtime.memGetInfo()
-            free = f"{free_b + cupy.get_default_memory_pool().free_bytes():,}"
-        except Exception:
-            pass
+    if cupy is None:
+        return None
+    try:
+        pool = cupy.get_default_memory_pool()
+        free = cupy.cuda.runtime.memGetInfo()[0] + pool.free_bytes()
+        limit = pool.get_limit()
+    except Exception:
+        return None
+    if limit:
+        free = min(free, limit - pool.used_bytes())
+    return max(int(free), 0)
+
+
+def memory_error(needed: int, what: str, free: int | None = None) -> DeviceMemoryError:
+    """A MemoryError saying what needed how many bytes and how many are free on the GPU
+    (``free`` when the caller knows it better, else :func:`device_free_bytes`)."""
+    if free is None:
+        free = device_free_bytes()
+    free_text = "an unknown number of" if free is None else f"{free:,}"
     return DeviceMemoryError(
-        f"{what} needs {needed:,} bytes of GPU memory but only {free} bytes are free; "
+        f"{what} needs {needed:,} bytes of GPU memory but only {free_text} bytes are free; "
         "free GPU memory or use the 'scipy' backend (A.backend = 'scipy')"
     )
 

@@ -7,6 +7,9 @@
 * :class:`CountingBackend`: wraps a backend and counts the products that reach it,
   proving that a code path (a scipy solver, say) went through the dispatcher.
 * :func:`no_gpu_reason`: the one skip reason of every test that needs a GPU.
+* :class:`HostSpgemm`: a test-only SpGEMM engine for the host-copy residence (scipy's
+  product with a modelled work space), so that sparse products kept "on the device",
+  their planning, row blocks and memory errors run on machines without a GPU.
 """
 
 from __future__ import annotations
@@ -19,10 +22,11 @@ import scipy.sparse as sp
 
 from . import _cuda
 from ._dtypes import HALF_DTYPES, is_half
-from ._mirror import Residence
+from ._mirror import DeviceMatrix, Residence
 from ._oracle import random_values, random_vector, tolerance
 from .backends.base import Backend, Plan
 from .backends.scipy_reference import ScipyBackend, ScipyPlan
+from .backends.spgemm import SpgemmEngine, mark_canonical, row_products
 
 
 def no_gpu_reason() -> str:
@@ -151,6 +155,83 @@ class HostCopyBackend(ScipyBackend):
     residence = HOST_COPY
 
 
+class HostSpgemm(SpgemmEngine):
+    """Test-only SpGEMM on host-copy mirrors: scipy's product, sorted.
+
+    Its work space is modelled (``bytes_per_product`` for each intermediate product under
+    ``alg1``, a quarter of that under ``alg2``) and taken from the product's budget, so
+    that a ``memory_limit`` drives the lean algorithm, the row blocks and the MemoryError
+    exactly as device memory does on the GPU. ``reuse`` gives :class:`HostReusePlan`.
+    Register it with ``sparsegpu.backends.spgemm.register_engine("host-copy", ...)``.
+    """
+
+    name = "host"
+
+    def __init__(self, bytes_per_product: int = 16):
+        self.bytes_per_product = bytes_per_product
+
+    def algorithms(self):
+        return ("alg1", "alg2")
+
+    def lean_algorithms(self):
+        return ("alg2",)
+
+    def work_space(self, left, right, algorithm) -> int:
+        per_product = self.bytes_per_product if algorithm == "alg1" else self.bytes_per_product // 4
+        return int(row_products(left, right).sum()) * per_product
+
+    def _multiply(self, left, right, algorithm, sink):
+        work = sink.budget.reserve(self.work_space(left, right, algorithm), "modelled work space")
+        try:
+            product = _scipy_product(left, right)
+            indptr, indices, data = sink.allocate(product.nnz)
+            indptr[...], indices[...], data[...] = product.indptr, product.indices, product.data
+        finally:
+            sink.budget.unreserve(work)
+        return sink.finish()
+
+    def _count(self, left, right, algorithm, budget):
+        work = budget.reserve(self.work_space(left, right, algorithm), "modelled work space")
+        budget.unreserve(work)
+        return _scipy_product(left, right).nnz
+
+    def reuse(self, left, right, budget):
+        return HostReusePlan(left, right)
+
+
+def _scipy_product(left: DeviceMatrix, right: DeviceMatrix):
+    def csr(m):
+        return sp.csr_matrix((m.data, m.indices, m.indptr), shape=m.shape)
+
+    product = csr(left) @ csr(right)
+    product.sort_indices()
+    return product
+
+
+class HostReusePlan:
+    """The reuse plan of :class:`HostSpgemm`: keeps the patterns it was made for (copies)
+    and recomputes the whole product with scipy."""
+
+    def __init__(self, left: DeviceMatrix, right: DeviceMatrix):
+        self.patterns = [(m.indptr.copy(), m.indices.copy()) for m in (left, right)]
+        self.held_bytes = sum(a.nbytes for pattern in self.patterns for a in pattern)
+
+    def matches(self, left, right) -> bool:
+        return all(
+            np.array_equal(indptr, m.indptr) and np.array_equal(indices, m.indices)
+            for (indptr, indices), m in zip(self.patterns, (left, right), strict=True)
+        )
+
+    def compute(self, left, right, budget):
+        product = _scipy_product(left, right)
+        arrays = []
+        for source in (product.data, product.indices, product.indptr):
+            arrays.append(budget.empty(source.size, source.dtype, "the result"))
+            arrays[-1][...] = source
+        shape = (left.shape[0], right.shape[1])
+        return mark_canonical(DeviceMatrix(*arrays, shape, left.residence))
+
+
 class CountingBackend(Backend):
     """Wraps another backend and counts products (``matvecs`` and ``matmats``).
 
@@ -209,6 +290,8 @@ __all__ = [
     "VALUE_DTYPES",
     "CountingBackend",
     "HostCopyBackend",
+    "HostReusePlan",
+    "HostSpgemm",
     "ScipyPlan",
     "assert_product_close",
     "awkward_matrices",

@@ -14,7 +14,8 @@ import pytest
 
 import sparsegpu as sg
 from sparsegpu import _cuda, suitesparse
-from sparsegpu.testing import HostCopyBackend, no_gpu_reason
+from sparsegpu.backends.spgemm import register_engine
+from sparsegpu.testing import HostCopyBackend, HostSpgemm, no_gpu_reason
 
 from .collection_server import CollectionServer
 
@@ -28,6 +29,8 @@ if _STACKS and hasattr(signal, "SIGUSR1"):
 # The host-copy backend runs the mirror/invalidation machinery of the GPU backends on
 # the CPU, so CI exercises it; register it before collection parametrizes over backends.
 sg.register_backend(HostCopyBackend(), replace=True)
+# ... and its sparse products "on the device" (host copies), with a modelled work space
+register_engine("host-copy", HostSpgemm())
 
 BACKEND_NAMES = [b.name for b in sg.backends()]
 GPU_BACKEND_NAMES = [
@@ -51,9 +54,10 @@ def _forget_measured_plans():
     """Plans measured for a fingerprint are process-wide: one test's must not decide the
     next test's choice."""
     yield
-    from sparsegpu import _planning
+    from sparsegpu import _plan_spgemm, _planning
 
     _planning.forget_measurements()
+    _plan_spgemm.forget()
 
 
 @pytest.fixture(autouse=True)

@@ -106,6 +106,18 @@ def _bindings():
     return cusparse
 
 
+def unavailable_reason() -> str | None:
+    """Why cuSPARSE cannot be called here (no GPU, or no CuPy bindings), or None."""
+    reason = _cuda.backend_reason()
+    if reason is not None:
+        return reason
+    try:
+        _bindings()
+    except ImportError as exc:
+        return f"CuPy's cuSPARSE bindings cannot be imported: {exc}"
+    return None
+
+
 def has_preprocess(operation: str = "spMV") -> bool:
     """True when the installed CuPy exposes ``cusparseSpMV_preprocess`` (``"spMV"``) or
     ``cusparseSpMM_preprocess`` (``"spMM"``)."""
@@ -413,14 +425,7 @@ class CusparseBackend(Backend):
     capturable = False
 
     def unavailable_reason(self):
-        reason = _cuda.backend_reason()
-        if reason is not None:
-            return reason
-        try:
-            _bindings()
-        except ImportError as exc:
-            return f"CuPy's cuSPARSE bindings cannot be imported: {exc}"
-        return None
+        return unavailable_reason()
 
     def default_policy(self, matrix):
         # CSR ALG1: on the H200 (docs/benchmarks/results/auto_vs_cusparse_h200.json) it was

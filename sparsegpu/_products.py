@@ -1,0 +1,129 @@
+"""Sparse products with options: ``sg.spgemm``, ``sg.galerkin_product`` and ``sg.explain``.
+
+``A @ B`` already runs on the GPU for sparsegpu operands (:mod:`sparsegpu._sparse_product`);
+these functions add what an operator cannot take: the algorithm, a memory limit, the
+planning level, and the Galerkin triple product without a transpose on the host.
+"""
+
+from __future__ import annotations
+
+import scipy.sparse as sp
+
+from . import _planning, _sparse_product
+from ._matrix import _SparseGPUMixin, csr_array, csr_matrix
+
+
+def spgemm(A, B, *, algorithm=None, memory_limit=None, planning=None):
+    """``A @ B`` for a sparsegpu ``A`` and a sparse ``B``, with the product's options.
+
+    Parameters
+    ----------
+    A : sparsegpu matrix (CSR or CSC, matrix or array)
+    B : scipy or sparsegpu sparse matrix
+        ``A.shape[1]`` rows.
+    algorithm : {"alg1", "alg2", "alg3"}, optional
+        A cuSPARSE SpGEMM algorithm to use instead of the planned one: ``alg1`` (fastest,
+        most work space), ``alg2``, ``alg3`` (least, in chunks). The product still falls
+        back to leaner algorithms and row blocks where this one does not fit.
+    memory_limit : int, optional
+        Device bytes the product may take at once (work buffers and result); beyond it,
+        leaner algorithms and then row blocks of ``A`` are used. Default: what the GPU
+        (and CuPy's memory pool limit) allows.
+    planning : {"estimate", "measure", "exhaustive"}, optional
+        Default: ``A.planning``, ``sg.planning``, ``SPARSEGPU_PLANNING``, then ``"measure"``.
+
+    Returns
+    -------
+    sparsegpu matrix
+        ``A``'s class (CSR, or CSC for a CSC ``A``, as scipy's product), canonical. When
+        the GPU computed it, its device copy is kept and its host arrays are made when the
+        host first reads them. Where scipy computes (no GPU, ``A.backend = "scipy"``,
+        integer values), scipy's product, and these options have no effect.
+
+    Raises
+    ------
+    MemoryError
+        When the result itself cannot fit in GPU memory (the message says how many bytes
+        it needs and how many are free); A and B stay usable.
+
+    Examples
+    --------
+    >>> import scipy.sparse as sp, sparsegpu as sg
+    >>> A = sg.csr_matrix(sp.random(50, 40, density=0.1, random_state=0))
+    >>> C = sg.spgemm(A, A.T)
+    >>> C.shape
+    (50, 50)
+    """
+    _sparse_product.check_operands(A, B)
+    if planning is not None:
+        _planning.check_level(planning)
+    stored = _sparse_product.product(
+        A, B, algorithm=algorithm, memory_limit=memory_limit, planning=planning
+    )
+    if stored is None:
+        return A @ B
+    return type(A)._sg_on_device(stored, (A.shape[0], B.shape[1]), A)
+
+
+def galerkin_product(A, P):
+    """``P.T @ A @ P``, the Galerkin (coarse-grid) operator of multigrid, as CSR.
+
+    On the GPU it runs as ``P.T @ (A @ P)``: ``A @ P`` first, then the CSR of ``P.T``
+    (transposed once on the device and kept with ``P``'s mirrors) times it; nothing is
+    transposed or copied on the host, and the result stays on the device.
+
+    Parameters
+    ----------
+    A : sparsegpu matrix, (n, n)
+    P : scipy or sparsegpu sparse matrix, (n, m)
+
+    Returns
+    -------
+    sparsegpu CSR matrix (array when ``A`` is one), (m, m)
+
+    Examples
+    --------
+    >>> import scipy.sparse as sp, sparsegpu as sg
+    >>> A = sg.csr_matrix(sp.random(30, 30, density=0.2, random_state=1))
+    >>> P = sp.random(30, 6, density=0.3, random_state=2, format="csr")
+    >>> sg.galerkin_product(A, P).shape
+    (6, 6)
+    """
+    _sparse_product.check_operands(A, P)
+    if A.shape[0] != A.shape[1]:
+        raise ValueError(f"A must be square for P.T @ A @ P, got shape {A.shape}")
+    kind = csr_matrix if isinstance(A, sp.spmatrix) else csr_array
+    if not isinstance(P, _SparseGPUMixin):
+        P = A._sg_inherit(kind(P))  # shares a CSR P's arrays; its mirror is kept with it
+    AP = A @ P
+    PT = P.transpose()
+    stored = _sparse_product.product(PT, AP, as_csr=True)
+    if stored is None:
+        return A._sg_adopt((PT @ AP).tocsr())
+    return kind._sg_on_device(stored, (P.shape[1], P.shape[1]), A)
+
+
+def explain(A, other=None):
+    """Which backend and policy ``A @ x`` uses, or how ``A @ B`` runs, and why.
+
+    Parameters
+    ----------
+    A : sparsegpu matrix
+    other : dtype, array or sparse matrix, optional
+        The dtype of ``x`` (default ``A.dtype``) or an ``x`` / ``X``: returns the
+        ``Choice`` of ``A @ x`` (see :func:`sparsegpu._planning.explain`). A sparse matrix
+        ``B``: returns the :class:`~sparsegpu._plan_spgemm.SpgemmPlan` of ``A @ B``: the
+        algorithm, the planning level that chose it, what planning measured (time and
+        peak device memory of each candidate) and the last product's peak device memory.
+
+    Examples
+    --------
+    >>> import scipy.sparse as sp, sparsegpu as sg
+    >>> A = sg.csr_matrix(sp.eye(4))
+    >>> sg.explain(A, A).algorithm in ("scipy", "alg1")
+    True
+    """
+    if sp.issparse(other):
+        _sparse_product.check_operands(A, other)
+        return _sparse_product.explain(A, other)
+    return _planning.explain(A, other)

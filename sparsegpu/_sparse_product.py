@@ -1,0 +1,132 @@
+"""Dispatch of sparse products ``A @ B``: where they compute, and their operands there.
+
+A product goes to the GPU when ``A`` (the left operand, as scipy lets the left operand
+decide) is a sparsegpu matrix whose backend in force (``A.backend``, ``use_backend``,
+``SPARSEGPU_BACKEND``, ``auto``) computes on a residence that has a SpGEMM engine (the
+GPU backends, and ``auto`` with a usable GPU), and the result's dtype is one the engine
+computes (float32, float64, complex64, complex128). Otherwise scipy computes it on the
+host, as ever: under ``use_backend("scipy")`` ``A @ B`` is scipy's product exactly.
+
+The operands reach the engine as CSR mirrors of the *stored layout* of the result (see
+:meth:`operands`), so that a CSC left operand (``A.T``, ``P.T``) gives a CSC result as it
+does in scipy, and neither ``A.T @ A`` nor ``P.T @ A @ P`` forms a transpose on the host:
+a transpose is built once on the device and shared by every ``A.T``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from . import _cuda, _plan_spgemm
+from ._mirror import CUPY, DeviceMatrix
+from ._planning import level_in_force
+from ._registry import AUTO, get_backend
+from ._select import name_in_force, result_dtype
+from .backends import spgemm
+
+
+def where(A, B):
+    """``(engine, residence, value dtype, reason)`` of ``A @ B``; the engine is None (and
+    the reason says why) when scipy computes it on the host."""
+    value_dtype = result_dtype(A.dtype, B.dtype)
+    name = name_in_force(None, A._sg_backend)
+    if name == AUTO:
+        reason = _cuda.unavailable_reason()
+        if reason is not None:
+            return None, None, value_dtype, f"no GPU ({reason})"
+        residence = CUPY
+    else:
+        residence = get_backend(name).residence
+        if not residence.copies:
+            return None, None, value_dtype, f"backend {name!r} computes on the host"
+    engine = spgemm.engine_for(residence)
+    if engine is None:
+        return None, None, value_dtype, f"no SpGEMM engine where backend {name!r} computes"
+    if value_dtype not in engine.value_dtypes:
+        takes = ", ".join(map(str, engine.value_dtypes))
+        return None, None, value_dtype, f"the GPU computes {takes}, not {value_dtype}"
+    return engine, residence, value_dtype, f"backend {name!r}"
+
+
+def operands(A, B, residence, value_dtype, as_csr=False) -> tuple[DeviceMatrix, DeviceMatrix]:
+    """``(left, right)``: CSR mirrors whose product is the stored layout of ``A @ B``.
+
+    For a CSR ``A`` (or ``as_csr``) that is ``A @ B`` itself; for a CSC ``A`` (whose
+    arrays are the CSR arrays of ``A.T``) it is ``(A @ B).T = B.T @ A.T``, the arrays of a
+    CSC result.
+    """
+    if A.format == "csr" or as_csr:
+        return _csr(A, residence, value_dtype), _csr(B, residence, value_dtype)
+    return _csr(B.transpose(), residence, value_dtype), _csr(A.transpose(), residence, value_dtype)
+
+
+def _csr(M, residence, value_dtype) -> DeviceMatrix:
+    """The CSR mirror of ``M`` at ``residence``: a sparsegpu matrix's own (kept), a scipy
+    matrix's uploaded for this product."""
+    if hasattr(M, "_sg_mirror"):
+        return M._sg_mirror(residence, value_dtype)
+    M = M.tocsr()
+    return DeviceMatrix.from_host(
+        M.data, M.indices, M.indptr, M.shape, residence, value_dtype=value_dtype
+    )
+
+
+def _sparse_2d(B) -> bool:
+    return sp.issparse(B) and B.ndim == 2
+
+
+def product(
+    A, B, *, algorithm=None, memory_limit=None, planning=None, as_csr=False
+) -> DeviceMatrix | None:
+    """The stored layout of ``A @ B`` computed where ``A``'s backend computes (a canonical
+    DeviceMatrix; CSR of the product itself with ``as_csr``), or None when scipy is to
+    compute it (see the module docstring).
+
+    Shapes are the caller's (scipy's ``_matmul_dispatch``) to check.
+    """
+    if A.ndim != 2 or not _sparse_2d(B):
+        return None
+    engine, residence, value_dtype, _ = where(A, B)
+    if engine is None:
+        return None
+    _cuda.ensure_context()
+    left, right = operands(A, B, residence, value_dtype, as_csr)
+    level = level_in_force(planning, A._sg_planning)
+    product = _plan_spgemm.multiply(
+        left, right, engine, level=level, algorithm=algorithm, memory_limit=memory_limit
+    )
+    wide = np.dtype(np.int64)
+    if not isinstance(A, sp.spmatrix) and wide in (left.index_dtype, right.index_dtype):
+        # scipy's sparse arrays keep int64 indices from an operand; its matrices narrow
+        # them to int32 where they fit, as the product comes (int32 unless sizes need more)
+        product = spgemm.with_index_dtype(product, wide)
+    return product
+
+
+def explain(A, B) -> _plan_spgemm.SpgemmPlan:
+    """How ``A @ B`` runs now: :class:`~sparsegpu._plan_spgemm.SpgemmPlan`."""
+    if not _sparse_2d(B):
+        raise TypeError(f"B must be a 2-D sparse matrix, got {type(B).__name__}")
+    level = level_in_force(None, A._sg_planning)
+    engine, residence, value_dtype, reason = where(A, B)
+    if engine is None:
+        return _plan_spgemm.SpgemmPlan("scipy", level, f"scipy on the host: {reason}")
+    left, right = operands(A, B, residence, value_dtype)
+    return _plan_spgemm.explain(left, right, engine, level=level)
+
+
+def check_operands(A, B) -> None:
+    """The argument checks of the public functions (TypeError / ValueError saying what)."""
+    if not hasattr(A, "_sg_mirror"):
+        raise TypeError(
+            f"A must be a sparsegpu matrix, got {type(A).__name__}; wrap it with "
+            "sparsegpu.csr_matrix(A)"
+        )
+    if not _sparse_2d(B):
+        raise TypeError(f"B must be a 2-D scipy or sparsegpu sparse matrix, got {type(B).__name__}")
+    if A.shape[1] != B.shape[0]:
+        raise ValueError(
+            f"dimension mismatch: A has shape {A.shape} but B has shape {B.shape}; "
+            f"B needs {A.shape[1]} rows"
+        )

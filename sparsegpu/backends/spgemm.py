@@ -1,0 +1,511 @@
+"""Sparse times sparse (``C = L @ R``) where a residence computes: engines and the driver.
+
+An :class:`SpgemmEngine` multiplies two canonical CSR mirrors of one residence (cuSPARSE
+SpGEMM for the GPU, :mod:`sparsegpu.backends.cusparse_spgemm`); engines are registered by
+residence name (:func:`register_engine`), so a residence without one (the host, where
+scipy computes) keeps scipy's product.
+
+:func:`multiply` runs one product within a :class:`Budget` of device memory:
+
+1. the whole product with the algorithm asked for (cuSPARSE ALG1: fastest, the largest
+   work buffers: cupy#7044 saw 6 GB where csrgemm2 took 1 GB);
+2. where its work space does not fit, the engine's memory-lean algorithms (cuSPARSE ALG2,
+   then ALG3 in chunks of the intermediate products);
+3. where none fits, in row blocks of ``L`` balanced by their intermediate products: a
+   first pass counts each block's nonzeros, the result is allocated once, and a second
+   pass writes each block into it (a block that still does not fit is halved);
+4. a result that cannot fit at all raises :class:`~sparsegpu._mirror.DeviceMemoryError`
+   (a MemoryError) with the bytes it needs and the bytes free, before anything big is
+   allocated; the operands and the process stay usable.
+
+Results are canonical CSR (sorted column indices, no duplicates); entries whose products
+cancel to exactly zero stay stored (scipy drops them, cuSPARSE and cupyx keep them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import _cuda
+from .._mirror import (
+    DeviceMatrix,
+    DeviceMemoryError,
+    device_free_bytes,
+    is_out_of_memory,
+    memory_error,
+)
+from .base import FLOAT_AND_COMPLEX
+
+INT32_MAX = np.iinfo(np.int32).max
+
+
+class DoesNotFit(Exception):
+    """One attempt at a product needs more device memory than it may take (internal:
+    :func:`multiply` answers it with a leaner attempt, or a MemoryError)."""
+
+    def __init__(self, needed: int, free: int | None, what: str):
+        super().__init__(f"{what}: {needed:,} bytes needed, {free} free")
+        self.needed = needed
+        self.free = free
+        self.what = what
+
+
+def free_bytes(xp) -> int | None:
+    """Bytes a new allocation in ``xp`` can take now (None on the host: no known bound)."""
+    return None if xp is np else device_free_bytes()
+
+
+class Budget:
+    """The device memory one product may take (work buffers and result), and its peak.
+
+    Parameters
+    ----------
+    xp : module
+        numpy or cupy.
+    limit : int, optional
+        Bytes this product may hold at once; None: whatever the device (and CuPy's pool
+        limit) lets it allocate.
+    """
+
+    def __init__(self, xp, limit: int | None = None):
+        if limit is not None and (not isinstance(limit, (int, np.integer)) or limit < 0):
+            raise ValueError(f"memory_limit must be a number of bytes >= 0, got {limit!r}")
+        self.xp = xp
+        self.limit = None if limit is None else int(limit)
+        self.in_use = 0
+        self.peak = 0
+
+    def free(self) -> int | None:
+        """Bytes this product may still take (None: no known bound)."""
+        device = free_bytes(self.xp)
+        if self.limit is None:
+            return device
+        left = self.limit - self.in_use
+        return left if device is None else min(left, device)
+
+    def reserve(self, nbytes: int, what: str) -> int:
+        """Count ``nbytes`` as taken (memory a library allocates by itself); DoesNotFit
+        beyond the limit."""
+        nbytes = int(nbytes)
+        if self.limit is not None and self.in_use + nbytes > self.limit:
+            raise DoesNotFit(nbytes, self.limit - self.in_use, what)
+        self.in_use += nbytes
+        self.peak = max(self.peak, self.in_use)
+        return nbytes
+
+    def empty(self, size: int, dtype, what: str):
+        """A new 1-D array of ``size`` elements, counted; DoesNotFit when the limit or the
+        device refuses it."""
+        dtype = np.dtype(dtype)
+        nbytes = self.reserve(int(size) * dtype.itemsize, what)
+        try:
+            return self.xp.empty(int(size), dtype=dtype)
+        except Exception as exc:
+            self.in_use -= nbytes
+            if is_out_of_memory(exc):
+                raise DoesNotFit(nbytes, free_bytes(self.xp), what) from exc
+            raise
+
+    def release(self, *arrays) -> None:
+        """Stop counting ``arrays`` (their owner drops them)."""
+        for a in arrays:
+            if a is not None:
+                self.in_use -= a.nbytes
+
+    def unreserve(self, nbytes: int) -> None:
+        self.in_use -= int(nbytes)
+
+
+@dataclass
+class Slot:
+    """Where a row block's product goes in a result allocated beforehand: rows
+    ``row0 ..`` of ``indptr``, entries from ``offset`` on of ``indices`` and ``data``."""
+
+    indptr: object
+    indices: object
+    data: object
+    row0: int
+    offset: int
+
+
+class ResultSink:
+    """The arrays an engine writes one product into: new ones (the whole result) or a
+    block's part of a result allocated beforehand (a :class:`Slot`)."""
+
+    def __init__(self, budget: Budget, shape, dtype, index_dtype, residence, slot=None):
+        self.budget = budget
+        self.shape = (int(shape[0]), int(shape[1]))
+        self.dtype = np.dtype(dtype)
+        self.index_dtype = np.dtype(index_dtype)
+        self.residence = residence
+        self.slot = slot
+        self.nnz = 0
+        self._arrays = None
+
+    def allocate(self, nnz: int):
+        """``(indptr, indices, data)`` to fill: ``shape[0] + 1`` row offsets from 0 and
+        ``nnz`` entries."""
+        self.nnz = int(nnz)
+        b, m = self.budget, self.shape[0]
+        what = "the result"
+        if self.slot is None:
+            indptr = b.empty(m + 1, self.index_dtype, what)
+            indices = b.empty(nnz, self.index_dtype, what)
+            data = b.empty(nnz, self.dtype, what)
+        else:
+            s = self.slot
+            indptr = b.empty(m + 1, self.index_dtype, "a row block's row offsets")
+            indices = s.indices[s.offset : s.offset + nnz]
+            data = s.data[s.offset : s.offset + nnz]
+        self._arrays = (indptr, indices, data)
+        return self._arrays
+
+    def finish(self):
+        """The product as a DeviceMatrix, or (into a slot) the entries it wrote."""
+        indptr, indices, data = self._arrays
+        if self.slot is None:
+            return DeviceMatrix(data, indices, indptr, self.shape, self.residence)
+        s = self.slot
+        m = self.shape[0]
+        s.indptr[s.row0 + 1 : s.row0 + m + 1] = indptr[1:] + s.offset
+        self.budget.release(indptr)
+        return self.nnz
+
+
+class SpgemmEngine:
+    """Multiplies canonical CSR mirrors of one residence: ``C = L @ R``.
+
+    Subclasses implement :meth:`_multiply` (and :meth:`reuse` where the library can redo a
+    product of the same patterns with new values only).
+
+    Attributes
+    ----------
+    name : str
+    value_dtypes : tuple of dtype
+    default_algorithm : str
+        What an unplanned product runs.
+    """
+
+    name = ""
+    value_dtypes = FLOAT_AND_COMPLEX
+    default_algorithm = "alg1"
+
+    def unavailable_reason(self) -> str | None:
+        return None
+
+    def algorithms(self) -> tuple[str, ...]:
+        """The algorithms planning may time here, the default first."""
+        return (self.default_algorithm,)
+
+    def lean_algorithms(self) -> tuple[str, ...]:
+        """Algorithms taking less work space, tried in order when the default's does not
+        fit."""
+        return ()
+
+    def check_algorithm(self, algorithm: str) -> None:
+        """A ValueError naming this engine's algorithms unless ``algorithm`` is one."""
+        known = dict.fromkeys(self.algorithms() + self.lean_algorithms())
+        if algorithm not in known:
+            raise ValueError(
+                f"algorithm {algorithm!r} is not one this engine ({self.name}) runs here; "
+                f"choose one of {', '.join(map(repr, known))}"
+            )
+
+    def multiply(self, left, right, algorithm: str, sink: ResultSink):
+        """``left @ right`` into ``sink``; DoesNotFit when its work space does not fit."""
+        self.check_algorithm(algorithm)
+        return self._multiply(left, right, algorithm, sink)
+
+    def count(self, left, right, algorithm: str, budget: Budget) -> int:
+        """Nonzeros of ``left @ right`` (the first pass over row blocks)."""
+        return self._count(left, right, algorithm, budget)
+
+    def _multiply(self, left, right, algorithm, sink):
+        raise NotImplementedError
+
+    def _count(self, left, right, algorithm, budget):
+        raise NotImplementedError
+
+    def reuse(self, left, right, budget: Budget):
+        """A plan redoing ``left @ right`` for new values of the same patterns, or None
+        where this engine has none."""
+        return None
+
+
+_engines: dict[str, SpgemmEngine] = {}
+
+
+def register_engine(residence_name: str, engine: SpgemmEngine) -> None:
+    """Let ``engine`` compute the sparse products of matrices whose backend lives in
+    residence ``residence_name`` (tests register one for their host-copy residence)."""
+    _engines[residence_name] = engine
+
+
+def unregister_engine(residence_name: str) -> None:
+    _engines.pop(residence_name, None)
+
+
+def engine_for(residence) -> SpgemmEngine | None:
+    """The usable engine of ``residence``, or None (scipy computes the product)."""
+    if residence.name == "cupy" and "cupy" not in _engines:
+        from .cusparse_spgemm import CusparseSpgemm
+
+        _engines.setdefault("cupy", CusparseSpgemm())
+    engine = _engines.get(residence.name)
+    if engine is None or engine.unavailable_reason() is not None:
+        return None
+    return engine
+
+
+# ------------------------------------------------------------------------ operands
+def is_canonical(matrix: DeviceMatrix) -> bool:
+    """True when every row's column indices strictly increase (sorted, no duplicates);
+    one pass and one transfer."""
+    xp, nnz = matrix.xp, matrix.nnz
+    if nnz < 2:
+        return True
+    starts = xp.zeros(nnz + 1, dtype=bool)
+    starts[matrix.indptr[:-1]] = True  # an empty row marks the next row's start
+    rising = matrix.indices[1:] > matrix.indices[:-1]
+    return bool((rising | starts[1:nnz]).all())
+
+
+def canonical_copy(matrix: DeviceMatrix) -> DeviceMatrix:
+    """The matrix with its entries sorted in each row and duplicates summed (where it
+    lives; one sort of the entries)."""
+    xp = matrix.xp
+    (n_rows, n_cols), nnz = matrix.shape, matrix.nnz
+    lengths = xp.diff(matrix.indptr).astype(np.int64)
+    rows = xp.repeat(xp.arange(n_rows, dtype=np.int64), lengths)
+    key = rows * max(n_cols, 1) + matrix.indices.astype(np.int64)
+    order = xp.argsort(key)
+    key = key[order]
+    first = xp.ones(nnz, dtype=bool)
+    first[1:] = key[1:] != key[:-1]
+    segment = xp.cumsum(first) - 1
+    count = int(segment[-1]) + 1 if nnz else 0
+    data = xp.zeros(count, dtype=matrix.dtype)
+    _scatter_add(xp, data, segment, matrix.data[order])
+    key = key[first]
+    indptr = xp.zeros(n_rows + 1, dtype=matrix.index_dtype)
+    if n_rows:
+        counts = xp.bincount(key // max(n_cols, 1), minlength=n_rows)
+        indptr[1:] = xp.cumsum(counts)
+    indices = (key % max(n_cols, 1)).astype(matrix.index_dtype)
+    return DeviceMatrix(data, indices, indptr, matrix.shape, matrix.residence)
+
+
+def _scatter_add(xp, target, positions, values) -> None:
+    if xp is np:
+        np.add.at(target, positions, values)
+    else:  # cupyx's scatter_add is CuPy's ufunc.at for every supported CuPy
+        import cupyx
+
+        cupyx.scatter_add(target, positions, values)
+
+
+def canonical(matrix: DeviceMatrix) -> DeviceMatrix:
+    """``matrix`` when it is canonical, else its canonical copy (checked once per mirror)."""
+    return matrix.derived(
+        "canonical", lambda: matrix if is_canonical(matrix) else canonical_copy(matrix)
+    )
+
+
+def mark_canonical(matrix: DeviceMatrix) -> DeviceMatrix:
+    """Record that ``matrix`` is canonical (a product's result), so that it is not checked."""
+    matrix.formats["canonical"] = matrix
+    return matrix
+
+
+def with_index_dtype(matrix: DeviceMatrix, index_dtype) -> DeviceMatrix:
+    """The same matrix with its index arrays in ``index_dtype`` (shared when already so)."""
+    index_dtype = np.dtype(index_dtype)
+    if matrix.index_dtype == index_dtype:
+        return matrix
+    return DeviceMatrix(
+        matrix.data,
+        matrix.indices.astype(index_dtype),
+        matrix.indptr.astype(index_dtype),
+        matrix.shape,
+        matrix.residence,
+    )
+
+
+def row_products(left: DeviceMatrix, right: DeviceMatrix):
+    """The intermediate products of each row of ``left @ right`` (int64, where they live):
+    ``sum over k in row i of L of nnz(row k of R)``."""
+    xp = left.xp
+    right_lengths = xp.diff(right.indptr).astype(np.int64)
+    running = xp.zeros(left.nnz + 1, dtype=np.int64)
+    if left.nnz:
+        running[1:] = xp.cumsum(right_lengths[left.indices])
+    return running[left.indptr[1:]] - running[left.indptr[:-1]]
+
+
+def row_block(matrix: DeviceMatrix, row0: int, row1: int, host_indptr) -> DeviceMatrix:
+    """Rows ``row0:row1`` of ``matrix`` (views of its entries; ``host_indptr`` its row
+    offsets on the host)."""
+    start, stop = int(host_indptr[row0]), int(host_indptr[row1])
+    indptr = matrix.indptr[row0 : row1 + 1] - matrix.indptr.dtype.type(start)
+    block = DeviceMatrix(
+        matrix.data[start:stop],
+        matrix.indices[start:stop],
+        indptr,
+        (row1 - row0, matrix.shape[1]),
+        matrix.residence,
+    )
+    return mark_canonical(block)
+
+
+def empty_product(left, right, index_dtype, budget: Budget) -> DeviceMatrix:
+    """The product of operands with no nonzeros (or no rows, columns or inner dimension)."""
+    m, n = left.shape[0], right.shape[1]
+    indptr = budget.empty(m + 1, index_dtype, "the result")
+    indptr.fill(0)
+    data = budget.empty(0, left.dtype, "the result")
+    indices = budget.empty(0, index_dtype, "the result")
+    return mark_canonical(DeviceMatrix(data, indices, indptr, (m, n), left.residence))
+
+
+# -------------------------------------------------------------------------- driver
+@dataclass
+class Outcome:
+    """How one product ran: the algorithm, the row blocks (1: whole) and the device bytes
+    it held at most (work buffers and result)."""
+
+    algorithm: str
+    blocks: int
+    peak_bytes: int
+
+
+def multiply(engine: SpgemmEngine, left, right, algorithm: str, budget: Budget):
+    """``(C, Outcome)``: ``left @ right`` (canonical CSR mirrors of one residence) as a
+    canonical DeviceMatrix (int32 indices unless its sizes need int64), whole when it
+    fits, else with a leaner algorithm, else in row blocks (see the module docstring).
+
+    Raises
+    ------
+    DeviceMemoryError
+        When the result itself (or one row's work space) cannot fit.
+    """
+    if is_empty(left, right):
+        return run_once(engine, left, right, algorithm, budget), Outcome(algorithm, 1, budget.peak)
+    for attempt in (algorithm, *[a for a in engine.lean_algorithms() if a != algorithm]):
+        try:
+            product = run_once(engine, left, right, attempt, budget)
+        except DoesNotFit:
+            continue
+        return product, Outcome(attempt, 1, budget.peak)
+    left, right = _compute_operands(left, right)
+    sink_args = ((left.shape[0], right.shape[1]), left.dtype, left.index_dtype, left.residence)
+    product, blocks = _in_row_blocks(engine, left, right, algorithm, budget, sink_args)
+    return mark_canonical(product), Outcome(algorithm, blocks, budget.peak)
+
+
+def run_once(engine: SpgemmEngine, left, right, algorithm: str, budget: Budget) -> DeviceMatrix:
+    """``left @ right`` whole with ``algorithm`` and nothing else: DoesNotFit when its
+    work space or result does not fit (what planning times)."""
+    left, right = _compute_operands(left, right)
+    if is_empty(left, right):
+        return empty_product(left, right, left.index_dtype, budget)
+    shape = (left.shape[0], right.shape[1])
+    sink = ResultSink(budget, shape, left.dtype, left.index_dtype, left.residence)
+    return mark_canonical(engine.multiply(left, right, algorithm, sink))
+
+
+def is_empty(left, right) -> bool:
+    """True for a product with nothing to compute (no nonzeros, rows or columns)."""
+    return min(left.nnz, right.nnz, *left.shape, *right.shape) == 0
+
+
+def _compute_operands(left, right):
+    """The operands with the index dtype the engine computes in: int32 (the fast
+    kernels) unless a size needs int64."""
+    wide = max(left.nnz, right.nnz, *left.shape, *right.shape) > INT32_MAX
+    index_dtype = np.dtype(np.int64 if wide else np.int32)
+    return with_index_dtype(left, index_dtype), with_index_dtype(right, index_dtype)
+
+
+def _in_row_blocks(engine, left, right, algorithm, budget: Budget, sink_args):
+    """``(C, number of blocks)``: the product in row blocks of ``left`` (two passes)."""
+    host_indptr = _to_host(left.indptr).astype(np.int64)
+    running = np.zeros(left.shape[0] + 1, dtype=np.int64)
+    running[1:] = np.cumsum(_to_host(row_products(left, right)))
+
+    def halves(row0, row1):
+        """Two blocks with about half the intermediate products each."""
+        middle = int(np.searchsorted(running, (running[row0] + running[row1]) // 2))
+        middle = min(max(middle, row0 + 1), row1 - 1)
+        return (row0, middle), (middle, row1)
+
+    def block(row0, row1):
+        return row_block(left, row0, row1, host_indptr)
+
+    # pass 1: a partition whose blocks fit, with their nonzeros
+    sizes, pending = [], list(halves(0, left.shape[0])) if left.shape[0] > 1 else [(0, 1)]
+    while pending:
+        row0, row1 = pending.pop(0)
+        try:
+            sizes.append((row0, row1, engine.count(block(row0, row1), right, algorithm, budget)))
+        except DoesNotFit as exc:
+            if row1 - row0 == 1:
+                raise _row_does_not_fit(row0, exc) from exc
+            pending[:0] = halves(row0, row1)
+    total = sum(nnz for _, _, nnz in sizes)
+    shape, dtype, index_dtype, residence = sink_args
+    needed = (shape[0] + 1 + total) * np.dtype(index_dtype).itemsize + total * dtype.itemsize
+    try:
+        indptr = budget.empty(shape[0] + 1, index_dtype, "the result")
+        indices = budget.empty(total, index_dtype, "the result")
+        data = budget.empty(total, dtype, "the result")
+    except DoesNotFit as exc:
+        what = f"the result of this {shape[0]:,} x {shape[1]:,} product ({total:,} nonzeros)"
+        raise memory_error(needed, what, exc.free) from exc
+    indptr[:1] = 0
+    # pass 2: each block written into the result (halved again if it no longer fits beside it)
+    offset, pending, blocks = 0, [(row0, row1) for row0, row1, _ in sizes], 0
+    while pending:
+        row0, row1 = pending.pop(0)
+        slot = Slot(indptr, indices, data, row0, offset)
+        sink = ResultSink(budget, (row1 - row0, shape[1]), dtype, index_dtype, residence, slot)
+        try:
+            offset += engine.multiply(block(row0, row1), right, algorithm, sink)
+            blocks += 1
+        except DoesNotFit as exc:
+            if row1 - row0 == 1:
+                raise _row_does_not_fit(row0, exc) from exc
+            pending[:0] = halves(row0, row1)
+    return DeviceMatrix(data, indices, indptr, shape, residence), blocks
+
+
+def _row_does_not_fit(row: int, exc: DoesNotFit) -> DeviceMemoryError:
+    what = f"the work space of row {row:,} of this product ({exc.what})"
+    return memory_error(exc.needed, what, exc.free)
+
+
+def _to_host(a):
+    return a.get() if _cuda.is_cupy_array(a) else np.asarray(a)
+
+
+# Entries of each index array sampled for a pattern's key (evenly spaced).
+PATTERN_SAMPLES = 32
+
+
+def pattern_key(matrix: DeviceMatrix) -> tuple:
+    """A cheap key of ``matrix``'s pattern: shape, nnz, index dtype and a sample of its
+    index arrays (computed once per mirror; one small transfer). Equal keys suggest, and
+    never prove, equal patterns: whatever reuses work across patterns compares them."""
+
+    def key():
+        xp = matrix.xp
+        picks = []
+        for array in (matrix.indptr, matrix.indices):
+            if array.shape[0]:
+                where = xp.linspace(0, array.shape[0] - 1, PATTERN_SAMPLES).astype(np.int64)
+                picks.append(array[where].astype(np.int64))
+        sample = _to_host(xp.concatenate(picks)) if picks else np.zeros(0)
+        return (matrix.shape, matrix.nnz, str(matrix.index_dtype), tuple(sample.tolist()))
+
+    return matrix.derived("pattern_key", key)

@@ -1,0 +1,463 @@
+"""Sparse products ``A @ B`` where the GPU computes: equal to scipy's, canonical, kept on the
+device until the host reads them, planned, blocked when their work space does not fit.
+
+Two engines, one suite: "host-copy" (the test engine :class:`sparsegpu.testing.HostSpgemm`
+on host copies: the residence machinery, planning, row blocks and memory errors on any
+machine) and "gpu" (``auto`` with a usable GPU: cuSPARSE SpGEMM; skips without one).
+scipy is the oracle.
+"""
+
+from __future__ import annotations
+
+import functools
+import pickle
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import sparsegpu as sg
+from sparsegpu import _cuda, _plan_spgemm, _sparse_product
+from sparsegpu._mirror import DeviceMemoryError
+from sparsegpu.testing import (
+    INDEX_DTYPES,
+    VALUE_DTYPES,
+    assert_product_close,
+    awkward_matrices,
+    random_sparse,
+    random_vector,
+)
+
+MATRIX_NAMES = list(awkward_matrices())
+ENGINES = ["host-copy", "gpu"]
+# M.T @ M of these is too large for a dense comparison (25M nonzeros for one_long_row)
+NO_GRAM = {"one_long_row"}
+# products of these with more than two factors cost seconds on the host oracle: on the
+# CPU (host-copy engine) only their two-factor forms run
+HEAVY = {"one_long_row", "power_law"}
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request):
+    if request.param == "gpu" and _cuda.cupy_or_none() is None:
+        pytest.skip(f"no GPU: {_cuda.unavailable_reason()}")
+    return request.param
+
+
+def _on(engine, S, cls=sg.csr_matrix):
+    """``S`` as a sparsegpu matrix whose products compute on ``engine``."""
+    A = cls(S)
+    A.backend = "host-copy" if engine == "host-copy" else None
+    return A
+
+
+def _pending(M) -> bool:
+    return "_sg_pending" in M.__dict__
+
+
+def _max_products(S, T) -> int:
+    """Terms in the longest sum of ``S @ T`` (for the tolerance)."""
+    S, T = sp.csr_matrix(S), sp.csr_matrix(T)
+    if not S.nnz or not T.nnz:
+        return 1
+    pattern = abs(sp.csr_matrix((np.ones(S.nnz), S.indices, S.indptr), shape=S.shape))
+    counts = pattern @ sp.csr_matrix((np.ones(T.nnz), T.indices, T.indptr), shape=T.shape)
+    return max(int(counts.max()) if counts.nnz else 1, 1)
+
+
+def check_product(ours, expected, dtype, terms=1, fmt=None, kind_of=None):
+    """``ours`` is ``expected`` (scipy's): sparsegpu class of its format and kind, its
+    dtype, shape and index dtype, values within the tolerance, canonical host arrays."""
+    fmt = fmt or expected.format
+    array = not isinstance(kind_of if kind_of is not None else expected, sp.spmatrix)
+    want = {
+        ("csr", False): sg.csr_matrix,
+        ("csr", True): sg.csr_array,
+        ("csc", False): sg.csc_matrix,
+        ("csc", True): sg.csc_array,
+    }[(fmt, array)]
+    assert type(ours) is want, (type(ours), want)
+    assert ours.shape == expected.shape
+    assert ours.dtype == expected.dtype
+    assert ours.indices.dtype == expected.indices.dtype
+    fresh = type(expected)((ours.data, ours.indices, ours.indptr), shape=ours.shape)
+    fresh = sp.csr_matrix(fresh) if fmt == "csr" else sp.csc_matrix(fresh)
+    assert fresh.has_canonical_format, "the result is not canonical (sorted, no duplicates)"
+    assert_product_close(ours.toarray(), expected.toarray(), dtype, max_row_length=terms)
+
+
+@functools.cache
+def _awkward(dtype, index_dtype):
+    return awkward_matrices(dtype, index_dtype)
+
+
+def _operands(name, dtype, index_dtype):
+    """(S, T, L, P): an awkward matrix, a right operand, a left operand and a prolongation
+    (scipy, seeded, ``index_dtype`` indices)."""
+    S = _awkward(dtype, index_dtype)[name].copy()
+    T = random_sparse((S.shape[1], 17), 0.2, 5, dtype)
+    L = random_sparse((9, S.shape[0]), 0.3, 6, dtype)
+    P = random_sparse((S.shape[1], 5), 0.4, 7, dtype)
+    for M in (T, L, P):
+        M.indices, M.indptr = M.indices.astype(index_dtype), M.indptr.astype(index_dtype)
+    return S, T, L, P
+
+
+# Each form: (A on the engine, engine, S, T, L, P) -> (ours, expected, terms, format or None)
+FORMS = {
+    "A@B": lambda A, e, S, T, L, P: (A @ _on(e, T), S @ T, _max_products(S, T)),
+    "A@S": lambda A, e, S, T, L, P: (A @ T, S @ T, _max_products(S, T)),
+    "S@A": lambda A, e, S, T, L, P: (L @ A, L @ S, _max_products(L, S)),
+    "A@A.T": lambda A, e, S, T, L, P: (A @ A.T, S @ S.T, _max_products(S, S.T)),
+    "A.T@A": lambda A, e, S, T, L, P: (A.T @ A, S.T @ S, _max_products(S.T, S)),
+    "P.T@A.T@A@P": lambda A, e, S, T, L, P: (
+        _on(e, P).T @ (A.T @ A) @ _on(e, P),
+        P.T @ (S.T @ S) @ P,
+        _max_products(S.T, S) * _max_products(P.T, P) * 4,
+    ),
+    "A@A.T@A": lambda A, e, S, T, L, P: (
+        A @ A.T @ A,
+        S @ S.T @ S,
+        _max_products(S, S.T) * _max_products(S.T, S),
+    ),
+}
+GRAM_FORMS = {"A.T@A", "P.T@A.T@A@P"}
+LONG_FORMS = GRAM_FORMS | {"A@A.T@A"}
+
+
+@pytest.mark.parametrize("name", MATRIX_NAMES)
+@pytest.mark.parametrize("form", list(FORMS))
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=lambda t: np.dtype(t).name)
+@pytest.mark.parametrize("dtype", VALUE_DTYPES, ids=lambda t: np.dtype(t).name)
+def test_products_equal_scipy(engine, dtype, index_dtype, form, name):
+    if name in NO_GRAM and form in GRAM_FORMS:
+        pytest.skip(f"{form} of {name} is too large for a dense comparison")
+    if engine == "host-copy" and name in HEAVY and form in LONG_FORMS:
+        pytest.skip(f"{form} of {name}: on the GPU only (seconds on the host oracle)")
+    S, T, L, P = _operands(name, dtype, index_dtype)
+    A = _on(engine, S)
+    ours, expected, terms = FORMS[form](A, engine, S, T, L, P)
+    assert _pending(ours), "a product computed on the device keeps its result there"
+    check_product(ours, expected, dtype, terms)
+
+
+KIND_CLASSES = {"matrix": (sg.csr_matrix, sp.csr_matrix), "array": (sg.csr_array, sp.csr_array)}
+
+
+@pytest.mark.parametrize("kind", list(KIND_CLASSES))
+def test_result_kind_follows_the_left_operand(engine, kind):
+    cls, scipy_cls = KIND_CLASSES[kind]
+    S = scipy_cls(random_sparse((30, 20), 0.2, 1, np.float64))
+    A = _on(engine, S, cls)
+    check_product(A @ A.T, S @ S.T, np.float64, 20)
+    check_product(A.T @ A, S.T @ S, np.float64, 30)
+
+
+def test_galerkin_product_without_a_host_transpose(engine, monkeypatch):
+    S = random_sparse((60, 60), 0.1, 2, np.float64)
+    P = random_sparse((60, 8), 0.3, 3, np.float64)
+    A = _on(engine, S)
+    transposes = []
+    original = sp.csr_matrix.transpose
+
+    def counting(self, *args, **kwargs):
+        transposes.append(type(self))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(sp.csr_matrix, "transpose", counting)
+    G = sg.galerkin_product(A, P)
+    assert _pending(G)
+    assert all(issubclass(t, sg.csr_matrix) for t in transposes), transposes
+    monkeypatch.undo()
+    expected = (P.T @ S @ P).tocsr()
+    check_product(G, expected, np.float64, 60 * 8)
+
+
+def test_a_product_of_a_product_stays_on_the_device(engine):
+    S = random_sparse((40, 40), 0.2, 4, np.float64)
+    A = _on(engine, S)
+    C = A @ A
+    D = C @ A @ C
+    assert _pending(C) and _pending(D)
+    x = random_vector(40, np.float64, 1)
+    xp = np if engine == "host-copy" else _cuda.cupy_or_none()
+    y = D @ xp.asarray(x)
+    assert _pending(D), "D @ x ran on D's device copy"
+    assert_product_close(y, (S @ S @ S @ S @ S) @ x, np.float64, 40**4)
+    assert D.nnz == (S @ S @ S @ S @ S).nnz
+    assert D.dtype == np.float64 and D.shape == (40, 40) and _pending(D)
+
+
+def test_a_solve_on_a_result_stays_on_the_device(engine):
+    S = random_sparse((80, 80), 0.05, 5, np.float64)
+    B = _on(engine, sp.vstack([S, 0.5 * sp.eye(80)]).tocsr())
+    K = B.T @ B  # S.T S + I / 4: symmetric positive definite, kept on the device
+    assert _pending(K)
+    xp = np if engine == "host-copy" else _cuda.cupy_or_none()
+    b = xp.asarray(random_vector(80, np.float64, 2))
+    x, info = sg.linalg.cg(K, b, rtol=1e-10, maxiter=2000)
+    assert _pending(K), "the solve multiplied with the device copy"
+    expected = (S.T @ S + 0.25 * sp.eye(80)).toarray()
+    assert np.abs(expected @ _to_host(x) - _to_host(b)).max() < 1e-6
+
+
+def _to_host(a):
+    return a.get() if _cuda.is_cupy_array(a) else np.asarray(a)
+
+
+def test_host_arrays_are_made_on_first_use_and_shared_with_the_transpose(engine):
+    S = random_sparse((30, 25), 0.2, 6, np.complex128)
+    A = _on(engine, S)
+    C = A @ A.T
+    CT = C.T
+    assert _pending(C) and _pending(CT) and type(CT) is sg.csc_matrix
+    C.sum_duplicates()
+    C.sort_indices()
+    assert _pending(C), "scipy's no-op methods on a canonical result download nothing"
+    data = CT.data
+    assert not _pending(C) and not _pending(CT)
+    assert np.shares_memory(data, C.data), "a result and its transpose share their arrays"
+    expected = S @ S.conj().T.conj()
+    np.testing.assert_allclose(C.toarray(), expected.toarray(), rtol=1e-12, atol=1e-12)
+
+
+def test_a_result_behaves_as_scipy(engine):
+    S = random_sparse((30, 30), 0.2, 7, np.float64)
+    A = _on(engine, S)
+    E = S @ S
+    cases = {
+        "copy": lambda M: M.copy(),
+        "transpose_copy": lambda M: M.transpose(copy=True),
+        "pickle": lambda M: pickle.loads(pickle.dumps(M)),
+        "astype": lambda M: M.astype(np.float32),
+        "sum": lambda M: M + M,
+        "multiply": lambda M: M.multiply(M),
+        "slice": lambda M: M[3:11],
+        "tocoo": lambda M: M.tocoo(),
+        "tocsc": lambda M: M.tocsc(),
+        "abs": lambda M: abs(M),
+        "diagonal": lambda M: sp.diags(M.diagonal()),
+    }
+    for what, f in cases.items():
+        ours, expected = f(A @ A), f(E)
+        np.testing.assert_allclose(
+            _dense(ours), _dense(expected), rtol=1e-6, atol=1e-12, err_msg=what
+        )
+    C = A @ A
+    C.eliminate_zeros()
+    np.testing.assert_allclose(C.toarray(), E.toarray(), rtol=1e-12, atol=1e-12)
+    assert C.count_nonzero() == E.count_nonzero()
+    assert repr(A @ A).startswith("<")
+
+
+def _dense(M):
+    return M.toarray() if sp.issparse(M) else np.asarray(M)
+
+
+def test_a_write_after_first_use_reaches_the_next_product(engine):
+    S = random_sparse((20, 20), 0.3, 8, np.float64)
+    A = _on(engine, S)
+    C = A @ A
+    x = random_vector(20, np.float64, 3)
+    xp = np if engine == "host-copy" else _cuda.cupy_or_none()
+    C @ xp.asarray(x)
+    C.data[:] = 2.0  # through the write-through view: drops the device copy
+    expected = sp.csr_matrix((np.full((S @ S).nnz, 2.0), C.indices, C.indptr), shape=C.shape)
+    assert_product_close(C @ xp.asarray(x), expected @ x, np.float64, 20)
+    copy = (A @ A).copy()
+    other = copy.copy()
+    copy.data[:] = 0.0
+    assert other.toarray().any(), "a copy of a result has arrays of its own"
+
+
+def test_scipy_backend_is_scipys_product(engine):
+    S = random_sparse((30, 20), 0.2, 9, np.float64)
+    A = _on(engine, S)
+    with sg.use_backend("scipy"):
+        scoped = A.T @ A if A.backend is None else None
+    A.backend = "scipy"
+    expected = S.T @ S
+    for C in (A.T @ A, scoped):
+        if C is None:  # a named backend is not overridden by use_backend
+            continue
+        assert not _pending(C) and type(C) is sg.csc_matrix
+        np.testing.assert_array_equal(C.indptr, expected.indptr)
+        np.testing.assert_array_equal(C.indices, expected.indices)
+        np.testing.assert_array_equal(C.data, expected.data)
+
+
+def test_auto_without_a_gpu_stays_on_scipy(monkeypatch):
+    monkeypatch.setattr(_sparse_product._cuda, "unavailable_reason", lambda: "no GPU (test)")
+    S = random_sparse((30, 20), 0.2, 10, np.float64)
+    A = sg.csr_matrix(S)
+    C = A @ A.T
+    assert not _pending(C) and type(C) is sg.csr_matrix
+    np.testing.assert_allclose(C.toarray(), (S @ S.T).toarray(), rtol=1e-12)
+    assert sg.explain(A, A.T).algorithm == "scipy"
+
+
+def test_integer_values_stay_on_scipy(engine):
+    S = sp.csr_matrix(np.arange(12).reshape(3, 4) % 3)
+    A = _on(engine, S)
+    C = A @ A.T
+    assert not _pending(C)
+    np.testing.assert_array_equal(C.toarray(), (S @ S.T).toarray())
+
+
+# ------------------------------------------------------------------- memory and blocks
+def _big(engine, seed=11, n=400):
+    S = random_sparse((n, n), 0.02, seed, np.float64)
+    return S, _on(engine, S)
+
+
+def _result_bytes(C) -> int:
+    return C.nnz * (C.dtype.itemsize + C.indices.dtype.itemsize) + C.indptr.nbytes
+
+
+def test_a_product_whose_work_space_does_not_fit_runs_in_row_blocks(engine, monkeypatch):
+    S, A = _big(engine)
+    whole = sg.spgemm(A, A, planning="estimate")
+    peak = sg.explain(A, A).peak_bytes
+    result = _result_bytes(whole)
+    assert peak > result
+    monkeypatch.setattr(type(_sparse_product.where(A, A)[0]), "lean_algorithms", lambda self: ())
+    limit = result + (peak - result) // 6
+    C = sg.spgemm(A, A, memory_limit=limit, planning="estimate")
+    last = sg.explain(A, A).last
+    assert last.blocks > 1, last
+    assert last.peak_bytes <= limit
+    check_product(C, S @ S, np.float64, 400)
+
+
+def test_a_lean_algorithm_runs_where_the_default_does_not_fit(engine):
+    S, A = _big(engine, 12)
+    whole = sg.spgemm(A, A, planning="estimate")
+    peak = sg.explain(A, A).peak_bytes
+    limit = _result_bytes(whole) + (peak - _result_bytes(whole)) // 2
+    C = sg.spgemm(A, A, memory_limit=limit, planning="estimate")
+    last = sg.explain(A, A).last
+    assert (last.algorithm, last.blocks) != ("alg1", 1), last
+    assert last.peak_bytes <= limit
+    check_product(C, S @ S, np.float64, 400)
+
+
+def test_a_result_that_cannot_fit_raises_memory_error(engine):
+    S, A = _big(engine, 13)
+    whole = sg.spgemm(A, A)
+    with pytest.raises(MemoryError, match=r"needs [\d,]+ bytes .* only [\d,]+ bytes are free") as e:
+        sg.spgemm(A, A, memory_limit=_result_bytes(whole) // 2)
+    assert isinstance(e.value, DeviceMemoryError)
+    check_product(A @ A, S @ S, np.float64, 400)  # A and the process stay usable
+
+
+@pytest.mark.parametrize("algorithm", ["alg1", "alg2", "alg3"])
+def test_each_algorithm_by_name(engine, algorithm):
+    engine_obj = _sparse_product.where(*(2 * [_on(engine, sp.eye(2))]))[0]
+    if algorithm not in engine_obj.algorithms() + engine_obj.lean_algorithms():
+        pytest.skip(f"{engine_obj.name} has no {algorithm}")
+    S = random_sparse((300, 200), 0.03, 14, np.complex64)
+    A = _on(engine, S)
+    check_product(sg.spgemm(A, A.T, algorithm=algorithm), S @ S.T, np.complex64, 200)
+
+
+def test_an_unknown_algorithm_is_refused(engine):
+    A = _on(engine, random_sparse((10, 10), 0.3, 15, np.float64))
+    with pytest.raises(ValueError, match="algorithm 'alg9'"):
+        sg.spgemm(A, A, algorithm="alg9")
+
+
+def test_memory_limit_is_checked(engine):
+    A = _on(engine, random_sparse((10, 10), 0.3, 15, np.float64))
+    with pytest.raises(ValueError, match="memory_limit"):
+        sg.spgemm(A, A, memory_limit=-1)
+
+
+def test_spgemm_checks_its_operands():
+    A = sg.csr_matrix(sp.eye(3))
+    with pytest.raises(TypeError, match="sparsegpu matrix"):
+        sg.spgemm(sp.eye(3), A)
+    with pytest.raises(TypeError, match="2-D scipy or sparsegpu"):
+        sg.spgemm(A, np.ones((3, 3)))
+    with pytest.raises(ValueError, match="B needs 3 rows"):
+        sg.spgemm(A, sp.eye(4))
+
+
+# ------------------------------------------------------------------------- planning
+def test_planning_measures_the_second_product_of_a_pattern(engine):
+    S = random_sparse((200, 200), 0.05, 16, np.float64)
+    A = _on(engine, S)
+    A @ A
+    assert not sg.explain(A, A).measurements
+    for step in range(3):  # new values, same pattern: a Newton step
+        A.data[:] = np.arange(A.nnz) % 7 + step + 1.0
+        C = A @ A
+        expected = sp.csr_matrix((A.data, A.indices, A.indptr), shape=A.shape) @ sp.csr_matrix(
+            (A.data, A.indices, A.indptr), shape=A.shape
+        )
+        check_product(C, expected, np.float64, 200)
+    plan = sg.explain(A, A)
+    names = [m.algorithm for m in plan.measurements]
+    assert names[0] == "alg1" and "reuse" in names, names
+    assert plan.algorithm in names and plan.level == "measure"
+    assert all(m.peak_bytes for m in plan.measurements if m.ms is not None)
+    assert "peak device memory" in str(plan) and plan.peak_bytes > 0
+
+
+def test_estimate_measures_nothing(engine):
+    S = random_sparse((100, 100), 0.05, 17, np.float64)
+    A = _on(engine, S)
+    A.planning = "estimate"
+    for _ in range(3):
+        A @ A
+    plan = sg.explain(A, A)
+    assert plan.algorithm == "alg1" and not plan.measurements and plan.level == "estimate"
+
+
+def test_the_reuse_plan_recomputes_values_only_for_the_same_patterns(engine, monkeypatch):
+    S = random_sparse((150, 150), 0.05, 18, np.float64)
+    A = _on(engine, S)
+    fake = iter([5.0, 4.0, 3.0, 5.0, 4.0, 1.0])  # calibration, then timed: reuse fastest
+
+    def timing(fn, **kwargs):
+        from sparsegpu._timing import Timing
+
+        fn()
+        return Timing((next(fake),))
+
+    monkeypatch.setattr(_plan_spgemm._timing, "host_time", timing)
+    monkeypatch.setattr(_plan_spgemm._timing, "cuda_time", timing)
+    A @ A
+    A @ A
+    assert sg.explain(A, A).algorithm == "reuse"
+    A.data[:] = 3.0
+    C = A @ A
+    assert sg.explain(A, A).last.algorithm == "reuse"
+    S3 = sp.csr_matrix((np.full(A.nnz, 3.0), A.indices, A.indptr), shape=A.shape)
+    check_product(C, S3 @ S3, np.float64, 150)
+    assert sg.explain(A, A).held_bytes > 0
+
+
+def test_reuse_plans_compare_patterns_exactly(engine):
+    S = random_sparse((60, 60), 0.1, 19, np.float64)
+    A = _on(engine, S)
+    engine_obj, residence, dtype, _ = _sparse_product.where(A, A)
+    left, right = _sparse_product.operands(A, A, residence, dtype)
+    from sparsegpu.backends.spgemm import Budget
+
+    plan = engine_obj.reuse(left, right, Budget(left.xp))
+    if plan is None:
+        pytest.skip(f"{engine_obj.name} has no reuse here")
+    assert plan.matches(left, right)
+    other = _on(engine, S + sp.eye(60))
+    o_left, o_right = _sparse_product.operands(other, other, residence, dtype)
+    assert not plan.matches(o_left, o_right)
+    product = plan.compute(left, right, Budget(left.xp))
+    assert product.nnz == (S @ S).nnz
+
+
+def test_explain_of_a_sparse_product_on_the_host():
+    A = sg.csr_matrix(sp.eye(4))
+    A.backend = "scipy"
+    plan = sg.explain(A, A)
+    assert plan.algorithm == "scipy" and "host" in str(plan)
+    assert isinstance(sg.explain(A), sg._select.Choice)
