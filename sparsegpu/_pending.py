@@ -17,7 +17,7 @@ import threading
 
 import numpy as np
 
-from . import _cuda
+from . import _cuda, _staging
 from ._mirror import DeviceMatrix
 
 
@@ -66,7 +66,7 @@ class PendingArrays:
 
 
 def _download(a) -> np.ndarray:
-    """A host copy of a device array (a private copy of a host one)."""
+    """A host copy of a device array in ordinary memory (a private copy of a host one)."""
     if _cuda.is_cupy_array(a):
-        return a.get()
+        return _staging.download_pageable(a)
     return np.array(a, copy=True)

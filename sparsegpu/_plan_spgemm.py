@@ -178,30 +178,34 @@ def multiply(left, right, engine, *, level: str, algorithm=None, memory_limit=No
 
 def _multiply(left, right, engine, level, algorithm, memory_limit):
     budget = Budget(left.xp, memory_limit)
-    if algorithm is not None or spgemm.is_empty(left, right):
-        product, _ = spgemm.multiply(
-            engine, left, right, algorithm or engine.default_algorithm, budget
-        )
-        return _settled(product)
-    pair = _pair(left, right)
-    pair.seen += 1
-    plan = pair.plan
-    if plan is None and level != "estimate" and pair.seen >= 2 and pair.lock.acquire(False):
+    pair = None if spgemm.is_empty(left, right) else _pair(left, right)
+    if pair is not None:
+        pair.seen += 1
+        if algorithm is None and level != "estimate":  # estimate: the default, always
+            algorithm = _planned(pair, engine, left, right, level, memory_limit)
+        if algorithm == REUSE:
+            product = _reuse(pair, engine, left, right, budget)
+            if product is not None:
+                return _settled(product)
+            algorithm = None
+    product, outcome = spgemm.multiply(
+        engine, left, right, algorithm or engine.default_algorithm, budget
+    )
+    if pair is not None:
+        pair.last = outcome
+    return _settled(product)
+
+
+def _planned(pair: _Pair, engine, left, right, level, memory_limit) -> str | None:
+    """The algorithm planning chose for the pair (measured now on its second product,
+    unless another thread is measuring it), or None for the default."""
+    if pair.plan is None and pair.seen >= 2 and pair.lock.acquire(blocking=False):
         try:
             if pair.plan is None:
                 _measure(pair, engine, left, right, level, memory_limit)
         finally:
             pair.lock.release()
-        plan = pair.plan
-    if plan is not None and plan.algorithm == REUSE:
-        product = _reuse(pair, engine, left, right, budget)
-        if product is not None:
-            return _settled(product)
-    chosen = plan.algorithm if plan is not None and plan.algorithm != REUSE else None
-    product, pair.last = spgemm.multiply(
-        engine, left, right, chosen or engine.default_algorithm, budget
-    )
-    return _settled(product)
+    return pair.plan.algorithm if pair.plan is not None else None
 
 
 def _reuse(pair: _Pair, engine, left, right, budget: Budget) -> DeviceMatrix | None:

@@ -32,7 +32,9 @@ threads, each chunk sent as soon as it was in the buffer, was slower too (9.94 a
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import functools
+import os
 import threading
 import weakref
 
@@ -216,6 +218,98 @@ def download(y) -> np.ndarray:
     y.get(stream=stream, out=host)
     stream.synchronize()
     return host
+
+
+# A download of at least this many bytes into ordinary (pageable) memory is pipelined
+# (:func:`download_pageable`); a smaller one is one copy.
+PIPELINE_MIN_BYTES = 16 << 20
+# Each chunk of a pipelined download: sent into one of two pinned buffers, then copied out
+# of it in pieces of at least PIECE_BYTES on up to COPY_THREADS host threads.
+CHUNK_BYTES = 32 << 20
+PIECE_BYTES = 1 << 20
+COPY_THREADS = 8
+_copiers = None
+_copiers_lock = threading.Lock()
+
+
+def _copy_workers() -> int:
+    return max(1, min(COPY_THREADS, os.cpu_count() or 1))
+
+
+def _copy_threads():
+    """The host threads that copy downloaded chunks out of pinned memory (made once)."""
+    global _copiers
+    with _copiers_lock:
+        if _copiers is None:
+            _copiers = concurrent.futures.ThreadPoolExecutor(_copy_workers(), "sparsegpu-copy")
+        return _copiers
+
+
+def _copy_piece(destination, buffer, start: int, a: int, b: int) -> None:
+    """Bytes ``a:b`` of a chunk that starts at ``start``, from ``buffer`` to their place."""
+    np.copyto(destination[a:b], buffer[a - start : b - start])
+
+
+def pipelined_copy(
+    nbytes: int, fetch, destination: np.ndarray, buffers, threads, workers: int
+) -> None:
+    """Copy ``nbytes`` bytes, chunk by chunk, into the uint8 array ``destination``.
+
+    ``fetch(start, stop, buffer)`` fills ``buffer[: stop - start]`` with bytes
+    ``start:stop`` of the source and returns once they are there (a device-to-pinned
+    copy); the copy of that chunk out of ``buffer`` then runs in pieces on ``threads``
+    while the next chunk is fetched into the other buffer (``workers`` pieces a chunk). A
+    buffer is refilled only once every piece of its previous chunk has left it.
+    """
+    pending = [[] for _ in buffers]
+    for number, start in enumerate(range(0, nbytes, len(buffers[0]))):
+        stop = min(start + len(buffers[0]), nbytes)
+        which = number % len(buffers)
+        buffer = buffers[which]
+        for piece in pending[which]:
+            piece.result()
+        fetch(start, stop, buffer)
+        size = max(PIECE_BYTES, -(-(stop - start) // workers))
+        pending[which] = [
+            threads.submit(_copy_piece, destination, buffer, start, a, min(a + size, stop))
+            for a in range(start, stop, size)
+        ]
+    for pieces in pending:
+        for piece in pieces:
+            piece.result()
+
+
+def download_pageable(y) -> np.ndarray:
+    """The CuPy array y as a NumPy array in ordinary memory of its own (what ``y.get()``
+    returns), on the current stream.
+
+    A large y goes through two pinned chunk buffers of CuPy's pool (:data:`CHUNK_BYTES`
+    each, reused across calls) with the copies out of them on a few host threads, so that
+    the device-to-host transfer runs at pinned-memory speed and the host's copying and
+    page faulting run in parallel beside it (:func:`pipelined_copy`). A plain ``y.get()``
+    into fresh pageable memory runs at a few GB/s (3.5 GB/s for a 620 MB result on the
+    H100 of the device machine): the driver stages it through a bounce buffer and one
+    thread copies and faults every page.
+    """
+    cupy = _cuda.cupy_or_none()
+    y = cupy.ascontiguousarray(y)
+    out = np.empty(y.shape, dtype=y.dtype)
+    stream = cupy.cuda.get_current_stream()
+    if y.nbytes < PIPELINE_MIN_BYTES:
+        y.get(stream=stream, out=out)
+        return out
+    source = y.reshape(-1).view(np.uint8)
+    buffers = [
+        np.frombuffer(cupy.cuda.alloc_pinned_memory(CHUNK_BYTES), np.uint8, CHUNK_BYTES)
+        for _ in range(2)
+    ]
+
+    def fetch(start, stop, buffer):
+        source[start:stop].get(stream=stream, out=buffer[: stop - start])
+
+    destination = out.reshape(-1).view(np.uint8)
+    pipelined_copy(y.nbytes, fetch, destination, buffers, _copy_threads(), _copy_workers())
+    return out
 
 
 def to_residence(x, residence, dtype, owner=None, order: str = "C"):

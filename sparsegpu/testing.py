@@ -26,7 +26,7 @@ from ._mirror import DeviceMatrix, Residence
 from ._oracle import random_values, random_vector, tolerance
 from .backends.base import Backend, Plan
 from .backends.scipy_reference import ScipyBackend, ScipyPlan
-from .backends.spgemm import SpgemmEngine, mark_canonical, row_products
+from .backends.spgemm import DoesNotFit, SpgemmEngine, mark_canonical, row_products
 
 
 def no_gpu_reason() -> str:
@@ -186,6 +186,9 @@ class HostSpgemm(SpgemmEngine):
             product = _scipy_product(left, right)
             indptr, indices, data = sink.allocate(product.nnz)
             indptr[...], indices[...], data[...] = product.indptr, product.indices, product.data
+        except DoesNotFit:
+            sink.discard()
+            raise
         finally:
             sink.budget.unreserve(work)
         return sink.finish()

@@ -1,6 +1,7 @@
 """NumPy vectors through pinned staging buffers (GPU only): right answers, results that
 never alias a reused buffer, threads that each get their own buffer; inputs that come back
-page-locked in place, never read stale, unlocked with the array."""
+page-locked in place, never read stale, unlocked with the array. Large downloads pipelined
+through pinned chunks (the pipeline on the CPU too)."""
 
 from __future__ import annotations
 
@@ -208,3 +209,33 @@ def test_scipy_cg_with_its_p_locked(gpu_backend_name, lock_any_size):
     want, _ = spl.cg(sp.csr_matrix(S), b, atol=0, **{TOL: 1e-10})
     assert info == 0
     np.testing.assert_allclose(x, want, rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize("nbytes", [0, 1, 4095, 4096, 4097, 3 * 4096 + 17, 50_000])
+@pytest.mark.parametrize("workers", [1, 3])
+def test_pipelined_copy_delivers_every_byte_in_place(nbytes, workers, monkeypatch):
+    monkeypatch.setattr(_staging, "PIECE_BYTES", 512)
+    source = np.random.default_rng(nbytes).integers(0, 256, nbytes, dtype=np.uint8)
+    destination = np.zeros(nbytes, dtype=np.uint8)
+    buffers = [np.empty(4096, np.uint8) for _ in range(2)]
+    fetched = []
+
+    def fetch(start, stop, buffer):
+        fetched.append((start, stop))
+        buffer[: stop - start] = source[start:stop]
+
+    with ThreadPoolExecutor(workers) as threads:
+        _staging.pipelined_copy(nbytes, fetch, destination, buffers, threads, workers)
+    np.testing.assert_array_equal(destination, source)
+    assert fetched == [(a, min(a + 4096, nbytes)) for a in range(0, nbytes, 4096)]
+
+
+def test_a_large_download_is_pipelined_and_exact(cupy, monkeypatch):
+    monkeypatch.setattr(_staging, "PIPELINE_MIN_BYTES", 1 << 16)
+    monkeypatch.setattr(_staging, "CHUNK_BYTES", 1 << 17)
+    y = cupy.random.default_rng(1).random(300_001)  # 2.4 MB: 19 chunks, the last one short
+    out = _staging.download_pageable(y)
+    assert type(out) is np.ndarray and out.flags.owndata
+    np.testing.assert_array_equal(out, y.get())
+    small = cupy.arange(10.0)
+    np.testing.assert_array_equal(_staging.download_pageable(small), np.arange(10.0))

@@ -148,6 +148,11 @@ def _csr(lib, matrix: DeviceMatrix) -> _Descriptor:
     )
 
 
+def _operand(lib, matrix: DeviceMatrix) -> _Descriptor:
+    """The descriptor of an operand, made once per mirror (SpGEMM only reads it)."""
+    return matrix.derived("cusparse_spgemm_csr", lambda: _csr(lib, matrix))
+
+
 def _nnz(lib, descriptor: _Descriptor) -> int:
     sizes = np.zeros(3, dtype=np.int64)
     lib.spMatGetSize(
@@ -159,7 +164,7 @@ def _nnz(lib, descriptor: _Descriptor) -> int:
 class _Call:
     """The descriptors and scalars of one ``left @ right`` through cuSPARSE."""
 
-    def __init__(self, left: DeviceMatrix, right: DeviceMatrix, algorithm: str):
+    def __init__(self, left, right, algorithm: str, c_indptr, own_descriptors=False):
         cupy = _cuda.cupy_or_none()
         self.lib = lib = _bindings()
         self.handle = thread_handle(
@@ -170,13 +175,18 @@ class _Call:
         self.algorithm = ALGORITHM[algorithm]
         self.alpha = np.ones(1, dtype=left.dtype)
         self.beta = np.zeros(1, dtype=left.dtype)
-        self.a = _csr(lib, left)
-        self.b = _csr(lib, right)
+        # a plan that re-points its operands' descriptors owns them; a product shares the
+        # mirrors' own
+        describe = _csr if own_descriptors else _operand
+        self.a = describe(lib, left)
+        self.b = describe(lib, right)
         index = INDEX_TYPE[left.index_dtype]
+        # C's row offsets are given from the start (as cupyx does), its entries once
+        # their number is known
         self.c = _Descriptor(
             lib.createCsr(
-                left.shape[0], right.shape[1], 0, 0, 0, 0, index, index, INDEX_BASE_ZERO,
-                self.cuda_type,
+                left.shape[0], right.shape[1], 0, c_indptr.data.ptr, 0, 0, index, index,
+                INDEX_BASE_ZERO, self.cuda_type,
             ),
             lib.destroySpMat,
         )  # fmt: skip
@@ -229,24 +239,32 @@ class CusparseSpgemm(SpgemmEngine):
         return ("alg2", "alg3") if has_lean_algorithms() else ()
 
     def _multiply(self, left, right, algorithm, sink: ResultSink):
-        call, buffers = self._compute(left, right, algorithm, sink.budget)
         try:
-            indptr, indices, data = sink.allocate(_nnz(call.lib, call.c))
-            call.lib.csrSetPointers(call.c.handle, indptr.data.ptr, _ptr(indices), _ptr(data))
-            call.lib.spGEMM_copy(*call.args())
-        finally:
-            sink.budget.release(*buffers)
+            call, buffers = self._compute(left, right, algorithm, sink.budget, sink.indptr())
+            try:
+                indptr, indices, data = sink.allocate(_nnz(call.lib, call.c))
+                call.lib.csrSetPointers(call.c.handle, indptr.data.ptr, _ptr(indices), _ptr(data))
+                call.lib.spGEMM_copy(*call.args())
+            finally:
+                sink.budget.release(*buffers)
+        except DoesNotFit:
+            sink.discard()
+            raise
         return sink.finish()
 
     def _count(self, left, right, algorithm, budget: Budget) -> int:
-        call, buffers = self._compute(left, right, algorithm, budget)
-        budget.release(*buffers)
-        return _nnz(call.lib, call.c)
+        indptr = budget.empty(left.shape[0] + 1, left.index_dtype, "the row offsets")
+        try:
+            call, buffers = self._compute(left, right, algorithm, budget, indptr)
+            budget.release(*buffers)
+            return _nnz(call.lib, call.c)
+        finally:
+            budget.release(indptr)
 
-    def _compute(self, left, right, algorithm, budget: Budget):
+    def _compute(self, left, right, algorithm, budget: Budget, c_indptr):
         """``(call, work buffers)`` after ``cusparseSpGEMM_compute``: C's nonzeros are
         known, its entries wait in the buffers for ``cusparseSpGEMM_copy``."""
-        call = _Call(left, right, algorithm)
+        call = _Call(left, right, algorithm, c_indptr)
         lib, args = call.lib, call.args()
         buffers = []
 
@@ -341,7 +359,9 @@ class ReusePlan:
         self.shape = (left.shape[0], right.shape[1])
         self.residence = left.residence
         self._lock = threading.Lock()
-        call = self._call = _Call(left, right, "default")
+        index = left.index_dtype
+        self.indptr = budget.empty(self.shape[0] + 1, index, "the result")
+        call = self._call = _Call(left, right, "default", self.indptr, own_descriptors=True)
         lib = call.lib
         head = call.reuse_args()
         buffers = {}
@@ -367,8 +387,6 @@ class ReusePlan:
         )
         budget.release(buffers.pop("buffer1"), buffers.pop("buffer2"))
         nnz = _nnz(lib, call.c)
-        index = left.index_dtype
-        self.indptr = budget.empty(self.shape[0] + 1, index, "the result")
         self.indices = budget.empty(nnz, index, "the result")
         first = budget.empty(nnz, left.dtype, "the result")
         lib.csrSetPointers(call.c.handle, self.indptr.data.ptr, _ptr(self.indices), _ptr(first))

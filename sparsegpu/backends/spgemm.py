@@ -142,25 +142,40 @@ class ResultSink:
         self.residence = residence
         self.slot = slot
         self.nnz = 0
+        self._indptr = None
         self._arrays = None
+        self._allocated = []  # what this sink took from the budget
+
+    def _empty(self, size, dtype, what):
+        self._allocated.append(self.budget.empty(size, dtype, what))
+        return self._allocated[-1]
+
+    def indptr(self):
+        """The ``shape[0] + 1`` row offsets (from 0) to fill, allocated on first call (a
+        library may want them before it knows the nonzeros)."""
+        if self._indptr is None:
+            what = "the result" if self.slot is None else "a row block's row offsets"
+            self._indptr = self._empty(self.shape[0] + 1, self.index_dtype, what)
+        return self._indptr
 
     def allocate(self, nnz: int):
-        """``(indptr, indices, data)`` to fill: ``shape[0] + 1`` row offsets from 0 and
-        ``nnz`` entries."""
+        """``(indptr, indices, data)`` to fill: :meth:`indptr` and ``nnz`` entries."""
         self.nnz = int(nnz)
-        b, m = self.budget, self.shape[0]
-        what = "the result"
+        indptr = self.indptr()
         if self.slot is None:
-            indptr = b.empty(m + 1, self.index_dtype, what)
-            indices = b.empty(nnz, self.index_dtype, what)
-            data = b.empty(nnz, self.dtype, what)
+            indices = self._empty(nnz, self.index_dtype, "the result")
+            data = self._empty(nnz, self.dtype, "the result")
         else:
             s = self.slot
-            indptr = b.empty(m + 1, self.index_dtype, "a row block's row offsets")
             indices = s.indices[s.offset : s.offset + nnz]
             data = s.data[s.offset : s.offset + nnz]
         self._arrays = (indptr, indices, data)
         return self._arrays
+
+    def discard(self) -> None:
+        """Give back what was allocated (the product did not complete)."""
+        self.budget.release(*self._allocated)
+        self._allocated, self._indptr, self._arrays = [], None, None
 
     def finish(self):
         """The product as a DeviceMatrix, or (into a slot) the entries it wrote."""
@@ -298,12 +313,16 @@ def canonical_copy(matrix: DeviceMatrix) -> DeviceMatrix:
 
 
 def _scatter_add(xp, target, positions, values) -> None:
-    if xp is np:
-        np.add.at(target, positions, values)
-    else:  # cupyx's scatter_add is CuPy's ufunc.at for every supported CuPy
-        import cupyx
-
-        cupyx.scatter_add(target, positions, values)
+    """``target[positions] += values`` with repeated positions summed (``ufunc.at``; CuPy's
+    takes real dtypes only: a complex one is done as its real and imaginary parts)."""
+    if target.dtype.kind == "c" and xp is not np:
+        parts = target.view(target.real.dtype).reshape(-1, 2)
+        for part, source in ((0, values.real), (1, values.imag)):
+            column = xp.zeros(target.shape[0], dtype=parts.dtype)
+            xp.add.at(column, positions, source)
+            parts[:, part] = column
+        return
+    xp.add.at(target, positions, values)
 
 
 def canonical(matrix: DeviceMatrix) -> DeviceMatrix:
@@ -422,8 +441,12 @@ def is_empty(left, right) -> bool:
 
 def _compute_operands(left, right):
     """The operands with the index dtype the engine computes in: int32 (the fast
-    kernels) unless a size needs int64."""
+    kernels) unless a size of theirs or of the result needs int64 (the result has at most
+    as many nonzeros as intermediate products: bounded by nnz(L) times R's longest row,
+    counted exactly only when that bound is over int32)."""
     wide = max(left.nnz, right.nnz, *left.shape, *right.shape) > INT32_MAX
+    if not wide and left.nnz * right.stats.max > INT32_MAX:
+        wide = int(row_products(left, right).sum()) > INT32_MAX
     index_dtype = np.dtype(np.int64 if wide else np.int32)
     return with_index_dtype(left, index_dtype), with_index_dtype(right, index_dtype)
 

@@ -1,0 +1,492 @@
+"""sparsegpu ``A @ B`` (sparse times sparse) against cupyx, cuSPARSE called directly and scipy.
+
+For each matrix and dtype, the time to a sparsegpu result whose device copy is kept
+(``C = A @ B`` on sparsegpu matrices whose mirrors exist: what a chain ``A @ B @ C`` or a
+solve on ``C`` pays), against:
+
+- ``cupyx``: ``cupyx.scipy.sparse`` ``A @ B`` on the same device arrays;
+- ``cusparse_alg1``: cuSPARSE SpGEMM ALG1 called directly, as a C program does it (the
+  operands' descriptors made once; per product: C's descriptor, the SpGEMM descriptor,
+  work estimation, compute, copy);
+- ``scipy``: scipy's product on the host (float64; one sample, it takes seconds), against
+  sparsegpu's time *including the host copy* of the result (``C.data`` read: all three
+  arrays downloaded).
+
+sparsegpu is timed twice: ``planned`` (``A @ B`` after warm-up: the first product ran
+ALG1, the second planned the pair by measurement, the rest run the winner, which may be
+``SpGEMMreuse`` since the benchmark multiplies the same patterns again) and ``alg1``
+(``sg.spgemm(A, B, algorithm="alg1")``: the unplanned path, every product from scratch,
+exactly cupyx's work).
+
+Timing: the GPU columns in alternation (one sample of each per round, the order rotating;
+median of ``--repeat``, CUDA events) after a warm-up; every answer checked first
+(sparsegpu's and cuSPARSE's against cupyx's: same structure, values within the dtype's
+tolerance; float64 also against scipy on the first rows). Peak device memory: the growth
+of CuPy's pool over one product (work buffers and result), through an allocator that
+records the pool's high-water mark; sparsegpu's ``planned`` adds what it keeps between
+products (a reuse plan's buffers and structure).
+
+Blocked completion: with CuPy's pool limited so that ALG1's buffers do not fit beside the
+operands and the result, ``A @ B`` on the first matrix must complete (a lean algorithm or
+row blocks) and agree; then again with the lean algorithms switched off (row blocks only).
+
+Matrices: nothing was fitted or tuned for SpGEMM (planning has no thresholds); none of
+these matrices took part in writing the code (which was tested on the small awkward
+matrices of ``sparsegpu.testing`` only).
+
+Usage (on a GPU machine)::
+
+    python benchmarks/spgemm.py --out spgemm.json --md spgemm.md
+    python benchmarks/spgemm.py --scale small              # a quick check
+    python benchmarks/spgemm.py --from-json spgemm.json --md spgemm.md   # no GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib.util
+import json
+import math
+import pathlib
+import sys
+import time
+
+import numpy as np
+import scipy
+import scipy.sparse as sp
+
+import sparsegpu as sg
+from sparsegpu import _cuda, _mirror, _timing
+from sparsegpu._oracle import tolerance
+from sparsegpu.backends import cusparse as cusparse_backend
+from sparsegpu.backends import cusparse_spgemm, spgemm
+from sparsegpu.datasets import synthetic
+
+HERE = pathlib.Path(__file__).resolve().parent
+# the bars of issue 34
+CUPYX_BAR = 1.0
+SCIPY_BAR = 10.0
+
+
+def _fem_p1():
+    spec = importlib.util.spec_from_file_location(
+        "compressed_indices", HERE / "compressed_indices.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.fem_p1
+
+
+def matrices(scale: str, xp) -> list:
+    """``(name, form, builder)``: ``builder()`` -> host scipy CSR; ``form`` ``"A@A"`` or
+    ``"A.T@A"`` or ``"P.T@A@P"`` (with the aggregation of 2 x 2 grid points)."""
+    big = scale == "full"
+    n2, n3, s_rmat = (2000, 100, 16) if big else (200, 20, 10)
+    points, tall = (300_000, (400_000, 40_000)) if big else (5_000, (4_000, 400))
+    rmat_kw = {"a": 0.45, "b": 0.55 / 3, "c": 0.55 / 3}
+    return [
+        (f"stencil2d5_{n2}", "A@A", lambda: synthetic.stencil_2d(n2, xp=xp)),
+        (f"stencil3d27_{n3}", "A@A", lambda: synthetic.stencil_3d(n3, points=27, xp=xp)),
+        (f"rmat_s{s_rmat}_e16", "A@A", lambda: synthetic.rmat(s_rmat, 16, xp=xp, **rmat_kw)),
+        (f"fem_p1_{points // 1000}k_random", "A@A", lambda: _fem_p1()(points, "random")),
+        (
+            f"tall_{tall[0] // 1000}k_x8_{tall[1] // 1000}k",
+            "A.T@A",
+            lambda: synthetic.uniform_random(tall[0], 8, n_cols=tall[1], seed=3, xp=xp),
+        ),
+        (f"galerkin_stencil2d5_{n2}", "P.T@A@P", lambda: synthetic.stencil_2d(n2, xp=xp)),
+    ]
+
+
+def aggregation(n: int) -> sp.csr_matrix:
+    """Piecewise-constant prolongation of an n x n grid onto its 2 x 2 aggregates."""
+    i, j = np.divmod(np.arange(n * n), n)
+    coarse = (i // 2) * ((n + 1) // 2) + j // 2
+    return sp.csr_matrix(
+        (np.ones(n * n), (np.arange(n * n), coarse)), shape=(n * n, ((n + 1) // 2) ** 2)
+    )
+
+
+class DirectSpGEMM:
+    """cuSPARSE SpGEMM ALG1 called directly: the operands' descriptors made once; each
+    call makes C's descriptor and the SpGEMM descriptor, estimates, computes and copies,
+    as NVIDIA's sample does."""
+
+    def __init__(self, left, right):
+        cupy = _cuda.cupy_or_none()
+        self._cupy = cupy
+        self._operands = (left, right)
+        lib = self._lib = cusparse_backend._bindings()
+        self._handle = lib.create()
+        lib.setStream(self._handle, cupy.cuda.get_current_stream().ptr)
+        self._a = cusparse_spgemm._csr(lib, left)
+        self._b = cusparse_spgemm._csr(lib, right)
+        self._dtype = left.dtype
+        self._index = left.index_dtype
+        self._shape = (left.shape[0], right.shape[1])
+        self._alpha = np.ones(1, left.dtype)
+        self._beta = np.zeros(1, left.dtype)
+
+    def __call__(self):
+        cupy, lib = self._cupy, self._lib
+        index_type = cusparse_backend.INDEX_TYPE[self._index]
+        cuda_type = cusparse_backend.CUDA_DATA_TYPE[self._dtype]
+        indptr = cupy.empty(self._shape[0] + 1, self._index)
+        mat_c = lib.createCsr(
+            *self._shape, 0, indptr.data.ptr, 0, 0, index_type, index_type, 0, cuda_type
+        )
+        descr = lib.spGEMM_createDescr()
+        args = (
+            self._handle, 0, 0, self._alpha.ctypes.data, self._a.handle, self._b.handle,
+            self._beta.ctypes.data, mat_c, cuda_type, cusparse_spgemm.ALGORITHM["alg1"], descr,
+        )  # fmt: skip
+        try:
+            size1 = lib.spGEMM_workEstimation(*args, 0, 0)
+            buffer1 = cupy.empty(size1, np.int8)
+            lib.spGEMM_workEstimation(*args, size1, buffer1.data.ptr)
+            size2 = lib.spGEMM_compute(*args, 0, 0)
+            buffer2 = cupy.empty(size2, np.int8)
+            lib.spGEMM_compute(*args, size2, buffer2.data.ptr)
+            sizes = np.zeros(3, np.int64)
+            lib.spMatGetSize(
+                mat_c, sizes.ctypes.data, sizes.ctypes.data + 8, sizes.ctypes.data + 16
+            )
+            nnz = int(sizes[2])
+            indices = cupy.empty(nnz, self._index)
+            data = cupy.empty(nnz, self._dtype)
+            lib.csrSetPointers(mat_c, indptr.data.ptr, indices.data.ptr, data.data.ptr)
+            lib.spGEMM_copy(*args)
+        finally:
+            lib.spGEMM_destroyDescr(descr)
+            lib.destroySpMat(mat_c)
+        del buffer1, buffer2
+        return indptr, indices, data
+
+
+class PeakTracker:
+    """An allocator over CuPy's pool recording the pool's high-water mark."""
+
+    def __init__(self, pool):
+        self.pool = pool
+        self.peak = pool.used_bytes()
+
+    def malloc(self, size):
+        memory = self.pool.malloc(size)
+        self.peak = max(self.peak, self.pool.used_bytes())
+        return memory
+
+
+def peak_of(fn, cupy):
+    """``(bytes the pool grew by at most during fn(), fn's result)``."""
+    pool = cupy.get_default_memory_pool()
+    cupy.cuda.get_current_stream().synchronize()
+    base = pool.used_bytes()
+    tracker = PeakTracker(pool)
+    cupy.cuda.set_allocator(tracker.malloc)
+    try:
+        result = fn()
+        cupy.cuda.get_current_stream().synchronize()
+    finally:
+        cupy.cuda.set_allocator(pool.malloc)
+    return tracker.peak - base, result
+
+
+def device_csr(M):
+    """(indptr, indices, data) of a sparsegpu result, a cupyx matrix or a direct result,
+    on the device, without a host copy."""
+    if hasattr(M, "_sg_pending") and "_sg_pending" in M.__dict__:
+        d = M.__dict__["_sg_pending"].device
+        return d.indptr, d.indices, d.data
+    if isinstance(M, tuple):
+        return M
+    return M.indptr, M.indices, M.data
+
+
+def agree(ours, reference, dtype, cupy) -> str | None:
+    """None when ``ours`` has ``reference``'s structure and values within tolerance, else
+    what differs."""
+    a, b = device_csr(ours), device_csr(reference)
+    if a[1].shape != b[1].shape:
+        return f"{a[1].shape[0]:,} nonzeros against {b[1].shape[0]:,}"
+    if not (bool(cupy.array_equal(a[0], b[0])) and bool(cupy.array_equal(a[1], b[1]))):
+        return "another structure"
+    scale = float(cupy.abs(b[2]).max()) if b[2].size else 0.0
+    error = float(cupy.abs(a[2] - b[2]).max()) if b[2].size else 0.0
+    tol = tolerance(dtype, 1000) * max(scale, 1e-300)
+    return None if error <= tol else f"max error {error:.3e} > {tol:.3e}"
+
+
+def agree_with_scipy(C, expected, dtype, rows=20_000) -> str | None:
+    """None when the first ``rows`` rows of sparsegpu's (host) result match scipy's."""
+    ours, theirs = sp.csr_matrix(C)[:rows], expected.tocsr()[:rows]
+    difference = abs(ours - theirs).max() if ours.nnz or theirs.nnz else 0.0
+    tol = tolerance(dtype, 1000) * max(abs(theirs).max() if theirs.nnz else 0.0, 1e-300)
+    return (
+        None if difference <= tol else f"max error {difference:.3e} > {tol:.3e} (first {rows} rows)"
+    )
+
+
+def prolongation(form, S, dtype):
+    """The aggregation of the Galerkin form (None for the others)."""
+    if form != "P.T@A@P":
+        return None
+    return aggregation(int(round(math.sqrt(S.shape[0])))).astype(dtype)
+
+
+def scipy_product(form, S, P):
+    """The product of ``form`` as a scipy user writes it."""
+    if form == "A@A":
+        return S @ S
+    if form == "A.T@A":
+        return S.T @ S
+    return P.T @ S @ P
+
+
+def product_fns(form, S, dtype, cupy, cupyx_sparse):
+    """``{column: fn}`` of the GPU contenders and the sparsegpu matrices."""
+    P = prolongation(form, S, dtype)
+    A = sg.csr_matrix(S.astype(dtype))
+    Acx = cupyx_sparse.csr_matrix(A)
+    Acx.sum_duplicates()
+    if form == "A@A":
+        B, Bcx = A, Acx
+        fns = {"planned": lambda: A @ B, "alg1": lambda: sg.spgemm(A, B, algorithm="alg1")}
+        fns["cupyx"] = lambda: Acx @ Bcx
+    elif form == "A.T@A":
+        fns = {
+            "planned": lambda: A.T @ A,
+            "alg1": lambda: sg.spgemm(A.T, A, algorithm="alg1"),
+            "cupyx": lambda: Acx.T @ Acx,
+        }
+    else:
+        Psg = sg.csr_matrix(P)
+        Pcx = cupyx_sparse.csr_matrix(P)
+        fns = {
+            "planned": lambda: sg.galerkin_product(A, Psg),
+            "cupyx": lambda: Pcx.T @ Acx @ Pcx,
+        }
+    return fns, A, P
+
+
+def run_matrix(name, form, builder, dtypes, repeat, cupy, cupyx_sparse, log) -> list:
+    """The rows of one matrix (one per dtype)."""
+    t0 = time.perf_counter()
+    S = sp.csr_matrix(builder())
+    S.sum_duplicates()
+    log(f"{name}: {S.shape[0]:,} x {S.shape[1]:,}, {S.nnz:,} nonzeros, {form} "
+        f"(built in {time.perf_counter() - t0:.1f} s)")  # fmt: skip
+    rows = []
+    for dtype in dtypes:
+        rows.append(run_dtype(name, form, S, dtype, repeat, cupy, cupyx_sparse, log))
+        cupy.get_default_memory_pool().free_all_blocks()
+    return rows
+
+
+def run_dtype(name, form, S, dtype, repeat, cupy, cupyx_sparse, log) -> dict:
+    """The row of one matrix in one dtype."""
+    row = {"matrix": name, "form": form, "dtype": np.dtype(dtype).name, "shape": S.shape}
+    row["nnz"] = int(S.nnz)
+    fns, A, P = product_fns(form, S, dtype, cupy, cupyx_sparse)
+    planned = fns["planned"]
+    for _ in range(3):  # the first product, the planned second, one on the plan
+        planned()
+    cupy.cuda.get_current_stream().synchronize()
+    explain_args = (A, A) if form == "A@A" else (A.T, A) if form == "A.T@A" else None
+    if explain_args is not None:
+        plan = sg.explain(*explain_args)
+        row["planned_algorithm"] = plan.algorithm
+        row["plan"] = str(plan)
+        row["held_bytes"] = plan.held_bytes
+        mirrors = [m._sg_mirror(_mirror.CUPY, dtype) for m in explain_args]
+        fns["cusparse_alg1"] = DirectSpGEMM(*[spgemm.canonical(m) for m in mirrors])
+    reference = fns["cupyx"]()
+    if reference.format != "csr":  # compared as CSR (timed as cupyx gives it)
+        reference = reference.tocsr()
+    row["result_nnz"] = int(reference.nnz)
+    row["disagreements"] = {}
+    for key, fn in fns.items():
+        problem = None if key == "cupyx" else agree(fn(), reference, dtype, cupy)
+        if problem is not None:
+            row["disagreements"][key] = problem
+    log(f"  {row['dtype']}: checked against cupyx ({row['result_nnz']:,} nonzeros): "
+        f"{row['disagreements'] or 'all agree'}")  # fmt: skip
+    for key, fn in fns.items():
+        row[f"peak_{key}"] = int(peak_of(fn, cupy)[0])
+    timings = _timing.cuda_time_interleaved(fns, warmup=1, repeat=repeat)
+    for key, timing in timings.items():
+        row[f"{key}_ms"] = timing.median_ms
+    row["planned_with_host_copy_ms"] = _timing.host_time(
+        lambda: planned().data, warmup=1, repeat=3
+    ).median_ms
+    if np.dtype(dtype) == np.float64:
+        S64 = S.astype(dtype)
+        start = time.perf_counter()
+        expected = scipy_product(form, S64, P)
+        row["scipy_ms"] = (time.perf_counter() - start) * 1e3
+        problem = agree_with_scipy(planned(), expected, dtype)
+        if problem is not None:
+            row["disagreements"]["scipy"] = problem
+    summary = ", ".join(f"{k} {row[f'{k}_ms']:.2f} ms" for k in fns)
+    scipy_text = f", scipy {row['scipy_ms']:.0f} ms" if "scipy_ms" in row else ""
+    log(f"  {row['dtype']}: {summary}{scipy_text}")
+    return row
+
+
+def blocked_completion(builder, cupy, log) -> dict:
+    """``A @ A`` of the first matrix (float64) in a fresh CuPy pool limited to the operands,
+    the result and a quarter of ALG1's work space: with the lean algorithms, then with row
+    blocks only. A fresh pool, so that no free memory cached earlier escapes the limit."""
+    S = sp.csr_matrix(builder())
+    pool, previous = cupy.cuda.MemoryPool(), cupy.cuda.get_allocator()
+    cupy.cuda.set_allocator(pool.malloc)
+    engine = spgemm.engine_for(_mirror.CUPY)
+    lean = type(engine).lean_algorithms
+    try:
+        A = sg.csr_matrix(S)
+        reference = sg.spgemm(A, A, algorithm="alg1")
+        alg1_peak = sg.explain(A, A).peak_bytes
+        result_bytes = sum(a.nbytes for a in device_csr(reference))
+        out = {"alg1_peak": int(alg1_peak), "result_bytes": int(result_bytes), "runs": []}
+        for label, lean_off in (("lean algorithms allowed", False), ("row blocks only", True)):
+            pool.free_all_blocks()
+            budget = result_bytes + (alg1_peak - result_bytes) // 4
+            pool.set_limit(size=pool.total_bytes() + budget)
+            if lean_off:
+                type(engine).lean_algorithms = lambda self: ()
+            run = {"how": label, "limit_over_operands": int(budget)}
+            try:
+                start = time.perf_counter()
+                C = sg.spgemm(A, A, algorithm="alg1")
+                cupy.cuda.get_current_stream().synchronize()
+                run["ms"] = (time.perf_counter() - start) * 1e3
+                last = sg.explain(A, A).last
+                run.update(algorithm=last.algorithm, blocks=last.blocks, peak=last.peak_bytes)
+            except MemoryError as exc:
+                C, run["error"] = None, str(exc)
+            finally:
+                type(engine).lean_algorithms = lean
+                pool.set_limit(size=0)
+            if C is not None:  # checked without the limit (the check takes memory too)
+                run["agrees"] = agree(C, reference, np.float64, cupy) is None
+                del C
+            log(f"  blocked completion ({label}): {run}")
+            out["runs"].append(run)
+        return out
+    finally:
+        cupy.cuda.set_allocator(previous)
+
+
+def _ms(row, key) -> str:
+    return f"{row[key]:.2f} ms" if key in row else "—"
+
+
+def markdown(result: dict) -> str:
+    lines = [
+        "# sparsegpu `A @ B` against cupyx, cuSPARSE ALG1 called directly, and scipy",
+        "",
+        f"Device: {result.get('device', '?')}; CuPy {result.get('cupy', '?')}, "
+        f"scipy {result.get('scipy', '?')}. Median of {result.get('repeat')} CUDA-event "
+        "samples after warm-up, in alternation; answers checked against cupyx (and scipy "
+        "for float64). Nothing was fitted or tuned on these matrices.",
+        "",
+        "| matrix | product | dtype | nnz in | nnz out | sparsegpu planned | sparsegpu ALG1 | "
+        "cuSPARSE ALG1 | cupyx | x cupyx (planned / ALG1) | scipy (host) | "
+        "x scipy incl. host copy | peak MiB: planned / ALG1 direct / cupyx | plan |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in result["rows"]:
+        ms = functools.partial(_ms, row)
+        cupyx = row["cupyx_ms"]
+        ratio = f"{cupyx / row['planned_ms']:.2f}x"
+        if "alg1_ms" in row:
+            ratio += f" / {cupyx / row['alg1_ms']:.2f}x"
+        scipy_ratio = (
+            f"{row['scipy_ms'] / row['planned_with_host_copy_ms']:.1f}x"
+            if "scipy_ms" in row
+            else "—"
+        )
+        held = row.get("held_bytes", 0)
+        peaks = [row["peak_planned"] + held, row.get("peak_cusparse_alg1"), row["peak_cupyx"]]
+        peak_text = " / ".join("—" if p is None else f"{p / 2**20:.0f}" for p in peaks)
+        flag = (
+            " (disagrees: " + ", ".join(row["disagreements"]) + ")" if row["disagreements"] else ""
+        )
+        lines.append(
+            f"| {row['matrix']} | {row['form']} | {row['dtype']} | {row['nnz']:,} | "
+            f"{row['result_nnz']:,} | {ms('planned_ms')} | {ms('alg1_ms')} | "
+            f"{ms('cusparse_alg1_ms')} | {ms('cupyx_ms')} | {ratio} | "
+            f"{ms('scipy_ms')} | {scipy_ratio} | {peak_text} | "
+            f"{row.get('planned_algorithm', 'galerkin')}{flag} |"
+        )
+    blocked = result.get("blocked")
+    if blocked:
+        lines += ["", "Blocked completion (first matrix, float64, CuPy's pool limited to the "
+                  f"operands + the result + a quarter of ALG1's work space; ALG1's peak "
+                  f"{blocked['alg1_peak'] / 2**20:.0f} MiB, result "
+                  f"{blocked['result_bytes'] / 2**20:.0f} MiB):", ""]  # fmt: skip
+        for run in blocked["runs"]:
+            lines.append(f"- {run['how']}: {json.dumps(run)}")
+    lines += ["", "Planning (what `sg.explain(A, B)` printed for each):", ""]
+    for row in result["rows"]:
+        if "plan" in row:
+            lines += [f"`{row['matrix']}` {row['dtype']}:", "", "```", row["plan"], "```", ""]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=pathlib.Path)
+    parser.add_argument("--md", type=pathlib.Path)
+    parser.add_argument("--from-json", type=pathlib.Path)
+    parser.add_argument("--scale", choices=("full", "small"), default="full")
+    parser.add_argument("--dtypes", default="float64,float32")
+    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--only", help="comma-separated matrix names")
+    args = parser.parse_args(argv)
+    if args.from_json:
+        result = json.loads(args.from_json.read_text())
+        if args.md:
+            args.md.write_text(markdown(result))
+        return 0
+    cupy = _cuda.cupy_or_none()
+    if cupy is None:
+        print(f"no GPU: {_cuda.unavailable_reason()}", file=sys.stderr)
+        return 2
+    import cupyx.scipy.sparse as cupyx_sparse
+
+    def log(text):
+        print(text, flush=True)
+
+    dtypes = [np.dtype(d) for d in args.dtypes.split(",")]
+    result = {
+        "device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
+        "cupy": cupy.__version__,
+        "scipy": scipy.__version__,
+        "repeat": args.repeat,
+        "scale": args.scale,
+        "command": " ".join(sys.argv),
+        "rows": [],
+    }
+    chosen = matrices(args.scale, cupy)
+    if args.only:
+        keep = set(args.only.split(","))
+        chosen = [m for m in chosen if m[0] in keep]
+    for name, form, builder in chosen:
+        result["rows"] += run_matrix(
+            name, form, builder, dtypes, args.repeat, cupy, cupyx_sparse, log
+        )
+        if args.out:
+            args.out.write_text(json.dumps(result, indent=1))
+    result["blocked"] = blocked_completion(chosen[0][2], cupy, log)
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1))
+    text = markdown(result)
+    if args.md:
+        args.md.write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
