@@ -57,7 +57,7 @@ import scipy
 import scipy.sparse as sp
 
 import sparsegpu as sg
-from sparsegpu import _cuda, _mirror, _timing
+from sparsegpu import _cuda, _mirror, _sparse_product, _timing
 from sparsegpu._oracle import tolerance
 from sparsegpu.backends import cusparse as cusparse_backend
 from sparsegpu.backends import cusparse_spgemm, spgemm
@@ -340,7 +340,7 @@ def blocked_completion(builder, cupy, log) -> dict:
     S = sp.csr_matrix(builder())
     pool, previous = cupy.cuda.MemoryPool(), cupy.cuda.get_allocator()
     cupy.cuda.set_allocator(pool.malloc)
-    engine = spgemm.engine_for(_mirror.CUPY)
+    engine = _sparse_product.engine_for(_mirror.CUPY)
     lean = type(engine).lean_algorithms
     try:
         A = sg.csr_matrix(S)

@@ -24,6 +24,7 @@ from ._planning import level_in_force
 from ._registry import AUTO, get_backend
 from ._select import name_in_force, result_dtype
 from .backends import spgemm
+from .backends.cusparse_spgemm import CusparseSpgemm
 
 
 def where(A, B):
@@ -40,13 +41,28 @@ def where(A, B):
         residence = get_backend(name).residence
         if not residence.copies:
             return None, None, value_dtype, f"backend {name!r} computes on the host"
-    engine = spgemm.engine_for(residence)
+    engine = engine_for(residence)
     if engine is None:
         return None, None, value_dtype, f"no SpGEMM engine where backend {name!r} computes"
     if value_dtype not in engine.value_dtypes:
         takes = ", ".join(map(str, engine.value_dtypes))
         return None, None, value_dtype, f"the GPU computes {takes}, not {value_dtype}"
     return engine, residence, value_dtype, f"backend {name!r}"
+
+
+# the GPU's engine (no CUDA work until it computes)
+_GPU_ENGINE = CusparseSpgemm()
+
+
+def engine_for(residence) -> spgemm.SpgemmEngine | None:
+    """The usable SpGEMM engine of ``residence`` (one registered for it, else cuSPARSE's for
+    the GPU), or None: scipy computes the product."""
+    engine = spgemm.registered_engine(residence.name)
+    if engine is None and residence.name == CUPY.name:
+        engine = _GPU_ENGINE
+    if engine is None or engine.unavailable_reason() is not None:
+        return None
+    return engine
 
 
 def operands(A, B, residence, value_dtype, as_csr=False) -> tuple[DeviceMatrix, DeviceMatrix]:

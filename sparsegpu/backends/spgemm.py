@@ -1,8 +1,8 @@
 """Sparse times sparse (``C = L @ R``) where a residence computes: engines and the driver.
 
 An :class:`SpgemmEngine` multiplies two canonical CSR mirrors of one residence (cuSPARSE
-SpGEMM for the GPU, :mod:`sparsegpu.backends.cusparse_spgemm`); engines are registered by
-residence name (:func:`register_engine`), so a residence without one (the host, where
+SpGEMM for the GPU, :mod:`sparsegpu.backends.cusparse_spgemm`, which dispatch knows; others
+by residence name, :func:`register_engine`); a residence without one (the host, where
 scipy computes) keeps scipy's product.
 
 :func:`multiply` runs one product within a :class:`Budget` of device memory:
@@ -254,7 +254,8 @@ _engines: dict[str, SpgemmEngine] = {}
 
 def register_engine(residence_name: str, engine: SpgemmEngine) -> None:
     """Let ``engine`` compute the sparse products of matrices whose backend lives in
-    residence ``residence_name`` (tests register one for their host-copy residence)."""
+    residence ``residence_name``, instead of the built-in one (tests register one for
+    their host-copy residence)."""
     _engines[residence_name] = engine
 
 
@@ -262,16 +263,9 @@ def unregister_engine(residence_name: str) -> None:
     _engines.pop(residence_name, None)
 
 
-def engine_for(residence) -> SpgemmEngine | None:
-    """The usable engine of ``residence``, or None (scipy computes the product)."""
-    if residence.name == "cupy" and "cupy" not in _engines:
-        from .cusparse_spgemm import CusparseSpgemm
-
-        _engines.setdefault("cupy", CusparseSpgemm())
-    engine = _engines.get(residence.name)
-    if engine is None or engine.unavailable_reason() is not None:
-        return None
-    return engine
+def registered_engine(residence_name: str) -> SpgemmEngine | None:
+    """The engine registered for ``residence_name``, or None."""
+    return _engines.get(residence_name)
 
 
 # ------------------------------------------------------------------------ operands
