@@ -16,8 +16,8 @@ What was chosen and measured, and the device memory each took at most, is what
 ``sg.explain(A, B)`` shows (:class:`SpgemmPlan`). Planning is per process, keyed by the
 patterns, so a Newton or AMG loop that rebuilds ``A`` with the same pattern keeps its plan.
 A kept ``SpGEMMreuse`` plan holds device memory (its buffers and the result's structure):
-at most :data:`REUSE_PLANS` are kept, and all are dropped before a product that would not
-fit otherwise.
+at most :data:`REUSE_PLANS` are kept, holding at most :data:`REUSE_MEMORY_FRACTION` of the
+GPU's memory together, and all are dropped before a product that would not fit otherwise.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import _timing
+from . import _cuda, _timing
 from ._mirror import DeviceMatrix, DeviceMemoryError
 from ._oracle import tolerance
 from ._planning import HOPELESS
@@ -40,6 +40,9 @@ from .backends.spgemm import Budget, DoesNotFit, Outcome
 # Pairs of patterns remembered, and SpGEMMreuse plans kept, per process.
 PAIRS = 64
 REUSE_PLANS = 4
+# ... and together they hold at most this fraction of the GPU's memory (one plan of the 3-D
+# 27-point stencil 100^3 holds 6.6 GB: its value computation keeps large buffers)
+REUSE_MEMORY_FRACTION = 0.25
 REUSE = "reuse"
 
 
@@ -153,13 +156,28 @@ def _pair(left: DeviceMatrix, right: DeviceMatrix) -> _Pair:
 
 
 def _drop_reuse_plans(keep: int) -> int:
-    """Drop SpGEMMreuse plans, oldest first, until ``keep`` are left; how many went."""
+    """Drop SpGEMMreuse plans, oldest first, until at most ``keep`` are left and they hold
+    at most :data:`REUSE_MEMORY_FRACTION` of the GPU's memory together; how many went."""
+    cap = _reuse_memory_cap()
     with _pairs_lock:
         holding = [p for p in _pairs.values() if p.reuse is not None]
-        dropped = holding[: max(len(holding) - keep, 0)]
-        for pair in dropped:
+        held = sum(p.reuse.held_bytes for p in holding)
+        dropped = 0
+        for pair in holding:
+            if len(holding) - dropped <= keep and (cap is None or held <= cap):
+                break
+            held -= pair.reuse.held_bytes
             pair.reuse = None
-    return len(dropped)
+            dropped += 1
+    return dropped
+
+
+def _reuse_memory_cap() -> int | None:
+    """Bytes the kept reuse plans may hold together (None without a GPU)."""
+    cupy = _cuda.cupy_or_none()
+    if cupy is None:
+        return None
+    return int(REUSE_MEMORY_FRACTION * cupy.cuda.runtime.memGetInfo()[1])
 
 
 def multiply(left, right, engine, *, level: str, algorithm=None, memory_limit=None):
@@ -262,6 +280,12 @@ def _measure(pair: _Pair, engine, left, right, level, memory_limit) -> None:
         pair.reuse = engine.reuse(left, right, Budget(left.xp, memory_limit))
     except DoesNotFit as exc:
         measured[REUSE] = SpgemmMeasurement(REUSE, None, None, note=f"does not fit: {exc}")
+    cap = _reuse_memory_cap()
+    if pair.reuse is not None and cap is not None and pair.reuse.held_bytes > cap:
+        share = f"{REUSE_MEMORY_FRACTION:.0%}"
+        note = f"would keep {pair.reuse.held_bytes:,} bytes, over {share} of the GPU"
+        measured[REUSE] = SpgemmMeasurement(REUSE, None, None, note=note)
+        pair.reuse = None
     if pair.reuse is not None:
         check(REUSE, functools.partial(pair.reuse.compute, left, right))
         _drop_reuse_plans(REUSE_PLANS)

@@ -483,3 +483,34 @@ def test_explain_of_a_sparse_product_on_the_host():
     plan = sg.explain(A, A)
     assert plan.algorithm == "scipy" and "host" in str(plan)
     assert isinstance(sg.explain(A), sg._select.Choice)
+
+
+def test_a_refused_allocation_is_not_counted_in_the_peak():
+    from sparsegpu.backends.spgemm import Budget, DoesNotFit
+
+    budget = Budget(np, limit=1000)
+    kept = budget.empty(100, np.float64, "kept")  # 800 bytes
+    with pytest.raises(DoesNotFit, match="too much"):
+        budget.empty(100, np.float64, "too much")
+    with pytest.raises(DoesNotFit):
+        budget.reserve(300, "modelled")
+    assert (budget.in_use, budget.peak) == (800, 800)
+    budget.release(kept)
+    assert (budget.in_use, budget.peak) == (0, 800)
+
+
+def test_reuse_plans_are_kept_within_their_count_and_memory(engine, monkeypatch):
+    monkeypatch.setattr(_plan_spgemm, "REUSE_PLANS", 2)
+    plans = []
+    for seed in range(4):
+        A = _on(engine, random_sparse((50, 50), 0.1, 30 + seed, np.float64))
+        pair = _plan_spgemm._pair(
+            *_sparse_product.operands(A, A, *_sparse_product.where(A, A)[1:3])
+        )
+        pair.reuse = type("Plan", (), {"held_bytes": 10})()
+        plans.append(pair)
+        _plan_spgemm._drop_reuse_plans(_plan_spgemm.REUSE_PLANS)
+    assert [p.reuse is not None for p in plans] == [False, False, True, True]
+    monkeypatch.setattr(_plan_spgemm, "_reuse_memory_cap", lambda: 15)
+    assert _plan_spgemm._drop_reuse_plans(2) == 1
+    assert [p.reuse is not None for p in plans] == [False, False, False, True]

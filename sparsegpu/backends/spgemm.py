@@ -89,24 +89,32 @@ class Budget:
         """Count ``nbytes`` as taken (memory a library allocates by itself); DoesNotFit
         beyond the limit."""
         nbytes = int(nbytes)
-        if self.limit is not None and self.in_use + nbytes > self.limit:
-            raise DoesNotFit(nbytes, self.limit - self.in_use, what)
-        self.in_use += nbytes
-        self.peak = max(self.peak, self.in_use)
+        self._check(nbytes, what)
+        self._count(nbytes)
         return nbytes
 
     def empty(self, size: int, dtype, what: str):
         """A new 1-D array of ``size`` elements, counted; DoesNotFit when the limit or the
-        device refuses it."""
+        device refuses it (and then nothing is counted)."""
         dtype = np.dtype(dtype)
-        nbytes = self.reserve(int(size) * dtype.itemsize, what)
+        nbytes = int(size) * dtype.itemsize
+        self._check(nbytes, what)
         try:
-            return self.xp.empty(int(size), dtype=dtype)
+            array = self.xp.empty(int(size), dtype=dtype)
         except Exception as exc:
-            self.in_use -= nbytes
             if is_out_of_memory(exc):
                 raise DoesNotFit(nbytes, free_bytes(self.xp), what) from exc
             raise
+        self._count(nbytes)
+        return array
+
+    def _check(self, nbytes: int, what: str) -> None:
+        if self.limit is not None and self.in_use + nbytes > self.limit:
+            raise DoesNotFit(nbytes, self.limit - self.in_use, what)
+
+    def _count(self, nbytes: int) -> None:
+        self.in_use += nbytes
+        self.peak = max(self.peak, self.in_use)
 
     def release(self, *arrays) -> None:
         """Stop counting ``arrays`` (their owner drops them)."""
