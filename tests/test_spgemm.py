@@ -24,6 +24,7 @@ from sparsegpu.testing import (
     VALUE_DTYPES,
     assert_product_close,
     awkward_matrices,
+    no_gpu_reason,
     random_sparse,
     random_vector,
 )
@@ -40,7 +41,7 @@ HEAVY = {"one_long_row", "power_law"}
 @pytest.fixture(params=ENGINES)
 def engine(request):
     if request.param == "gpu" and _cuda.cupy_or_none() is None:
-        pytest.skip(f"no GPU: {_cuda.unavailable_reason()}")
+        pytest.skip(no_gpu_reason())
     return request.param
 
 
