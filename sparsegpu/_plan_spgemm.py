@@ -35,7 +35,7 @@ from ._mirror import DeviceMatrix, DeviceMemoryError
 from ._oracle import tolerance
 from ._planning import HOPELESS
 from .backends import spgemm
-from .backends.spgemm import Budget, DoesNotFit, Outcome
+from .backends.spgemm import Budget, DoesNotFit, Outcome, Refused
 
 # Pairs of patterns remembered, and SpGEMMreuse plans kept, per process.
 PAIRS = 64
@@ -205,7 +205,7 @@ def _multiply(left, right, engine, level, algorithm, memory_limit):
             product = _reuse(pair, engine, left, right, budget)
             if product is not None:
                 return _settled(product)
-            algorithm = None
+            algorithm, budget = None, Budget(left.xp, memory_limit)
     product, outcome = spgemm.multiply(
         engine, left, right, algorithm or engine.default_algorithm, budget
     )
@@ -237,6 +237,14 @@ def _reuse(pair: _Pair, engine, left, right, budget: Budget) -> DeviceMatrix | N
             return None
         product = pair.reuse.compute(left, right, budget)
     except DoesNotFit:
+        pair.reuse = None  # made again by a later product, when memory allows
+        return None
+    except Refused as exc:  # not for these operands: the default from now on
+        pair.reuse = None
+        reason = f"SpGEMMreuse was measured fastest, then refused ({exc})"
+        pair.plan = dataclasses.replace(
+            pair.plan, algorithm=engine.default_algorithm, reason=reason
+        )
         return None
     pair.last = Outcome(REUSE, 1, budget.peak)
     return product
@@ -265,8 +273,8 @@ def _measure(pair: _Pair, engine, left, right, level, memory_limit) -> None:
         budget = Budget(left.xp, memory_limit)
         try:
             product = run(budget)
-        except DoesNotFit as exc:
-            measured[name] = SpgemmMeasurement(name, None, None, note=f"does not fit: {exc}")
+        except (DoesNotFit, Refused) as exc:
+            measured[name] = SpgemmMeasurement(name, None, None, note=_why_not(exc))
             return
         agreed = reference is None or _agree(reference, product)
         reference = product if reference is None else reference
@@ -278,8 +286,8 @@ def _measure(pair: _Pair, engine, left, right, level, memory_limit) -> None:
         check(name, functools.partial(spgemm.run_once, engine, left, right, name))
     try:
         pair.reuse = engine.reuse(left, right, Budget(left.xp, memory_limit))
-    except DoesNotFit as exc:
-        measured[REUSE] = SpgemmMeasurement(REUSE, None, None, note=f"does not fit: {exc}")
+    except (DoesNotFit, Refused) as exc:
+        measured[REUSE] = SpgemmMeasurement(REUSE, None, None, note=_why_not(exc))
     cap = _reuse_memory_cap()
     if pair.reuse is not None and cap is not None and pair.reuse.held_bytes > cap:
         share = f"{REUSE_MEMORY_FRACTION:.0%}"
@@ -316,6 +324,10 @@ def _measure(pair: _Pair, engine, left, right, level, memory_limit) -> None:
         f"measured fastest of {len(timings)} on the second product of these patterns",
         tuple(measured.values()),
     )
+
+
+def _why_not(exc) -> str:
+    return f"does not fit: {exc}" if isinstance(exc, DoesNotFit) else f"refused: {exc}"
 
 
 def _discard(run, xp, memory_limit) -> None:

@@ -515,3 +515,27 @@ def test_reuse_plans_are_kept_within_their_count_and_memory(engine, monkeypatch)
     monkeypatch.setattr(_plan_spgemm, "_reuse_memory_cap", lambda: 15)
     assert _plan_spgemm._drop_reuse_plans(2) == 1
     assert [p.reuse is not None for p in plans] == [False, False, False, True]
+
+
+def test_a_refused_reuse_plan_falls_back_to_the_default(monkeypatch):
+    """An engine that refuses SpGEMMreuse for these operands (a library error other than
+    memory): planning leaves it out, and a plan decided for it falls back to ALG1."""
+    from sparsegpu.backends.spgemm import Refused, register_engine
+    from sparsegpu.testing import HostSpgemm
+
+    class Refusing(HostSpgemm):
+        def reuse(self, left, right, budget):
+            raise Refused("not for these operands (test)")
+
+    register_engine("host-copy", Refusing())
+    try:
+        S = random_sparse((80, 80), 0.05, 40, np.float64)
+        A = _on("host-copy", S)
+        for _ in range(3):
+            check_product(A @ A, S @ S, np.float64, 80)
+        plan = sg.explain(A, A)
+        notes = {m.algorithm: m.note for m in plan.measurements}
+        assert notes["reuse"].startswith("refused: not for these operands")
+        assert plan.algorithm in ("alg1", "alg2")
+    finally:
+        register_engine("host-copy", HostSpgemm())

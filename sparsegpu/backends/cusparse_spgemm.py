@@ -41,7 +41,7 @@ from .cusparse import (
     thread_handle,
     unavailable_reason,
 )
-from .spgemm import Budget, DoesNotFit, ResultSink, SpgemmEngine, mark_canonical
+from .spgemm import Budget, DoesNotFit, Refused, ResultSink, SpgemmEngine, mark_canonical
 
 ALGORITHM = {"default": 0, "alg1": 3, "alg2": 4, "alg3": 5}
 # The fraction of the intermediate products ALG3 takes at a time (NVIDIA's sample's 0.2);
@@ -53,7 +53,7 @@ STATUS_INSUFFICIENT_RESOURCES = 11
 _OUT_OF_MEMORY = (STATUS_ALLOC_FAILED, STATUS_INSUFFICIENT_RESOURCES)
 
 
-class CusparseCallError(RuntimeError):
+class CusparseCallError(Refused):
     """A cuSPARSE function called through ctypes answered an error status."""
 
     def __init__(self, function: str, status: int):
@@ -284,6 +284,8 @@ class CusparseSpgemm(SpgemmEngine):
             budget.release(*buffers)
             if _out_of_memory(lib, exc):
                 raise DoesNotFit(0, budget.free(), f"cuSPARSE SpGEMM ({exc})") from exc
+            if isinstance(exc, lib.CuSparseError):
+                raise Refused(f"cuSPARSE SpGEMM {algorithm}: {exc}") from exc
             raise
         return call, buffers
 

@@ -52,6 +52,11 @@ class DoesNotFit(Exception):
         self.what = what
 
 
+class Refused(RuntimeError):
+    """An engine cannot run one algorithm on these operands (the library answered an
+    error other than memory); planning leaves that candidate out."""
+
+
 def free_bytes(xp) -> int | None:
     """Bytes a new allocation in ``xp`` can take now (None on the host: no known bound)."""
     return None if xp is np else device_free_bytes()
