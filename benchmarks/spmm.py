@@ -93,21 +93,26 @@ def synthetic_matrices(which: str, quick: bool) -> dict:
     return {} if quick else out
 
 
-def real_matrices(folder) -> dict:
+def real_matrices(folder, names=None) -> dict:
+    """``{name: build}`` of the Matrix Market files in ``folder`` with at least
+    ``MIN_REAL_ROWS`` rows (only those of ``names``, when given)."""
     out = {}
     for path in sorted(pathlib.Path(str(folder)).glob("*.mtx*")):
+        name = path.name.split(".mtx")[0]
+        if names is not None and name not in names:
+            continue
         A = scipy.io.mmread(str(path)).tocsr()
         if A.shape[0] >= MIN_REAL_ROWS:
-            out[path.name.split(".mtx")[0]] = lambda A=A: A
+            out[name] = lambda A=A: A
     return out
 
 
-def matrices(which: str, quick: bool, folder) -> dict:
+def matrices(which: str, quick: bool, folder, real=None) -> dict:
     if which not in SETS:
         raise ValueError(f"set={which!r}; use one of {SETS}")
     out = synthetic_matrices(which, quick)
     if which == "heldout":
-        out.update(real_matrices(folder))
+        out.update(real_matrices(folder, real))
     return out
 
 
@@ -424,7 +429,8 @@ def run(args, cupy, after_each=None) -> dict:
     orders = args.orders.split(",")
     rows = []
     for set_label in SETS if args.set == "both" else (args.set,):
-        for name, build in matrices(set_label, args.quick, args.matrices).items():
+        real = args.real.split(",") if args.real else None
+        for name, build in matrices(set_label, args.quick, args.matrices, real).items():
             host = build().tocsr()
             host.sum_duplicates()
             for dtype in dtypes:
@@ -463,6 +469,7 @@ def main(argv=None) -> int:
     parser.add_argument("--dtypes", default="float64,float32")
     parser.add_argument("--orders", default="C,F")
     parser.add_argument("--matrices", default=str(DEFAULT_MATRICES), help="Matrix Market folder")
+    parser.add_argument("--real", help="only these Matrix Market matrices (comma-separated)")
     parser.add_argument("--quick", action="store_true", help="three ks, no large matrices")
     parser.add_argument("--out", help="JSON result file")
     parser.add_argument("--md", help="markdown table file")

@@ -89,5 +89,7 @@ def test_sets_keep_fitting_and_claims_apart(script):
     assert {"stencil2d5_2000", "stencil3d27_100", "rmat_s19_e8", "bcsstk13"} <= set(held)
     assert not set(fit) & set(held)
     assert "karate" not in held  # under MIN_REAL_ROWS rows
+    some = script.matrices("heldout", False, script.DEFAULT_MATRICES, ["cage10", "EX5"])
+    assert {"cage10", "EX5"} <= set(some) and "bcsstk13" not in some
     with pytest.raises(ValueError, match="use one of"):
         script.matrices("tuning", False, script.DEFAULT_MATRICES)
