@@ -1,4 +1,5 @@
-"""Issue 15 on the GPU: CG with CUDA graphs, locality reordering, the numpy drop-in path.
+"""Issues 15 and 33 on the GPU: CG with CUDA graphs, locality reordering and auto's rule
+for it, the numpy drop-in path.
 
 Sections (each recorded as soon as it is done; an error in one is recorded and the others
 still run):
@@ -21,6 +22,17 @@ still run):
   ``cg(..., reorder="rcm")`` against ``reorder=None``: the solve with the permutation
   cached on the matrix (what every solve after the first costs) and the first solve,
   which includes ``sg.reorder``.
+* ``reorder_rule``: ``reorder="auto"``'s rule (reorder once the time spent solving a
+  matrix unordered reaches the ordering's estimated cost). First the cost model is fitted
+  on this machine: the ordering (``cached_rcm``: reverse Cuthill-McKee on the host, the
+  permutation) of randomly numbered 3-D 7-point meshes of ``--fit-grids``^3 rows, least
+  squares through the origin in seconds per nonzero; the rest of the section uses that
+  fit. Then, on a held-out matrix (a 7-point mesh of ``--rule-grid``^3 rows, a size not
+  fitted, in another random order; large enough that x does not fit in the H200's L2,
+  where reordering pays), ``--rule-solves`` cg solves of one matrix with
+  ``reorder=None``, ``"rcm"`` and ``"auto"``: each solve's wall time (the first and the
+  tenth), the totals after k solves against the better of None and rcm in hindsight, and
+  which solve auto reordered at.
 * ``numpy_path``: ``scipy.sparse.linalg.cg`` with numpy vectors, ``--iterations``
   iterations, on a ``--numpy-grid``^3 (1.6M-row) Poisson matrix: scipy's matrix; scipy's
   own vector work (a product that costs nothing: the floor of this path); a sparsegpu
@@ -262,6 +274,58 @@ def bench_reorder(args, cupy, report):
     entry["permute_seconds"] = time.perf_counter() - start
 
 
+def ordering_seconds(A, cupy) -> float:
+    """Wall time of what ``reorder="auto"`` pays to reorder A: its cached RCM ordering."""
+    from sparsegpu.linalg import _options
+
+    matrix = sg.csr_matrix(A)
+    seconds, _ = timed(lambda: _options.cached_rcm(matrix, symmetric=True), cupy)
+    return seconds
+
+
+def bench_reorder_rule(args, cupy, report):
+    from sparsegpu.linalg import _options
+
+    entry = report["reorder_rule"] = {"fit": [], "model_before": _options.ORDERING_S_PER_NONZERO}
+    for grid in args.fit_grids:
+        S = scrambled_mesh(grid)
+        entry["fit"].append({"grid": grid, "nnz": int(S.nnz), "seconds": ordering_seconds(S, cupy)})
+    nnz = np.array([f["nnz"] for f in entry["fit"]], dtype=np.float64)
+    seconds = np.array([f["seconds"] for f in entry["fit"]])
+    fitted = float(nnz @ seconds / (nnz @ nnz))
+    entry["seconds_per_nonzero"] = fitted
+    _options.ORDERING_S_PER_NONZERO = fitted  # the rest of the section uses this run's fit
+
+    S = scrambled_mesh(args.rule_grid, seed=3)  # held out: a size and numbering not fitted
+    b = cupy.asarray(np.random.default_rng(2).uniform(-1, 1, S.shape[0]))
+    entry.update(grid=args.rule_grid, n=S.shape[0], nnz=int(S.nnz), solves=args.rule_solves)
+    entry["ordering_estimate_seconds"] = fitted * S.nnz
+    entry["ordering_seconds"] = ordering_seconds(S, cupy)  # the estimate's error, held out
+    warm = sg.csr_matrix(scrambled_mesh(12))  # kernels compiled before any timing
+    for label in (None, "rcm", "auto"):
+        sg.linalg.cg(warm, cupy.ones(warm.shape[0]), rtol=args.rtol, reorder=label)
+    for label in (None, "rcm", "auto"):
+        A = sg.csr_matrix(S)
+        runs = []
+        for _ in range(args.rule_solves):
+            wall, (x, info) = timed(
+                lambda a=A, r=label: sg.linalg.cg(a, b, rtol=args.rtol, reorder=r), cupy
+            )
+            used = sg.linalg.last_solve_info()
+            runs.append(
+                {"seconds": wall, "info": info, "iterations": used.iterations,
+                 "reordered": used.reorder == "rcm", "why": used.reorder_reason,
+                 "residual": float(cupy.linalg.norm(b - A @ x) / cupy.linalg.norm(b))}
+            )  # fmt: skip
+        entry[str(label)] = runs
+    totals = {k: np.cumsum([r["seconds"] for r in entry[k]]) for k in ("None", "rcm", "auto")}
+    best = np.minimum(totals["None"], totals["rcm"])
+    entry["auto_over_hindsight"] = [float(v) for v in totals["auto"] / best]
+    entry["auto_reordered_at"] = next(
+        (k + 1 for k, r in enumerate(entry["auto"]) if r["reordered"]), None
+    )
+
+
 @contextmanager
 def pageable_copies(cupy):
     """The copies as they were before the pinned staging (for the comparison)."""
@@ -432,6 +496,7 @@ def markdown(report) -> str:
                 f"reverse Cuthill-McKee, on the host) {entry['rcm_seconds']:.1f} s, the "
                 f"permuted copy (`sg.reorder`'s, on the GPU) {entry['permute_seconds']:.1f} s."
             )
+    lines += _rule_markdown(report.get("reorder_rule"))
     entry = report.get("numpy_path")
     if entry and "pageable" in entry:
         lines += [
@@ -463,6 +528,41 @@ def markdown(report) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _rule_markdown(entry) -> list[str]:
+    if not entry or "auto_over_hindsight" not in entry:
+        return []
+    fit = ", ".join(f"{f['grid']}^3 ({f['nnz']:,} nnz) {f['seconds']:.2f} s" for f in entry["fit"])
+    lines = [
+        "",
+        f'`reorder="auto"`: the ordering\'s cost fitted on random-order 7-point meshes ({fit}): '
+        f"{entry['seconds_per_nonzero'] * 1e9:.1f} ns a nonzero. Held out: a random-order "
+        f"7-point mesh, {entry['n']:,} rows, {entry['nnz']:,} nonzeros, ordering estimated "
+        f"{entry['ordering_estimate_seconds']:.2f} s, measured {entry['ordering_seconds']:.2f} "
+        f"s; {entry['solves']} cg solves of one matrix each:",
+        "",
+        "| reorder | first solve s | tenth solve s | total s | total / better in hindsight |",
+        "|---|---|---|---|---|",
+    ]
+    best = [min(a, b) for a, b in zip(*(np.cumsum([r["seconds"] for r in entry[k]])
+                                         for k in ("None", "rcm")), strict=True)]  # fmt: skip
+    for label in ("None", "rcm", "auto"):
+        runs = entry[label]
+        total = sum(r["seconds"] for r in runs)
+        tenth = runs[9]["seconds"] if len(runs) >= 10 else float("nan")
+        lines.append(
+            f"| {label} | {runs[0]['seconds']:.3f} | {tenth:.3f} | {total:.2f} | "
+            f"{total / best[-1]:.2f}x |"
+        )
+    worst = max(entry["auto_over_hindsight"])
+    lines += [
+        "",
+        f"auto reordered at solve {entry['auto_reordered_at']}; over the first k solves, k = "
+        f"1..{entry['solves']}, auto took at most {worst:.2f}x the better of None and rcm "
+        "in hindsight.",
+    ]
+    return lines
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="directory for JSON and .md")
@@ -480,7 +580,15 @@ def main(argv=None) -> int:
     parser.add_argument("--iterations", type=int, default=20)
     parser.add_argument("--numpy-rounds", type=int, default=7, help="numpy path: solves each")
     parser.add_argument("--restart", type=int, default=20, help="gmres's restart")
-    parser.add_argument("--sections", default="graphs,others,gmres,reorder,numpy_path")
+    parser.add_argument(
+        "--fit-grids",
+        type=lambda text: [int(g) for g in text.split(",")],
+        default=[60, 100, 140],
+        help="reorder_rule: the meshes the ordering's cost is fitted on",
+    )
+    parser.add_argument("--rule-grid", type=int, default=200, help="200^3 x 7 = 56M nonzeros")
+    parser.add_argument("--rule-solves", type=int, default=10)
+    parser.add_argument("--sections", default="graphs,others,gmres,reorder,reorder_rule,numpy_path")
     args = parser.parse_args(argv)
     from sparsegpu import _cuda
 
@@ -500,6 +608,7 @@ def main(argv=None) -> int:
         "others": bench_others,
         "gmres": bench_gmres,
         "reorder": bench_reorder,
+        "reorder_rule": bench_reorder_rule,
         "numpy_path": bench_numpy_path,
     }
     for name in args.sections.split(","):

@@ -169,7 +169,7 @@ class MatrixCache:
     mirrors it was made from, so it can never outlive them.
     """
 
-    __slots__ = ("mirrors", "choices", "reorderings", "measured", "planning_lock")
+    __slots__ = ("mirrors", "choices", "reorderings", "measured", "planning_lock", "unordered_s")
 
     def __init__(self):
         self.mirrors: dict[MirrorKey, DeviceMatrix] = {}
@@ -181,6 +181,9 @@ class MatrixCache:
         self.planning_lock = threading.Lock()
         # (method, backend name) -> (permuted matrix, permutation)
         self.reorderings: dict[tuple[str, str | None], Any] = {}
+        # seconds the solvers spent on this matrix unordered under reorder="auto" (what
+        # its rule weighs against the ordering's cost)
+        self.unordered_s = 0.0
 
 
 class DeviceMatrix:

@@ -192,6 +192,7 @@ class Prepared:
     index_dtype: np.dtype
     policy: dict | None
     timer: str
+    planning_ms: float | None = None  # what choosing the plan by measurement cost
 
 
 class BackendContender:
@@ -224,7 +225,8 @@ class BackendContender:
 
 
 class AutoContender:
-    """``auto``: the backend and policy sparsegpu picks for this matrix, as users get it."""
+    """``auto`` as users get it: planned by measurement (``sparsegpu.choose``), what a
+    matrix's second product does by itself; what planning cost is reported apart."""
 
     kind = "auto"
     name = _registry.AUTO
@@ -234,13 +236,15 @@ class AutoContender:
         import sparsegpu
 
         matrix = sparsegpu.csr_matrix(A, dtype=dtype)
-        choice = _planning.explain(matrix, dtype)
-        plan = _planning.plan_for(matrix, dtype, backend=_registry.AUTO)
+        cupy = _cuda.cupy_or_none()
+        x = random_vector(A.shape[1], dtype, seed=seed, xp=cupy if cupy is not None else np)
+        choice = sparsegpu.choose(matrix, x)  # the estimate where nothing is measured
+        plan = _planning.plan_for(matrix, dtype, backend=_registry.AUTO, x=x)
         xp = plan.matrix.xp
-        x = random_vector(A.shape[1], dtype, seed=seed, xp=xp)
+        x = _to_host(x) if xp is np else x
         out = xp.empty(A.shape[0], dtype=plan.matrix.dtype)
         policy = {"type": type(plan.policy).__name__, "source": plan.policy.source}
-        policy.update(chosen=choice.backend, **plan.policy.knobs())
+        policy.update(chosen=choice.backend, level=choice.level, **plan.policy.knobs())
         on_gpu = plan.matrix.residence.name == "cupy"
         return Prepared(
             call=lambda: plan.matvec(x, out=out),
@@ -248,6 +252,7 @@ class AutoContender:
             index_dtype=plan.matrix.index_dtype,
             policy=policy,
             timer="cuda-events" if on_gpu else "wall-clock",
+            planning_ms=choice.planning_ms,
         )
 
 
@@ -380,6 +385,7 @@ class BenchResult:
     gb_per_s: float | None = None
     percent_of_peak: float | None = None
     speedup_vs_baseline: float | None = None
+    planning_ms: float | None = None
 
 
 @dataclass
@@ -453,7 +459,7 @@ def _run_one(contender, name, origin, A, dtype, repeat, seed, oracle_cache) -> B
     except Exception as exc:  # a broken backend must not stop the other rows
         row.status, row.message = "error", f"{type(exc).__name__}: {exc}"
         return row
-    row.policy, row.timer = prepared.policy, prepared.timer
+    row.policy, row.timer, row.planning_ms = prepared.policy, prepared.timer, prepared.planning_ms
     row.index_dtype = str(np.dtype(prepared.index_dtype))
     x_host = _to_host(prepared.x)
     key = (name, row.dtype)
@@ -644,7 +650,8 @@ def results_table(data: dict) -> tuple[list[str], list[list]]:
     Columns that are empty in every row (no peak or no baseline on a CPU run) are left out.
     """
     baseline = data.get("baseline") or "baseline"
-    columns = ["matrix", "dtype", "backend", "ms", "GB/s", "% peak", f"vs {baseline}", "note"]
+    columns = ["matrix", "dtype", "backend", "ms", "GB/s", "% peak", f"vs {baseline}"]
+    columns += ["planning ms", "note"]
     rows = []
     for r in data["results"]:
         if r["status"] == "ok":
@@ -660,6 +667,7 @@ def results_table(data: dict) -> tuple[list[str], list[list]]:
                 _fmt(r.get("gb_per_s"), ",.1f"),
                 _fmt(r.get("percent_of_peak"), ".0f", "%"),
                 _fmt(r.get("speedup_vs_baseline"), ".2f", "x"),
+                _fmt(r.get("planning_ms"), ".1f"),
                 note,
             ]
         )

@@ -20,6 +20,8 @@ from sparsegpu.backends.base import Backend
 from sparsegpu.backends.scipy_reference import ScipyBackend, ScipyPlan
 from sparsegpu.datasets import synthetic
 
+from .test_planning import _counted
+
 
 class _OffByOnePlan(ScipyPlan):
     def matvec(self, x, out=None):
@@ -120,6 +122,26 @@ def test_auto_row_names_the_backend_it_chose():
     (row,) = report.results
     assert row.status == "ok" and row.kind == "auto"
     assert row.policy["chosen"] == sg.explain(sg.csr_matrix(synthetic.stencil_2d(64))).backend
+
+
+def test_auto_is_timed_as_planned_by_measurement(monkeypatch):
+    """bench times the plan a matrix's second product gets (issue 33: it timed the
+    estimate), and reports what planning cost apart. GPU backends played by host-copy
+    stand-ins: the rules pick merge_path for this matrix, the measurement cusparse."""
+    from sparsegpu import _select
+
+    stand_ins = [_counted("merge_path", delay_s=2e-3), _counted("cusparse")]
+    monkeypatch.setattr(_select, "gpu_candidates", lambda value_dtype, policy_type=None: stand_ins)
+    monkeypatch.delenv("SPARSEGPU_PLANNING", raising=False)
+    sg._registry.invalidate_choices()
+    assert sg.explain(sg.csr_matrix(synthetic.stencil_2d(64))).backend == "merge_path"
+    report = bench.run(["stencil2d_64"], backends=["auto"], repeat=2)
+    (row,) = report.results
+    assert row.status == "ok", row.message
+    assert row.policy["chosen"] == "cusparse" and row.policy["level"] == "measure"
+    assert row.planning_ms > 0
+    columns, rows = bench.results_table(report.to_json())
+    assert rows[0][columns.index("planning ms")] == f"{row.planning_ms:.1f}"
 
 
 def test_bytes_count_values_indices_indptr_x_y():

@@ -62,3 +62,25 @@ def test_numpy_path_section(script):
     staging = "| sparsegpu, x copied through the pinned staging buffer, pinned results"
     assert f"{staging} | 12.00 | 2.50x |" in text
     assert "| sparsegpu, pageable copies both ways | 17.00 | 1.76x |" in text
+
+
+def test_reorder_rule_section(script):
+    def runs(seconds, reordered_at=None):
+        return [
+            {"seconds": s, "info": 0, "iterations": 150, "residual": 1e-9, "why": "",
+             "reordered": reordered_at is not None and k + 1 >= reordered_at}
+            for k, s in enumerate(seconds)
+        ]  # fmt: skip
+
+    entry = {
+        "fit": [{"grid": 60, "nnz": 1_500_000, "seconds": 0.1}],
+        "seconds_per_nonzero": 7e-8, "n": 512_000, "nnz": 13_800_000, "solves": 10,
+        "ordering_estimate_seconds": 0.97, "ordering_seconds": 1.1,
+        "None": runs([0.3] * 10), "rcm": runs([1.2] + [0.1] * 9, 1),
+        "auto": runs([0.3, 0.3, 0.3, 0.3, 1.2] + [0.1] * 5, 5),
+        "auto_over_hindsight": [1.0, 1.0, 1.0, 1.1, 1.4, 1.3, 1.2, 1.2, 1.1, 1.1],
+        "auto_reordered_at": 5,
+    }  # fmt: skip
+    text = script.markdown({"device": "GPU", "rtol": 1e-8, "repeat": 1, "reorder_rule": entry})
+    assert "| auto | 0.300 | 0.100 | 2.90 | 1.38x |" in text
+    assert "auto reordered at solve 5" in text and "at most 1.40x" in text

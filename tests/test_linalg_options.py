@@ -14,6 +14,7 @@ import scipy.sparse.linalg as spl
 
 import sparsegpu as sg
 from sparsegpu.datasets.synthetic import stencil_2d
+from sparsegpu.linalg import _options as linalg_options
 
 from .test_linalg import TOL, _to_numpy, general, hpd, jacobi, ours, relative_residual, rhs
 
@@ -88,7 +89,8 @@ def test_reorder_refuses(A, method, error):
 
 @pytest.mark.parametrize("reorder", ["rcm", "auto", None])
 @pytest.mark.parametrize("solver", SOLVERS)
-def test_reordered_solve_gives_the_same_answer(solver, reorder, backend_name, xp):
+def test_reordered_solve_gives_the_same_answer(solver, reorder, backend_name, xp, monkeypatch):
+    monkeypatch.setattr(linalg_options, "ORDERING_S_PER_NONZERO", 0.0)  # auto: at once
     S = scrambled(hpd(np.float64))
     b = rhs(S.shape[0], np.float64, xp=xp)
     plain, info_plain = solve(solver, ours(S, backend_name), b, rtol=1e-10)
@@ -100,6 +102,41 @@ def test_reordered_solve_gives_the_same_answer(solver, reorder, backend_name, xp
     used = sg.linalg.last_solve_info()
     assert used.solver == solver
     assert used.reorder == (None if reorder is None else "rcm"), used.reorder_reason
+
+
+class _Clock:
+    """``time.perf_counter`` ticking a second a call: a solve (one call at its start, one
+    at its end) lasts one second."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self):
+        self.now += 1.0
+        return self.now
+
+
+def test_auto_reorders_once_the_time_spent_unordered_reaches_the_orderings_cost(monkeypatch):
+    """Ski rental (issue 33): a matrix solved once is never reordered; one solved again and
+    again is reordered once its unordered solves have cost what the ordering would."""
+    S = scrambled(hpd(np.float64))
+    monkeypatch.setattr(linalg_options, "time", _Clock())
+    monkeypatch.setattr(linalg_options, "ORDERING_S_PER_NONZERO", 2.5 / S.nnz)
+    A, b = ours(S, "scipy"), rhs(S.shape[0], np.float64)
+    seen = []
+    for _ in range(5):
+        x, info = sg.linalg.cg(A, b, rtol=1e-10, reorder="auto")
+        assert info == 0 and relative_residual(S, x, b) <= 1e-8
+        used = sg.linalg.last_solve_info()
+        seen.append((used.reorder, used.unordered_s))
+        assert used.ordering_estimate_s == pytest.approx(2.5)
+    assert seen == [(None, 0.0), (None, 1.0), (None, 2.0), ("rcm", 3.0), ("rcm", 3.0)]
+    assert "earlier solve is kept" in used.reorder_reason
+    A.data = A.data * 2.0  # another matrix: nothing spent on it yet
+    sg.linalg.cg(A, b, reorder="auto")
+    used = sg.linalg.last_solve_info()
+    assert used.reorder is None and used.unordered_s == 0.0
+    assert "0 s spent solving A unordered < the ordering's estimated 2.5 s" in used.reorder_reason
 
 
 def test_auto_keeps_a_well_numbered_matrix(backend_name):

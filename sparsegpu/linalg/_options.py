@@ -9,7 +9,9 @@ CUDA graphs and if not why, which ordering was used and why, the iteration count
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -41,6 +43,12 @@ class SolveInfo:
     reorder_reason : str
     iterations : int or None
         Iterations that changed x (scipy's count), where the solver counts them.
+    unordered_s : float or None
+        ``reorder="auto"`` on scattered columns: seconds already spent solving this
+        matrix unordered before this solve (what the rule weighs).
+    ordering_estimate_s : float or None
+        ``reorder="auto"`` on scattered columns: the ordering's estimated cost
+        (:func:`ordering_estimate_s`).
     """
 
     solver: str
@@ -50,6 +58,10 @@ class SolveInfo:
     reorder: str | None = None
     reorder_reason: str = "not asked (reorder=None)"
     iterations: int | None = None
+    unordered_s: float | None = None
+    ordering_estimate_s: float | None = None
+    # (the matrix's cache, the solve's start): this solve's time counts as spent unordered
+    _rent: Any = field(default=None, init=False, repr=False, compare=False)
 
 
 _last = threading.local()
@@ -69,6 +81,11 @@ def last_solve_info() -> SolveInfo | None:
 
 
 def record(info: SolveInfo) -> SolveInfo:
+    """Keep ``info`` as the last solve's (the solve ended); charge its time to the matrix
+    when it ran unordered under ``reorder="auto"``."""
+    if info._rent is not None:
+        cache, started = info._rent
+        cache.unordered_s += time.perf_counter() - started
     _last.info = info
     return info
 
@@ -205,15 +222,56 @@ def choose_ordering(name: str, A, reorder, info: SolveInfo):
                 "are already near the diagonal); not reordered"
             )
             return A, Ordering(None)
-        info.reorder_reason = (
-            f"auto: column spread {column_spread:.3f} > {SCATTERED_SPREAD:g} (x reads are "
-            "gathers); reordered by reverse Cuthill-McKee"
-        )
+        if not _rents_long_enough(A, column_spread, info):
+            return A, Ordering(None)
     else:
         info.reorder_reason = "rcm asked for"
     B, ordering = cached_rcm(A, symmetric=name in HERMITIAN_SOLVERS)
     info.reorder = "rcm"
     return B, ordering
+
+
+#: The ordering's estimated cost in seconds per nonzero of A: reverse Cuthill-McKee on the
+#: host and the permutation (on the GPU from 1M nonzeros). Fitted (least squares through
+#: the origin) on the host of the H200, on randomly numbered 3-D 7-point meshes of 60^3,
+#: 100^3 and 140^3 (benchmarks/solver_graphs.py --sections reorder_rule); claimed on a
+#: randomly numbered 3-D 27-point mesh, which took no part.
+ORDERING_S_PER_NONZERO = 1.6e-7
+
+
+def ordering_estimate_s(A) -> float:
+    """The estimated cost of reordering ``A`` (:data:`ORDERING_S_PER_NONZERO`)."""
+    return ORDERING_S_PER_NONZERO * A.nnz
+
+
+def _rents_long_enough(A, column_spread: float, info: SolveInfo) -> bool:
+    """``reorder="auto"``'s rule on a matrix whose columns are scattered (ski rental):
+    reorder once the time already spent solving it unordered reaches the ordering's
+    estimated cost; until then solve unordered and count this solve's time. Never more
+    than about twice what the better choice in hindsight costs: a matrix solved once
+    pays no ordering, a matrix solved many times pays it early."""
+    cache = A._sg_cache_dict()
+    spent, estimate = cache.unordered_s, ordering_estimate_s(A)
+    info.unordered_s, info.ordering_estimate_s = spent, estimate
+    scattered = (
+        f"auto: column spread {column_spread:.3f} > {SCATTERED_SPREAD:g} (x reads are gathers)"
+    )
+    if ("rcm", A.backend) in cache.reorderings:
+        info.reorder_reason = f"{scattered}; the ordering of an earlier solve is kept"
+        return True
+    if spent < estimate:
+        info.reorder_reason = (
+            f"{scattered}, but {spent:.3g} s spent solving A unordered < the ordering's "
+            f"estimated {estimate:.3g} s: not reordered yet (reordered once the time "
+            "spent unordered reaches the ordering's cost)"
+        )
+        info._rent = (cache, time.perf_counter())
+        return False
+    info.reorder_reason = (
+        f"{scattered}, and {spent:.3g} s spent solving A unordered >= the ordering's "
+        f"estimated {estimate:.3g} s: reordered by reverse Cuthill-McKee"
+    )
+    return True
 
 
 #: Solvers whose A must be Hermitian: its pattern is symmetric, so the ordering need not
