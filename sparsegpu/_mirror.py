@@ -169,7 +169,15 @@ class MatrixCache:
     mirrors it was made from, so it can never outlive them.
     """
 
-    __slots__ = ("mirrors", "choices", "reorderings", "measured", "planning_lock", "unordered_s")
+    __slots__ = (
+        "mirrors",
+        "choices",
+        "reorderings",
+        "measured",
+        "planning_lock",
+        "unordered_s",
+        "column_spread",
+    )
 
     def __init__(self):
         self.mirrors: dict[MirrorKey, DeviceMatrix] = {}
@@ -184,6 +192,8 @@ class MatrixCache:
         # seconds the solvers spent on this matrix unordered under reorder="auto" (what
         # its rule weighs against the ordering's cost)
         self.unordered_s = 0.0
+        # the solvers' reorder="auto" asks every solve: a pass over the indices, made once
+        self.column_spread: float | None = None
 
 
 class DeviceMatrix:

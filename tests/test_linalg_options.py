@@ -139,6 +139,24 @@ def test_auto_reorders_once_the_time_spent_unordered_reaches_the_orderings_cost(
     assert "0 s spent solving A unordered < the ordering's estimated 2.5 s" in used.reorder_reason
 
 
+def test_auto_computes_the_column_spread_once_a_matrix(monkeypatch):
+    calls = []
+    original = linalg_options.RowLengthStats.from_indptr
+    monkeypatch.setattr(
+        linalg_options.RowLengthStats,
+        "from_indptr",
+        lambda *a, **k: calls.append(1) or original(*a, **k),
+    )
+    S = scrambled(hpd(np.float64))
+    A, b = ours(S, "scipy"), rhs(S.shape[0], np.float64)
+    for _ in range(3):
+        sg.linalg.cg(A, b, reorder="auto")
+    assert len(calls) == 1
+    A.data = A.data * 2.0  # another matrix
+    sg.linalg.cg(A, b, reorder="auto")
+    assert len(calls) == 2
+
+
 def test_auto_keeps_a_well_numbered_matrix(backend_name):
     S = sp.csr_matrix(stencil_2d(12)) + sp.identity(144, format="csr")
     sg.linalg.cg(ours(S, backend_name), rhs(S.shape[0], np.float64), reorder="auto")

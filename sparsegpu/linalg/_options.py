@@ -192,9 +192,13 @@ class Ordering:
 def spread(A) -> float:
     """The column-spread statistic ``explain`` uses (``RowLengthStats``), computed from A's
     host arrays: no device mirror is made for it (a solve in another dtype would make a
-    second one)."""
-    stats = RowLengthStats.from_indptr(A.indptr, A.shape[1], np, indices=A.indices)
-    return float(stats.column_spread)
+    second one). Kept on the matrix (dropped when it changes): one pass over the indices a
+    matrix, not one a solve."""
+    cache = A._sg_cache_dict()
+    if cache.column_spread is None:
+        stats = RowLengthStats.from_indptr(A.indptr, A.shape[1], np, indices=A.indices)
+        cache.column_spread = float(stats.column_spread)
+    return cache.column_spread
 
 
 def choose_ordering(name: str, A, reorder, info: SolveInfo):
@@ -233,10 +237,12 @@ def choose_ordering(name: str, A, reorder, info: SolveInfo):
 
 #: The ordering's estimated cost in seconds per nonzero of A: reverse Cuthill-McKee on the
 #: host and the permutation (on the GPU from 1M nonzeros). Fitted (least squares through
-#: the origin) on the host of the H200, on randomly numbered 3-D 7-point meshes of 60^3,
-#: 100^3 and 140^3 (benchmarks/solver_graphs.py --sections reorder_rule); claimed on a
-#: randomly numbered 3-D 27-point mesh, which took no part.
-ORDERING_S_PER_NONZERO = 1.6e-7
+#: the origin) on an H100 machine's host (16 cores; the ordering is one), on randomly
+#: numbered 3-D 7-point meshes of 60^3, 100^3 and 140^3 (1.5-19M nonzeros:
+#: benchmarks/solver_graphs.py --sections reorder_rule, solver_graphs_reorder_rule_h100);
+#: held out, a 200^3 mesh in another random order (56M nonzeros): 4.55 s estimated, 4.63 s
+#: measured.
+ORDERING_S_PER_NONZERO = 8.2e-8
 
 
 def ordering_estimate_s(A) -> float:
