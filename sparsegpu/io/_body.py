@@ -151,9 +151,9 @@ class _Body:
         a = np.frombuffer(data, dtype=np.uint8)
         # bytes.translate: a third of the cost of _CLASS.take(a), which widens the indices
         c = np.frombuffer(bytes(data).translate(_CLASS_TABLE), dtype=np.uint8)
-        if np.bitwise_or.reduce(c) & _RARE:
-            if (c == _BAD).any():
-                self._bad_byte(a, c)
+        rare = np.bitwise_or.reduce(c) & _RARE  # a letter or a bad byte somewhere
+        if rare and (c == _BAD).any():
+            self._bad_byte(a, c)
         token = (c & _TOKEN).view(bool)
         start = np.empty_like(token)
         start[0] = False
@@ -162,7 +162,7 @@ class _Body:
         newlines = np.flatnonzero(c == _NL)
         counts = np.diff(tokens_up_to(newlines))
         self._count(a, counts)
-        words = self._words(a, c, token, start) if (c == _LETTER).any() else None
+        words = self._words(a, c, token, start) if rare and (c == _LETTER).any() else None
         # the chunk starts and ends with a newline: a special has neighbours on both sides
         middle = c[1:-1]
         special = middle >= _DOT
@@ -283,7 +283,7 @@ class _Body:
             )
 
 
-def check_body(text, info: MMInfo, workers: int = _WORKERS) -> None:
+def check_body(text, info: MMInfo) -> None:
     """Check every entry of a Matrix Market body against ``info`` (see the module doc).
 
     Parameters
@@ -293,8 +293,6 @@ def check_body(text, info: MMInfo, workers: int = _WORKERS) -> None:
         file's bytes (``bytes``, ``mmap``), read from ``info.header_bytes`` on.
     info : MMInfo
         Its checked header.
-    workers : int
-        Chunks checked at once (one while scipy parses the file on the other cores).
 
     Raises
     ------
@@ -304,14 +302,14 @@ def check_body(text, info: MMInfo, workers: int = _WORKERS) -> None:
     """
     body = _Body(info)
     seen, line = 0, info.header_lines + 1
-    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+    with concurrent.futures.ThreadPoolExecutor(_WORKERS) as pool:
         pending = collections.deque()
         try:
             is_stream = isinstance(text, io.IOBase)
             chunks = _chunks(text) if is_stream else _buffer_chunks(text, info)
             for data in chunks:
                 pending.append((pool.submit(body.check, data), data))
-                if len(pending) > 2 * workers:
+                if len(pending) > 2 * _WORKERS:
                     seen, line = _collect(body, pending.popleft(), seen, line)
         except _BadLine as long_line:  # from _chunks: its line follows the pending ones
             while pending:

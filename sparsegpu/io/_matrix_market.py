@@ -197,7 +197,7 @@ def _check_while_parsing(text, source, info: MMInfo, convert):
     pool = concurrent.futures.ThreadPoolExecutor(1)
     parsed = pool.submit(lambda: convert(_scipy_parse(source, info, text)))
     try:
-        check_body(text, info, workers=1)  # scipy's parser takes the other cores
+        check_body(text, info)
     finally:
         pool.shutdown(wait=False)  # a bad line is reported now, not after scipy's parse
     return parsed.result()
