@@ -346,3 +346,17 @@ def test_markdown_says_how_columns_were_timed_only_where_the_result_does(script)
     assert "timed in alternation" in text
     low = min(r.get("calls_per_sample", 1) for r in result["results"])
     assert f"a loop of {low} to 200 products" in text
+
+
+def test_readme_table_is_drawn_from_a_bench_file():
+    """tools/readme_bench_table.py gives the README's headline table from a committed
+    sparsegpu bench --json file (issue 33: the table is regenerated from bench)."""
+    from .scripts import ROOT
+
+    module = load_script(Path("tools") / "readme_bench_table.py")
+    data = json.loads((ROOT / "docs/benchmarks/results/bench_h200.json").read_text())
+    drawn = module.table(data).splitlines()
+    readme = (ROOT / "README.md").read_text().splitlines()
+    first = next(i for i, line in enumerate(readme) if line.startswith("| 2-D 5-point stencil"))
+    for row, line in zip(drawn[2:], readme[first:], strict=False):
+        assert row.strip("| ").split(" | ")[:5] == line.strip("| ").split(" | ")[:5]
