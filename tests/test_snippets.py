@@ -133,14 +133,22 @@ def run(snippet: Snippet, namespace: dict, gpu: bool) -> None:
     exec(compile(code, snippet.id, "exec"), namespace)
 
 
+def needs_mpi(snippet: Snippet) -> bool:
+    """Whether ``snippet`` runs after (or is) a block of its document that uses mpi4py (the
+    distributed page, the README's "Several GPUs" block)."""
+    return snippet.path.name == "distributed.rst" or any(
+        "mpi4py" in s.code for s in ALL if s.path == snippet.path and s.line <= snippet.line
+    )
+
+
 @pytest.mark.parametrize("snippet", ALL, ids=[s.id for s in ALL])
 def test_snippet_runs(snippet, server, tmp_path, monkeypatch):
     gpu = _cuda.unavailable_reason() is None
     if snippet.code.lstrip().startswith("# GPU only") and not gpu:
         pytest.skip(no_gpu_reason())  # the block is marked '# GPU only'
-    if snippet.path.name == "distributed.rst":
-        # one process is a communicator of size 1: the page runs wherever mpi4py imports
-        pytest.importorskip("mpi4py.MPI", reason="the distributed page needs mpi4py")
+    if needs_mpi(snippet):
+        # one process is a communicator of size 1: the block runs wherever mpi4py imports
+        pytest.importorskip("mpi4py.MPI", reason=f"{snippet.id} needs mpi4py")
     monkeypatch.chdir(tmp_path)
     namespace = {"__name__": "__snippet__"}
     for earlier in (s for s in ALL if s.path == snippet.path and s.line < snippet.line):

@@ -11,11 +11,12 @@ from .. import _cuda
 from . import _comm
 
 
-def time_ms(fn, comm, repeat: int, warmup: int = 3) -> float:
+def time_ms(fn, comm, repeat: int, warmup: int = 3, inner: int = 1) -> float:
     """Median milliseconds of ``fn()`` over ``repeat`` samples, the slowest rank's.
 
-    Each sample starts after a barrier; CUDA events on the current stream time it where
-    there is a GPU, ``time.perf_counter`` elsewhere.
+    Each sample starts after a barrier and runs ``fn`` ``inner`` times (the sample's time
+    divided); CUDA events on the current stream time it where there is a GPU,
+    ``time.perf_counter`` elsewhere.
     """
     cupy = _cuda.cupy_or_none()
     for _ in range(warmup):
@@ -28,14 +29,16 @@ def time_ms(fn, comm, repeat: int, warmup: int = 3) -> float:
         if cupy is not None:
             start, stop = cupy.cuda.Event(), cupy.cuda.Event()
             start.record()
-            fn()
+            for _ in range(inner):
+                fn()
             stop.record()
             stop.synchronize()
-            samples.append(cupy.cuda.get_elapsed_time(start, stop))
+            samples.append(cupy.cuda.get_elapsed_time(start, stop) / inner)
         else:
             began = time.perf_counter()
-            fn()
-            samples.append((time.perf_counter() - began) * 1e3)
+            for _ in range(inner):
+                fn()
+            samples.append((time.perf_counter() - began) * 1e3 / inner)
     return comm.allreduce(statistics.median(samples), op=_comm.mpi().MAX)
 
 
@@ -44,37 +47,47 @@ def clock() -> str:
     return "cuda events" if _cuda.cupy_or_none() is not None else "perf_counter (no GPU)"
 
 
+def cg_iteration_ms(solve, comm, repeat: int, short: int, long: int) -> float:
+    """Milliseconds per CG iteration: ``solve(maxiter)`` at ``rtol=0`` timed for ``long`` and
+    ``short`` iterations, the difference divided (the set-up, the first norm and the
+    closing agreement cancel out)."""
+    first = time_ms(lambda: solve(short), comm, repeat, 1)
+    second = time_ms(lambda: solve(long), comm, repeat, 1)
+    return (second - first) / (long - short)
+
+
 def measure(A, repeat: int = 20, cg_iterations: int = 50) -> dict:
     """Times of one product, its halo exchange alone, and one CG iteration (collective).
 
-    Returns a dict: ``product_ms``, ``halo_ms``, ``cg_iteration_ms`` (``cg_iterations``
-    iterations at ``rtol=0``, divided), ``halo_bytes`` (all ranks, one product) and
-    ``comm_fraction`` (``halo_ms / product_ms``).
+    Returns a dict: ``product_ms``, ``halo_ms``, ``cg_iteration_ms`` (the difference of
+    CG runs of ``cg_iterations`` and ``cg_iterations // 5`` iterations at ``rtol=0``,
+    divided), ``halo_bytes`` (all ranks, one product) and ``comm_fraction``
+    (``halo_ms / product_ms``).
     """
-    from . import linalg
+    from ..linalg import cg
 
-    comm = A._comm
+    comm = A.comm
     root = comm.Get_rank() == 0
     dtype = np.dtype(A.dtype)
     x = A.scatter(np.ones(A.shape[1], dtype=dtype) if root else None)
     product = time_ms(lambda: A @ x, comm, repeat)
-    transport = A._transport(dtype)
+    halo = A._work_for(dtype, x.local).halo
 
     def exchange():
-        requests, peers, error = transport.start(x.local)
-        transport.finish(requests, peers)
-        if error is not None:
-            raise error
+        halo.start(x.local)
+        halo.finish()
 
-    halo = time_ms(exchange, comm, repeat)
+    exchange_ms = time_ms(exchange, comm, repeat)
     b = A.scatter(np.ones(A.shape[0], dtype=dtype) if root else None)
-    solve = time_ms(
-        lambda: linalg.cg(A, b, rtol=0.0, maxiter=cg_iterations), comm, max(repeat // 5, 3), 1
-    )
+    short = max(cg_iterations // 5, 1)
+    iteration = cg_iteration_ms(
+        lambda k: cg(A, b, rtol=0.0, maxiter=k), comm, max(repeat // 5, 3), short,
+        max(cg_iterations, short + 1),
+    )  # fmt: skip
     return {
         "product_ms": product,
-        "halo_ms": halo,
-        "cg_iteration_ms": solve / cg_iterations,
+        "halo_ms": exchange_ms,
+        "cg_iteration_ms": iteration,
         "halo_bytes": A.explain().halo_bytes,
-        "comm_fraction": halo / product,
+        "comm_fraction": exchange_ms / product,
     }

@@ -8,7 +8,8 @@ from .. import datasets, io, suitesparse
 from ._matrix import csr_matrix
 
 
-def mmread(path, comm=None, *, root=0, row_offsets=None, backend=None, timeout=None):
+def mmread(path, comm=None, *, root=0, row_offsets=None, partition="rows", transport=None,
+           backend=None, timeout=None):  # fmt: skip
     """Read a Matrix Market file on ``root`` and distribute it by rows (collective).
 
     Rank ``root`` parses the file once (:func:`sparsegpu.io.mmread`), sends every other
@@ -19,7 +20,7 @@ def mmread(path, comm=None, *, root=0, row_offsets=None, backend=None, timeout=N
     path : str or os.PathLike
         A Matrix Market file or SuiteSparse archive (only read on ``root``), or the name
         of a bundled matrix (:func:`sparsegpu.datasets.names`).
-    comm, root, row_offsets, backend, timeout
+    comm, root, row_offsets, partition, transport, backend, timeout
         As for :class:`csr_matrix`.
 
     Returns
@@ -39,11 +40,11 @@ def mmread(path, comm=None, *, root=0, row_offsets=None, backend=None, timeout=N
             return io.mmread(datasets.path(text))
         return io.mmread(text)
 
-    return _distribute(read, comm, root, row_offsets, backend, timeout)
+    return _distribute(read, comm, root, row_offsets, partition, transport, backend, timeout)
 
 
-def load(name, comm=None, *, root=0, row_offsets=None, backend=None, timeout=None,
-         download=True):  # fmt: skip
+def load(name, comm=None, *, root=0, row_offsets=None, partition="rows", transport=None,
+         backend=None, timeout=None, download=True):  # fmt: skip
     """A matrix of the SuiteSparse collection, loaded on ``root`` and distributed by rows.
 
     ``name`` is ``"Group/Name"`` or a bare name (:func:`sparsegpu.suitesparse.load`;
@@ -56,10 +57,10 @@ def load(name, comm=None, *, root=0, row_offsets=None, backend=None, timeout=Non
             return datasets.load(name)
         return suitesparse.load(name, download=download, progress=False)
 
-    return _distribute(read, comm, root, row_offsets, backend, timeout)
+    return _distribute(read, comm, root, row_offsets, partition, transport, backend, timeout)
 
 
-def _distribute(read, comm, root, row_offsets, backend, timeout) -> csr_matrix:
+def _distribute(read, comm, root, row_offsets, partition, transport, backend, timeout):
     matrix = csr_matrix.__new__(csr_matrix)
-    matrix._from_root(read, comm, root, row_offsets, backend, timeout)
+    matrix._from_root(read, comm, root, row_offsets, partition, transport, backend, timeout)
     return matrix

@@ -2,20 +2,30 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
 
-from .. import _cuda, _dispatch, _planning, _select
+from .. import _cuda, _planning, _select
 from .._matrix import csr_matrix as _local_csr
-from . import _comm
-from ._exchange import HostStaged, make_plan
-from ._partition import balanced_offsets, check_offsets, even_offsets
-from ._vector import DistributedVector, Layout, _mpi_type, _to_host
+from .._oracle import random_vector
+from . import _comm, _transport
+from ._comm import SETUP_TAG
+from ._exchange import make_plan
+from ._partition import (
+    balanced_offsets,
+    check_offsets,
+    check_partition,
+    even_offsets,
+    graph_order,
+    permute,
+)
+from ._vector import DistributedVector, Layout, _dtype_of, _to_host, scatter
 
 # the per-rank descriptor every rank allgathers at construction (int64 fields)
-_FIELDS = ("failed", "n_cols", "dtype", "row_start", "n_rows", "nnz")
+_FIELDS = ("n_cols", "dtype", "row_start", "n_rows", "nnz")
 
 
 def _select_device(comm) -> str:
@@ -30,27 +40,34 @@ def _select_device(comm) -> str:
     return f"GPU {device} (local rank {node_rank} % {count} devices)"
 
 
+def _csr(data, indices, indptr, shape, index_dtype):
+    """A sparsegpu CSR matrix in ``index_dtype`` (scipy narrows int64 that fits)."""
+    local = _local_csr((data, indices, indptr), shape=shape)
+    local.indices = local.indices.astype(index_dtype, copy=False)
+    local.indptr = local.indptr.astype(index_dtype, copy=False)
+    return local
+
+
 def _split(block, col_start: int, col_end: int, index_dtype):
-    """(diagonal block in local columns, off-rank block in ghost numbering, ghost columns),
-    both with indices of ``index_dtype``."""
+    """This rank's rows as (diagonal block in local columns, off-rank block of only the rows
+    that reference ghosts, those rows, the ghost columns): the off-rank block's columns are
+    numbered by ghost, its rows by ``rows``."""
     n_rows = block.shape[0]
     rows = np.repeat(np.arange(n_rows), np.diff(block.indptr))
     cols = block.indices.astype(np.int64)
     owned = (cols >= col_start) & (cols < col_end)
 
-    def part(mask, columns, n_cols):
-        counts = np.bincount(rows[mask], minlength=n_rows)
+    def part(mask, columns, row_ids, n_part_rows, n_cols):
+        counts = np.bincount(row_ids, minlength=n_part_rows)
         indptr = np.concatenate(([0], np.cumsum(counts))).astype(index_dtype)
-        local = _local_csr((block.data[mask], columns, indptr), shape=(n_rows, n_cols))
-        # scipy narrows int64 indices that fit in int32: keep the caller's index dtype
-        local.indices = local.indices.astype(index_dtype, copy=False)
-        local.indptr = local.indptr.astype(index_dtype, copy=False)
-        return local
+        return _csr(block.data[mask], columns, indptr, (n_part_rows, n_cols), index_dtype)
 
     ghosts = np.unique(cols[~owned])
-    diag = part(owned, cols[owned] - col_start, col_end - col_start)
-    offd = part(~owned, np.searchsorted(ghosts, cols[~owned]), ghosts.size)
-    return diag, offd, ghosts
+    diag = part(owned, cols[owned] - col_start, rows[owned], n_rows, col_end - col_start)
+    offd_rows = np.unique(rows[~owned])
+    offd = part(~owned, np.searchsorted(ghosts, cols[~owned]),
+                np.searchsorted(offd_rows, rows[~owned]), offd_rows.size, ghosts.size)  # fmt: skip
+    return diag, offd, offd_rows, ghosts
 
 
 def _index_dtype(block) -> np.dtype:
@@ -61,21 +78,13 @@ def _index_dtype(block) -> np.dtype:
 
 
 def _rows(S, lo, hi):
-    """(rows lo:hi of CSR S with S's index dtype, lo): one rank's piece."""
+    """Rows lo:hi of CSR S with S's index dtype (one rank's piece)."""
     indptr = S.indptr[lo : hi + 1]
     piece = sp.csr_matrix((int(hi - lo), S.shape[1]), dtype=S.dtype)
     piece.data = S.data[indptr[0] : indptr[-1]]
     piece.indices = S.indices[indptr[0] : indptr[-1]]
     piece.indptr = indptr - indptr[0]
-    return piece, int(lo)
-
-
-def _dtype_of(num: int) -> np.dtype:
-    """The numpy dtype whose ``dtype.num`` is ``num`` (how the descriptor carries it)."""
-    for scalar_type in set(np.sctypeDict.values()):
-        if np.dtype(scalar_type).num == num:
-            return np.dtype(scalar_type)
-    return np.dtype(f"V{num}")  # not a numeric dtype: shown as such in the error
+    return piece
 
 
 def _check_descriptors(table: np.ndarray) -> None:
@@ -101,6 +110,48 @@ def _check_descriptors(table: np.ndarray) -> None:
             f"it end at row {expected[r]}; rank r must hold the rows right after rank r-1's "
             "(contiguous blocks in rank order)"
         )
+
+
+# ------------------------------------------------------- row blocks from the root
+def _send_blocks(ctx, pieces, offsets, root) -> None:
+    """Send rank r its CSR rows ``pieces[r]`` (global rows from ``offsets[r]``) as raw
+    arrays: a header, then the arrays."""
+    requests, peers, keep = [], [], []
+    for rank, piece in enumerate(pieces):
+        if rank == root:
+            continue
+        header = np.array([piece.shape[0], piece.nnz, piece.indptr.dtype.num,
+                           piece.indices.dtype.num, piece.data.dtype.num, offsets[rank]],
+                          dtype=np.int64)  # fmt: skip
+        keep.append(header)
+        for array in (header, piece.indptr, piece.indices, piece.data):
+            requests.append(ctx.comm.Isend(np.ascontiguousarray(array), dest=rank, tag=SETUP_TAG))
+            peers.append(rank)
+    ctx.wait(requests, "csr_matrix: sending the row blocks", peers)
+
+
+def _receive_block(ctx, root, n_cols):
+    """(this rank's rows from the root, their first global row)."""
+    header = np.empty(6, dtype=np.int64)
+    ctx.wait([ctx.comm.Irecv(header, source=root, tag=SETUP_TAG)], "csr_matrix: a row block")
+    n_rows, nnz = int(header[0]), int(header[1])
+    arrays = [np.empty(n_rows + 1, dtype=_dtype_of(int(header[2]))),
+              np.empty(nnz, dtype=_dtype_of(int(header[3]))),
+              np.empty(nnz, dtype=_dtype_of(int(header[4])))]  # fmt: skip
+    requests = [ctx.comm.Irecv(a, source=root, tag=SETUP_TAG) for a in arrays]
+    ctx.wait(requests, "csr_matrix: a row block")
+    indptr, indices, data = arrays
+    block = sp.csr_matrix((n_rows, n_cols), dtype=data.dtype)
+    block.data, block.indices, block.indptr = data, indices, indptr
+    return block, int(header[5])
+
+
+def _order_key(order) -> int:
+    """A nonzero number naming a permutation (0 is reserved for none)."""
+    if order is None:
+        return 0
+    digest = hashlib.sha256(np.ascontiguousarray(order, dtype=np.int64).tobytes()).digest()
+    return (int.from_bytes(digest[:8], "little") >> 1) or 1
 
 
 @dataclass
@@ -129,8 +180,11 @@ class DistributedReport:
     nnz : int
     dtype : numpy.dtype
     transport : str
-        How halo entries travel (``"host-staged"``).
+        How halo entries and reductions travel (``"nccl"``, ``"cuda-aware-mpi"``,
+        ``"host"`` or ``"local"``).
     transport_reason : str
+    partition : str
+        How the rows were split.
     ranks : list of RankReport
     """
 
@@ -139,6 +193,7 @@ class DistributedReport:
     dtype: np.dtype
     transport: str
     transport_reason: str
+    partition: str
     ranks: list
 
     @property
@@ -146,12 +201,25 @@ class DistributedReport:
         """Bytes received by all ranks together in one product."""
         return sum(r.recv_bytes for r in self.ranks)
 
+    @property
+    def max_halo_bytes(self) -> int:
+        """Bytes the busiest rank receives in one product."""
+        return max((r.recv_bytes for r in self.ranks), default=0)
+
+    @property
+    def imbalance(self) -> float:
+        """The busiest rank's nonzeros over the mean (1.0: perfectly balanced)."""
+        mean = self.nnz / max(len(self.ranks), 1)
+        return max((r.nnz for r in self.ranks), default=0) / mean if mean else 1.0
+
     def __str__(self) -> str:
         lines = [
             f"distributed {self.shape[0]}x{self.shape[1]} {self.dtype} matrix, "
             f"{self.nnz:,} nonzeros on {len(self.ranks)} ranks",
             f"transport: {self.transport} ({self.transport_reason})",
-            f"halo per product: {self.halo_bytes:,} bytes in all",
+            f"partition: {self.partition}; nonzero imbalance {self.imbalance:.3f}",
+            f"halo per product: {self.halo_bytes:,} bytes in all, "
+            f"{self.max_halo_bytes:,} on the busiest rank",
             f"{'rank':>4} {'rows':>10} {'nnz':>12} {'owned %':>8} {'ghosts':>8} "
             f"{'recv B':>10} {'send B':>10}  neighbours / backend / device",
         ]
@@ -165,17 +233,60 @@ class DistributedReport:
         return "\n".join(lines)
 
 
+class _Work:
+    """What products in one dtype need, made on the first one: the local plans, the
+    off-rank rows and a buffer for their sums, and the halo's buffers."""
+
+    def __init__(self, matrix, dtype, probe, capturable):
+        xp = matrix.row_layout.xp
+        self.dtype = dtype
+        self.diag = self.offd = None
+        backends = []
+        if matrix._diag.nnz:
+            planned = _planning.planned_product(matrix._diag, dtype, x=probe,
+                                                capturable=capturable)  # fmt: skip
+            self.diag = planned.plan
+            backends.append(planned.choice.implementation)
+        if matrix._offd.nnz:
+            ghosts = random_vector(matrix._offd.shape[1], dtype, seed=0, xp=xp)
+            planned = _planning.planned_product(matrix._offd, dtype, x=ghosts,
+                                                capturable=capturable)  # fmt: skip
+            self.offd = planned.plan
+            backends.append(planned.choice.implementation)
+        self.backend = backends[0].name if backends else None
+        self.capturable = all(bool(b.capturable) for b in backends)
+        self.rows = xp.asarray(matrix._offd_rows)
+        self.sums = xp.empty(matrix._offd.shape[0], dtype=dtype)
+        self.halo = matrix._transport.halo(matrix._halo, dtype)
+        self._transposed = None
+
+    def transposed(self, matrix, probe):
+        """(diagonal block's transpose plan or None, off-rank block's or None, gathered rows
+        buffer): the plans of a transposed product, made on the first one."""
+        if self._transposed is None:
+            xp, dtype = matrix.row_layout.xp, self.dtype
+            diag = offd = None
+            if matrix._diag.nnz:
+                diag = _planning.planned_product(matrix._diag.T, dtype, x=probe).plan
+            if matrix._offd.nnz:
+                rows = random_vector(matrix._offd.shape[0], dtype, seed=0, xp=xp)
+                offd = _planning.planned_product(matrix._offd.T, dtype, x=rows).plan
+            self._transposed = (diag, offd, xp.empty(matrix._offd.shape[0], dtype=dtype),
+                                xp.empty(matrix._offd.shape[1], dtype=dtype))  # fmt: skip
+        return self._transposed
+
+
 class csr_matrix:  # noqa: N801 - named like sparsegpu.csr_matrix, whose role it plays
     """A CSR matrix whose rows are split over the ranks of an MPI communicator.
 
-    Each rank holds a contiguous block of rows (blocks balanced by nonzeros), split as in
-    PETSc's MPIAIJ format into a *diagonal* block (the columns this rank owns, numbered
-    locally) and a compressed *off-rank* block (only the columns its rows reference,
-    numbered ``0..n_ghost-1``). A product posts the halo receives and sends (exactly the
-    needed x entries, neighbour to neighbour), computes the diagonal block's product
-    while they travel, then adds the off-rank block's. Local products are
-    :class:`sparsegpu.csr_matrix` products, so they run on the backend each rank picks
-    (``backend``, or ``auto``: the GPU when there is one).
+    Each rank holds a block of rows, split as in PETSc's MPIAIJ format into a *diagonal*
+    block (the columns this rank owns, numbered locally) and a compressed *off-rank*
+    block (only the rows and columns that reach other ranks). A product gathers the
+    entries other ranks need and starts the exchange, computes the diagonal block's
+    product while the halo travels, then adds the off-rank block's. With NCCL the
+    exchange runs on a stream of its own and is ordered by CUDA events: the host never
+    waits. Local products are :class:`sparsegpu.csr_matrix` plans, so they run on the
+    backend each rank picks (``backend``, or ``auto``: the GPU when there is one).
 
     Parameters
     ----------
@@ -189,7 +300,19 @@ class csr_matrix:  # noqa: N801 - named like sparsegpu.csr_matrix, whose role it
     row_offsets : sequence of int, optional
         A custom split: rank r gets rows ``row_offsets[r]:row_offsets[r + 1]`` (size + 1
         non-decreasing values from 0 to the row count; empty blocks are allowed). Only
-        read on ``root``. Default: balanced by nonzeros.
+        read on ``root``. Default: ``partition``.
+    partition : {"rows", "graph"}, optional
+        ``"rows"`` (default): contiguous row blocks balanced by nonzeros, PETSc's split,
+        right for matrices numbered with locality (stencils, RCM-ordered meshes).
+        ``"graph"``: a graph partition of a square matrix's pattern (METIS, through the
+        optional pymetis: ``pip install 'sparsegpu[partition]'``) that cuts the halo of an
+        irregularly numbered matrix; the rows are renumbered part by part, which
+        ``scatter`` and ``gather`` undo (they need ``root=0``). Without pymetis it warns
+        and splits by rows.
+    transport : {"auto", "nccl", "cuda-aware-mpi", "host"}, optional
+        How halos and reductions travel (default ``SPARSEGPU_TRANSPORT``, else
+        ``"auto"``: the fastest that works on every rank; ``explain()`` says which and
+        why).
     backend : str, optional
         The sparsegpu backend of every rank's local products (default: ``auto``).
     timeout : float, optional
@@ -207,24 +330,30 @@ class csr_matrix:  # noqa: N801 - named like sparsegpu.csr_matrix, whose role it
         The communicator given (the matrix's own traffic uses a duplicate).
     row_layout, col_layout : Layout
         How result vectors and x vectors are split (the same object when square).
+    transport : str
+        The transport in force (``explain()`` says why).
 
     Raises
     ------
     ValueError
-        On every rank, when the ranks' blocks do not fit together.
+        On every rank, when the ranks' blocks do not fit together, or a transport that
+        was asked for cannot run.
     RankError
         On every rank, when the construction failed on some rank (naming it): the root
         could not convert ``S`` or read the file, a bad ``row_offsets``, a bad block.
+    TimeoutError
+        On the ranks that called it, naming those that did not within the deadline.
 
     Notes
     -----
     Every method is collective: all ranks of the communicator must call it, in the same
-    order. Vectors have one layout for the rows (results, right-hand sides) and one for
-    the columns (x); for a square matrix they are the same.
+    order (see ``_comm`` for what happens when they do not). Vectors have one layout for
+    the rows (results, right-hand sides) and one for the columns (x); for a square
+    matrix they are the same.
 
     Examples
     --------
-    Under ``mpiexec -n 4 python script.py``:
+    Under ``mpiexec -n 4 python -m mpi4py script.py``:
 
     >>> import numpy as np, sparsegpu as sg                       # doctest: +SKIP
     >>> import sparsegpu.distributed as sgd                       # doctest: +SKIP
@@ -232,48 +361,59 @@ class csr_matrix:  # noqa: N801 - named like sparsegpu.csr_matrix, whose role it
     >>> root = MPI.COMM_WORLD.Get_rank() == 0                     # doctest: +SKIP
     >>> A = sgd.csr_matrix(sg.datasets.load("bcsstk13") if root else None)  # doctest: +SKIP
     >>> b = A.scatter(np.ones(A.shape[0]) if root else None)      # doctest: +SKIP
-    >>> x, info = sgd.linalg.cg(A, b, rtol=1e-8)                  # doctest: +SKIP
+    >>> x, info = sg.linalg.cg(A, b, rtol=1e-8)                   # doctest: +SKIP
     >>> x_global = x.gather(root=0)                               # doctest: +SKIP
     """
 
-    def __init__(self, S=None, comm=None, *, root=0, row_offsets=None, backend=None,
-                 timeout=None):  # fmt: skip
-        self._from_root(lambda: S, comm, root, row_offsets, backend, timeout)
+    def __init__(self, S=None, comm=None, *, root=0, row_offsets=None, partition="rows",
+                 transport=None, backend=None, timeout=None):  # fmt: skip
+        self._from_root(lambda: S, comm, root, row_offsets, partition, transport, backend,
+                        timeout)  # fmt: skip
 
-    def _from_root(self, read, comm, root, row_offsets, backend, timeout):
+    def _from_root(self, read, comm, root, row_offsets, partition, transport, backend, timeout):
         """Build from the matrix ``read()`` returns on ``root`` (called there only)."""
         comm = _comm.resolve_comm(comm)
         timeout = _comm.resolve_timeout(timeout)
-        size, rank = comm.Get_size(), comm.Get_rank()
-        error, pieces, header = None, None, np.zeros(2, dtype=np.int64)
-        # each rank's row block travels as one pickled message from the root
+        transport = _transport.resolve_name(transport)
+        check_partition(partition)
+        ctx = _comm.open_context(comm, timeout)
+        size, rank = ctx.size, ctx.rank
+        error, pieces, offsets = None, None, None
+        order, note = None, "rows: contiguous blocks, by nonzeros"
+        header = np.zeros(2, dtype=np.int64)  # global columns, order key
         if rank == root:
             try:
                 S = read()
                 S = sp.csr_matrix(_to_host(S) if _cuda.is_cupy_array(S) else S)
-                if row_offsets is None:
-                    offsets = balanced_offsets(S.indptr, size)
-                else:
+                if row_offsets is not None:
                     offsets = check_offsets(row_offsets, S.shape[0], size, "row_offsets")
+                    note = "rows: the row_offsets given"
+                elif partition == "graph":
+                    order, offsets, note = graph_order(S, size)
+                    if order is not None:
+                        S = permute(S, order)
+                else:
+                    offsets = balanced_offsets(S.indptr, size)
                 pieces = [_rows(S, offsets[r], offsets[r + 1]) for r in range(size)]
-                header[1] = S.shape[1]
+                header[:] = (S.shape[1], _order_key(order))
                 del S
             except Exception as exc:
-                error, header[0] = exc, 1
-        _comm.wait_all([comm.Ibcast(header, root=root)], timeout, "csr_matrix: the root's matrix")
-        _comm.raise_if_failed(comm, header[0], error, timeout, "reading the matrix on the root")
+                error = exc
+        ctx.share(error, root, "reading the matrix on the root")
+        ctx.wait([ctx.comm.Ibcast(header, root=root)], "csr_matrix: the root's matrix")
+        n_cols = int(header[0])
         if rank == root:
-            requests = [comm.isend(pieces[r], dest=r, tag=18) for r in range(size) if r != root]
-            block, row_start = pieces[root]
-            _comm.wait_all(requests, timeout, "csr_matrix: sending the row blocks")
+            _send_blocks(ctx, pieces, offsets, root)
+            block, row_start = pieces[root], int(offsets[root])
             del pieces
         else:
-            block, row_start = comm.recv(source=root, tag=18)
-        self._setup(block, row_start, int(header[1]), comm, backend, timeout)
+            block, row_start = _receive_block(ctx, root, n_cols)
+        self._setup(ctx, block, row_start, n_cols, backend, transport, order, int(header[1]),
+                    note if rank == root else "")  # fmt: skip
 
     @classmethod
     def from_local_rows(cls, local_block, row_start: int, n_global_cols: int, comm=None, *,
-                        backend=None, timeout=None):  # fmt: skip
+                        transport=None, backend=None, timeout=None):  # fmt: skip
         """Build from each rank's own block of rows (collective; nothing is sent around).
 
         Parameters
@@ -285,7 +425,7 @@ class csr_matrix:  # noqa: N801 - named like sparsegpu.csr_matrix, whose role it
             The global index of this rank's first row: rank r's rows follow rank r-1's.
         n_global_cols : int
             The global column count (the same on every rank).
-        comm, backend, timeout
+        comm, transport, backend, timeout
             As for :class:`csr_matrix`.
 
         Raises
@@ -303,14 +443,16 @@ class csr_matrix:  # noqa: N801 - named like sparsegpu.csr_matrix, whose role it
         """
         self = cls.__new__(cls)
         comm = _comm.resolve_comm(comm)
-        self._setup(local_block, row_start, n_global_cols, comm, backend,
-                    _comm.resolve_timeout(timeout))  # fmt: skip
+        timeout = _comm.resolve_timeout(timeout)
+        transport = _transport.resolve_name(transport)
+        ctx = _comm.open_context(comm, timeout)
+        self._setup(ctx, local_block, row_start, n_global_cols, backend, transport, None, 0,
+                    "rows: each rank's own block" if ctx.rank == 0 else "")  # fmt: skip
         return self
 
     # ------------------------------------------------------------------ set up
-    def _setup(self, block, row_start, n_cols, comm, backend, timeout):
-        size, rank = comm.Get_size(), comm.Get_rank()
-        self._timeout = timeout
+    def _setup(self, ctx, block, row_start, n_cols, backend, transport, order, order_key, note):
+        size, rank = ctx.size, ctx.rank
         error = None
         mine = np.zeros(len(_FIELDS), dtype=np.int64)
         try:
@@ -318,7 +460,7 @@ class csr_matrix:  # noqa: N801 - named like sparsegpu.csr_matrix, whose role it
             block = sp.csr_matrix(_to_host(block) if _cuda.is_cupy_array(block) else block)
             if block.ndim != 2:
                 raise ValueError(f"the local block must be 2-D, got shape {block.shape}")
-            mine[:] = (0, block.shape[1], block.dtype.num, int(row_start), block.shape[0],
+            mine[:] = (block.shape[1], block.dtype.num, int(row_start), block.shape[0],
                        block.nnz)  # fmt: skip
             if int(n_cols) != block.shape[1]:
                 raise ValueError(
@@ -326,49 +468,62 @@ class csr_matrix:  # noqa: N801 - named like sparsegpu.csr_matrix, whose role it
                     "columns; pass the global column count and a block in global columns"
                 )
         except Exception as exc:
-            error, mine[0] = exc, 1
+            error = exc
+        ctx.agree(error, "csr_matrix")
         table = np.empty((size, len(_FIELDS)), dtype=np.int64)
-        request = comm.Iallgather(mine, table)
-        _comm.wait_all([request], timeout, "csr_matrix: the ranks' block descriptions")
-        _comm.raise_if_failed(comm, table[:, 0].sum(), error, timeout, "csr_matrix")
+        ctx.wait([ctx.comm.Iallgather(mine, table)], "csr_matrix: the ranks' block descriptions")
         _check_descriptors(table)
-        self._comm = comm.Dup()
-        self.comm = comm
+        self._ctx = ctx
+        self.comm = ctx.comm
+        self._partition_note = note
         row_offsets = np.concatenate(([0], np.cumsum(table[:, _FIELDS.index("n_rows")])))
         n_rows = int(row_offsets[-1])
         self.shape = (n_rows, int(n_cols))
         self.dtype = block.dtype
         self.nnz = int(table[:, _FIELDS.index("nnz")].sum())
         col_offsets = row_offsets if n_rows == n_cols else even_offsets(int(n_cols), size)
-        error = None
+        error, ghosts, xp = None, np.zeros(0, dtype=np.int64), np
         try:
-            self._device = _select_device(comm)
+            self._device = _select_device(ctx.comm)
             c0, c1 = int(col_offsets[rank]), int(col_offsets[rank + 1])
-            self._diag, self._offd, ghosts = _split(block, c0, c1, index_dtype)
+            self._diag, self._offd, self._offd_rows, ghosts = _split(block, c0, c1, index_dtype)
             for local in (self._diag, self._offd):
                 local.backend = backend
             xp = self._module()
         except Exception as exc:
-            error, ghosts = exc, np.zeros(0, dtype=np.int64)
-        _comm.agree(self._comm, error, timeout, "csr_matrix: the local blocks")
-        self._halo = make_plan(self._comm, ghosts, col_offsets)
-        self._transports = {}
-        self.row_layout = Layout(self._comm, row_offsets, xp, timeout)
+            error = exc
+        ctx.agree(error, "csr_matrix: the local blocks")
+        self._halo = make_plan(ctx, ghosts, col_offsets)
+        self._transport = _transport.choose(ctx, xp, transport)
+        error = None
+        try:
+            self._transport.warm_up(self._halo)
+        except Exception as exc:
+            error = exc
+        ctx.agree(error, "csr_matrix: setting up the transport")
+        self._work = {}
+        self.row_layout = Layout(ctx, row_offsets, xp, self._transport, order, order_key)
         self.col_layout = (
-            self.row_layout if n_rows == n_cols else Layout(self._comm, col_offsets, xp, timeout)
+            self.row_layout if n_rows == n_cols else Layout(ctx, col_offsets, xp, self._transport)
         )
 
     def _module(self):
-        """numpy or cupy: where this rank's local products compute."""
-        for local in (self._diag, self._offd):
-            if local.nnz:
-                return _planning.plan_for(local, self.dtype).matrix.xp
-        return np
+        """numpy or cupy: where this rank's local products compute (the module of the plan
+        its diagonal block, or a stand-in when it has no nonzeros, would run)."""
+        probe = self._diag
+        if probe.nnz == 0:
+            probe = _local_csr(sp.eye(1, dtype=self.dtype, format="csr"))
+            probe.backend = self._diag.backend
+        return _planning.plan_for(probe, self.dtype).matrix.xp
 
     # --------------------------------------------------------------- attributes
     @property
     def ndim(self) -> int:
         return 2
+
+    @property
+    def transport(self) -> str:
+        return self._transport.name
 
     @property
     def row_offsets(self) -> np.ndarray:
@@ -377,7 +532,8 @@ class csr_matrix:  # noqa: N801 - named like sparsegpu.csr_matrix, whose role it
 
     @property
     def local_rows(self) -> tuple[int, int]:
-        """(first, one past the last) global row of this rank's block."""
+        """(first, one past the last) global row of this rank's block (in the matrix's
+        numbering: a graph partition renumbers the rows)."""
         rank = self.row_layout.rank
         return int(self.row_offsets[rank]), int(self.row_offsets[rank + 1])
 
@@ -388,8 +544,14 @@ class csr_matrix:  # noqa: N801 - named like sparsegpu.csr_matrix, whose role it
 
     @property
     def offdiag_block(self):
-        """This rank's off-rank block (columns numbered by ghost), a sparsegpu matrix."""
+        """This rank's off-rank block: a sparsegpu matrix of the rows in
+        :attr:`offdiag_rows`, its columns numbered by ghost."""
         return self._offd
+
+    @property
+    def offdiag_rows(self) -> np.ndarray:
+        """The local rows that reference other ranks' columns (ascending)."""
+        return self._offd_rows
 
     def __repr__(self):
         return (
@@ -415,31 +577,7 @@ class csr_matrix:  # noqa: N801 - named like sparsegpu.csr_matrix, whose role it
             vector of length ``shape[1]``, the column layout; each block in the array
             module the local products use (CuPy on a GPU).
         """
-        comm, timeout = self._comm, self._timeout
-        header = np.zeros(3, dtype=np.int64)
-        error = host = None
-        if comm.Get_rank() == root:
-            try:
-                host = np.ascontiguousarray(_to_host(v).ravel())
-                if host.dtype.kind not in "biufc":
-                    raise TypeError(f"scatter needs a numeric vector, got dtype {host.dtype}")
-                if host.size not in self.shape:
-                    raise ValueError(
-                        f"scatter: the matrix has shape {self.shape} but the vector has "
-                        f"{host.size} entries; pass a vector of length {self.shape[0]} "
-                        f"(rows) or {self.shape[1]} (columns)"
-                    )
-                header[:] = (0, host.size, host.dtype.num)
-            except Exception as exc:
-                error, header[0] = exc, 1
-        _comm.wait_all([comm.Ibcast(header, root=root)], timeout, "scatter")
-        _comm.raise_if_failed(comm, header[0], error, timeout, "scatter on the root")
-        layout = self.row_layout if header[1] == self.shape[0] else self.col_layout
-        out = np.empty(layout.n_local, dtype=_dtype_of(int(header[2])))
-        counts, displs = np.diff(layout.offsets), layout.offsets[:-1]
-        source = [host, counts, displs, _mpi_type(out)] if comm.Get_rank() == root else None
-        _comm.wait_all([comm.Iscatterv(source, out, root=root)], timeout, "scatter")
-        return DistributedVector(layout.xp.asarray(out), layout)
+        return scatter(v, root, [self.row_layout, self.col_layout])
 
     def zeros(self, dtype=None, *, columns: bool = False) -> DistributedVector:
         """A zero vector in the row layout (the column layout with ``columns=True``)."""
@@ -454,90 +592,158 @@ class csr_matrix:  # noqa: N801 - named like sparsegpu.csr_matrix, whose role it
         return DistributedVector(self.row_layout.xp.asarray(local), self.row_layout)
 
     # ---------------------------------------------------------------- products
-    def _transport(self, dtype) -> HostStaged:
-        transport = self._transports.get(dtype)
-        if transport is None:
-            transport = HostStaged(self._comm, self._halo, self.col_layout.xp, dtype,
-                                   self._timeout)  # fmt: skip
-            self._transports[dtype] = transport
-        return transport
+    def _work_for(self, dtype, probe, capturable=False) -> _Work:
+        key = (np.dtype(dtype), bool(capturable))
+        work = self._work.get(key)
+        if work is None:
+            work = self._work[key] = _Work(self, np.dtype(dtype), probe, capturable)
+        return work
 
-    def _local_diag(self, x_local, dtype):
-        """The diagonal block's product (the part overlapped with the exchange)."""
-        xp = self.row_layout.xp
-        if self._diag.nnz == 0:
-            return xp.zeros(self._diag.shape[0], dtype=dtype)
-        return _dispatch.product(self._diag, x_local).astype(dtype, copy=False)
+    def _product(self, x_local, out, capturable=False):
+        """``out = A x`` on this rank's blocks (collective; the solvers' entry point):
+        gather and start the halo exchange, the diagonal block's product while it
+        travels, then the off-rank rows' sums added once it arrived. With NCCL nothing
+        here waits on the host; a local error still lets the exchange happen (zeros are
+        sent), then every rank hears of it."""
+        ctx = self._ctx
+        ctx.check()
+        work = self._work_for(out.dtype, x_local, capturable)
+        error = work.halo.start(x_local)
+        if error is None:
+            try:
+                if work.diag is None:
+                    out.fill(0)
+                else:
+                    work.diag.matvec(x_local, out=out)
+            except Exception as exc:
+                error = exc
+        ghosts = work.halo.finish()
+        if error is None and work.offd is not None:
+            try:
+                work.offd.matvec(ghosts, out=work.sums)
+                _transport.add_rows(out, work.rows, work.sums)
+            except Exception as exc:
+                error = exc
+        if error is not None:
+            raise ctx.fail(error, "the product")
+        return out
 
-    def _local_offd(self, y, ghosts):
-        if self._offd.nnz:
-            y += _dispatch.product(self._offd, ghosts)
-        return y
+    def _rproduct(self, x_local, out):
+        """``out = A^H x`` on this rank's blocks (collective): each rank sends the off-rank
+        rows' contributions back to the owners of their columns, which add them up."""
+        ctx = self._ctx
+        ctx.check()
+        work = self._work_for(out.dtype, None)
+        conjugate = out.dtype.kind == "c"
+        x = x_local.conj() if conjugate else x_local
+        diag, offd, rows, contributions = work.transposed(self, x)
+        error = None
+        try:
+            if offd is not None:
+                _transport.gather(x, work.rows, rows)
+                offd.matvec(rows, out=contributions)
+        except Exception as exc:
+            error = exc
+            contributions.fill(0)
+        work.halo.start_reverse(contributions)
+        if error is None:
+            try:
+                if diag is None:
+                    out.fill(0)
+                else:
+                    diag.matvec(x, out=out)
+            except Exception as exc:
+                error = exc
+        returned = work.halo.finish_reverse()
+        if error is None:
+            try:
+                _transport.add_at(out, work.halo.pack, returned)
+                if conjugate:
+                    self.row_layout.xp.conj(out, out=out)
+            except Exception as exc:
+                error = exc
+        if error is not None:
+            raise ctx.fail(error, "the transposed product")
+        return out
 
-    def matvec(self, x: DistributedVector) -> DistributedVector:
-        """``A @ x`` for a DistributedVector in the column layout (collective).
-
-        Posts the halo receives and sends, computes the diagonal block's product while
-        they travel, waits (with the deadline), adds the off-rank block's product, and
-        agrees with the other ranks on success (one small allreduce); an exception on
-        any rank becomes the same :class:`RankError` on all of them.
-        """
+    def _check_vector(self, x, layout, what):
         if not isinstance(x, DistributedVector):
             raise TypeError(
                 f"a distributed matrix multiplies DistributedVectors (from A.scatter), "
                 f"got {type(x).__name__}"
             )
-        if not self.col_layout.same_as(x.layout):
+        if not layout.same_as(x.layout):
             raise ValueError(
-                f"x is split as {x.layout.offsets.tolist()} but the matrix's columns as "
-                f"{self.col_layout.offsets.tolist()}; make x with A.scatter or A @ ..."
+                f"x is split as {x.layout.offsets.tolist()} but the matrix's {what} as "
+                f"{layout.offsets.tolist()} (or in another numbering or communicator); make "
+                "x with A.scatter or A @ ..."
             )
+
+    def matvec(self, x: DistributedVector) -> DistributedVector:
+        """``A @ x`` for a DistributedVector in the column layout (collective).
+
+        Returns at once where the transport queues everything on the GPU (NCCL); an
+        error on another rank is raised by the next operation that waits.
+        """
+        self._check_vector(x, self.col_layout, "columns")
         dtype = _select.result_dtype(self.dtype, x.dtype)
         x_local = x.local if x.dtype == dtype else x.local.astype(dtype)
-        transport = self._transport(dtype)
-        requests, peers, error = transport.start(x_local)
-        y = None
-        if error is None:
-            try:
-                y = self._local_diag(x_local, dtype)
-            except Exception as exc:
-                error = exc
-        ghosts = transport.finish(requests, peers)
-        if error is None:
-            try:
-                y = self._local_offd(y, ghosts)
-            except Exception as exc:
-                error = exc
-        _comm.agree(self._comm, error, self._timeout, "the product")
-        return DistributedVector(y, self.row_layout)
+        out = self.row_layout.xp.empty(self.row_layout.n_local, dtype=dtype)
+        return DistributedVector(self._product(x_local, out), self.row_layout)
+
+    def rmatvec(self, x: DistributedVector) -> DistributedVector:
+        """``A^H @ x`` for a DistributedVector in the row layout (collective)."""
+        self._check_vector(x, self.row_layout, "rows")
+        dtype = _select.result_dtype(self.dtype, x.dtype)
+        x_local = x.local if x.dtype == dtype else x.local.astype(dtype)
+        out = self.col_layout.xp.empty(self.col_layout.n_local, dtype=dtype)
+        return DistributedVector(self._rproduct(x_local, out), self.col_layout)
 
     def __matmul__(self, x):
         return self.matvec(x)
 
     dot = matvec
 
+    # ----------------------------------------------------------------- solvers
+    def _solver_space(self):
+        """The vector space ``sparsegpu.linalg`` solves in (``_space``)."""
+        from ._space import DistributedSpace
+
+        return DistributedSpace(self)
+
     # ----------------------------------------------------------------- explain
+    def _backend_name(self, dtype) -> str:
+        for work in self._work.values():
+            if work.dtype == dtype and work.backend is not None:
+                return work.backend
+        for local in (self._diag, self._offd):
+            if local.nnz:
+                chosen = _planning.estimate(local, dtype)
+                name = chosen.requested
+                return (
+                    chosen.backend if name == chosen.backend else f"{chosen.backend} (via {name})"
+                )
+        return "none (no nonzeros)"
+
     def explain(self) -> DistributedReport:
-        """How the matrix is split and how a product communicates (collective).
+        """How the matrix is split and how a product communicates (guarded collective).
 
         Returns
         -------
         DistributedReport
             The same on every rank: rows, nonzeros, ghosts, neighbours and halo bytes
-            per rank, the transport and why, and each rank's backend and device.
+            per rank, the nonzero imbalance, the partition, the transport and why, and
+            each rank's backend and device.
+
+        Raises
+        ------
+        TimeoutError
+            Naming the ranks that did not call it within the deadline: call it on every
+            rank, then print on one.
         """
+        self._ctx.enter("explain")
         dtype = _select.result_dtype(self.dtype, self.dtype)
-        itemsize = np.dtype(dtype).itemsize
-        recv, send = self._halo.bytes_per_product(itemsize)
-        backend = "none (no nonzeros)"
-        for local in (self._diag, self._offd):
-            if local.nnz:
-                chosen = _planning.estimate(local, dtype)
-                name = chosen.requested
-                backend = (
-                    chosen.backend if name == chosen.backend else f"{chosen.backend} (via {name})"
-                )
-                break
+        recv, send = self._halo.bytes_per_product(np.dtype(dtype).itemsize)
         mine = RankReport(
             rank=self.row_layout.rank,
             rows=self._diag.shape[0],
@@ -547,11 +753,11 @@ class csr_matrix:  # noqa: N801 - named like sparsegpu.csr_matrix, whose role it
             neighbours=self._halo.neighbours,
             recv_bytes=recv,
             send_bytes=send,
-            backend=backend,
+            backend=self._backend_name(dtype),
             device=self._device,
         )
-        ranks = self._comm.allgather(mine)
-        xp = self.col_layout.xp
-        return DistributedReport(
-            self.shape, self.nnz, np.dtype(dtype), HostStaged.name, HostStaged.reason(xp), ranks
-        )
+        everyone = self._ctx.allgather_objects((mine, self._partition_note), "explain")
+        partition = next(note for _, note in everyone if note)
+        return DistributedReport(self.shape, self.nnz, np.dtype(dtype), self._transport.name,
+                                 self._transport.reason, partition,
+                                 [report for report, _ in everyone])  # fmt: skip

@@ -26,6 +26,7 @@ from . import _options as options
 from ._krylov import (
     CHECK_EVERY,
     _check_iterations,
+    _finish,
     _graph_refusal,
     _reordered,
     _scalar,
@@ -126,9 +127,8 @@ def gmres(A, b, x0=None, *, rtol=1e-5, atol=0.0, restart=None, maxiter=None, M=N
     _run(cycle, maxiter, progress, system.wrap_callback(callback_x), refusal, graphs, info_out)
     state = ops.to_host(cycle.state)
     info_out.iterations = int(state[ITERATIONS])
-    options.record(info_out)
     converged = bool(state[CONVERGED])
-    return ordering.back(system.result(system.x)), 0 if converged else maxiter
+    return _finish(system, ordering, info_out, system.x, 0 if converged else maxiter)
 
 
 def _run(cycle, maxiter, progress, callback_x, refusal, graphs, info_out) -> None:
@@ -196,8 +196,9 @@ def _replayed(cycle, maxiter, callback_x, stream, graphs, info_out):
         )
         return 1
     captured = _graphs.Block(cycle.full, 1, stream)
-    if captured.failure is not None:
-        info_out.graphs_reason = captured.failure
+    failure = cycle.system.space.agree(captured.failure)
+    if failure is not None:
+        info_out.graphs_reason = failure
         return 1
     info_out.graphs, info_out.block = True, cycle.restart
     info_out.graphs_reason = f"captured a restart cycle ({cycle.restart} iterations) a block"
@@ -233,7 +234,7 @@ class GmresCycle:
     where the vectors live; ``steps`` are the kernels (CuPy) or their NumPy twins."""
 
     def __init__(self, system, ops, r, tolerance, restart):
-        xp, dtype, n = system.xp, system.dtype, system.A.shape[0]
+        xp, dtype, n = system.xp, system.dtype, system.rows
         self.system, self.ops, self.dtype, self.n = system, ops, dtype, n
         self.restart, self.tolerance = restart, float(tolerance)
         align = max(1, ROW_ALIGNMENT_BYTES // dtype.itemsize)
@@ -334,6 +335,7 @@ class DeviceSteps:
 
     def __init__(self, cycle):
         xp, dtype, n = cycle.system.xp, cycle.dtype, cycle.n
+        self.ops = cycle.ops
         self.dot_blocks = max(1, min(DOT_MAX_BLOCKS, -(-n // DOT_BLOCK)))
         self.grid = max(1, min(VECTOR_MAX_BLOCKS, -(-n // GMRES_BLOCK)))
         self.partial = xp.empty((cycle.restart + 1) * self.dot_blocks, dtype=dtype)
@@ -363,9 +365,11 @@ class DeviceSteps:
         }
 
     def project(self, m, out):
-        """``out[:m] = conj(V_m) . w``, then ``w -= V_m out[:m]``."""
+        """``out[:m] = conj(V_m) . w`` (global in a distributed space), then
+        ``w -= V_m out[:m]``."""
         self._launch["multi_dot_partial"](m * self.dot_blocks)
         self._launch["multi_dot_final"](m, out=out)
+        self.ops.reduce(out[:m])
         self._launch["gs_subtract"](self.grid, m=m, coef=out)
 
     def rotate(self, j):
@@ -401,6 +405,7 @@ class HostSteps:
         c = self.c
         V = c.basis[:m, : c.n]
         out[:m] = V.conj() @ c.w
+        c.ops.reduce(out[:m])
         c.w -= V.T @ out[:m]
 
     def rotate(self, j):

@@ -22,10 +22,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._matrix import _SparseGPUMixin
 from . import _graphs
 from . import _options as options
-from ._operator import System
+from ._space import space_of
 from ._vector import MINRES_ROTATE_STATE, VectorOps
 
 
@@ -46,7 +45,7 @@ def _check_tolerances(name: str, rtol, atol) -> None:
 def _reordered(name, A, b, x0, M, callback, reorder, info_out):
     """The problem in the ordering ``reorder`` asks for: (A, b, x0, M, callback, ordering);
     ``ordering.back`` brings the answer home."""
-    A, ordering = options.choose_ordering(name, A, reorder, info_out)
+    A, ordering = space_of(A).ordering(name, A, reorder, info_out)
     return (A, ordering.forward(b), ordering.forward(x0), ordering.operator(M),
             ordering.callback(callback), ordering)  # fmt: skip
 
@@ -54,14 +53,26 @@ def _reordered(name, A, b, x0, M, callback, reorder, info_out):
 def _zero_rhs(system, ordering, info_out):
     """``(x, 0)`` for ``b = 0``: x = 0 (b itself, in its module), no iteration."""
     info_out.iterations = 0
+    return _finish(system, ordering, info_out, system.b, 0)
+
+
+def _finish(system, ordering, info_out, x, info):
+    """``(x, info)`` in the caller's numbering and module, the solve recorded (and, in a
+    distributed space, its end agreed on by every rank)."""
     options.record(info_out)
-    return ordering.back(system.result(system.b)), 0
+    system.space.finish()
+    return ordering.back(system.result(x)), info
+
+
+def _system(name, A, b, x0, M, capturable, square=True):
+    """The system and its vector steps, in A's vector space (``_space``)."""
+    system = space_of(A).system(name, A, b, x0, M, square, capturable)
+    return system, VectorOps(system.xp, system.dtype, system.space)
 
 
 def _start(name, A, b, x0, M, rtol, atol, capturable=False):
     _check_tolerances(name, rtol, atol)
-    system = System(name, A, b, x0, M, capturable=capturable)
-    ops = VectorOps(system.xp, system.dtype)
+    system, ops = _system(name, A, b, x0, M, capturable)
     bnorm = ops.norm(system.b)
     if system.x0_given:
         r = system.b - system.A.matvec(system.x)
@@ -151,25 +162,20 @@ def cg(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None, callback=Non
         _cg_plain(step, 0, maxiter, every, callback)
     converged, count = ops.to_host(step.converged), ops.to_host(step.count)
     info_out.iterations = int(count)
-    options.record(info_out)
-    return ordering.back(system.result(system.x)), 0 if bool(converged) else maxiter
+    return _finish(system, ordering, info_out, system.x, 0 if bool(converged) else maxiter)
 
 
 def _graph_refusal(graphs, system, ops, callback, A, M) -> str | None:
     """Why this solve's iterations are not captured (None: capture them): the options, A
-    and M not sparsegpu matrices, or planned on a backend a graph cannot hold (cuSPARSE)."""
-    M_captures = system.M is None or (_captures(M) and system.M.xp is system.xp)
+    and M not matrices of the space (sparsegpu's), the space's own reason (a distributed
+    transport that waits on the host), or a backend a graph cannot hold (cuSPARSE)."""
+    space = system.space
+    M_captures = system.M is None or (space.captures(M) and system.M.xp is system.xp)
     return (
         options.graph_refusal(graphs, ops.on_device, callback, M_captures)
-        or (None if _captures(A) else f"A is a {type(A).__name__}, not a sparsegpu matrix")
+        or space.capture_refusal(A)
         or options.backend_refusal((("", system.A), ("the preconditioner's ", system.M)))
     )
-
-
-def _captures(operator) -> bool:
-    """Whether products with ``operator`` can go into a graph (a sparsegpu matrix: its
-    plan writes into a given ``out`` without allocating)."""
-    return isinstance(operator, _SparseGPUMixin)
 
 
 class _CGStep:
@@ -178,7 +184,7 @@ class _CGStep:
     graphs, so the arithmetic and the iteration count are the same."""
 
     def __init__(self, system, ops, r, tolerance):
-        xp, dtype, n = system.xp, system.dtype, system.A.shape[0]
+        xp, dtype, n = system.xp, system.dtype, system.rows
         self.system, self.ops, self.r, self.tolerance = system, ops, r, tolerance
         self.p = xp.zeros(n, dtype=dtype)
         self.q = xp.empty(n, dtype=dtype)
@@ -279,8 +285,9 @@ def _blocks(step, maxiter, block, stream, info_out):
     captured = _graphs.Block(lambda: step.full(False), block, stream)
     if turn is not None:  # the capture ran no iteration: the buffers are where they were
         step.turn = turn
-    if captured.failure is not None:
-        info_out.graphs_reason = captured.failure
+    failure = step.system.space.agree(captured.failure)
+    if failure is not None:
+        info_out.graphs_reason = failure
         return k
     info_out.graphs, info_out.block = True, block
     info_out.graphs_reason = f"captured {block} iterations a block"
@@ -325,10 +332,9 @@ def bicgstab(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None, callba
              system.wrap_callback(callback), refusal, info_out)  # fmt: skip
     status, count = ops.to_host(step.status), ops.to_host(step.count)
     info_out.iterations = int(count)
-    options.record(info_out)
     status = int(status)
     info = 0 if status == 1 else (maxiter if status == 0 else status)
-    return ordering.back(system.result(system.x)), info
+    return _finish(system, ordering, info_out, system.x, info)
 
 
 class _BiCGStabStep:
@@ -337,7 +343,7 @@ class _BiCGStabStep:
     later iteration changes x or r). The same kernels with or without graphs."""
 
     def __init__(self, system, ops, r, tolerance):
-        xp, dtype, n = system.xp, system.dtype, system.A.shape[0]
+        xp, dtype, n = system.xp, system.dtype, system.rows
         self.system, self.ops, self.r, self.tolerance = system, ops, r, tolerance
         eps = float(np.finfo(dtype).eps)
         self.rhotol = self.omegatol = eps**2
@@ -418,14 +424,12 @@ def minres(A, b, x0=None, *, shift=0.0, rtol=1e-5, maxiter=None, M=None, callbac
     _check_tolerances("minres", rtol, 0.0)
     A, b, x0, M, callback, ordering = _reordered("minres", A, b, x0, M, callback, reorder, info_out)
     wanted = graphs is not False and callback is None
-    system = System("minres", A, b, x0, M, capturable=wanted)
-    ops = VectorOps(system.xp, system.dtype)
+    system, ops = _system("minres", A, b, x0, M, wanted)
     maxiter = _check_iterations("minres", maxiter, 5 * system.A.shape[0])
     info_out.graphs_reason = _graph_refusal(graphs, system, ops, callback, A, M) or ""
     x, info = _minres(system, ops, shift, rtol, maxiter, system.wrap_callback(callback),
                       info_out)  # fmt: skip
-    options.record(info_out)
-    return ordering.back(x), info
+    return _finish(system, ordering, info_out, x, info)
 
 
 def _minres(system, ops, shift, rtol, maxiter, callback, info_out):
@@ -437,10 +441,10 @@ def _minres(system, ops, shift, rtol, maxiter, callback, info_out):
         raise ValueError("minres: the preconditioner M is not positive definite")
     info_out.iterations = 0
     if beta1 == 0:
-        return system.result(x), 0
+        return x, 0
     bnorm = ops.norm(system.b)
     if bnorm == 0:
-        return system.result(system.b), 0
+        return system.b, 0
     step = _MinresStep(system, ops, r1, y, np.sqrt(beta1), shift, rtol, maxiter)
     refusal = info_out.graphs_reason or None
     _iterate(step, maxiter, 1 if callback is not None else CHECK_EVERY, GRAPH_BLOCK, callback,
@@ -449,7 +453,7 @@ def _minres(system, ops, shift, rtol, maxiter, callback, info_out):
     if bool(error):
         raise ValueError("minres: A (or M) does not define a Hermitian matrix")
     info_out.iterations = int(itn)
-    return system.result(x), maxiter if int(istop) == 6 else 0
+    return x, maxiter if int(istop) == 6 else 0
 
 
 class _MinresStep:
@@ -463,7 +467,7 @@ class _MinresStep:
     period = 3
 
     def __init__(self, system, ops, r, y, beta1, shift, rtol, maxiter):
-        xp, dtype, n = system.xp, system.dtype, system.A.shape[0]
+        xp, dtype, n = system.xp, system.dtype, system.rows
         self.system, self.ops = system, ops
         self.eps = float(np.finfo(dtype).eps)
         self.beta1, self.rtol, self.maxiter = float(beta1), float(rtol), int(maxiter)

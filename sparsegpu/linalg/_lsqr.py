@@ -22,9 +22,9 @@ from ._krylov import (
     _iterate,
     _reordered,
     _scalar,
+    _system,
 )
-from ._operator import System
-from ._vector import LSQR_STATE, VectorOps
+from ._vector import LSQR_STATE
 
 
 def lsqr(A, b, damp=0.0, atol=1e-6, btol=1e-6, conlim=1e8, iter_lim=None, show=False,
@@ -55,8 +55,7 @@ def lsqr(A, b, damp=0.0, atol=1e-6, btol=1e-6, conlim=1e8, iter_lim=None, show=F
     info_out = options.SolveInfo("lsqr")
     options.check_graphs("lsqr", graphs)
     A, b, x0, _, _, ordering = _reordered("lsqr", A, b, x0, None, None, reorder, info_out)
-    system = System("lsqr", A, b, x0, square=False, capturable=graphs is not False)
-    ops = VectorOps(system.xp, system.dtype)
+    system, ops = _system("lsqr", A, b, x0, None, graphs is not False, square=False)
     refusal = _graph_refusal(graphs, system, ops, None, A, None)
     if refusal is None:
         name, capturable = system.A.adjoint()
@@ -67,13 +66,14 @@ def lsqr(A, b, damp=0.0, atol=1e-6, btol=1e-6, conlim=1e8, iter_lim=None, show=F
                    info_out)  # fmt: skip
     info_out.iterations = result[2]
     options.record(info_out)
+    system.space.finish()
     return (ordering.back(result[0]), *result[1:-1], ordering.back(result[-1]))
 
 
 def _lsqr(system, ops, damp, atol, btol, conlim, iter_lim, calc_var, refusal, info_out):
     xp, dtype = system.xp, system.dtype
-    m, n = system.A.shape
-    iter_lim = _check_iterations("lsqr", iter_lim, 2 * n)
+    n = system.cols
+    iter_lim = _check_iterations("lsqr", iter_lim, 2 * system.A.shape[1])
     real = np.dtype(dtype.char.lower())
     var = xp.zeros(n, dtype=real)
     eps = np.finfo(dtype).eps
@@ -114,7 +114,7 @@ class _LSQRStep:
 
     def __init__(self, system, ops, u, v, var, start, limits, calc_var):
         xp, dtype = system.xp, system.dtype
-        m, n = system.A.shape
+        m, n = system.rows, system.cols
         self.system, self.ops, self.u, self.v, self.var = system, ops, u, v, var
         self.w = v.copy()
         self.av = xp.empty(m, dtype=dtype)

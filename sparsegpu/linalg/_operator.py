@@ -199,6 +199,9 @@ class System:
     Attributes
     ----------
     A : Operator
+    rows, cols : int
+        The lengths of this process's result and x vectors (A's shape here; a rank's
+        blocks in a distributed space).
     M : Operator or None
         The preconditioner (approximates ``inv(A)``), or None.
     b, x : arrays
@@ -216,6 +219,8 @@ class System:
         self.out_xp = b_xp
         self.A = as_operator(A, _work_dtype(b.dtype), b_xp, capturable=capturable)
         m, n = self.A.shape
+        self.rows, self.cols = m, n  # the lengths of this process's vectors
+        self.space = None  # set by the space that made it (``_space``)
         if square and m != n:
             raise ValueError(
                 f"{name} needs a square matrix, got shape {self.A.shape}; use "

@@ -524,12 +524,15 @@ def _masked_axpy_kernel():
 
 
 class VectorOps:
-    """The vector steps of the solvers in one array module and dtype."""
+    """The vector steps of the solvers in one array module and dtype, in a vector space
+    (``_space``; None: whole arrays of one process)."""
 
-    def __init__(self, xp, dtype):
+    def __init__(self, xp, dtype, space=None):
         self.xp = xp
         self.dtype = np.dtype(dtype)
         self.on_device = xp is not np
+        # the vector space (``_space``): how a local dot becomes global, how the host reads
+        self.space = space
         if self.on_device:
             kind = "c" if self.dtype.kind == "c" else "f"
             self._vdot = _Dot(xp, self.dtype)
@@ -547,13 +550,20 @@ class VectorOps:
     def vdot(self, a, b, out=None):
         """``conj(a) . b`` of two contiguous vectors as a 0-d array (on the device for CuPy:
         no synchronisation), written into the 0-d ``out`` of the vectors' dtype when given
-        (no allocation: what a captured graph needs)."""
+        (no allocation: what a captured graph needs); global in a distributed space."""
         if self.on_device:
-            return self._vdot(a, b, out=out)
-        if out is None:
-            return np.asarray(np.vdot(a, b))
-        out[...] = np.vdot(a, b)
+            out = self._vdot(a, b, out=out)
+        elif out is None:
+            out = np.asarray(np.vdot(a, b))
+        else:
+            out[...] = np.vdot(a, b)
+        self.reduce(out)
         return out
+
+    def reduce(self, out) -> None:
+        """Local dot products in ``out`` made global (the space's reduction)."""
+        if self.space is not None:
+            self.space.reduce(out)
 
     def norm(self, a) -> float:
         """``||a||_2`` on the host (one scalar transfer)."""
@@ -561,6 +571,8 @@ class VectorOps:
 
     def to_host(self, a):
         """A device array (or 0-d result) as NumPy: the one place a solver synchronises."""
+        if self.space is not None:
+            return self.space.to_host(a)
         return a.get() if self.on_device else np.asarray(a)
 
     # --------------------------------------------------------------- CG steps

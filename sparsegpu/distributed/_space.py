@@ -1,0 +1,210 @@
+"""The distributed vector space of ``sparsegpu.linalg``'s solvers.
+
+``sg.linalg.cg(A, b)`` with a distributed ``A`` runs the same Krylov steps as on one GPU,
+on each rank's blocks: products are the distributed matrix's (halo exchange and local
+plans), each local dot is followed by an allreduce through the matrix's transport (on
+the GPUs with NCCL, so an iteration never waits on the host), the host's reads of the
+convergence flag have the distributed deadline and look for other ranks' errors, a CUDA
+graph is captured on every rank or none, and the end of a solve is a guarded collective.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..linalg import _options as options
+from ..linalg._operator import _work_dtype
+from ._matrix import csr_matrix
+from ._vector import DistributedVector
+
+_ORDERED_WHEN_BUILT = (
+    "distributed: a distributed matrix is ordered when it is built (csr_matrix(..., "
+    "partition='graph') renumbers rows by parts); not reordered per solve"
+)
+
+
+class _Operator:
+    """A distributed matrix's products on this rank's blocks, as the solvers call them."""
+
+    def __init__(self, A, dtype, capturable, probe):
+        self.matrix = A
+        self.shape = A.shape
+        self.dtype = np.dtype(dtype)
+        self.xp = A.row_layout.xp
+        self._capturable = capturable
+        work = A._work_for(self.dtype, probe, capturable)
+        self.backend = work.backend
+        self.capturable = work.capturable
+
+    def matvec(self, x, out=None):
+        if out is None:
+            out = self.xp.empty(self.matrix.row_layout.n_local, dtype=self.dtype)
+        return self.matrix._product(x, out, self._capturable)
+
+    def rmatvec(self, x, out=None):
+        if out is None:
+            out = self.xp.empty(self.matrix.col_layout.n_local, dtype=self.dtype)
+        return self.matrix._rproduct(x, out)
+
+    def adjoint(self):
+        """(backend, capturable) of the transposed products: the reverse halo adds up
+        repeated entries with scatter-adds, which a graph does not hold."""
+        return self.backend, False
+
+
+class _Callable:
+    """A preconditioner given as a function of DistributedVectors."""
+
+    backend = None
+    capturable = False
+
+    def __init__(self, function, layout, dtype):
+        self.function, self.layout = function, layout
+        self.shape = (layout.n, layout.n)
+        self.dtype = np.dtype(dtype)
+        self.xp = layout.xp
+
+    def matvec(self, r, out=None):
+        result = self.function(DistributedVector(r, self.layout))
+        if not isinstance(result, DistributedVector):
+            raise TypeError(
+                f"the preconditioner M must return a DistributedVector, got {type(result).__name__}"
+            )
+        if out is None:
+            return result.local.astype(self.dtype, copy=False)
+        out[...] = result.local
+        return out
+
+
+class DistributedSystem:
+    """``A x = b`` on this rank's blocks (what ``_operator.System`` is for arrays)."""
+
+    def __init__(self, space, name, A, b, x0, M, square, capturable):
+        self.space = space
+        rows, cols = A.row_layout, A.col_layout
+        if square and A.shape[0] != A.shape[1]:
+            raise ValueError(
+                f"{name} needs a square matrix, got shape {A.shape}; use "
+                "sparsegpu.linalg.lsqr for least-squares problems"
+            )
+        for label, vector, layout in (("b", b, rows), ("x0", x0, cols)):
+            if vector is None and label == "x0":
+                continue
+            if not isinstance(vector, DistributedVector):
+                raise TypeError(
+                    f"{name}: with a distributed A, {label} must be a DistributedVector (make "
+                    f"it with A.scatter), got {type(vector).__name__}"
+                )
+            if not layout.same_as(vector.layout):
+                side = "rows" if layout is rows else "columns"
+                raise ValueError(
+                    f"{name}: {label} is not split like A's {side} ("
+                    f"{vector.layout.offsets.tolist()} vs {layout.offsets.tolist()}); make it "
+                    "with A.scatter"
+                )
+        self.dtype = _work_dtype(A.dtype, b.dtype)
+        self.xp = self.out_xp = rows.xp
+        self.rows, self.cols = rows.n_local, cols.n_local
+        self._layouts = rows, cols
+        probe = x0.local if x0 is not None else _probe(cols, self.dtype)
+        self.A = _Operator(A, self.dtype, capturable, probe.astype(self.dtype, copy=False))
+        self.b = b.local.astype(self.dtype)
+        self.x0_given = x0 is not None
+        if x0 is None:
+            self.x = self.xp.zeros(self.cols, dtype=self.dtype)
+        else:
+            self.x = x0.local.astype(self.dtype, copy=True)
+        self.M = None
+        if isinstance(M, csr_matrix):
+            if not (M.row_layout.same_as(cols) and M.col_layout.same_as(rows)):
+                raise ValueError(
+                    f"{name}: the preconditioner M is split as {M.row_layout.offsets.tolist()}"
+                    f", A as {rows.offsets.tolist()}; build M with the same row split"
+                )
+            self.M = _Operator(M, self.dtype, capturable, self.b)
+        elif callable(M):
+            self.M = _Callable(M, rows, self.dtype)
+        elif M is not None:
+            raise TypeError(
+                f"{name}: with a distributed A, M must be a distributed csr_matrix or a "
+                f"function of DistributedVectors, got {type(M).__name__}"
+            )
+
+    def precondition(self, r):
+        if self.M is None:
+            return r
+        return self.M.matvec(r)
+
+    def result(self, x):
+        """x as a DistributedVector of A's columns."""
+        layout = self._layouts[1] if x.shape[0] == self.cols else self._layouts[0]
+        return DistributedVector(x, layout)
+
+    def wrap_callback(self, callback):
+        if callback is None:
+            return None
+        return lambda x: callback(self.result(x))
+
+
+def _probe(layout, dtype):
+    """A seeded random vector of ``layout``'s block (planning by measurement times on it)."""
+    from .._oracle import random_vector
+
+    return random_vector(layout.n_local, dtype, seed=layout.rank, xp=layout.xp)
+
+
+class DistributedSpace:
+    """The vector space of solves with distributed matrix ``A`` (``linalg._space``)."""
+
+    def __init__(self, A):
+        self.matrix = A
+        self.ctx = A._ctx
+        self.transport = A._transport
+        self.layout = A.row_layout
+
+    def system(self, name, A, b, x0, M, square, capturable) -> DistributedSystem:
+        """The system on this rank's blocks; bad arguments on any rank raise the same
+        RankError on every rank (one agreement per solve)."""
+        self.ctx.check()
+        system = error = None
+        try:
+            system = DistributedSystem(self, name, A, b, x0, M, square, capturable)
+        except Exception as exc:
+            error = exc
+        self.ctx.agree(error, name)
+        return system
+
+    def reduce(self, buffer) -> None:
+        self.transport.allreduce(buffer)
+
+    def to_host(self, a):
+        return self.layout.to_host(a)
+
+    def captures(self, operator) -> bool:
+        return isinstance(operator, csr_matrix)
+
+    def capture_refusal(self, A) -> str | None:
+        if self.transport.capturable:
+            return None
+        return (
+            f"the {self.transport.name} transport has the host wait for every message; "
+            "graphs need NCCL (transport='nccl')"
+        )
+
+    def agree(self, failure: str | None) -> str | None:
+        """Capture on every rank or none: one flag summed on the host."""
+        flag = np.array([0 if failure is None else 1], dtype=np.int64)
+        failed = self.ctx.allreduce(flag, "agreeing on a graph capture")[0]
+        if failure is None and failed:
+            return "the capture failed on another rank"
+        return failure
+
+    def ordering(self, name, A, reorder, info):
+        if reorder not in options.REORDERS:
+            raise ValueError(f"{name}: reorder must be 'rcm', 'auto' or None, got {reorder!r}")
+        if reorder is not None:
+            info.reorder_reason = _ORDERED_WHEN_BUILT
+        return A, options.Ordering(None)
+
+    def finish(self) -> None:
+        self.ctx.enter("the end of a solve")

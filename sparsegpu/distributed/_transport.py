@@ -1,0 +1,666 @@
+"""How halo entries and reductions travel between the ranks: one class per method.
+
+=================  ==========================================================================
+``nccl``           CuPy's NCCL: halos (grouped ``ncclSend``/``ncclRecv``) and reductions
+                   (``ncclAllReduce``) device to device, queued on streams and ordered by
+                   CUDA events, never waited for by the host; a CUDA graph can hold them.
+``cuda-aware-mpi`` MPI on device buffers (no host copies), where the MPI library says it is
+                   CUDA-aware; the host waits for each message (with the deadline).
+``host``           pinned host buffers and any MPI: the fallback (and NumPy vectors).
+``local``          one rank: nothing to exchange, nothing to reduce.
+=================  ==========================================================================
+
+``auto`` (the default; ``transport=`` or ``SPARSEGPU_TRANSPORT`` choose another) takes the
+first of nccl, cuda-aware-mpi, host that works on every rank; the choice is made by all
+ranks together from what each one reports, so they always agree.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import socket
+
+import numpy as np
+
+from .. import _cuda
+from . import _comm
+from ._comm import HALO_TAG
+
+ENV_TRANSPORT = "SPARSEGPU_TRANSPORT"
+TRANSPORTS = ("auto", "nccl", "cuda-aware-mpi", "host")
+# NCCL's multicast (NVLink SHARP) serves large collectives; ours are a few scalars, and its
+# multicast objects can take a shared machine's GPUs out of service: off unless asked for.
+NVLS_VARIABLE = "NCCL_NVLS_ENABLE"
+
+
+def resolve_name(transport) -> str:
+    """``transport``, else ``SPARSEGPU_TRANSPORT``, else ``"auto"``; checked."""
+    source = "transport"
+    if transport is None:
+        transport, source = os.environ.get(ENV_TRANSPORT, "auto"), ENV_TRANSPORT
+    if transport not in TRANSPORTS:
+        raise ValueError(
+            f"{source} must be one of {', '.join(map(repr, TRANSPORTS))}, got {transport!r}"
+        )
+    return transport
+
+
+# ----------------------------------------------------------------- what a rank can do
+def _nccl_module():
+    """(cupy.cuda.nccl, None) or (None, why not)."""
+    try:
+        from cupy.cuda import nccl
+    except Exception as exc:  # ImportError, or the library failing to load
+        return None, f"CuPy has no NCCL here ({type(exc).__name__}: {exc})"
+    if not getattr(nccl, "available", True):
+        return None, "CuPy was built without NCCL"
+    return nccl, None
+
+
+def nccl_version() -> str:
+    nccl, _ = _nccl_module()
+    code = nccl.get_version()
+    return f"{code // 10000}.{code // 100 % 100}.{code % 100}"
+
+
+def cuda_aware_mpi() -> tuple[bool, str]:
+    """Whether the MPI library under mpi4py takes device buffers, and how that was read:
+    MPI 4.1's memory-allocation kinds (``cuda:device``), else Open MPI's
+    ``MPIX_Query_cuda_support``; unknown reads as no."""
+    MPI = _comm.mpi()
+    try:
+        info = MPI.COMM_WORLD.Get_info()
+        try:
+            kinds = info.Get("mpi_memory_alloc_kinds") or ""
+        finally:
+            info.Free()
+        if "cuda" in kinds:
+            return True, f"the MPI library lists memory kinds {kinds!r}"
+    except Exception:  # noqa: S110 - an MPI before 4.1: try the extension below
+        pass
+    query = None
+    for library in (None, getattr(MPI, "__file__", None)):
+        try:
+            query = getattr(ctypes.CDLL(library), "MPIX_Query_cuda_support", None)
+        except OSError:
+            continue
+        if query is not None:
+            break
+    if query is not None:
+        query.restype = ctypes.c_int
+        if query():
+            return True, "MPIX_Query_cuda_support() says 1"
+        return False, "MPIX_Query_cuda_support() says 0"
+    return False, f"{MPI.Get_library_version().splitlines()[0].strip()} does not say it is"
+
+
+def _key(text: str) -> int:
+    """A 63-bit number naming ``text`` (host names, GPU bus ids) in an int64 table."""
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") >> 1
+
+
+# the per-rank record choose() allgathers
+_ON_DEVICE, _NCCL, _CUDA_AWARE, _NODE, _GPU = range(5)
+
+
+def _record(xp) -> tuple[np.ndarray, dict]:
+    """This rank's capabilities (int64 record) and their reasons."""
+    record = np.zeros(5, dtype=np.int64)
+    reasons = {}
+    cupy = _cuda.cupy_or_none()
+    record[_NODE] = _key(socket.gethostname())
+    if xp is np or cupy is None:
+        return record, reasons
+    record[_ON_DEVICE] = 1
+    record[_GPU] = _key(cupy.cuda.Device().pci_bus_id)
+    nccl, why = _nccl_module()
+    record[_NCCL] = nccl is not None
+    reasons["nccl"] = why
+    aware, how = cuda_aware_mpi()
+    record[_CUDA_AWARE] = aware
+    reasons["cuda-aware-mpi"] = how
+    return record, reasons
+
+
+def _missing(table, column) -> list[int]:
+    return [r for r in range(len(table)) if not table[r, column]]
+
+
+def _shared_gpus(table) -> list[list[int]]:
+    """Groups of ranks on one GPU (same node, same bus id)."""
+    groups = {}
+    for rank, row in enumerate(table):
+        groups.setdefault((int(row[_NODE]), int(row[_GPU])), []).append(rank)
+    return [ranks for ranks in groups.values() if len(ranks) > 1]
+
+
+def _refusals(table, reasons) -> dict[str, str | None]:
+    """Why each device transport cannot run on these ranks (None: it can)."""
+    off = _missing(table, _ON_DEVICE)
+    if off:
+        why = f"vectors live on the host on rank(s) {off}"
+        return {"nccl": why, "cuda-aware-mpi": why}
+    refusals = {"nccl": None, "cuda-aware-mpi": None}
+    no_nccl, shared = _missing(table, _NCCL), _shared_gpus(table)
+    if no_nccl:
+        refusals["nccl"] = f"no NCCL on rank(s) {no_nccl}" + (
+            f" ({reasons['nccl']})" if reasons.get("nccl") else ""
+        )
+    elif shared:
+        refusals["nccl"] = (
+            f"ranks {' and '.join(map(str, shared[0]))} share one GPU (NCCL needs one GPU a rank)"
+        )
+    unaware = _missing(table, _CUDA_AWARE)
+    if unaware:
+        refusals["cuda-aware-mpi"] = (
+            f"MPI is not CUDA-aware on rank(s) {unaware} ({reasons.get('cuda-aware-mpi')})"
+        )
+    return refusals
+
+
+def choose(ctx, xp, requested: str):
+    """The transport of a new matrix (collective, within the deadline): ``requested`` or,
+    for ``auto``, the first of nccl, cuda-aware-mpi, host that works on every rank.
+
+    Raises ValueError on every rank when a transport that was asked for cannot run (why).
+    """
+    if ctx.size == 1:
+        return Local(ctx, xp)
+    record, reasons = _record(xp)
+    table = np.empty((ctx.size, record.size), dtype=np.int64)
+    ctx.wait([ctx.comm.Iallgather(record, table)], "choosing the transport")
+    refusals = _refusals(table, reasons)
+    if requested in refusals and refusals[requested] is not None:
+        raise ValueError(
+            f"transport {requested!r} cannot run here: {refusals[requested]}; use "
+            f"transport='auto' (or unset {ENV_TRANSPORT}) to take the best that can"
+        )
+    if requested == "host":
+        return HostStaged(ctx, xp, f"asked for ({_asked()})")
+    if requested != "auto":
+        return _DEVICE[requested](ctx, xp, f"asked for ({_asked()})")
+    skipped = []
+    for name in ("nccl", "cuda-aware-mpi"):
+        if refusals[name] is None:
+            why = "auto: " + ("; ".join(skipped) + "; " if skipped else "")
+            return _DEVICE[name](ctx, xp, why + _DEVICE[name].works)
+        skipped.append(f"not {name}: {refusals[name]}")
+    return HostStaged(ctx, xp, "auto: " + "; ".join(skipped))
+
+
+def _asked() -> str:
+    return (
+        f"{ENV_TRANSPORT}={os.environ[ENV_TRANSPORT]}"
+        if ENV_TRANSPORT in os.environ
+        else "transport="
+    )
+
+
+# ------------------------------------------------------------------------ kernels
+def _gather_kernel():
+    cupy = _cuda.cupy_or_none()
+    return cupy.ElementwiseKernel(
+        "raw T x, I index", "T out", "out = x[index]", "sparsegpu_halo_gather"
+    )
+
+
+def _add_rows_kernel():
+    cupy = _cuda.cupy_or_none()
+    # rows are distinct: no two threads write one entry
+    return cupy.ElementwiseKernel(
+        "T value, I row", "raw T y", "y[row] = y[row] + value", "sparsegpu_add_rows"
+    )
+
+
+_KERNELS = {}
+
+
+def kernel(name: str):
+    """The halo's elementwise kernels (made once): ``gather`` ``out = x[index]``,
+    ``add_rows`` ``y[row] += value`` for distinct rows."""
+    if name not in _KERNELS:
+        _KERNELS[name] = {"gather": _gather_kernel, "add_rows": _add_rows_kernel}[name]()
+    return _KERNELS[name]
+
+
+def gather(x, index, out) -> None:
+    """``out[:] = x[index]`` where x lives."""
+    if not index.size:
+        return
+    if isinstance(x, np.ndarray):
+        np.take(x, index, out=out)
+    else:
+        kernel("gather")(x, index, out)
+
+
+def add_rows(y, rows, values) -> None:
+    """``y[rows] += values`` (rows distinct) where y lives."""
+    if not rows.size:
+        return
+    if isinstance(y, np.ndarray):
+        y[rows] += values
+    else:
+        kernel("add_rows")(values, rows, y)
+
+
+def add_at(y, index, values) -> None:
+    """``y[index] += values`` with repeated indices summed (the reverse halo)."""
+    if not index.size:
+        return
+    if isinstance(y, np.ndarray):
+        np.add.at(y, index, values)
+    else:
+        import cupyx
+
+        cupyx.scatter_add(y, index, values)
+
+
+# ---------------------------------------------------------------------- transports
+class Transport:
+    """How one matrix's halos and reductions travel (made once per matrix).
+
+    Attributes
+    ----------
+    name : str
+    reason : str
+        Why this one (what ``explain()`` prints).
+    on_device : bool
+        Halos and reductions take device arrays without host copies.
+    capturable : bool
+        Products and reductions can be captured into a CUDA graph (nothing waits on
+        the host).
+    """
+
+    name = ""
+    on_device = False
+    capturable = False
+
+    def __init__(self, ctx, xp, reason: str):
+        self.ctx, self.xp, self.reason = ctx, xp, reason
+
+    def halo(self, plan, dtype):
+        """The exchange of ``plan``'s entries of ``dtype`` (buffers made once)."""
+        raise NotImplementedError
+
+    def allreduce(self, buffer) -> None:
+        """Sum ``buffer`` (a contiguous array where the vectors live) over the ranks, in
+        place; on the current stream for device transports."""
+        raise NotImplementedError
+
+    def warm_up(self, plan) -> None:
+        """Set up the connections a product will use (NCCL makes them lazily)."""
+
+
+class Local(Transport):
+    """One rank: nothing to exchange, nothing to reduce."""
+
+    name = "local"
+    capturable = True
+
+    def __init__(self, ctx, xp):
+        super().__init__(ctx, xp, "one rank: nothing to exchange or reduce")
+        self.on_device = xp is not np
+
+    def halo(self, plan, dtype):
+        return _NoHalo(self.xp, dtype)
+
+    def allreduce(self, buffer) -> None:
+        return None
+
+
+class _NoHalo:
+    def __init__(self, xp, dtype):
+        self.ghosts = xp.zeros(0, dtype=dtype)
+        self.returned = xp.zeros(0, dtype=dtype)
+        self.pack = xp.zeros(0, dtype=np.int64)
+
+    def start(self, x_local):
+        return None
+
+    def finish(self):
+        return self.ghosts
+
+    def start_reverse(self, contributions):
+        return None
+
+    def finish_reverse(self):
+        return self.returned
+
+
+def _bounds(parts) -> np.ndarray:
+    return np.concatenate(([0], np.cumsum([p.size for p in parts]))).astype(np.int64)
+
+
+class _Halo:
+    """Buffers and message lists of one plan and dtype, shared by the transports.
+
+    Forward (a product): ``x_local[pack]`` goes to ``send_ranks``, ghosts come from
+    ``recv_ranks``. Reverse (a transposed product): each ghost's contribution goes back to
+    its owner, which adds them up at ``pack``.
+    """
+
+    def __init__(self, transport, plan, dtype, host_buffers: bool):
+        xp = transport.xp
+        self.transport, self.plan, self.dtype = transport, plan, np.dtype(dtype)
+        self.ctx = transport.ctx
+        packed = np.concatenate(plan.send_indices) if plan.send_indices else np.zeros(0)
+        packed = packed.astype(np.int64)
+        self.send_bounds = _bounds(plan.send_indices)
+        self.pack = xp.asarray(packed)
+        n_send = int(packed.size)
+        self.packed = xp.empty(n_send, dtype=self.dtype)  # gathered x / returned sums
+        self.ghosts = xp.empty(plan.n_ghost, dtype=self.dtype)
+        if host_buffers and xp is not np:
+            import cupyx
+
+            self.send_host = cupyx.empty_pinned(n_send, dtype=self.dtype)
+            self.recv_host = cupyx.empty_pinned(plan.n_ghost, dtype=self.dtype)
+        elif host_buffers:
+            self.send_host, self.recv_host = self.packed, self.ghosts
+
+    def forward_lists(self, send, recv):
+        """(sends, receives) as (buffer slice, peer) lists for a product."""
+        plan = self.plan
+        sends = [(send[self.send_bounds[k] : self.send_bounds[k + 1]], dest)
+                 for k, dest in enumerate(plan.send_ranks)]  # fmt: skip
+        receives = [(recv[plan.recv_bounds[k] : plan.recv_bounds[k + 1]], source)
+                    for k, source in enumerate(plan.recv_ranks)]  # fmt: skip
+        return sends, receives
+
+    def reverse_lists(self, packed, ghosts):
+        """(sends, receives) for a transposed product: the ghost slices go back to their
+        owners, which receive them where a product sends from."""
+        forward_sends, forward_receives = self.forward_lists(packed, ghosts)
+        return forward_receives, forward_sends
+
+
+class HostStaged(Transport):
+    """Halos through host memory (pinned for CuPy vectors) and any MPI; reductions by
+    MPI on the host. Works everywhere; the host waits for every message."""
+
+    name = "host"
+
+    def halo(self, plan, dtype):
+        return _HostHalo(self, plan, dtype)
+
+    def allreduce(self, buffer) -> None:
+        if isinstance(buffer, np.ndarray):
+            buffer[...] = self.ctx.allreduce(np.ascontiguousarray(buffer), "a reduction")
+            return
+        host = self.ctx.allreduce(buffer.get(), "a reduction")
+        buffer.set(host)
+
+
+class _HostHalo(_Halo):
+    def __init__(self, transport, plan, dtype):
+        super().__init__(transport, plan, dtype, host_buffers=True)
+        self._requests, self._peers = [], []
+
+    def _post(self, sends, receives):
+        comm = self.ctx.comm
+        for buffer, source in receives:
+            self._requests.append(comm.Irecv(buffer, source=source, tag=HALO_TAG))
+            self._peers.append(source)
+        for buffer, dest in sends:
+            self._requests.append(comm.Isend(buffer, dest=dest, tag=HALO_TAG))
+            self._peers.append(dest)
+
+    def _wait(self, what):
+        requests, peers = self._requests, self._peers
+        self._requests, self._peers = [], []
+        self.ctx.wait(requests, what, peers)
+
+    def start(self, x_local):
+        """Pack and post; a packing error is returned after zeros were sent in its place."""
+        error = None
+        try:
+            if self.send_host.size:
+                gather(x_local, self.pack, self.packed)
+                if self.packed is not self.send_host:
+                    self.packed.get(out=self.send_host)  # waits for the gather
+        except Exception as exc:
+            error = exc
+            self.send_host[...] = 0
+        self._post(*self.forward_lists(self.send_host, self.recv_host))
+        return error
+
+    def finish(self):
+        self._wait("halo exchange")
+        if self.ghosts is not self.recv_host and self.ghosts.size:
+            self.ghosts.set(self.recv_host)
+        return self.ghosts
+
+    def start_reverse(self, contributions):
+        if isinstance(contributions, np.ndarray):
+            self.recv_host[...] = contributions
+        elif contributions.size:
+            contributions.get(out=self.recv_host)
+        self._post(*self.reverse_lists(self.send_host, self.recv_host))
+        return None
+
+    def finish_reverse(self):
+        self._wait("transposed halo exchange")
+        if self.packed is not self.send_host and self.packed.size:
+            self.packed.set(self.send_host)
+        return self.packed
+
+
+class CudaAwareMpi(Transport):
+    """MPI on device buffers: no host copies; the host waits for the gathered entries,
+    then for each message (with the deadline)."""
+
+    name = "cuda-aware-mpi"
+    on_device = True
+    works = "the MPI library takes device buffers: halos and reductions skip host copies"
+
+    def halo(self, plan, dtype):
+        return _MpiDeviceHalo(self, plan, dtype)
+
+    def allreduce(self, buffer) -> None:
+        cupy = _cuda.cupy_or_none()
+        self.ctx.wait_device(cupy.cuda.get_current_stream(), "a reduction")
+        flat = buffer.reshape(-1)
+        request = self.ctx.comm.Iallreduce(_comm.mpi().IN_PLACE, flat)
+        self.ctx.wait([request], "a reduction")
+
+
+class _MpiDeviceHalo(_HostHalo):
+    def __init__(self, transport, plan, dtype):
+        _Halo.__init__(self, transport, plan, dtype, host_buffers=False)
+        self._requests, self._peers = [], []
+        self.send_host, self.recv_host = self.packed, self.ghosts  # device buffers to MPI
+
+    def start(self, x_local):
+        error = None
+        try:
+            gather(x_local, self.pack, self.packed)
+        except Exception as exc:
+            error = exc
+            self.packed[...] = 0
+        cupy = _cuda.cupy_or_none()
+        self.ctx.wait_device(cupy.cuda.get_current_stream(), "packing the halo")
+        self._post(*self.forward_lists(self.packed, self.ghosts))
+        return error
+
+    def start_reverse(self, contributions):
+        cupy = _cuda.cupy_or_none()
+        if contributions is not self.ghosts:
+            self.ghosts[...] = contributions
+        self.ctx.wait_device(cupy.cuda.get_current_stream(), "packing the halo")
+        self._post(*self.reverse_lists(self.packed, self.ghosts))
+        return None
+
+
+def _nccl_type(nccl, dtype: np.dtype) -> tuple[int, int]:
+    """(NCCL datatype, elements per value) for a reduction in ``dtype`` (complex values are
+    pairs of reals)."""
+    real = np.dtype(dtype.char.lower()) if dtype.kind == "c" else dtype
+    types = {
+        "float32": nccl.NCCL_FLOAT32, "float64": nccl.NCCL_FLOAT64, "float16": nccl.NCCL_FLOAT16,
+        "int32": nccl.NCCL_INT32, "int64": nccl.NCCL_INT64, "uint8": nccl.NCCL_UINT8,
+    }  # fmt: skip
+    if real.name not in types:
+        raise TypeError(f"NCCL cannot reduce {dtype} values; use float32 or float64")
+    return types[real.name], 2 if dtype.kind == "c" else 1
+
+
+class _Channel:
+    """A NCCL communicator and the stream its exchanges run on, shared by the matrices of
+    one group of ranks (making one costs hundreds of milliseconds, and every NCCL call of
+    theirs is ordered through the caller's stream, so they never run at once)."""
+
+    def __init__(self, comm, stream):
+        self.comm, self.stream = comm, stream
+        self.alive = True
+
+    def abort(self) -> None:
+        """End NCCL's traffic at once (a failed rank left kernels waiting)."""
+        if self.alive:
+            self.alive = False
+            self.comm.abort()
+
+
+_CHANNELS = {}  # (world ranks of the group, device) -> _Channel
+
+
+def _members(ctx) -> tuple:
+    MPI = _comm.mpi()
+    world, group = MPI.COMM_WORLD.Get_group(), ctx.comm.Get_group()
+    try:
+        ranks = MPI.Group.Translate_ranks(group, list(range(ctx.size)), world)
+    finally:
+        group.Free()
+        world.Free()
+    return tuple(int(r) for r in ranks), _cuda.cupy_or_none().cuda.Device().id
+
+
+def _channel(ctx, nccl) -> _Channel:
+    """This group's channel (collective): the one made before if every rank still has it,
+    else a new one (its unique id broadcast over MPI)."""
+    key = _members(ctx)
+    channel = _CHANNELS.get(key)
+    usable = np.array([int(channel is not None and channel.alive)], dtype=np.int64)
+    if ctx.allreduce(usable, "setting up NCCL", op=_comm.mpi().MIN)[0]:
+        return channel
+    os.environ.setdefault(NVLS_VARIABLE, "0")
+    unique = np.zeros(128, dtype=np.int8)
+    if ctx.rank == 0:
+        unique[:] = np.array(nccl.get_unique_id(), dtype=np.int64).astype(np.int8)
+    ctx.wait([ctx.comm.Ibcast(unique, root=0)], "setting up NCCL")
+    comm = nccl.NcclCommunicator(ctx.size, tuple(int(v) for v in unique), ctx.rank)
+    channel = _CHANNELS[key] = _Channel(comm, _cuda.cupy_or_none().cuda.Stream(non_blocking=True))
+    return channel
+
+
+class Nccl(Transport):
+    """CuPy's NCCL on one GPU a rank: halos and reductions never leave the devices.
+
+    The communicator's unique id is broadcast over MPI; its initialisation runs once all
+    ranks agreed on it (NCCL's own initialisation is the one wait without our deadline:
+    every rank is known to be there when it starts), and matrices of the same ranks share
+    it. Connections to every neighbour are made at construction (``warm_up``); a
+    product's exchange runs on a stream of its own, after an event on the caller's stream,
+    and the caller's stream waits for its end through another event: no host
+    synchronisation anywhere.
+    """
+
+    name = "nccl"
+    on_device = True
+    capturable = True
+    works = "CuPy's NCCL on every rank, one GPU each: halos and reductions device to device"
+
+    def __init__(self, ctx, xp, reason):
+        nccl, _ = _nccl_module()
+        super().__init__(ctx, xp, f"{reason} (NCCL {nccl_version()})")
+        self.nccl = nccl
+        self.channel = _channel(ctx, nccl)
+        self.comm, self.stream = self.channel.comm, self.channel.stream
+        ctx.on_failure(self.abort)
+
+    def abort(self) -> None:
+        """End NCCL's traffic at once and drop the channel (the next matrix makes one)."""
+        self.channel.abort()
+
+    def halo(self, plan, dtype):
+        return _NcclHalo(self, plan, dtype)
+
+    def allreduce(self, buffer) -> None:
+        cupy = _cuda.cupy_or_none()
+        datatype, per_value = _nccl_type(self.nccl, buffer.dtype)
+        pointer = buffer.data.ptr
+        self.comm.allReduce(pointer, pointer, buffer.size * per_value, datatype,
+                            self.nccl.NCCL_SUM, cupy.cuda.get_current_stream().ptr)  # fmt: skip
+
+    def exchange(self, sends, receives, stream) -> None:
+        """One NCCL group of byte-wise sends and receives on ``stream``."""
+        nccl, comm = self.nccl, self.comm
+        nccl.groupStart()
+        try:
+            for buffer, source in receives:
+                comm.recv(buffer.data.ptr, buffer.nbytes, nccl.NCCL_UINT8, source, stream.ptr)
+            for buffer, dest in sends:
+                comm.send(buffer.data.ptr, buffer.nbytes, nccl.NCCL_UINT8, dest, stream.ptr)
+        finally:
+            nccl.groupEnd()
+
+    def warm_up(self, plan) -> None:
+        cupy = _cuda.cupy_or_none()
+        neighbours = plan.neighbours
+        out = cupy.zeros(len(neighbours) + 1, dtype=np.uint8)
+        sends = [(out[-1:], peer) for peer in neighbours]
+        receives = [(out[k : k + 1], peer) for k, peer in enumerate(neighbours)]
+        stream = cupy.cuda.get_current_stream()
+        self.exchange(sends, receives, stream)
+        self.allreduce(cupy.zeros(1, dtype=np.float64))
+        self.ctx.wait_device(stream, "setting up NCCL's connections",
+                             f" (with rank(s) {neighbours})")  # fmt: skip
+
+
+class _NcclHalo(_Halo):
+    def __init__(self, transport, plan, dtype):
+        super().__init__(transport, plan, dtype, host_buffers=False)
+        cupy = _cuda.cupy_or_none()
+        self.ready = cupy.cuda.Event(disable_timing=True)
+        self.received = cupy.cuda.Event(disable_timing=True)
+
+    def _post(self, lists, prepare):
+        cupy = _cuda.cupy_or_none()
+        caller = cupy.cuda.get_current_stream()
+        stream = self.transport.stream
+        self.ready.record(caller)
+        stream.wait_event(self.ready)
+        error = None
+        with stream:
+            try:
+                prepare()
+            except Exception as exc:
+                error = exc
+                self.packed.fill(0)
+                self.ghosts.fill(0)
+            self.transport.exchange(*lists, stream)
+        self.received.record(stream)
+        return error
+
+    def start(self, x_local):
+        return self._post(self.forward_lists(self.packed, self.ghosts),
+                          lambda: gather(x_local, self.pack, self.packed))  # fmt: skip
+
+    def finish(self):
+        _cuda.cupy_or_none().cuda.get_current_stream().wait_event(self.received)
+        return self.ghosts
+
+    def start_reverse(self, contributions):
+        def prepare():
+            if contributions is not self.ghosts:
+                self.ghosts[...] = contributions
+
+        return self._post(self.reverse_lists(self.packed, self.ghosts), prepare)
+
+    def finish_reverse(self):
+        self.finish()
+        return self.packed
+
+
+_DEVICE = {"nccl": Nccl, "cuda-aware-mpi": CudaAwareMpi}

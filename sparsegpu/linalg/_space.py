@@ -1,0 +1,72 @@
+"""Where a solve's vectors live: the vector space the Krylov steps run in.
+
+The solvers' steps (``_krylov``, ``_gmres``, ``_lsqr``) are written once, over a *space*
+that says how a system is set up, how a dot product becomes global, how the host reads a
+device scalar, and whether iterations can be captured as CUDA graphs:
+
+* :class:`ArraySpace`, whole vectors of one process (NumPy or CuPy): a dot is the
+  local one, nothing to agree on;
+* a distributed matrix brings its own (``A._solver_space()``, see
+  ``sparsegpu.distributed._space``): vectors are its ranks' blocks, each local dot is
+  followed by an allreduce (on the GPUs with NCCL), the host's reads have the distributed
+  deadline, and a capture happens on every rank or none.
+
+Like Ginkgo's and PETSc's solvers on distributed vectors: one algorithm, the reduction
+supplied by the vector space.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._matrix import _SparseGPUMixin
+from . import _options as options
+from ._operator import System
+
+
+class ArraySpace:
+    """Vectors as whole arrays of one process (NumPy or CuPy)."""
+
+    def system(self, name, A, b, x0, M, square, capturable) -> System:
+        """The system ``A x = b`` set up where A computes (``_operator.System``)."""
+        system = System(name, A, b, x0, M, square=square, capturable=capturable)
+        system.space = self
+        return system
+
+    def reduce(self, buffer) -> None:
+        """Make a local dot product (or several, ``buffer``) global: nothing to do here."""
+
+    def to_host(self, a):
+        """A device array (or 0-d result) as NumPy: where a solve synchronises."""
+        return a.get() if hasattr(a, "get") else np.asarray(a)
+
+    def captures(self, operator) -> bool:
+        """Whether products with ``operator`` can go into a graph (a sparsegpu matrix: its
+        plan writes into a given ``out`` without allocating)."""
+        return isinstance(operator, _SparseGPUMixin)
+
+    def capture_refusal(self, A) -> str | None:
+        """Why A's products cannot be captured (None: they can, backend permitting)."""
+        if self.captures(A):
+            return None
+        return f"A is a {type(A).__name__}, not a sparsegpu matrix"
+
+    def agree(self, failure: str | None) -> str | None:
+        """A capture's failure as every process sees it (one process: its own)."""
+        return failure
+
+    def ordering(self, name, A, reorder, info):
+        """(matrix to solve with, Ordering) for ``reorder`` (``_options``)."""
+        return options.choose_ordering(name, A, reorder, info)
+
+    def finish(self) -> None:
+        """The end of a solve (a distributed space agrees on it)."""
+
+
+ARRAYS = ArraySpace()
+
+
+def space_of(A):
+    """The vector space of a solve with ``A``: a distributed matrix's own, else arrays."""
+    hook = getattr(A, "_solver_space", None)
+    return hook() if callable(hook) else ARRAYS
