@@ -3,9 +3,10 @@
 ``mpiexec -n P sparsegpu mpibench`` measures on 1, 2, 4, ... and P ranks of the one job
 (sub-communicators; the other ranks wait): the 7-point Poisson stencil on a fixed
 ``n^3`` grid (strong scaling) and on a grid growing with the ranks so that each holds
-about ``--weak-rows`` rows (weak scaling). Rank 0 prints the tables: time per product,
-per halo exchange, per CG iteration, halo bytes per product and the share of the product
-spent in the exchange.
+about ``--weak-rows`` rows (weak scaling); with ``--irregular N``, the 7-point stencil on
+``N^3`` numbered in random order, split by rows and by a graph partition. Rank 0 prints
+the tables: time per product, per halo exchange, per CG iteration, halo bytes per product
+and the share of the product spent in the exchange.
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ def add_arguments(parser) -> None:
                         help="grid edge of the strong-scaling stencil (default 128)")  # fmt: skip
     parser.add_argument("--weak-rows", type=positive_int, default=2**20,
                         help="rows per rank for weak scaling (default 2**20)")  # fmt: skip
+    parser.add_argument("--irregular", type=int, default=0,
+                        help="also a randomly numbered N^3 mesh, split by rows and by a graph "
+                        "partition (pymetis)")  # fmt: skip
     parser.add_argument("--dtype", default="float64", choices=["float32", "float64"])
     parser.add_argument("--repeat", type=positive_int, default=20)
     parser.add_argument("--cg-iterations", type=positive_int, default=50)
@@ -46,7 +50,7 @@ def run(args) -> int:
     except ImportError as exc:
         raise CommandError(f"mpibench needs mpi4py ({exc}); pip install 'sparsegpu[mpi]'") from None
     from .. import distributed as sgd
-    from ..datasets.synthetic import stencil_3d
+    from ..datasets.synthetic import permuted, stencil_3d
     from ..distributed import _bench
 
     world = MPI.COMM_WORLD
@@ -54,16 +58,24 @@ def run(args) -> int:
     if args.plot and rank == 0:
         require_matplotlib()
     dtype = np.dtype(args.dtype)
-    rows = {"strong": [], "weak": []}
+    rows = {"strong": [], "weak": [], "irregular": []}
+    kinds = [("strong", "rows"), ("weak", "rows")]
+    if args.irregular:
+        kinds += [("irregular", "rows"), ("irregular", "graph")]
     for ranks in _rank_counts(world.Get_size()):
         sub = world.Split(0 if rank < ranks else MPI.UNDEFINED, rank)
-        for kind in ("strong", "weak"):
-            n = args.n if kind == "strong" else round((ranks * args.weak_rows) ** (1 / 3))
+        for kind, partition in kinds:
+            n = {"strong": args.n, "irregular": args.irregular}.get(kind)
+            n = n or round((ranks * args.weak_rows) ** (1 / 3))
             if sub != MPI.COMM_NULL:
-                S = stencil_3d(n).astype(dtype) if sub.Get_rank() == 0 else None
-                A = sgd.csr_matrix(S, sub)
+                S = None
+                if sub.Get_rank() == 0:
+                    S = stencil_3d(n).astype(dtype)
+                    S = permuted(S, seed=5) if kind == "irregular" else S
+                A = sgd.csr_matrix(S, sub, partition=partition)
                 del S
-                row = {"ranks": ranks, "grid": n, "rows": A.shape[0], "nnz": A.nnz}
+                row = {"ranks": ranks, "grid": n, "rows": A.shape[0], "nnz": A.nnz,
+                       "partition": partition}  # fmt: skip
                 row.update(_bench.measure(A, args.repeat, args.cg_iterations))
                 rows[kind].append(row)
             world.Barrier()
@@ -74,20 +86,25 @@ def run(args) -> int:
         titles = {
             "strong": f"strong scaling, {args.n}^3 grid",
             "weak": f"weak scaling, ~{args.weak_rows:,} rows per rank",
+            "irregular": f"randomly numbered {args.irregular}^3 mesh, by rows and by graph",
         }
         for kind, title in titles.items():
+            if not rows[kind]:
+                continue
             print(f"\n{title}")
-            print(f"{'ranks':>5} {'grid':>6} {'nnz':>13} {'product ms':>11} {'halo ms':>9} "
-                  f"{'CG iter ms':>11} {'halo bytes':>12} {'comm %':>7}")  # fmt: skip
+            print(f"{'ranks':>5} {'grid':>6} {'split':>6} {'nnz':>13} {'product ms':>11} "
+                  f"{'halo ms':>9} {'CG iter ms':>11} {'halo bytes':>12} "
+                  f"{'comm %':>7}")  # fmt: skip
             for r in rows[kind]:
-                print(f"{r['ranks']:>5} {r['grid']:>6} {r['nnz']:>13,} {r['product_ms']:>11.4f} "
-                      f"{r['halo_ms']:>9.4f} {r['cg_iteration_ms']:>11.4f} "
-                      f"{r['halo_bytes']:>12,} {100 * r['comm_fraction']:>7.1f}")  # fmt: skip
+                print(f"{r['ranks']:>5} {r['grid']:>6} {r['partition']:>6} {r['nnz']:>13,} "
+                      f"{r['product_ms']:>11.4f} {r['halo_ms']:>9.4f} "
+                      f"{r['cg_iteration_ms']:>11.4f} {r['halo_bytes']:>12,} "
+                      f"{100 * r['comm_fraction']:>7.1f}")  # fmt: skip
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"clock": _bench.clock(), "dtype": dtype.name, **rows}, f, indent=2)
         if args.plot:
-            plot(rows, titles, dtype.itemsize, args.plot)
+            plot(rows, {k: titles[k] for k in ("strong", "weak")}, dtype.itemsize, args.plot)
             print(f"\nplot: {args.plot}")
     return 0
 

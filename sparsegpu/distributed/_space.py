@@ -14,13 +14,17 @@ import numpy as np
 
 from ..linalg import _options as options
 from ..linalg._operator import _work_dtype
-from ._matrix import csr_matrix
 from ._vector import DistributedVector
 
 _ORDERED_WHEN_BUILT = (
     "distributed: a distributed matrix is ordered when it is built (csr_matrix(..., "
     "partition='graph') renumbers rows by parts); not reordered per solve"
 )
+
+
+def _distributed(operator) -> bool:
+    """Whether ``operator`` is a distributed matrix (it brings its vector space)."""
+    return callable(getattr(operator, "_solver_space", None))
 
 
 class _Operator:
@@ -115,7 +119,7 @@ class DistributedSystem:
         else:
             self.x = x0.local.astype(self.dtype, copy=True)
         self.M = None
-        if isinstance(M, csr_matrix):
+        if _distributed(M):
             if not (M.row_layout.same_as(cols) and M.col_layout.same_as(rows)):
                 raise ValueError(
                     f"{name}: the preconditioner M is split as {M.row_layout.offsets.tolist()}"
@@ -181,7 +185,7 @@ class DistributedSpace:
         return self.layout.to_host(a)
 
     def captures(self, operator) -> bool:
-        return isinstance(operator, csr_matrix)
+        return _distributed(operator)
 
     def capture_refusal(self, A) -> str | None:
         if self.transport.capturable:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import pickle
 import socket
 
 import numpy as np
@@ -185,7 +186,10 @@ def choose(ctx, xp, requested: str):
     for name in ("nccl", "cuda-aware-mpi"):
         if refusals[name] is None:
             why = "auto: " + ("; ".join(skipped) + "; " if skipped else "")
-            return _DEVICE[name](ctx, xp, why + _DEVICE[name].works)
+            try:
+                return _DEVICE[name](ctx, xp, why + _DEVICE[name].works)
+            except _comm.RankError as exc:  # raised alike on every rank: all go on
+                refusals[name] = f"setting it up failed ({exc})"
         skipped.append(f"not {name}: {refusals[name]}")
     return HostStaged(ctx, xp, "auto: " + "; ".join(skipped))
 
@@ -538,20 +542,38 @@ def _members(ctx) -> tuple:
 
 def _channel(ctx, nccl) -> _Channel:
     """This group's channel (collective): the one made before if every rank still has it,
-    else a new one (its unique id broadcast over MPI)."""
+    else a new one, its unique id made on rank 0 and broadcast over MPI (an error making
+    it is raised on every rank, as a RankError)."""
     key = _members(ctx)
     channel = _CHANNELS.get(key)
     usable = np.array([int(channel is not None and channel.alive)], dtype=np.int64)
     if ctx.allreduce(usable, "setting up NCCL", op=_comm.mpi().MIN)[0]:
         return channel
     os.environ.setdefault(NVLS_VARIABLE, "0")
-    unique = np.zeros(128, dtype=np.int8)
+    payload, error = np.zeros(_UNIQUE_BYTES, dtype=np.uint8), None
     if ctx.rank == 0:
-        unique[:] = np.array(nccl.get_unique_id(), dtype=np.int64).astype(np.int8)
-    ctx.wait([ctx.comm.Ibcast(unique, root=0)], "setting up NCCL")
-    comm = nccl.NcclCommunicator(ctx.size, tuple(int(v) for v in unique), ctx.rank)
+        try:
+            data = pickle.dumps(nccl.get_unique_id())
+            payload[:8] = np.frombuffer(np.int64(len(data)).tobytes(), dtype=np.uint8)
+            payload[8 : 8 + len(data)] = np.frombuffer(data, dtype=np.uint8)
+        except Exception as exc:
+            error = exc
+    ctx.share(error, 0, "setting up NCCL (its unique id)")
+    ctx.wait([ctx.comm.Ibcast(payload, root=0)], "setting up NCCL")
+    length = int(np.frombuffer(payload[:8].tobytes(), dtype=np.int64)[0])
+    unique = pickle.loads(payload[8 : 8 + length].tobytes())
+    error = comm = None
+    try:
+        comm = nccl.NcclCommunicator(ctx.size, unique, ctx.rank)
+    except Exception as exc:
+        error = exc
+    ctx.agree(error, "setting up NCCL (its communicator)")
     channel = _CHANNELS[key] = _Channel(comm, _cuda.cupy_or_none().cuda.Stream(non_blocking=True))
     return channel
+
+
+# bytes of the broadcast carrying NCCL's pickled unique id (128 characters)
+_UNIQUE_BYTES = 2048
 
 
 class Nccl(Transport):
