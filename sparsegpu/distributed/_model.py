@@ -173,7 +173,7 @@ class Fit:
         Bytes a second of CG's vector work (one GPU's CG iteration less its product).
     bandwidth, latency : float
         The halo exchange inside the node: a least-squares line through the halo-alone
-        times against the busiest rank's halo bytes.
+        times (every run on several GPUs) against the busiest rank's halo bytes.
     overhead : float
         What a distributed product costs beyond ``max(local product, exchange)``
         (the mean over the runs on several GPUs).
@@ -210,13 +210,20 @@ class Fit:
         return out
 
 
-def _distributed_rows(result):
+def _distributed_rows(result, stencils_only=True):
+    """(entry, row) of every run on several ranks (the stencils' only, by default)."""
     for entry in result["matrices"]:
-        if entry["kind"] == "irregular":
+        if stencils_only and entry["kind"] == "irregular":
             continue
         for row in entry["distributed"]:
-            if row["ranks"] > 1 and row["partition"] == "rows":
+            if row["ranks"] > 1 and (row["partition"] == "rows" or not stencils_only):
                 yield entry, row
+
+
+def _product_ms(graph, call) -> float:
+    """A product's time as a solver runs it (captured in a graph) where it was measured so:
+    what the CG iterations the model also predicts contain."""
+    return call if graph is None else graph
 
 
 def fit_cost_model(result: dict) -> Fit:
@@ -225,21 +232,23 @@ def fit_cost_model(result: dict) -> Fit:
     itemsize = 8 if result["dtype"] == "float64" else 4
     strong = next(e for e in result["matrices"] if e["kind"] == "strong")
     one = strong["single"]
-    product_s = one["product_ms"]["sparsegpu"] * 1e-3
+    product_s = _product_ms(one["product_ms"].get("sparsegpu_graph"),
+                            one["product_ms"]["sparsegpu"]) * 1e-3  # fmt: skip
     product_rate = strong["nnz"] / product_s
     vector_rate = 15 * itemsize * strong["rows"] / (one["cg_iteration_ms"] * 1e-3 - product_s)
-    points = [
-        (row["max_halo_bytes"], row["halo_ms"] * 1e-3) for _, row in _distributed_rows(result)
-    ]
+    # every exchange measured, the irregular matrix's too: its large halos resolve the bandwidth
+    points = [(row["max_halo_bytes"], row["halo_ms"] * 1e-3)
+              for _, row in _distributed_rows(result, stencils_only=False)]  # fmt: skip
     latency, bandwidth = _line(points)
     overheads, reductions = [], []
     for entry, row in _distributed_rows(result):
         p = row["ranks"]
         local = entry["nnz"] * row["imbalance"] / (p * product_rate)
         exchange = latency + row["max_halo_bytes"] / bandwidth
-        overheads.append(row["product_ms"] * 1e-3 - max(local, exchange))
+        product = _product_ms(row.get("product_graph_ms"), row["product_ms"]) * 1e-3
+        overheads.append(product - max(local, exchange))
         vectors = 15 * itemsize * entry["rows"] / (p * vector_rate)
-        spare = row["cg_iteration_ms"] * 1e-3 - row["product_ms"] * 1e-3 - vectors
+        spare = row["cg_iteration_ms"] * 1e-3 - product - vectors
         reductions.append(spare / (2 * math.ceil(math.log2(p))))
     return Fit(
         product_rate=product_rate,

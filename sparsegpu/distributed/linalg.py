@@ -9,6 +9,6 @@ calls the solver and gets the same ``info``; ``x`` comes back distributed like `
 The names are re-exported here for convenience.
 """
 
-from ..linalg import SolveInfo, bicgstab, cg, gmres, last_solve_info, lsqr, minres
+from ..linalg import bicgstab, cg, gmres, lsqr, minres
 
-__all__ = ["SolveInfo", "bicgstab", "cg", "gmres", "last_solve_info", "lsqr", "minres"]
+__all__ = ["bicgstab", "cg", "gmres", "lsqr", "minres"]

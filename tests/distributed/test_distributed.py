@@ -324,6 +324,18 @@ def test_distributed_solves_say_why_they_are_not_reordered_or_captured(comm):
     assert not used.graphs and used.graphs_reason
 
 
+def test_with_nccl_a_solve_captures_its_iterations(comm):
+    S = stencil_2d(40)
+    A = distribute(S, comm)
+    if A.transport != "nccl":
+        pytest.skip(f"the transport here is {A.transport}: graphs need NCCL")
+    b_global = random_vector(S.shape[0], np.float64, seed=9)
+    x, info = sg.linalg.cg(A, scatter(A, b_global, comm), rtol=1e-10)
+    used = sg.linalg.last_solve_info()
+    assert info == 0 and used.graphs, used.graphs_reason
+    assert np.linalg.norm(S @ x.gather(None) - b_global) < 1e-9 * np.linalg.norm(b_global)
+
+
 def test_solver_arguments_of_the_wrong_kind_are_refused(comm):
     A = distribute(stencil_2d(5), comm)
     with pytest.raises(sgd.RankError, match="b must be a DistributedVector"):

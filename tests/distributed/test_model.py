@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
+import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -70,7 +72,9 @@ def test_without_mpi4py_the_constructor_says_how_to_install_it():
         sgd.csr_matrix(None)
 
 
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "distributed.rst"
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs" / "distributed.rst"
+RESULT = ROOT / "docs" / "benchmarks" / "results" / "distributed_scaling_h100x2.json"
 
 
 def _table_after(text: str, title: str) -> list[list[str]]:
@@ -79,26 +83,55 @@ def _table_after(text: str, title: str) -> list[list[str]]:
     return [line.split() for line in block.splitlines() if line[:1].isdigit()]
 
 
+def _docs_fit(text: str) -> sgd.Fit:
+    """The ``sgd.Fit(...)`` of the page's code block."""
+    call = re.search(r"sgd\.Fit\((.*?)\)", text, re.DOTALL).group(1)
+    return sgd.Fit(**{k: float(v) for k, v in re.findall(r"(\w+)=([-+.e\d]+)", call)})
+
+
 @pytest.mark.skipif(not DOCS.exists(), reason="the docs are not part of this checkout")
-def test_the_docs_scaling_tables_are_the_models_output():
+def test_the_docs_fit_is_the_committed_runs():
+    fitted = sgd.fit_cost_model(json.loads(RESULT.read_text()))
+    shown = _docs_fit(DOCS.read_text())
+    for name in ("product_rate", "vector_rate", "bandwidth", "latency", "overhead",
+                 "allreduce_latency"):  # fmt: skip
+        assert getattr(shown, name) == pytest.approx(getattr(fitted, name), rel=1e-3), name
+
+
+@pytest.mark.skipif(not DOCS.exists(), reason="the docs are not part of this checkout")
+def test_the_docs_prediction_tables_are_the_models_output():
     text = DOCS.read_text()
-    n = 512
-    for ranks, product, iteration, comm, speedup in _table_after(text, "Strong scaling"):
-        halo, neighbours = sgd.stencil_halo(n, int(ranks))
-        est = sgd.cost_model(7 * n**3, n**3, int(ranks), halo_bytes=halo, neighbours=neighbours)
+    fit = _docs_fit(text)
+    for title, grid in (("strong scaling of the 256³ stencil", 256),
+                        ("strong scaling of a matrix sized for 8 GPUs", 512)):  # fmt: skip
+        rows = _table_after(text, title)
+        assert rows, title
+        for ranks, product, iteration, comm, speedup in rows:
+            est = sgd.predict(fit, "strong", int(ranks), grid=grid)
+            assert f"{est.product_s * 1e3:.3f}" == product, (title, ranks)
+            assert f"{est.cg_iteration_s * 1e3:.3f}" == iteration, (title, ranks)
+            assert f"{100 * est.communication_fraction:.1f}" == comm, (title, ranks)
+            assert f"{est.speedup:.2f}" == speedup, (title, ranks)
+    one = sgd.predict(fit, "weak", 1, weak_rows=4194304)
+    rows = _table_after(text, "weak scaling, 4,194,304 rows a GPU")
+    assert rows
+    for ranks, grid, product, iteration, product_eff, cg_eff in rows:
+        est = sgd.predict(fit, "weak", int(ranks), weak_rows=4194304)
+        assert grid == f"{round((int(ranks) * 4194304) ** (1 / 3))}³", ranks
         assert f"{est.product_s * 1e3:.3f}" == product, ranks
         assert f"{est.cg_iteration_s * 1e3:.3f}" == iteration, ranks
-        assert f"{100 * est.communication_fraction:.1f}" == comm, ranks
-        assert f"{est.speedup:.1f}" == speedup, ranks
-    for ranks, grid, product, iteration, comm in _table_after(text, "Weak scaling"):
-        rows = int(ranks) * 2**24
-        n = round(rows ** (1 / 3))
-        assert grid == f"{n}³"
-        halo, neighbours = sgd.stencil_halo(n, int(ranks))
-        est = sgd.cost_model(7 * rows, rows, int(ranks), halo_bytes=halo, neighbours=neighbours)
-        assert f"{est.product_s * 1e3:.3f}" == product, ranks
-        assert f"{est.cg_iteration_s * 1e3:.3f}" == iteration, ranks
-        assert f"{100 * est.communication_fraction:.1f}" == comm, ranks
+        assert f"{one.product_s / est.product_s:.2f}" == product_eff, ranks
+        assert f"{one.cg_iteration_s / est.cg_iteration_s:.2f}" == cg_eff, ranks
+
+
+def test_the_fit_reproduces_the_runs_it_was_fitted_on():
+    result = json.loads(RESULT.read_text())
+    fit = sgd.fit_cost_model(result)
+    strong = next(e for e in result["matrices"] if e["kind"] == "strong")
+    two = next(r for r in strong["distributed"] if r["ranks"] == 2)
+    est = sgd.predict(fit, "strong", 2, grid=strong["grid"])
+    assert est.product_s * 1e3 == pytest.approx(two["product_ms"], rel=0.05)
+    assert est.cg_iteration_s * 1e3 == pytest.approx(two["cg_iteration_ms"], rel=0.05)
 
 
 # ------------------------------------------------------------- choosing a transport
