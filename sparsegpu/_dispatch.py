@@ -88,8 +88,11 @@ def _product(matrix_obj, x, backend, policy, out, planning=None):
                 return plan.matvec(x)
             if plan.takes_out(x, out):  # a device buffer the result can go into as it is
                 return plan.matvec(x, out=out)
-        elif out is None and (x._c_contiguous or x._f_contiguous):
-            return plan.matmat(x)  # a device X read as it is, in its memory order
+        elif x._c_contiguous or x._f_contiguous:  # a device X read as it is, in its order
+            if out is None:
+                return plan.matmat(x)
+            if plan.takes_out(x, out):
+                return plan.matmat(x, out=out)
     want_cupy = _cuda.is_cupy_array(x)
     if out is not None:
         _check_out(out, x, matrix_obj.shape[0], value_dtype)

@@ -98,7 +98,10 @@ class KernelLaunch:
         self._cupy = _cuda.cupy_or_none()
         self.block = int(block)
         self.shared_bytes = int(shared_bytes)
-        self._args = np.zeros(len(arguments), dtype=np.uint64)
+        # one slot per parameter, and a spare one past them that cuLaunchKernel never reads:
+        # xy() writes x (or y) there for a kernel without that parameter (a fix-up of y)
+        self._n_params = len(arguments)
+        self._args = np.zeros(self._n_params + 1, dtype=np.uint64)
         self._slots = {}
         for i, argument in enumerate(arguments):
             if isinstance(argument, str):
@@ -110,8 +113,8 @@ class KernelLaunch:
         # block and the dynamic shared memory
         self._shape = (1, 1, self.block, 1, 1, self.shared_bytes)
         self._current_stream = self._cupy.cuda.get_current_stream
-        self._x_slot = self._slots.get("x")
-        self._y_slot = self._slots.get("y")
+        self._x_slot = self._slots.get("x", self._n_params)
+        self._y_slot = self._slots.get("y", self._n_params)
         self._texture_slot = self._slots.get("x_texture")
 
     def bind(self, **fixed) -> KernelLaunch:
@@ -129,15 +132,15 @@ class KernelLaunch:
     def _pack(self) -> None:
         """The array of pointers to the slots that ``cuLaunchKernel`` reads, and the lock
         that keeps one launch's slots from another's (the launch copies them)."""
-        self._params = self._args.ctypes.data + 8 * np.arange(len(self._args), dtype=np.uint64)
+        self._params = self._args.ctypes.data + 8 * np.arange(self._n_params, dtype=np.uint64)
         self._params_ptr = self._params.ctypes.data
         self._lock = threading.Lock()
 
     def xy(self, grid: int, x, y, texture: int = 0) -> None:
         """Launch with the slots ``"x"`` and ``"y"`` set to two CuPy arrays (checked by the
-        plan), the slot ``"x_texture"``, if the kernel has one, to the handle ``texture``,
-        and every other slot fixed: the per-product path, without keyword arguments or
-        per-argument conversion."""
+        plan; one a kernel does not take is ignored), the slot ``"x_texture"``, if the
+        kernel has one, to the handle ``texture``, and every other slot fixed: the
+        per-product path, without keyword arguments or per-argument conversion."""
         stream_ptr = self._current_stream().ptr
         args = self._args
         with self._lock:

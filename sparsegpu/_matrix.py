@@ -575,7 +575,7 @@ class _SparseGPUMixin:
     def __matmul__(self, other):
         # The per-call paths skip scipy's operand checks, which cost more than a small
         # product: a numpy vector of exactly n entries (scipy's answer: _matmul_vector),
-        # and a CuPy x (solvers).
+        # and a CuPy x or X of n rows (solvers, block methods).
         shape = self.__dict__["_shape"]  # what scipy's ndim and shape read
         if (
             type(other) is np.ndarray
@@ -586,8 +586,9 @@ class _SparseGPUMixin:
         ):
             return _dispatch.product(self, other)
         if _cuda.is_cupy_array(other) and len(shape) == 2:
-            if other.ndim == 1 and other.shape[0] == shape[1]:
-                return _dispatch.product(self, other)  # a solver's call, shapes as scipy's
+            if other.ndim in (1, 2) and other.shape[0] == shape[1]:
+                # a solver's x or a block method's X, shapes as scipy's
+                return _dispatch.product(self, other)
             return self._sg_cupy_matmul(other)
         return super().__matmul__(other)
 

@@ -1,4 +1,4 @@
-"""Result vectors a plan takes back once their caller has let go of them.
+"""Result vectors and blocks a plan takes back once their caller has let go of them.
 
 On a small matrix ``A @ x`` is bound by host time, and allocating y from CuPy's pool is a
 fifth of it (1.4-1.9 us of the 7-10 us a call costs on the H200's host;
@@ -20,10 +20,15 @@ The reference counts a free vector has are measured at import on an object of th
 shape (array -> pointer -> memory), by the same code, so the test does not depend on how
 an interpreter counts borrowed references. Any reference the test does not expect only
 makes it allocate. Off on a free-threaded interpreter, whose counts are not exact.
+
+``A @ X`` keeps its results the same way, per (k, memory order) of X
+(:class:`BlockResults`): a small block product is as host-bound as a vector's, and its
+allocation as large a part of it.
 """
 
 from __future__ import annotations
 
+import functools
 import sys
 import threading
 
@@ -31,6 +36,9 @@ import threading
 # allocation overlaps with kernels already queued. Each plan holds at most SLOTS of them.
 MAX_BYTES = 1 << 20
 SLOTS = 2
+# (k, memory order) shapes of A @ X results each plan keeps buffers for, the most recent
+# ones: a block method's loop uses one or two; more would hold memory for shapes gone by.
+SHAPES = 4
 
 
 def _free_or_counts(slots, free):
@@ -78,13 +86,13 @@ class ResultBuffers:
         The result's shape.
     dtype : numpy.dtype
         The result's dtype.
+    order : {"C", "F"}
+        The result's memory order (a 2-D result's).
     """
 
-    def __init__(self, cupy, shape, dtype):
-        self._allocate = cupy.ndarray
+    def __init__(self, cupy, shape, dtype, order="C"):
+        self._allocate = functools.partial(cupy.ndarray, shape, dtype, order=order)
         self._current_stream = cupy.cuda.get_current_stream
-        self._shape = shape
-        self._dtype = dtype
         self._slots: list = []
         self._stream = None
         self._lock = threading.Lock()
@@ -102,7 +110,7 @@ class ResultBuffers:
             y = _free_or_counts(slots, FREE_COUNTS)
             if y is not None:
                 return y
-        y = self._allocate(self._shape, self._dtype)
+        y = self._allocate()
         with self._lock:  # two threads may both allocate; the slots stay a list of SLOTS
             if stream != self._stream:
                 self._slots = slots = []
@@ -111,3 +119,45 @@ class ResultBuffers:
             if len(slots) > SLOTS:
                 del slots[0]
         return y
+
+
+class BlockResults:
+    """The result blocks of one plan's ``A @ X``: a :class:`ResultBuffers` for each of the
+    :data:`SHAPES` (k, memory order) most recently asked for, when the result is small
+    (:data:`MAX_BYTES`); a larger one is a new array each time (CuPy's pool).
+
+    Parameters
+    ----------
+    cupy : module
+    n_rows : int
+        The result's rows.
+    dtype : numpy.dtype
+    """
+
+    def __init__(self, cupy, n_rows: int, dtype):
+        self._cupy = cupy
+        self._n_rows = n_rows
+        self._dtype = dtype
+        self._by_shape: dict = {}
+        self._lock = threading.Lock()
+
+    def take(self, k: int, fortran: bool):
+        """An (n_rows, k) result in Fortran order (``fortran``) or C order: one its caller
+        has let go of on this stream, or a new one."""
+        take = self._by_shape.get((k, fortran))
+        if take is None:
+            take = self._add(k, fortran)
+        return take()
+
+    def _add(self, k: int, fortran: bool):
+        shape, order = (self._n_rows, k), "F" if fortran else "C"
+        if ResultBuffers.wanted(True, self._n_rows * k * self._dtype.itemsize):
+            take = ResultBuffers(self._cupy, shape, self._dtype, order).take
+        else:
+            take = functools.partial(self._cupy.ndarray, shape, self._dtype, order=order)
+        with self._lock:  # the oldest shape goes, and its buffers with it
+            by_shape = self._by_shape
+            by_shape[(k, fortran)] = take
+            while len(by_shape) > SHAPES:
+                del by_shape[next(iter(by_shape))]
+        return take

@@ -100,11 +100,51 @@ def is_fortran(X) -> bool:
     return X.ndim == 2 and not X.flags.c_contiguous and X.flags.f_contiguous
 
 
-class RowSplitSpmm:
-    """The row-split SpMM of one mirror: ``spmm(X, out)`` fills ``out`` with ``A @ X``.
+class SpmmLaunches:
+    """What the SpMM kernels of one mirror share (the row-split kernel here, the merge-path
+    SpMM in :mod:`sparsegpu.backends.merge_path`): their launches, made once per k, memory
+    order and 16-byte alignment (:meth:`_make`), so that a product only sets X's and Y's
+    pointers, as a matvec does.
 
-    Each (k, memory order, alignment) gets its launch made once (kernel, shape, fixed
-    arguments); a product then only sets X's and Y's pointers.
+    ``spmm(X, Y)`` fills ``Y`` with ``A @ X`` for a CuPy X of shape (n_cols, k) and Y of
+    (n_rows, k), both C-contiguous or both Fortran-contiguous, in the mirror's dtype
+    (checked by the caller: :meth:`sparsegpu.backends.base.Plan.matmat`).
+
+    Parameters
+    ----------
+    matrix : DeviceMatrix
+        A validated CSR mirror on the GPU.
+    block_size : int
+        Threads per block of the main kernel.
+    """
+
+    def __init__(self, matrix, block_size: int = BLOCK_SIZE):
+        self.matrix = matrix
+        self.block_size = block_size
+        self._launches: dict = {}
+
+    def __call__(self, X, Y):
+        k = X.shape[1]
+        fortran = not X._c_contiguous  # (checked: C- or Fortran-contiguous)
+        # a row-major X and Y whose rows all start on 16-byte boundaries are read and
+        # written 16 bytes at a time (the kernels' vectors flag)
+        key = (k, fortran, not fortran and (X.data.ptr | Y.data.ptr) % TILE_BYTES == 0)
+        launches = self._launches.get(key)
+        if launches is None:
+            vectors = key[2] and (k * self.matrix.dtype.itemsize) % TILE_BYTES == 0
+            launches = self._launches[key] = self._make(k, fortran, vectors)
+        for launch, grid in launches:
+            launch.xy(grid, X, Y)
+        return Y
+
+    def _make(self, k: int, fortran: bool, vectors: bool) -> tuple:
+        """The ``(KernelLaunch, grid)`` pairs that compute ``A @ X`` for k columns in that
+        order, run in turn (none where there is nothing to compute)."""
+        raise NotImplementedError
+
+
+class RowSplitSpmm(SpmmLaunches):
+    """The row-split SpMM of one mirror.
 
     Parameters
     ----------
@@ -117,51 +157,24 @@ class RowSplitSpmm:
     """
 
     def __init__(self, matrix, nonzero_lanes: int | None = None, block_size: int = BLOCK_SIZE):
-        self.matrix = matrix
+        super().__init__(matrix, block_size)
         self.nonzero_lanes = nonzero_lanes
-        self.block_size = block_size
-        self._launches: dict = {}
 
     def shape(self, k: int, fortran: bool) -> tuple[int, int]:
         """(column lanes, nonzero lanes) for k columns in that memory order."""
         return launch_shape(self.matrix, k, fortran, self.nonzero_lanes)
 
-    def _launch(self, k: int, fortran: bool, vectors: bool):
-        key = (k, fortran, vectors)
-        found = self._launches.get(key)
-        if found is None:
-            m = self.matrix
-            (n_rows, n_cols), value, index = m.shape, m.dtype, m.index_dtype
-            columns, nonzero = self.shape(k, fortran)
-            if fortran:
-                name = columns_kernel_name(value, index, nonzero)
-                arguments = (m.indptr, m.indices, m.data, "x", "y", n_rows, n_cols, k)
-            else:
-                name = rows_kernel_name(value, index, columns, nonzero)
-                arguments = (m.indptr, m.indices, m.data, "x", "y", n_rows, k, int(vectors))
-            launch = KernelLaunch(get_kernel(SPMM_FAMILY.source, name), self.block_size, arguments)
-            grid = -(-n_rows * columns * nonzero // self.block_size)
-            found = self._launches[key] = (launch, grid)
-        return found
-
-    def __call__(self, X, out):
-        """``out = A @ X`` for a CuPy X of shape (n_cols, k) and ``out`` of (n_rows, k),
-        both C-contiguous or both Fortran-contiguous, in the mirror's dtype (checked by the
-        caller, :meth:`sparsegpu.backends.base.Plan.operands`)."""
-        k = int(X.shape[1])
-        if self.matrix.shape[0] == 0 or k == 0:
-            return out
-        fortran = not X._c_contiguous  # (checked: C- or Fortran-contiguous)
-        launch, grid = self._launch(k, fortran, not fortran and aligned(X, out, k))
-        launch.xy(grid, X, out)
-        return out
-
-
-def aligned(X, Y, k: int) -> bool:
-    """Whether every row of the row-major X and Y starts on a 16-byte boundary (the SpMM
-    kernels then load and store 16-byte vectors)."""
-    return (
-        (k * X.dtype.itemsize) % TILE_BYTES == 0
-        and X.data.ptr % TILE_BYTES == 0
-        and Y.data.ptr % TILE_BYTES == 0
-    )
+    def _make(self, k: int, fortran: bool, vectors: bool) -> tuple:
+        m = self.matrix
+        (n_rows, n_cols), value, index = m.shape, m.dtype, m.index_dtype
+        if n_rows == 0 or k == 0:
+            return ()
+        columns, nonzero = self.shape(k, fortran)
+        if fortran:
+            name = columns_kernel_name(value, index, nonzero)
+            arguments = (m.indptr, m.indices, m.data, "x", "y", n_rows, n_cols, k)
+        else:
+            name = rows_kernel_name(value, index, columns, nonzero)
+            arguments = (m.indptr, m.indices, m.data, "x", "y", n_rows, k, int(vectors))
+        launch = KernelLaunch(get_kernel(SPMM_FAMILY.source, name), self.block_size, arguments)
+        return ((launch, -(-n_rows * columns * nonzero // self.block_size)),)

@@ -76,3 +76,17 @@ def test_the_per_product_launch_writes_x_y_and_the_texture_slot(launches):
         (99, 6, 64, 0, 77, [0x10, 0x40, 1234, 0x50, 7]),
         (99, 6, 64, 0, 77, [0x10, 0x60, 4321, 0x70, 7]),
     ]
+
+
+def test_a_kernel_without_x_takes_the_per_product_launch_and_only_y(launches):
+    """A fix-up of y alone launches through xy() like the main kernel (its x is written to
+    a spare slot past the parameters, which the launch never passes)."""
+    kernel = types.SimpleNamespace(kernel=_Pointer(7))
+    fixup = _launch.KernelLaunch(kernel, 32, (_DeviceArray(0x10), 3, 4, "y", 5))
+    fixup.xy(2, _DeviceArray(0x20), _DeviceArray(0x30))
+    fixup.xy(2, _DeviceArray(0x40), _DeviceArray(0x50))
+    assert launches == [
+        (7, 2, 32, 0, 77, [0x10, 3, 4, 0x30, 5]),
+        (7, 2, 32, 0, 77, [0x10, 3, 4, 0x50, 5]),
+    ]
+    assert fixup._params.shape == (5,)  # the spare slot is not among the parameters

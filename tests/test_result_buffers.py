@@ -1,8 +1,8 @@
-"""Result vectors taken back by a plan (sparsegpu._result_buffers).
+"""Result vectors and blocks taken back by a plan (sparsegpu._result_buffers).
 
 On the CPU against a stand-in CuPy whose arrays have CuPy's shape (array -> pointer ->
-memory); on the GPU through ``A @ x`` with real CuPy arrays, where every result a caller
-still reaches must keep its values.
+memory); on the GPU through ``A @ x`` and ``A @ X`` with real CuPy arrays, where every
+result a caller still reaches must keep its values.
 """
 
 from __future__ import annotations
@@ -31,12 +31,12 @@ class _Pointer:
 
 
 class _Array:
-    def __init__(self, shape, dtype, memptr=None):
-        self.shape, self.dtype = shape, dtype
+    def __init__(self, shape, dtype, memptr=None, order="C"):
+        self.shape, self.dtype, self.order = shape, dtype, order
         self.data = memptr if memptr is not None else _Pointer(_Memory())
 
     def view(self):
-        return _Array(self.shape, self.dtype, self.data)
+        return _Array(self.shape, self.dtype, self.data, self.order)
 
 
 @pytest.fixture
@@ -44,9 +44,9 @@ def fake_cupy():
     """A CuPy of :class:`_Array` with a switchable current stream; counts allocations."""
     stream = types.SimpleNamespace(ptr=1)
 
-    def ndarray(shape, dtype):
+    def ndarray(shape, dtype, order="C"):
         module.allocations += 1
-        return _Array(shape, dtype)
+        return _Array(shape, dtype, order=order)
 
     module = types.SimpleNamespace(
         ndarray=ndarray, cuda=types.SimpleNamespace(get_current_stream=lambda: stream)
@@ -118,7 +118,85 @@ def test_only_small_device_results_are_kept():
     assert not rb.ResultBuffers.wanted(False, 8)
 
 
-# On the GPU: real CuPy arrays through ``A @ x``.
+# A @ X's blocks: a ResultBuffers per (k, order), the latest SHAPES of them.
+
+
+def _blocks(cupy, n_rows=4):
+    return rb.BlockResults(cupy, n_rows, np.dtype(np.float64))
+
+
+@pytest.mark.parametrize("fortran", [False, True], ids=["C", "F"])
+def test_a_dropped_block_is_taken_back_in_its_order(fake_cupy, fortran):
+    blocks = _blocks(fake_cupy)
+    first = blocks.take(3, fortran)
+    first_id = id(first)
+    assert (first.shape, first.order) == ((4, 3), "F" if fortran else "C")
+    del first
+    assert id(blocks.take(3, fortran)) == first_id
+    assert fake_cupy.allocations == 1
+
+
+def test_a_held_block_is_never_handed_out_again(fake_cupy):
+    blocks = _blocks(fake_cupy)
+    held = [blocks.take(3, False) for _ in range(5)]
+    assert len({id(Y) for Y in held}) == 5
+
+
+def test_each_k_and_order_has_blocks_of_its_own(fake_cupy):
+    blocks = _blocks(fake_cupy)
+    shapes = [(3, False), (3, True), (5, False)]
+    taken = {shape: id(blocks.take(*shape)) for shape in shapes}  # each dropped at once
+    assert fake_cupy.allocations == 3
+    for shape in shapes:
+        Y = blocks.take(*shape)
+        assert id(Y) == taken[shape] and Y.shape == (4, shape[0])
+    assert fake_cupy.allocations == 3
+
+
+@pytest.mark.parametrize(
+    "keep",
+    [
+        pytest.param(lambda Y: Y.view(), id="a view (a column, the transpose)"),
+        pytest.param(lambda Y: Y.data, id="the memory pointer"),
+        pytest.param(lambda Y: Y.data + 8, id="a pointer into it"),
+        pytest.param(lambda Y: _Array((2, 3), Y.dtype, Y.data + 16), id="a memptr array"),
+    ],
+)
+def test_a_block_whose_memory_is_still_reachable_is_not_taken_back(fake_cupy, keep):
+    blocks = _blocks(fake_cupy)
+    kept = keep(blocks.take(3, True))
+    second = blocks.take(3, True)
+    assert fake_cupy.allocations == 2
+    del kept, second
+    blocks.take(3, True)
+    assert fake_cupy.allocations == 2
+
+
+def test_a_large_block_is_new_every_time_and_never_kept(fake_cupy):
+    k = 3
+    n_rows = rb.MAX_BYTES // (8 * k) + 1  # one row past MAX_BYTES
+    blocks = _blocks(fake_cupy, n_rows)
+    first = blocks.take(k, False)
+    gone = weakref.ref(first)
+    del first
+    assert gone() is None  # nothing but the caller held it
+    blocks.take(k, False)
+    assert fake_cupy.allocations == 2
+
+
+def test_only_the_latest_shapes_keep_their_blocks(fake_cupy):
+    blocks = _blocks(fake_cupy)
+    oldest = weakref.ref(blocks.take(1, False))
+    for k in range(2, rb.SHAPES + 2):  # SHAPES newer shapes
+        blocks.take(k, False)
+    assert oldest() is None  # its buffers were let go with its shape
+    blocks.take(1, False)
+    assert fake_cupy.allocations == rb.SHAPES + 2
+    blocks.take(rb.SHAPES + 1, False)  # the newest shape's buffer is still there
+    assert fake_cupy.allocations == rb.SHAPES + 2
+
+
+# On the GPU: real CuPy arrays through ``A @ x`` and ``A @ X``.
 
 
 def _small(dtype=np.float64):
@@ -185,3 +263,53 @@ def test_a_result_reused_on_another_stream_is_not_the_first_streams(cupy):
         y = A @ x
         assert y.data.ptr != pointer
         np.testing.assert_allclose(cupy.asnumpy(y), S @ cupy.asnumpy(x), rtol=1e-12)
+
+
+def _X(cupy, seed, k, order, n=200):
+    X = np.random.default_rng(seed).uniform(-1, 1, (n, k))
+    return cupy.asarray(X, order=order)
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_a_dropped_block_product_is_reused_on_the_gpu(cupy, gpu_backend_name, order):
+    S, A = _small()
+    A.backend = gpu_backend_name
+    if not rb.ENABLED:
+        pytest.skip("result buffers are off on a free-threaded interpreter")
+    Xs = [_X(cupy, seed, 6, order) for seed in range(3)]
+    A @ Xs[0]  # the estimate, then the plan kept (see the vector test above)
+    A @ Xs[0]
+    pointer = (A @ Xs[1]).data.ptr
+    Y = A @ Xs[2]  # the last result was dropped: its buffer comes back, with X2's product
+    assert Y.data.ptr == pointer
+    assert Y.flags.f_contiguous if order == "F" else Y.flags.c_contiguous
+    np.testing.assert_allclose(cupy.asnumpy(Y), S @ cupy.asnumpy(Xs[2]), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize(
+    "keep",
+    [
+        pytest.param(lambda cupy, Y: Y, id="the array"),
+        pytest.param(lambda cupy, Y: Y[:, 1], id="a column"),
+        pytest.param(lambda cupy, Y: Y.T, id="the transpose"),
+        pytest.param(
+            lambda cupy, Y: cupy.ndarray((Y.size - 2,), Y.dtype, memptr=Y.data + 2 * Y.itemsize),
+            id="a memptr array",
+        ),
+        pytest.param(lambda cupy, Y: cupy.from_dlpack(Y), id="a DLPack import"),
+    ],
+)
+def test_block_products_never_overwrite_a_result_still_reachable(
+    cupy, gpu_backend_name, keep, order
+):
+    S, A = _small()
+    A.backend = gpu_backend_name
+    Y1 = A @ _X(cupy, 1, 6, order)
+    kept = keep(cupy, Y1)
+    expected = cupy.asnumpy(kept).copy()
+    del Y1
+    X2 = _X(cupy, 2, 6, order)
+    for _ in range(2 * rb.SLOTS):  # every slot is offered while kept holds its buffer
+        A @ X2
+    np.testing.assert_array_equal(cupy.asnumpy(kept), expected)

@@ -14,7 +14,9 @@ import scipy.sparse as sp
 import sparsegpu as sg
 from sparsegpu import _registry, _spmm
 from sparsegpu._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES
+from sparsegpu._mirror import DeviceMatrix, Residence
 from sparsegpu.backends import merge_path
+from sparsegpu.backends.base import Plan
 from sparsegpu.testing import (
     INDEX_DTYPES,
     VALUE_DTYPES,
@@ -88,6 +90,133 @@ def test_every_merge_path_spmm_team_is_instantiated(order):
                 assert merge_path.spmm_name(value, index, lanes, order == "C") in names
 
 
+# ------------------------------------ the per-product path on stand-in device arrays
+class _DeviceArray:
+    """An array with CuPy's attributes (shape, dtype, contiguity, a pointer), no numpy
+    array: what a plan on the GPU checks, on the CPU."""
+
+    _next_address = 1 << 20
+
+    def __init__(self, shape, dtype=np.float64, order="C", ptr=None):
+        self.shape, self.dtype, self.ndim = tuple(shape), np.dtype(dtype), len(shape)
+        self.size = int(np.prod(shape))
+        self.itemsize = self.dtype.itemsize
+        self.nbytes = self.size * self.itemsize
+        if ptr is None:
+            ptr = _DeviceArray._next_address
+            _DeviceArray._next_address += max(self.nbytes, 1) + 512
+        self.data = SimpleNamespace(ptr=ptr, mem=None)
+        one = self.ndim < 2 or 1 in self.shape
+        self._c_contiguous = order == "C" or one
+        self._f_contiguous = order == "F" or one
+
+    @property
+    def flags(self):
+        return SimpleNamespace(c_contiguous=self._c_contiguous, f_contiguous=self._f_contiguous)
+
+
+class _Recording(Plan):
+    """A plan on stand-in device arrays whose products only record their operands."""
+
+    def _matmat(self, X, Y):
+        self.products.append((X, Y))
+        return Y
+
+
+@pytest.fixture
+def device_plan():
+    """A (30 x 20) float64 plan on a stand-in device module."""
+    stream = SimpleNamespace(ptr=1)
+    module = SimpleNamespace(
+        ndarray=_DeviceArray,
+        __name__="stand-in device module",
+        cuda=SimpleNamespace(get_current_stream=lambda: stream),
+    )
+    residence = Residence("stand-in", lambda: module, None, copies=True)
+    mirror = DeviceMatrix(
+        _DeviceArray((5,)), _DeviceArray((5,), np.int32), _DeviceArray((31,), np.int32),
+        (30, 20), residence,
+    )  # fmt: skip
+    plan = _Recording(mirror, sg.tuning.NoPolicy())
+    plan.products = []
+    return plan
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_a_device_block_gets_a_result_in_its_own_order(device_plan, order):
+    X = _DeviceArray((20, 6), order=order)
+    Y = device_plan.matmat(X)
+    assert device_plan.products == [(X, Y)]
+    assert Y.shape == (30, 6) and (Y._f_contiguous if order == "F" else Y._c_contiguous)
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_an_out_in_x_order_is_written_as_it_is(device_plan, order):
+    X = _DeviceArray((20, 6), order=order)
+    out = _DeviceArray((30, 6), order=order)
+    assert device_plan.takes_out(X, out)
+    assert device_plan.matmat(X, out=out) is out
+    assert device_plan.products == [(X, out)]
+
+
+def _overlapping(X, shape, order):
+    return _DeviceArray(shape, order=order, ptr=X.data.ptr + X.nbytes // 2)
+
+
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        pytest.param(lambda X, o: _DeviceArray((30, 5), order=o), "shape", id="other shape"),
+        pytest.param(
+            lambda X, o: _DeviceArray((30, 6), order="C" if o == "F" else "F"),
+            "contiguous",
+            id="other order",
+        ),
+        pytest.param(
+            lambda X, o: _DeviceArray((30, 6), np.float32, order=o), "dtype", id="other dtype"
+        ),
+        pytest.param(lambda X, o: np.zeros((30, 6), order=o), "array", id="a numpy out"),
+        pytest.param(lambda X, o: _overlapping(X, (30, 6), o), "shares memory", id="overlap"),
+    ],
+)
+def test_an_out_that_cannot_take_the_product_as_it_is_is_refused(device_plan, order, bad, message):
+    """The dispatcher copies into such an out (``takes_out`` is False); the plan itself
+    refuses it before any pointer reaches a kernel."""
+    X = _DeviceArray((20, 6), order=order)
+    out = bad(X, order)
+    assert not device_plan.takes_out(X, out)
+    with pytest.raises(ValueError, match=message):
+        device_plan.matmat(X, out=out)
+    assert device_plan.products == []
+
+
+class _CountingSpmm(_spmm.SpmmLaunches):
+    """SpMM launches that record what was made and launched."""
+
+    def __init__(self):
+        super().__init__(SimpleNamespace(dtype=np.dtype(np.float64)))
+        self.made, self.launched = [], []
+
+    def _make(self, k, fortran, vectors):
+        self.made.append((k, fortran, vectors))
+        launch = SimpleNamespace(xy=lambda grid, X, Y: self.launched.append((grid, X, Y)))
+        return ((launch, 1), (launch, 2))
+
+
+def test_an_spmm_launch_is_made_once_per_k_order_and_alignment():
+    spmm = _CountingSpmm()
+    X, Y = _DeviceArray((20, 4)), _DeviceArray((30, 4))
+    for _ in range(3):
+        assert spmm(X, Y) is Y
+    assert spmm.made == [(4, False, True)]  # 4 doubles a row: 16-byte rows, aligned starts
+    assert spmm.launched == [(1, X, Y), (2, X, Y)] * 3  # every launch, in turn
+    spmm(_DeviceArray((20, 4), ptr=X.data.ptr + 8), Y)  # a view one double in
+    spmm(_DeviceArray((20, 3)), _DeviceArray((30, 3)))  # rows of 24 bytes
+    spmm(_DeviceArray((20, 4), order="F"), _DeviceArray((30, 4), order="F"))
+    assert spmm.made[1:] == [(4, False, False), (3, False, False), (4, True, False)]
+
+
 # ---------------------------------------------------------------- every backend
 @pytest.mark.parametrize("order", ORDERS)
 @pytest.mark.parametrize("k", COLUMNS)
@@ -154,6 +283,43 @@ def test_out_is_filled_in_either_order(backend_name, xp, order, out_order):
     Y = sg.matvec(sg.csr_matrix(S), xp.asarray(X, order=order), backend=backend_name, out=out)
     assert Y is out
     assert_product_close(out, S @ X, np.float64, _longest(S))
+
+
+def _sharing(xp, n: int, k: int, order: str, shift: int, seed: int):
+    """X of (n, k) and an out of the same shape in one allocation, ``shift`` entries
+    apart in X's memory order (0: out is X)."""
+    flat = xp.asarray(np.random.default_rng(seed).uniform(-1, 1, n * k + shift))
+    X = flat[shift:].reshape((n, k), order=order)
+    out = flat[: n * k].reshape((n, k), order=order)
+    return X, out
+
+
+@pytest.mark.parametrize("shift", [0, 1], ids=["out is X", "out one entry before X"])
+@pytest.mark.parametrize("order", ORDERS)
+def test_an_out_sharing_memory_with_x_gets_the_product_of_x_as_it_was(
+    backend_name, xp, order, shift
+):
+    S = awkward_matrices(np.float64, np.int32, seed=10)["random_200x150"]
+    S = S[:150]  # square: out may be X itself
+    A = sg.csr_matrix(S)
+    for seed in range(3):  # the estimate, the measurement, the measured plan
+        X, out = _sharing(xp, 150, 6, order, shift, seed)
+        expected = S @ (X.get() if hasattr(X, "get") else X.copy())
+        assert sg.matvec(A, X, backend=backend_name, out=out) is out
+        assert_product_close(out, expected, np.float64, _longest(S))
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_an_out_reused_product_after_product_holds_each_answer(gpu_backend_name, cupy, order):
+    """An out in X's order is written as it is (a block method's loop), every product."""
+    S = awkward_matrices(np.float64, np.int32, seed=12)["power_law"]
+    A = sg.csr_matrix(S)
+    A.backend = gpu_backend_name
+    out = cupy.full((S.shape[0], 8), np.nan, order=order)
+    for seed in range(4):
+        X = _dense(S.shape[1], 8, np.float64, order, seed=seed)
+        assert sg.matvec(A, cupy.asarray(X, order=order), out=out) is out
+        assert_product_close(out, S @ X, np.float64, _longest(S), what=f"product {seed}")
 
 
 # ------------------------------------------------------------ every A @ X candidate

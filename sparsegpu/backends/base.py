@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._mirror import CUPY, DeviceMatrix, Residence
-from .._result_buffers import ResultBuffers
+from .._result_buffers import BlockResults, ResultBuffers
 from .._spmm import RowSplitSpmm, is_fortran, spmm_supports
 from .policy import Policy
 
@@ -51,6 +51,7 @@ class Plan:
         # constructor, not ``empty``, saves a Python call per product
         self._on_device = matrix.xp is not np
         self._allocate = matrix.xp.ndarray if self._on_device else np.empty
+        self._xp = matrix.xp
         # small results are taken back once their caller drops them (_result_buffers)
         nbytes = matrix.shape[0] * self._dtype.itemsize
         self._results = (
@@ -58,7 +59,17 @@ class Plan:
             if ResultBuffers.wanted(self._on_device, nbytes)
             else None
         )
-        self._row_split = None  # the row-split SpMM, made on the first A @ X
+        self._block_results = (
+            BlockResults(matrix.xp, matrix.shape[0], self._dtype) if self._on_device else None
+        )
+        # whether A @ X may run the row-split SpMM kernel (made on the first such product):
+        # on the GPU, in the mirror's own dtype, one the kernel is instantiated for
+        self._spmm_kernels = (
+            matrix.residence.name == CUPY.name
+            and self._dtype == matrix.dtype
+            and spmm_supports(self._dtype)
+        )
+        self._row_split = None
 
     def operands(self, x, out, ndim: int):
         """``(x, y)`` checked for a product: ``y`` is ``out`` or a new result buffer.
@@ -115,32 +126,37 @@ class Plan:
 
     def takes_out(self, x, out) -> bool:
         """True when the device array ``out`` can receive ``A @ x`` as it is: this plan's
-        array type and dtype, shape ``(n_rows,)``, C-contiguous, no bytes shared with the
-        device vector ``x``. (The dispatcher asks before choosing between writing ``out``
-        directly and copying into it.)"""
-        return (
-            type(out) is self._array_type
-            and out.dtype == self._dtype
-            and out.shape == self._y_shape
-            and out._c_contiguous
-            and not _overlap(x, out, self.matrix.xp)
-        )
+        array type and dtype, the product's shape (``(n_rows,)`` for a vector ``x``,
+        ``(n_rows, k)`` for an ``X`` of k columns), C-contiguous (in X's memory order for
+        an ``X``, C- or Fortran-contiguous), no bytes shared with the device ``x``. (The
+        dispatcher asks before choosing between writing ``out`` directly and copying into
+        it.)"""
+        if type(out) is not self._array_type or out.dtype != self._dtype:
+            return False
+        if x.ndim == 1:
+            fits = out.shape == self._y_shape and out._c_contiguous
+        else:
+            fits = out.shape == (self._y_shape[0], x.shape[1]) and (
+                out._c_contiguous if x._c_contiguous else out._f_contiguous
+            )
+        return fits and not _overlap(x, out, self._xp)
 
     def matmat(self, X, out=None):
         """``A @ X`` for a 2-D X of shape (n_cols, k), C- or Fortran-contiguous; ``out``, when
-        given, is (n_rows, k) in X's memory order (a new one is made in that order)."""
+        given, is (n_rows, k) in X's memory order (a new one is made in that order, or a
+        small one its caller dropped is taken back: :mod:`sparsegpu._result_buffers`)."""
         if (
-            out is None
-            and self._on_device
+            self._on_device
             and type(X) is self._array_type
             and X.dtype == self._dtype
             and X.ndim == 2
             and X.shape[0] == self._n_cols
             and (X._c_contiguous or X._f_contiguous)
         ):  # a device X as it comes (the full check of operands would say the same)
-            order = "C" if X._c_contiguous else "F"
-            Y = self._allocate((self._y_shape[0], X.shape[1]), self._dtype, order=order)
-            return self._matmat(X, Y)
+            if out is None:
+                return self._matmat(X, self._block_results.take(X.shape[1], not X._c_contiguous))
+            if self.takes_out(X, out):
+                return self._matmat(X, out)
         X, Y = self.operands(X, out, 2)
         return self._matmat(X, Y)
 
@@ -157,15 +173,11 @@ class Plan:
         that kernel is not instantiated for) and in mixed precision (it reads X in the
         values' dtype), one matvec per column.
         """
-        if (
-            self.matrix.residence.name == CUPY.name
-            and X.shape[1] >= SPMM_MIN_COLUMNS
-            and self._dtype == self.matrix.dtype
-            and spmm_supports(self._dtype)
-        ):
-            if self._row_split is None:
-                self._row_split = RowSplitSpmm(self.matrix, *self._spmm_shape())
-            return self._row_split(X, Y)
+        if self._spmm_kernels and X.shape[1] >= SPMM_MIN_COLUMNS:
+            row_split = self._row_split
+            if row_split is None:
+                row_split = self._row_split = RowSplitSpmm(self.matrix, *self._spmm_shape())
+            return row_split(X, Y)
         xp = self.matrix.xp
         column = xp.empty(Y.shape[0], dtype=Y.dtype)
         for j in range(X.shape[1]):

@@ -31,7 +31,6 @@ import numpy as np
 from .. import _cuda
 from .._dtypes import BFLOAT16, FLOAT16, HALF_DTYPES, MIXED_PARTNERS
 from .._mirror import DeviceMatrix
-from .._spmm import is_fortran
 from .base import FLOAT_AND_COMPLEX, Backend, Plan
 from .policy import Policy
 
@@ -209,7 +208,7 @@ class CusparsePlan(Plan):
         self._workspaces: dict = {}  # stream pointer -> (workspace, its device pointer)
         self._x_vectors: dict = {}
         self._y_vectors: dict = {}
-        self._spmm: dict = {}
+        self._spmm: dict = {}  # (k, Fortran order?, stream pointer) -> SpMM descriptors
         self.workspace_bytes = 0
         self.preprocessed = False
         # cuSPARSE refuses empty operands; a product with no nonzeros is zeros anyway
@@ -337,22 +336,20 @@ class CusparsePlan(Plan):
         are: row-major (C order) or column-major (Fortran order), the dense descriptors
         saying which, so nothing is copied (column by column through SpMV in mixed
         precision, which SpMM does not list)."""
-        cupy = self._cupy
-        k = int(X.shape[1])
+        k = X.shape[1]
         if self._empty or k == 0:
             Y.fill(0)
             return Y
         if self._mixed:  # the base class's column loop
             return super()._matmat(X, Y)
         lib = self._lib
-        stream_ptr = cupy.cuda.get_current_stream().ptr
+        stream_ptr = self._current_stream().ptr
         handle = thread_handle(lib, self._device_id, stream_ptr)
-        fortran = is_fortran(X)
+        key = (k, not X._c_contiguous, stream_ptr)  # (checked: C- or Fortran-contiguous)
         x_ptr, y_ptr = X.data.ptr, Y.data.ptr
         with self._lock:
-            mat_b, mat_c, workspace, pointers = self._spmm_state(
-                handle, k, fortran, X, Y, stream_ptr
-            )
+            state = self._spmm.get(key) or self._spmm_state(handle, key, x_ptr, y_ptr)
+            mat_b, mat_c, workspace_ptr, pointers, _ = state
             if pointers[0] != x_ptr:  # re-pointed only when X or Y is another buffer
                 lib.dnMatSetValues(mat_b.handle, x_ptr)
                 pointers[0] = x_ptr
@@ -370,43 +367,39 @@ class CusparsePlan(Plan):
                 mat_c.handle,
                 self._compute_type,
                 self._spmm_algorithm,
-                workspace.data.ptr,
+                workspace_ptr,
             )
         return Y
 
-    def _spmm_state(self, handle, k: int, fortran: bool, X, Y, stream_ptr: int):
-        """Dense-matrix descriptors and workspace for k right-hand sides in one memory
-        order (made once per k, order and stream; preprocessed where that helps)."""
-        key = (k, fortran, stream_ptr)
-        state = self._spmm.get(key)
-        if state is None:
-            lib = self._lib
-            n_rows, n_cols = self._n_rows, self._n_cols
-            if fortran:  # leading dimension: the rows of each column
-                layout = ((n_cols, k, n_cols, ORDER_COL), (n_rows, k, n_rows, ORDER_COL))
-            else:
-                layout = ((n_cols, k, k, ORDER_ROW), (n_rows, k, k, ORDER_ROW))
-            (rb, cb, ldb, order_b), (rc, cc, ldc, order_c) = layout
-            mat_b = _Descriptor(
-                lib.createDnMat(rb, cb, ldb, X.data.ptr, self._vector_type, order_b),
-                lib.destroyDnMat,
-            )
-            mat_c = _Descriptor(
-                lib.createDnMat(rc, cc, ldc, Y.data.ptr, self._vector_type, order_c),
-                lib.destroyDnMat,
-            )
-            arguments = (
-                handle, OPERATION_NON_TRANSPOSE, OPERATION_NON_TRANSPOSE, self._alpha_ptr,
-                self._mat_handle, mat_b.handle, self._beta_ptr, mat_c.handle,
-                self._compute_type, self._spmm_algorithm,
-            )  # fmt: skip
-            size = lib.spMM_bufferSize(*arguments)
-            workspace = self._cupy.empty(max(int(size), 1), dtype=np.int8)
-            if self._spmm_algorithm in SPMM_PREPROCESSED and has_preprocess("spMM"):
-                lib.spMM_preprocess(*arguments, workspace.data.ptr)
-            # the buffers the descriptors point at now: X's and Y's
-            state = (mat_b, mat_c, workspace, [X.data.ptr, Y.data.ptr])
-            self._spmm[key] = state
+    def _spmm_state(self, handle, key: tuple, x_ptr: int, y_ptr: int) -> tuple:
+        """Dense-matrix descriptors and workspace for ``key``: k right-hand sides in one
+        memory order (Fortran when ``key[1]``) on one stream (``key[2]``), made once
+        (preprocessed where that helps) with the descriptors pointing at X and Y."""
+        k, fortran, _ = key
+        lib = self._lib
+        n_rows, n_cols = self._n_rows, self._n_cols
+        if fortran:  # leading dimension: the rows of each column
+            layout = ((n_cols, k, n_cols, ORDER_COL), (n_rows, k, n_rows, ORDER_COL))
+        else:
+            layout = ((n_cols, k, k, ORDER_ROW), (n_rows, k, k, ORDER_ROW))
+        (rb, cb, ldb, order_b), (rc, cc, ldc, order_c) = layout
+        mat_b = _Descriptor(
+            lib.createDnMat(rb, cb, ldb, x_ptr, self._vector_type, order_b), lib.destroyDnMat
+        )
+        mat_c = _Descriptor(
+            lib.createDnMat(rc, cc, ldc, y_ptr, self._vector_type, order_c), lib.destroyDnMat
+        )
+        arguments = (
+            handle, OPERATION_NON_TRANSPOSE, OPERATION_NON_TRANSPOSE, self._alpha_ptr,
+            self._mat_handle, mat_b.handle, self._beta_ptr, mat_c.handle,
+            self._compute_type, self._spmm_algorithm,
+        )  # fmt: skip
+        size = lib.spMM_bufferSize(*arguments)
+        workspace = self._cupy.empty(max(int(size), 1), dtype=np.int8)
+        if self._spmm_algorithm in SPMM_PREPROCESSED and has_preprocess("spMM"):
+            lib.spMM_preprocess(*arguments, workspace.data.ptr)
+        # the buffers the descriptors point at now (X's and Y's), and the workspace kept
+        state = self._spmm[key] = (mat_b, mat_c, workspace.data.ptr, [x_ptr, y_ptr], workspace)
         return state
 
 

@@ -27,7 +27,7 @@ import numpy as np
 from .. import _compile, _cuda
 from .._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES, KernelLaunch, name_expression
 from .._mirror import DeviceMatrix
-from .._spmm import aligned, column_lanes, spmm_supports
+from .._spmm import SpmmLaunches, column_lanes, spmm_supports
 from .base import Backend, Plan
 from .policy import Policy, as_int, check_block_size
 
@@ -231,72 +231,58 @@ class MergePathPlan(Plan):
         spmv, fixup, _ = self._launches(self._current_stream().ptr)
         spmv.xy(self.n_tiles, x, y)
         if self._separate_fixup:
-            fixup(self._fixup_grid, y=y)
+            fixup.xy(self._fixup_grid, x, y)  # (a kernel without x: see KernelLaunch)
         return y
 
     def _matmat(self, X, Y):
         """``A @ X`` by the merge-path SpMM (see the module docstring); 16-bit floats and
         k = 1 take the base class's way."""
-        k = int(X.shape[1])
-        if k < 2 or not spmm_supports(self._dtype) or self._n_rows == 0:
+        if X.shape[1] < 2 or not self._spmm_kernels or self._n_rows == 0:
             return super()._matmat(X, Y)
-        if self._spmm is None:
-            self._spmm = MergePathSpmm(self.matrix, self.policy)
-        return self._spmm(X, Y)
+        spmm = self._spmm
+        if spmm is None:
+            spmm = self._spmm = MergePathSpmm(self.matrix, self.policy)
+        return spmm(X, Y)
 
 
-class MergePathSpmm:
+class MergePathSpmm(SpmmLaunches):
     """The merge-path SpMM of one mirror and policy: team start coordinates and the rows
-    cut by a run's boundary (made once), and a launch per k and alignment."""
+    cut by a run's boundary (made once), and per k, order and alignment the clearing of
+    those rows and the main launch."""
 
     def __init__(self, matrix: DeviceMatrix, policy: MergePathPolicy):
+        super().__init__(matrix, policy.block_size)
         cupy = _cuda.cupy_or_none()
-        self.matrix = matrix
-        self.block_size = policy.block_size
         items = SPMM_ITEMS_PER_THREAD * policy.nnz_per_thread
         self._team_row, self._team_nz = tile_coordinates(matrix.indptr, matrix.nnz, items, cupy)
         self.n_teams = int(self._team_row.shape[0]) - 1
         starts = self._team_row[:-1]
         cut = self._team_nz[:-1] > matrix.indptr[starts]
         self._cut_rows = cupy.unique(starts[cut]).astype(matrix.index_dtype)
-        self._launches: dict = {}
 
-    def _launch(self, k: int, fortran: bool, vectors: bool):
-        key = (k, fortran, vectors)
-        found = self._launches.get(key)
-        if found is None:
-            m = self.matrix
-            (n_rows, n_cols), value, index = m.shape, m.dtype, m.index_dtype
-            lanes = column_lanes(value, k, fortran)
-            main = KernelLaunch(
-                _compile.get_kernel(SOURCE, spmm_name(value, index, lanes, not fortran)),
-                self.block_size,
-                (
-                    m.indptr, m.indices, m.data, "x", "y", self._team_row, self._team_nz,
-                    self.n_teams, n_rows, n_cols, k, int(vectors),
-                ),
-            )  # fmt: skip
-            zero = None
-            n_cut = int(self._cut_rows.shape[0])
-            if n_cut:
-                strides = (1, n_rows) if fortran else (k, 1)  # of Y's rows and columns
-                zero = KernelLaunch(
-                    _compile.get_kernel(SOURCE, spmm_zero_name(value, index)),
-                    FIXUP_BLOCK,
-                    (self._cut_rows, n_cut, k, *strides, "y"),
-                )
-            grids = (-(-self.n_teams * lanes // self.block_size), -(-n_cut * k // FIXUP_BLOCK))
-            found = self._launches[key] = (main, zero, grids)
-        return found
-
-    def __call__(self, X, Y):
-        k = int(X.shape[1])
-        fortran = not X._c_contiguous  # (checked: C- or Fortran-contiguous)
-        main, zero, (grid, zero_grid) = self._launch(k, fortran, not fortran and aligned(X, Y, k))
-        if zero is not None:
-            zero(zero_grid, y=Y)
-        main.xy(grid, X, Y)
-        return Y
+    def _make(self, k: int, fortran: bool, vectors: bool) -> tuple:
+        m = self.matrix
+        (n_rows, n_cols), value, index = m.shape, m.dtype, m.index_dtype
+        lanes = column_lanes(value, k, fortran)
+        main = KernelLaunch(
+            _compile.get_kernel(SOURCE, spmm_name(value, index, lanes, not fortran)),
+            self.block_size,
+            (
+                m.indptr, m.indices, m.data, "x", "y", self._team_row, self._team_nz,
+                self.n_teams, n_rows, n_cols, k, int(vectors),
+            ),
+        )  # fmt: skip
+        launches = ((main, -(-self.n_teams * lanes // self.block_size)),)
+        n_cut = int(self._cut_rows.shape[0])
+        if n_cut:  # the cut rows cleared first: the main kernel adds into them
+            strides = (1, n_rows) if fortran else (k, 1)  # of Y's rows and columns
+            zero = KernelLaunch(
+                _compile.get_kernel(SOURCE, spmm_zero_name(value, index)),
+                FIXUP_BLOCK,
+                (self._cut_rows, n_cut, k, *strides, "y"),
+            )
+            launches = ((zero, -(-n_cut * k // FIXUP_BLOCK)), *launches)
+        return launches
 
 
 class MergePathBackend(Backend):
