@@ -12,7 +12,12 @@ without synchronizing inside the loop (calls queue on the stream), median of rep
   allocating y, one bare ``cuLaunchKernel`` of the plan's kernel), taking back a dropped
   result (``sparsegpu._result_buffers``) against allocating one, and the plan's
   matvec with and without ``out=`` and the whole ``A @ x``;
-- the ``cusparse`` backend's ``A @ x`` against the bare ``cusparseSpMV`` call it makes.
+- the ``cusparse`` backend's ``A @ x`` against the bare ``cusparseSpMV`` call it makes;
+- ``A @ X`` (``blocks``: k = 2, 8, 32, X in C and in Fortran order) beside ``A @ x`` on the
+  same matrix: ``auto`` planned on that X, with and without ``out=``, its plan's
+  ``matmat`` alone, the ``cusparse`` backend's ``A @ X``, and cuSPARSE SpMM called
+  directly (``benchmarks/spmm.py``'s ``DirectSpMM``: handle, descriptors bound to X and
+  Y, and workspace made once, one ``cusparseSpMM`` per call).
 
 Run from a checkout (``PYTHONPATH=$PWD python3 benchmarks/per_call.py --out FILE.json``);
 to compare two trees, run it once with each on ``PYTHONPATH`` and ``--label``.
@@ -21,7 +26,9 @@ to compare two trees, run it once with each on ``PYTHONPATH`` and ``--label``.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import pathlib
 import statistics
 import sys
 import time
@@ -30,6 +37,7 @@ import numpy as np
 import scipy.sparse as sp
 
 import sparsegpu as sg
+from sparsegpu import _registry, _spmm
 from sparsegpu.backends import cusparse as cusparse_backend
 
 # Few calls between synchronizations: more would fill the launch queue (about a thousand
@@ -108,6 +116,58 @@ def cusparse_pieces(B, x, cupy, sync) -> dict:
     }
 
 
+BLOCK_KS = (2, 8, 32)
+
+
+def block_products(S, cupy, sync) -> dict:
+    """Host microseconds per ``A @ X`` for each k of ``BLOCK_KS`` and memory order of X,
+    beside ``A @ x`` on the same matrix (see the module docstring)."""
+    rng = np.random.default_rng(2)
+    x = cupy.asarray(rng.uniform(-1, 1, S.shape[1]))
+    B = sg.csr_matrix(S)  # auto, planned on each X in turn
+    C = sg.csr_matrix(S)
+    C.backend = "cusparse"
+    C.policy = cusparse_backend.CusparsePolicy(spmm_algorithm="default")
+    out = {
+        "a_at_x_us": per_call_us(lambda: B @ x, sync),
+        "cusparse_a_at_x_us": per_call_us(lambda: C @ x, sync),
+    }
+    for k in BLOCK_KS:
+        for order in ("C", "F"):
+            X = cupy.asarray(rng.uniform(-1, 1, (S.shape[1], k)), order=order)
+            out[f"k={k} {order}"] = _block_row(B, C, X, cupy, sync)
+    return out
+
+
+def _block_row(B, C, X, cupy, sync) -> dict:
+    """One (k, order) of :func:`block_products`: ``B`` is auto's matrix, ``C`` the
+    cusparse backend's."""
+    Y = cupy.empty((B.shape[0], X.shape[1]), order="F" if _spmm.is_fortran(X) else "C")
+    choice = sg.choose(B, X)
+    plan = sg._planning.plan_for(B, np.float64, x=X)
+    row = {"auto_backend": choice.backend, "auto_policy": repr(choice.policy)}
+    row["auto_us"] = per_call_us(lambda: B @ X, sync)
+    row["auto_out_us"] = per_call_us(lambda: sg.matvec(B, X, out=Y), sync)
+    row["auto_plan_matmat_us"] = per_call_us(lambda: plan.matmat(X), sync)
+    row["cusparse_us"] = per_call_us(lambda: C @ X, sync)
+    row["cusparse_out_us"] = per_call_us(lambda: sg.matvec(C, X, out=Y), sync)
+    mirror = C._sg_mirror(_registry.registered()["cusparse"].residence, np.dtype(np.float64))
+    direct = _direct_spmm()(mirror, X, Y, "default")
+    row["cusparse_spmm_call_us"] = per_call_us(direct, sync)
+    direct.close()
+    return row
+
+
+def _direct_spmm():
+    """``DirectSpMM`` of ``benchmarks/spmm.py`` (beside this file): cuSPARSE SpMM as a C
+    program calls it, as the ``A @ X`` benchmark compares with."""
+    path = pathlib.Path(__file__).with_name("spmm.py")
+    spec = importlib.util.spec_from_file_location("spmm_benchmark", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.DirectSpMM
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="JSON result file")
@@ -154,8 +214,23 @@ def main(argv=None) -> int:
             B = sg.csr_matrix(S)
             B.backend = "cusparse"
             result["gpu"]["cusparse_pieces"] = cusparse_pieces(B, x, cupy, sync)
+            result["gpu"]["blocks"] = block_products(S, cupy, sync)
 
     print(json.dumps(result, indent=1))
+    blocks = result["gpu"].get("blocks")
+    if blocks:
+        print(
+            f"A @ x: auto {blocks['a_at_x_us']:.1f} us, cusparse {blocks['cusparse_a_at_x_us']:.1f}"
+            " us\nA @ X    auto   out=   plan   cusparse  out=  direct SpMM  (host us per call)"
+        )
+        for key, row in blocks.items():
+            if isinstance(row, dict):
+                print(
+                    f"{key:8} {row['auto_us']:5.1f} {row['auto_out_us']:5.1f} "
+                    f"{row['auto_plan_matmat_us']:5.1f}   {row['cusparse_us']:5.1f}  "
+                    f"{row['cusparse_out_us']:5.1f}  {row['cusparse_spmm_call_us']:5.1f}  "
+                    f"({row['auto_backend']})"
+                )
     if args.out:
         with open(args.out, "w") as f:
             json.dump(result, f, indent=1)

@@ -17,7 +17,11 @@ Fortran) and k in ``--k``, the median time (CUDA events) of:
 ``auto``
     a sparsegpu matrix planned on this X (``sparsegpu.choose(A, X)``: its choice, every
     candidate's time and the planning cost are recorded), then ``A @ X`` as users call
-    it (a new Y each product).
+    it (no ``out=``: each result is dropped, and a small one is taken back).
+``auto_plan``
+    the plan ``auto`` chose, called directly into one Y (``plan.matmat(X, out=Y)``): not
+    among the contenders; beside ``cusparse_<algorithm>`` of the same algorithm it tells
+    the plan's own cost from the operator's and the result's.
 
 "The best of the three" is the fastest of ``cusparse_best``, ``cupyx`` and ``torch``.
 Every answer is checked against cupyx's first; then all columns of one (matrix, dtype,
@@ -33,9 +37,11 @@ least ``MIN_CALLS`` products. Sets (fit on one, claim on another):
     R-MAT scale 19 (4M nonzeros), a power-law matrix of 1M rows, and the SuiteSparse
     matrices bundled with sparsegpu of at least 1,000 rows.
 
-Usage (on a GPU machine; ``--quick`` takes three ks and the small matrices)::
+Usage (on a GPU machine; ``--quick`` takes three ks and the small matrices; ``--only``
+names the matrices to run, ``--real`` the Matrix Market ones beside the generated)::
 
     python benchmarks/spmm.py --set heldout --out spmm.json --md spmm.md
+    python benchmarks/spmm.py --set heldout --only bcsstk13,cage10 --out small.json
     python benchmarks/spmm.py --from-json spmm.json --md spmm.md --plot spmm.png  # no GPU
 """
 
@@ -107,12 +113,16 @@ def real_matrices(folder, names=None) -> dict:
     return out
 
 
-def matrices(which: str, quick: bool, folder, real=None) -> dict:
+def matrices(which: str, quick: bool, folder, real=None, only=None) -> dict:
+    """``{name: build}`` of a set: its generated matrices and, held out, the Matrix Market
+    ones (those of ``real``, when given); with ``only``, just the matrices so named."""
     if which not in SETS:
         raise ValueError(f"set={which!r}; use one of {SETS}")
     out = synthetic_matrices(which, quick)
     if which == "heldout":
-        out.update(real_matrices(folder, real))
+        out.update(real_matrices(folder, only if only is not None else real))
+    if only is not None:
+        out = {name: build for name, build in out.items() if name in only}
     return out
 
 
@@ -221,6 +231,10 @@ def bench_one(name, A, Acx, X, cupy, torch, set_label) -> dict:
     planning_wall_ms = (time.perf_counter() - start) * 1e3
     check(A @ X, "auto")
     fns["auto"] = lambda: A @ X
+    plan = sg._planning.plan_for(A, dtype, x=X)
+    Y_plan = cupy.empty(reference.shape, dtype=dtype, order="F" if fortran else "C")
+    check(plan.matmat(X, out=Y_plan), "auto's plan")
+    fns["auto_plan"] = lambda: plan.matmat(X, out=Y_plan)
     nbytes = _timing.matrix_spmv_bytes(mirror) + (X.size + reference.size) * dtype.itemsize
     inner = max(MIN_CALLS, min(200, int(2e8 // max(nbytes, 1))))
     timings = _timing.cuda_time_interleaved(fns, warmup=2, repeat=REPEAT, inner=inner)
@@ -430,7 +444,8 @@ def run(args, cupy, after_each=None) -> dict:
     rows = []
     for set_label in SETS if args.set == "both" else (args.set,):
         real = args.real.split(",") if args.real else None
-        for name, build in matrices(set_label, args.quick, args.matrices, real).items():
+        only = args.only.split(",") if args.only else None
+        for name, build in matrices(set_label, args.quick, args.matrices, real, only).items():
             host = build().tocsr()
             host.sum_duplicates()
             for dtype in dtypes:
@@ -470,6 +485,9 @@ def main(argv=None) -> int:
     parser.add_argument("--orders", default="C,F")
     parser.add_argument("--matrices", default=str(DEFAULT_MATRICES), help="Matrix Market folder")
     parser.add_argument("--real", help="only these Matrix Market matrices (comma-separated)")
+    parser.add_argument(
+        "--only", help="only these matrices of the set, generated or not (comma-separated)"
+    )
     parser.add_argument("--quick", action="store_true", help="three ks, no large matrices")
     parser.add_argument("--out", help="JSON result file")
     parser.add_argument("--md", help="markdown table file")

@@ -93,3 +93,10 @@ def test_sets_keep_fitting_and_claims_apart(script):
     assert {"cage10", "EX5"} <= set(some) and "bcsstk13" not in some
     with pytest.raises(ValueError, match="use one of"):
         script.matrices("tuning", False, script.DEFAULT_MATRICES)
+
+
+def test_only_runs_the_matrices_it_names(script):
+    only = ["cage10", "EX5", "rmat_s19_e8"]
+    held = script.matrices("heldout", False, script.DEFAULT_MATRICES, None, only)
+    assert set(held) == set(only)
+    assert script.matrices("fit", False, script.DEFAULT_MATRICES, None, ["cage10"]) == {}
