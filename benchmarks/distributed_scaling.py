@@ -90,18 +90,18 @@ def _cg_runs(solve, short, long, repeat, timer):
     return (second - first) / (long - short)
 
 
-def _graph_ms(fn, calls, timer):
-    """Milliseconds a call of ``fn`` takes as a solver runs it: ``calls`` of them captured
-    as one CUDA graph and replayed (no host in the loop); None where a graph cannot hold
-    them (no GPU, or host staging)."""
+def _graph_ms(fn, calls, timer) -> tuple[float | None, str | None]:
+    """(milliseconds a call of ``fn`` takes as a solver runs it: ``calls`` of them captured
+    as one CUDA graph and replayed, no host in the loop; why not, where a graph cannot hold
+    them: no GPU, host staging, a failed capture)."""
     if _cuda.cupy_or_none() is None:
-        return None
+        return None, "no GPU"
     with _graphs.private_stream() as stream:
         fn()  # plans made and kernels compiled before the capture
         block = _graphs.Block(fn, calls, stream)
         if block.failure is not None:
-            return None
-        return timer(block.launch) / calls
+            return None, block.failure
+        return timer(block.launch) / calls, None
 
 
 def single_gpu(S, args, dtype) -> dict:
@@ -138,11 +138,12 @@ def single_gpu(S, args, dtype) -> dict:
     for direct in directs:
         direct.close()
     ms = {name: t.median_ms for name, t in timings.items()}
+    graph_failure = "no GPU"
     if directs:
         ms["cusparse_best"] = min(ms["cusparse_csr_alg1"], ms["cusparse_csr_alg2"])
         plan = _planning.plan_for(A, dtype, x=x, capturable=True)
         y = cupy.empty(S.shape[0], dtype=dtype)
-        ms["sparsegpu_graph"] = _graph_ms(
+        ms["sparsegpu_graph"], graph_failure = _graph_ms(
             lambda: plan.matvec(x, out=y), GRAPH_CALLS,
             lambda fn: timer(fn, repeat=args.repeat).median_ms,
         )  # fmt: skip
@@ -158,6 +159,7 @@ def single_gpu(S, args, dtype) -> dict:
         "product_ms": ms,
         "cg_iteration_ms": cg_ms,
         "cg_graphs": used.graphs,
+        "product_graph_failure": graph_failure,
         "solve": {
             "info": int(info),
             "iterations": used.iterations,
@@ -180,7 +182,7 @@ def distributed(S, sub, partition, args, dtype, reference) -> dict:
     y = (A @ x).gather(root=0)
     product_ms = _bench.time_ms(lambda: A @ x, sub, args.repeat, inner=MIN_CALLS)
     out = A.row_layout.xp.empty(A.row_layout.n_local, dtype=dtype)
-    graph_ms = _graph_ms(lambda: A._product(x.local, out, True), GRAPH_CALLS,
+    graph_ms, graph_failure = _graph_ms(lambda: A._product(x.local, out, True), GRAPH_CALLS,
                          lambda fn: _bench.time_ms(fn, sub, args.repeat))  # fmt: skip
     halo = A._work_for(np.dtype(dtype), x.local).halo
 
@@ -215,6 +217,7 @@ def distributed(S, sub, partition, args, dtype, reference) -> dict:
         "neighbours": max(len(r.neighbours) for r in report.ranks),
         "product_ms": product_ms,
         "product_graph_ms": graph_ms,
+        "product_graph_failure": graph_failure,
         "halo_ms": halo_ms,
         "cg_iteration_ms": cg_ms,
         "cg_graphs": used.graphs,

@@ -601,10 +601,11 @@ class csr_matrix:  # noqa: N801 - named like sparsegpu.csr_matrix, whose role it
 
     def _product(self, x_local, out, capturable=False):
         """``out = A x`` on this rank's blocks (collective; the solvers' entry point):
-        gather and start the halo exchange, the diagonal block's product while it
-        travels, then the off-rank rows' sums added once it arrived. With NCCL nothing
-        here waits on the host; a local error still lets the exchange happen (zeros are
-        sent), then every rank hears of it."""
+        gather the halo, queue the diagonal block's product, start the exchange (NCCL's
+        calls take host time: the product is already running meanwhile), then add the
+        off-rank rows' sums once it arrived. With NCCL nothing here waits on the host; a
+        local error still lets the exchange happen (zeros are sent), then every rank
+        hears of it."""
         ctx = self._ctx
         ctx.check()
         work = self._work_for(out.dtype, x_local, capturable)
@@ -617,6 +618,7 @@ class csr_matrix:  # noqa: N801 - named like sparsegpu.csr_matrix, whose role it
                     work.diag.matvec(x_local, out=out)
             except Exception as exc:
                 error = exc
+        work.halo.send()
         ghosts = work.halo.finish()
         if error is None and work.offd is not None:
             try:

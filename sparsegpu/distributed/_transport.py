@@ -323,6 +323,9 @@ class _NoHalo:
     def start(self, x_local):
         return None
 
+    def send(self):
+        return None
+
     def finish(self):
         return self.ghosts
 
@@ -378,6 +381,10 @@ class _Halo:
         owners, which receive them where a product sends from."""
         forward_sends, forward_receives = self.forward_lists(packed, ghosts)
         return forward_receives, forward_sends
+
+    def send(self) -> None:
+        """Start what :meth:`start` packed but left unsent. A product calls it once its
+        local part is queued; the transports that post in ``start`` have nothing left."""
 
 
 class HostStaged(Transport):
@@ -568,8 +575,22 @@ def _channel(ctx, nccl) -> _Channel:
     except Exception as exc:
         error = exc
     ctx.agree(error, "setting up NCCL (its communicator)")
-    channel = _CHANNELS[key] = _Channel(comm, _cuda.cupy_or_none().cuda.Stream(non_blocking=True))
+    channel = _CHANNELS[key] = _Channel(comm, _exchange_stream())
     return channel
+
+
+def _exchange_stream():
+    """A non-blocking stream of the device's highest priority (priorities out of range
+    are clamped to it), kept for the process: its work is scheduled ahead of the local
+    product's blocks as they finish, so the halo does not wait for the whole product."""
+    cupy = _cuda.cupy_or_none()
+    runtime = cupy.cuda.runtime
+    handle = runtime.streamCreateWithPriority(runtime.streamNonBlocking, _HIGHEST_PRIORITY)
+    return cupy.cuda.ExternalStream(handle)
+
+
+# lower is higher; CUDA clamps it to the device's range (-5..0 on recent GPUs)
+_HIGHEST_PRIORITY = -(2**20)
 
 
 # bytes of the broadcast carrying NCCL's pickled unique id (128 characters)
@@ -616,14 +637,15 @@ class Nccl(Transport):
                             self.nccl.NCCL_SUM, cupy.cuda.get_current_stream().ptr)  # fmt: skip
 
     def exchange(self, sends, receives, stream) -> None:
-        """One NCCL group of byte-wise sends and receives on ``stream``."""
-        nccl, comm = self.nccl, self.comm
+        """One NCCL group of byte-wise sends and receives on ``stream``; each message a
+        (device pointer, bytes, peer) triple."""
+        nccl, comm, handle = self.nccl, self.comm, stream.ptr
         nccl.groupStart()
         try:
-            for buffer, source in receives:
-                comm.recv(buffer.data.ptr, buffer.nbytes, nccl.NCCL_UINT8, source, stream.ptr)
-            for buffer, dest in sends:
-                comm.send(buffer.data.ptr, buffer.nbytes, nccl.NCCL_UINT8, dest, stream.ptr)
+            for pointer, size, source in receives:
+                comm.recv(pointer, size, nccl.NCCL_UINT8, source, handle)
+            for pointer, size, dest in sends:
+                comm.send(pointer, size, nccl.NCCL_UINT8, dest, handle)
         finally:
             nccl.groupEnd()
 
@@ -631,8 +653,8 @@ class Nccl(Transport):
         cupy = _cuda.cupy_or_none()
         neighbours = plan.neighbours
         out = cupy.zeros(len(neighbours) + 1, dtype=np.uint8)
-        sends = [(out[-1:], peer) for peer in neighbours]
-        receives = [(out[k : k + 1], peer) for k, peer in enumerate(neighbours)]
+        sends = _messages([(out[-1:], peer) for peer in neighbours])
+        receives = _messages([(out[k : k + 1], peer) for k, peer in enumerate(neighbours)])
         stream = cupy.cuda.get_current_stream()
         self.exchange(sends, receives, stream)
         self.allreduce(cupy.zeros(1, dtype=np.float64))
@@ -640,18 +662,33 @@ class Nccl(Transport):
                              f" (with rank(s) {neighbours})")  # fmt: skip
 
 
+def _messages(pairs) -> list[tuple[int, int, int]]:
+    """(device pointer, bytes, peer) of each (buffer, peer) pair: what NCCL is handed."""
+    return [(buffer.data.ptr, buffer.nbytes, peer) for buffer, peer in pairs]
+
+
 class _NcclHalo(_Halo):
+    """The exchange on the channel's stream (of the highest priority, so that its kernels
+    take the first free multiprocessors while the local product runs). ``start`` gathers
+    the entries to send there; ``send``, called once the local product is queued, starts
+    the group of sends and receives; ``finish`` has the caller's stream wait for it. The
+    message lists are made once: the buffers never move."""
+
     def __init__(self, transport, plan, dtype):
         super().__init__(transport, plan, dtype, host_buffers=False)
         cupy = _cuda.cupy_or_none()
         self.ready = cupy.cuda.Event(disable_timing=True)
         self.received = cupy.cuda.Event(disable_timing=True)
+        sends, receives = self.forward_lists(self.packed, self.ghosts)
+        self.forward = _messages(sends), _messages(receives)
+        self.reverse = self.forward[1], self.forward[0]
+        self._pending = None
 
-    def _post(self, lists, prepare):
+    def _pack(self, lists, prepare):
+        """Queue ``prepare`` on the exchange's stream after the caller's work so far."""
         cupy = _cuda.cupy_or_none()
-        caller = cupy.cuda.get_current_stream()
         stream = self.transport.stream
-        self.ready.record(caller)
+        self.ready.record(cupy.cuda.get_current_stream())
         stream.wait_event(self.ready)
         error = None
         with stream:
@@ -661,15 +698,22 @@ class _NcclHalo(_Halo):
                 error = exc
                 self.packed.fill(0)
                 self.ghosts.fill(0)
-            self.transport.exchange(*lists, stream)
-        self.received.record(stream)
+        self._pending = lists
         return error
 
+    def send(self):
+        lists, self._pending = self._pending, None
+        if lists is None:
+            return
+        stream = self.transport.stream
+        self.transport.exchange(*lists, stream)
+        self.received.record(stream)
+
     def start(self, x_local):
-        return self._post(self.forward_lists(self.packed, self.ghosts),
-                          lambda: gather(x_local, self.pack, self.packed))  # fmt: skip
+        return self._pack(self.forward, lambda: gather(x_local, self.pack, self.packed))
 
     def finish(self):
+        self.send()  # a caller with no local part to queue first
         _cuda.cupy_or_none().cuda.get_current_stream().wait_event(self.received)
         return self.ghosts
 
@@ -678,7 +722,7 @@ class _NcclHalo(_Halo):
             if contributions is not self.ghosts:
                 self.ghosts[...] = contributions
 
-        return self._post(self.reverse_lists(self.packed, self.ghosts), prepare)
+        return self._pack(self.reverse, prepare)
 
     def finish_reverse(self):
         self.finish()
