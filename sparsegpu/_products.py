@@ -112,7 +112,7 @@ def explain(A, other=None):
     other : dtype, array or sparse matrix, optional
         The dtype of ``x`` (default ``A.dtype``) or an ``x`` / ``X``: returns the
         ``Choice`` of ``A @ x`` (see :func:`sparsegpu._planning.explain`). A sparse matrix
-        ``B``: returns the :class:`~sparsegpu._plan_spgemm.SpgemmPlan` of ``A @ B``: the
+        ``B``: returns the :class:`~sparsegpu._planning.SpgemmPlan` of ``A @ B``: the
         algorithm, the planning level that chose it, what planning measured (time and
         peak device memory of each candidate) and the last product's peak device memory.
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from . import _cuda, _plan_spgemm
+from . import _cuda, _planning
 from ._mirror import CUPY, DeviceMatrix
-from ._planning import level_in_force
+from ._planning import SpgemmPlan, level_in_force
 from ._registry import AUTO, get_backend
 from ._select import name_in_force, result_dtype
 from .backends import spgemm
@@ -109,7 +109,7 @@ def product(
     _cuda.ensure_context()
     left, right = operands(A, B, residence, value_dtype, as_csr)
     level = level_in_force(planning, A._sg_planning)
-    product = _plan_spgemm.multiply(
+    product = _planning.multiply_sparse(
         left, right, engine, level=level, algorithm=algorithm, memory_limit=memory_limit
     )
     wide = np.dtype(np.int64)
@@ -120,16 +120,16 @@ def product(
     return product
 
 
-def explain(A, B) -> _plan_spgemm.SpgemmPlan:
-    """How ``A @ B`` runs now: :class:`~sparsegpu._plan_spgemm.SpgemmPlan`."""
+def explain(A, B) -> SpgemmPlan:
+    """How ``A @ B`` runs now: :class:`~sparsegpu._planning.SpgemmPlan`."""
     if not _sparse_2d(B):
         raise TypeError(f"B must be a 2-D sparse matrix, got {type(B).__name__}")
     level = level_in_force(None, A._sg_planning)
     engine, residence, value_dtype, reason = where(A, B)
     if engine is None:
-        return _plan_spgemm.SpgemmPlan("scipy", level, f"scipy on the host: {reason}")
+        return SpgemmPlan("scipy", level, f"scipy on the host: {reason}")
     left, right = operands(A, B, residence, value_dtype)
-    return _plan_spgemm.explain(left, right, engine, level=level)
+    return _planning.explain_sparse(left, right, engine, level=level)
 
 
 def check_operands(A, B) -> None:

@@ -54,10 +54,10 @@ def _forget_measured_plans():
     """Plans measured for a fingerprint are process-wide: one test's must not decide the
     next test's choice."""
     yield
-    from sparsegpu import _plan_spgemm, _planning
+    from sparsegpu import _planning
 
     _planning.forget_measurements()
-    _plan_spgemm.forget()
+    _planning.forget_sparse_plans()
 
 
 @pytest.fixture(autouse=True)

@@ -17,7 +17,7 @@ import pytest
 import scipy.sparse as sp
 
 import sparsegpu as sg
-from sparsegpu import _cuda, _plan_spgemm, _sparse_product
+from sparsegpu import _cuda, _planning, _sparse_product
 from sparsegpu._mirror import DeviceMemoryError
 from sparsegpu.testing import (
     INDEX_DTYPES,
@@ -447,8 +447,8 @@ def test_the_reuse_plan_recomputes_values_only_for_the_same_patterns(engine, mon
         candidate = fn.args[0].func  # _discard(run, ...): run_once, or a reuse plan's compute
         return Timing((1.0 if getattr(candidate, "__name__", "") == "compute" else 5.0,))
 
-    monkeypatch.setattr(_plan_spgemm._timing, "host_time", timing)
-    monkeypatch.setattr(_plan_spgemm._timing, "cuda_time", timing)
+    monkeypatch.setattr(_planning._timing, "host_time", timing)
+    monkeypatch.setattr(_planning._timing, "cuda_time", timing)
     A @ A
     A @ A
     assert sg.explain(A, A).algorithm == "reuse"
@@ -501,19 +501,17 @@ def test_a_refused_allocation_is_not_counted_in_the_peak():
 
 
 def test_reuse_plans_are_kept_within_their_count_and_memory(engine, monkeypatch):
-    monkeypatch.setattr(_plan_spgemm, "REUSE_PLANS", 2)
+    monkeypatch.setattr(_planning, "REUSE_PLANS", 2)
     plans = []
     for seed in range(4):
         A = _on(engine, random_sparse((50, 50), 0.1, 30 + seed, np.float64))
-        pair = _plan_spgemm._pair(
-            *_sparse_product.operands(A, A, *_sparse_product.where(A, A)[1:3])
-        )
+        pair = _planning._pair(*_sparse_product.operands(A, A, *_sparse_product.where(A, A)[1:3]))
         pair.reuse = type("Plan", (), {"held_bytes": 10})()
         plans.append(pair)
-        _plan_spgemm._drop_reuse_plans(_plan_spgemm.REUSE_PLANS)
+        _planning._drop_reuse_plans(_planning.REUSE_PLANS)
     assert [p.reuse is not None for p in plans] == [False, False, True, True]
-    monkeypatch.setattr(_plan_spgemm, "_reuse_memory_cap", lambda: 15)
-    assert _plan_spgemm._drop_reuse_plans(2) == 1
+    monkeypatch.setattr(_planning, "_reuse_memory_cap", lambda: 15)
+    assert _planning._drop_reuse_plans(2) == 1
     assert [p.reuse is not None for p in plans] == [False, False, False, True]
 
 
