@@ -22,6 +22,7 @@ import hashlib
 import os
 import pickle
 import socket
+import warnings
 
 import numpy as np
 
@@ -255,10 +256,15 @@ def add_at(y, index, values) -> None:
         return
     if isinstance(y, np.ndarray):
         np.add.at(y, index, values)
-    else:
-        import cupyx
-
-        cupyx.scatter_add(y, index, values)
+        return
+    cupy = _cuda.cupy_or_none()
+    if y.dtype.kind != "c":
+        cupy.add.at(y, index, values)
+        return
+    # CuPy's add.at takes real values only: a complex y is two interleaved real vectors
+    parts = y.view(y.real.dtype).reshape(-1, 2)
+    cupy.add.at(parts[:, 0], index, values.real)
+    cupy.add.at(parts[:, 1], index, values.imag)
 
 
 # ---------------------------------------------------------------------- transports
@@ -586,7 +592,11 @@ def _exchange_stream():
     cupy = _cuda.cupy_or_none()
     runtime = cupy.cuda.runtime
     handle = runtime.streamCreateWithPriority(runtime.streamNonBlocking, _HIGHEST_PRIORITY)
-    return cupy.cuda.ExternalStream(handle)
+    with warnings.catch_warnings():
+        # CuPy 14 deprecates ExternalStream for Stream.from_external, which CuPy 13
+        # lack; the stream lives as long as the process
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return cupy.cuda.ExternalStream(handle, cupy.cuda.Device().id)
 
 
 # lower is higher; CUDA clamps it to the device's range (-5..0 on recent GPUs)

@@ -262,6 +262,26 @@ def test_the_transposed_product_matches_scipy(comm):
     assert_product_close(y, S.T @ u, np.float64, 40, "transposed product")
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+@pytest.mark.parametrize("where", ["numpy", "cupy"])
+def test_the_reverse_halo_sums_repeated_entries(where, dtype):
+    """``add_at`` adds each returned contribution at its column, repeated columns summed
+    (complex values too: CuPy's ``add.at`` takes real values only)."""
+    from sparsegpu.distributed import _transport
+
+    xp = np if where == "numpy" else _cuda.cupy_or_none()
+    if xp is None:
+        pytest.skip(f"no GPU here: {_cuda.backend_reason()}")
+    index = np.array([0, 3, 3, 1, 3, 0], dtype=np.int64)
+    values = random_vector(index.size, dtype, seed=5)
+    y = random_vector(5, dtype, seed=6)
+    expected = y.copy()
+    np.add.at(expected, index, values)
+    out = xp.asarray(y)
+    _transport.add_at(out, xp.asarray(index), xp.asarray(values))
+    np.testing.assert_allclose(_cuda.to_host(out), expected, rtol=1e-6)
+
+
 def test_gmres_refuses_a_fractional_restart_like_the_single_process_solver(comm):
     A = distribute(nonsymmetric(6, np.float64), comm)
     b = scatter(A, np.ones(36), comm)
