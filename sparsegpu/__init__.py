@@ -2,8 +2,9 @@
 
 Matrices
     ``csr_matrix`` and ``csr_array`` (and ``csc_matrix``/``csc_array``, what ``A.T``
-    gives) are scipy's classes with the products moved: ``A @ x``, ``A.T @ x``, ``A @ X``
-    run on a backend, on the GPU for a GPU backend. ``help(sparsegpu.csr_matrix)`` shows
+    gives), ``bsr_matrix`` and ``bsr_array`` (blocks) are scipy's classes with the
+    products moved: ``A @ x``, ``A.T @ x``, ``A @ X`` run on a backend, on the GPU for a
+    GPU backend. ``help(sparsegpu.csr_matrix)`` shows
     one (with everything it inherits from scipy: not repeated here).
 Backends
     ``backends()`` lists them with why each cannot run here; ``use_backend``,
@@ -25,7 +26,9 @@ True
 
 from . import datasets, io, linalg, suitesparse
 from ._construct import block_diag, bmat, diags, eye, hstack, identity, kron, random, vstack
-from ._matrix import csc_array as csc_array  # public; kept out of __all__ (see there)
+from ._matrix import bsr_array as bsr_array  # public; kept out of __all__ (see there)
+from ._matrix import bsr_matrix as bsr_matrix
+from ._matrix import csc_array as csc_array
 from ._matrix import csc_matrix as csc_matrix
 from ._matrix import csr_array as csr_array
 from ._matrix import csr_matrix as csr_matrix
@@ -44,7 +47,7 @@ from ._select import use_backend
 from ._version import __version__
 from .tuning.autotune import AutotuneReport, autotune
 
-# What help(sparsegpu) documents in full: not the four matrix classes, whose help repeats
+# What help(sparsegpu) documents in full: not the six matrix classes, whose help repeats
 # ~1,000 lines of scipy's each (help(sparsegpu) was 5,000 lines); the docstring names them.
 __all__ = [
     "AutotuneReport",

@@ -2,10 +2,12 @@
 
 Each function is a thin wrapper over its namesake in :mod:`scipy.sparse`: scipy builds the
 matrix, and the result comes back as :class:`sparsegpu.csr_matrix` / ``csr_array`` (the
-default, ``format="csr"``) or ``csc_matrix`` / ``csc_array`` (``format="csc"``), sharing
-scipy's arrays. Other formats raise ``ValueError`` rather than hand back a scipy class
-whose products would silently run on the CPU; ``cupyx.scipy.sparse`` likewise fails for a
-format it has no GPU class for (its ``asformat`` raises). Call scipy's function for those.
+default, ``format="csr"``), ``csc_matrix`` / ``csc_array`` (``format="csc"``) or
+``bsr_matrix`` / ``bsr_array`` (``format="bsr"``, and ``kron``'s default where scipy's
+builds blocks), sharing scipy's arrays. Other formats raise ``ValueError`` rather than hand
+back a scipy class whose products would silently run on the CPU; ``cupyx.scipy.sparse``
+likewise fails for a format it has no GPU class for (its ``asformat`` raises). Call
+scipy's function for those.
 
 The kind follows the inputs: a sparse array among them makes the result an array (as
 scipy >= 1.12 does; scipy 1.11 returned a matrix there), otherwise a matrix. The result
@@ -19,7 +21,7 @@ import scipy.sparse as sp
 
 from ._matrix import _SparseGPUMixin
 
-_FORMATS = ("csr", "csc")
+_FORMATS = ("csr", "csc", "bsr")
 
 
 def _checked_format(format: str | None, function: str) -> str:
@@ -27,7 +29,8 @@ def _checked_format(format: str | None, function: str) -> str:
         return "csr"
     if format not in _FORMATS:
         raise ValueError(
-            f"sparsegpu.{function} builds 'csr' or 'csc' matrices, got format={format!r}; "
+            f"sparsegpu.{function} builds 'csr', 'csc' or 'bsr' matrices, got "
+            f"format={format!r}; "
             f"use scipy.sparse.{function} for other formats"
         )
     return format
@@ -53,14 +56,14 @@ def vstack(blocks, format=None, dtype=None):
     ----------
     blocks : sequence of sparse matrices or arrays
         With the same number of columns.
-    format : {"csr", "csc"}, optional
+    format : {"csr", "csc", "bsr"}, optional
         Format of the result; default "csr". Other formats raise ValueError.
     dtype : dtype, optional
         Value type of the result; default: the blocks' common type.
 
     Returns
     -------
-    sparsegpu.csr_matrix, csr_array, csc_matrix or csc_array
+    sparsegpu.csr_matrix, csr_array, csc_matrix, csc_array, bsr_matrix or bsr_array
         An array when any block is a sparse array; with the first sparsegpu block's
         backend and policy.
 
@@ -83,14 +86,14 @@ def hstack(blocks, format=None, dtype=None):
     ----------
     blocks : sequence of sparse matrices or arrays
         With the same number of rows.
-    format : {"csr", "csc"}, optional
+    format : {"csr", "csc", "bsr"}, optional
         Format of the result; default "csr". Other formats raise ValueError.
     dtype : dtype, optional
         Value type of the result; default: the blocks' common type.
 
     Returns
     -------
-    sparsegpu.csr_matrix, csr_array, csc_matrix or csc_array
+    sparsegpu.csr_matrix, csr_array, csc_matrix, csc_array, bsr_matrix or bsr_array
         An array when any block is a sparse array; with the first sparsegpu block's
         backend and policy.
 
@@ -113,14 +116,14 @@ def bmat(blocks, format=None, dtype=None):
     ----------
     blocks : nested sequence of sparse matrices, arrays or None
         Rows of blocks; None is an all-zero block.
-    format : {"csr", "csc"}, optional
+    format : {"csr", "csc", "bsr"}, optional
         Format of the result; default "csr". Other formats raise ValueError.
     dtype : dtype, optional
         Value type of the result; default: the blocks' common type.
 
     Returns
     -------
-    sparsegpu.csr_matrix, csr_array, csc_matrix or csc_array
+    sparsegpu.csr_matrix, csr_array, csc_matrix, csc_array, bsr_matrix or bsr_array
         An array when any block is a sparse array; with the first sparsegpu block's
         backend and policy.
 
@@ -143,14 +146,14 @@ def block_diag(mats, format=None, dtype=None):
     ----------
     mats : sequence of sparse or dense matrices
         The diagonal blocks, in order.
-    format : {"csr", "csc"}, optional
+    format : {"csr", "csc", "bsr"}, optional
         Format of the result; default "csr". Other formats raise ValueError.
     dtype : dtype, optional
         Value type of the result; default: the blocks' common type.
 
     Returns
     -------
-    sparsegpu.csr_matrix, csr_array, csc_matrix or csc_array
+    sparsegpu.csr_matrix, csr_array, csc_matrix, csc_array, bsr_matrix or bsr_array
         An array when any block is a sparse array; with the first sparsegpu block's
         backend and policy.
 
@@ -171,12 +174,14 @@ def kron(A, B, format=None):
     Parameters
     ----------
     A, B : sparse or dense matrices
-    format : {"csr", "csc"}, optional
-        Format of the result; default "csr". Other formats raise ValueError.
+    format : {"csr", "csc", "bsr"}, optional
+        Format of the result. Default: what scipy builds, BSR with blocks of ``B``'s shape
+        where at least half of ``B`` is stored (a mesh's couplings of several unknowns),
+        else CSR. Other formats raise ValueError.
 
     Returns
     -------
-    sparsegpu.csr_matrix, csr_array, csc_matrix or csc_array
+    sparsegpu.csr_matrix, csr_array, csc_matrix, csc_array, bsr_matrix or bsr_array
         An array when ``A`` or ``B`` is a sparse array; with the backend and policy of
         ``A``, or else ``B``, when it is a sparsegpu matrix.
 
@@ -184,9 +189,15 @@ def kron(A, B, format=None):
     --------
     >>> import scipy.sparse as sp, sparsegpu as sg
     >>> K = sg.kron(sg.csr_matrix(sp.eye(2)), sp.csr_matrix([[1, 2], [3, 4]]))
-    >>> type(K).__name__, K.shape
-    ('csr_matrix', (4, 4))
+    >>> type(K).__name__, K.shape, K.blocksize
+    ('bsr_matrix', (4, 4), (2, 2))
+    >>> type(sg.kron(sg.csr_matrix(sp.eye(2)), sp.eye(3))).__name__
+    'csr_matrix'
     """
+    if format is None:  # scipy's choice: blocks of B's shape where B is mostly filled
+        result = sp.kron(A, B)
+        format = "bsr" if result.format == "bsr" else "csr"
+        return _sparsegpu(result, format, (A, B))
     format = _checked_format(format, "kron")
     return _sparsegpu(sp.kron(A, B, format=format), format, (A, B))
 
@@ -204,7 +215,7 @@ def eye(m, n=None, k=0, dtype=float, format=None):
         Diagonal holding the ones: 0 the main one, > 0 above, < 0 below.
     dtype : dtype, optional
         Value type; default float64.
-    format : {"csr", "csc"}, optional
+    format : {"csr", "csc", "bsr"}, optional
         Format of the result; default "csr". Other formats raise ValueError.
 
     Returns
@@ -233,7 +244,7 @@ def identity(n, dtype="d", format=None):
         Number of rows and columns.
     dtype : dtype, optional
         Value type; default float64.
-    format : {"csr", "csc"}, optional
+    format : {"csr", "csc", "bsr"}, optional
         Format of the result; default "csr". Other formats raise ValueError.
 
     Returns
@@ -263,7 +274,7 @@ def diags(diagonals, offsets=0, shape=None, format=None, dtype=None):
         Diagonal of each entry of ``diagonals``: 0 the main one, > 0 above, < 0 below.
     shape : tuple of int, optional
         Shape of the result; default: square, just large enough.
-    format : {"csr", "csc"}, optional
+    format : {"csr", "csc", "bsr"}, optional
         Format of the result; default "csr". Other formats raise ValueError.
     dtype : dtype, optional
         Value type; default: scipy's default for ``diags``.

@@ -32,6 +32,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import _cuda, _dispatch, _planning, _registry, _sparse_product
+from ._block_mirror import DeviceBlockMatrix
 from ._dtypes import is_half
 from ._host_buffers import (
     ARRAY_NAMES,
@@ -176,6 +177,8 @@ class _SparseGPUMixin:
     _sg_policy = None
     _sg_planning: str | None = None
     _sg_mixed: bool = False
+    # what a mirror of this class's arrays is: CSR arrays, or BSR ones (_BSRMixin)
+    _sg_mirror_type: type = DeviceMatrix
 
     data = _stored("data")
     indices = _stored("indices")
@@ -287,6 +290,7 @@ class _SparseGPUMixin:
         return Operand(
             self.dtype, self._sg_index_dtype(), self._sg_backend, self._sg_policy,
             self._sg_planning, self._sg_mixed, self._sg_mirror, self._sg_cache_dict,
+            self._sg_mirror_type.format,
         )  # fmt: skip
 
     def _sg_mirror(self, residence: Residence, value_dtype) -> DeviceMatrix:
@@ -318,7 +322,7 @@ class _SparseGPUMixin:
             # layout), so it is never stale; they are still held, so that a write through
             # A.data/A.indices drops the mirror and the next product validates them again
             # (an index written out of range is a ValueError, not a crash in scipy's kernel).
-            mirror = DeviceMatrix.from_host(*arrays, csr_shape, residence)
+            mirror = self._sg_mirror_type.from_host(*arrays, csr_shape, residence)
             mirror.layout = "csc" if transposed else "csr"
             mirror.shape = self.shape
             self._sg_lock_arrays(arrays)
@@ -332,7 +336,7 @@ class _SparseGPUMixin:
             self._sg_materialise()  # a result kept on another residence's device
             arrays = [self.__dict__[n] for n in ARRAY_NAMES]
             arrays = own_arrays(live_sharers(shared), arrays)
-            stored = DeviceMatrix.from_host(*arrays, csr_shape, residence)
+            stored = self._sg_mirror_type.from_host(*arrays, csr_shape, residence)
             shared[(residence.name, "stored")] = stored
             for sharer in live_sharers(shared):
                 sharer._sg_lock_arrays([sharer.__dict__[n] for n in ARRAY_NAMES])
@@ -679,19 +683,21 @@ class _SparseGPUMixin:
     # back as sparsegpu classes with this matrix's backend choice. Issue 16.
     @staticmethod
     def _sg_class(format: str, array: bool):
-        """The sparsegpu class for scipy format ``format`` ("csr" or "csc") and kind, or
-        None for a format sparsegpu has no class for."""
+        """The sparsegpu class for scipy format ``format`` ("csr", "csc" or "bsr") and
+        kind, or None for a format sparsegpu has no class for."""
         return {
             ("csr", False): csr_matrix,
             ("csr", True): csr_array,
             ("csc", False): csc_matrix,
             ("csc", True): csc_array,
+            ("bsr", False): bsr_matrix,
+            ("bsr", True): bsr_array,
         }.get((format, array))
 
     @staticmethod
     def _sg_class_of(result):
-        """``result``, a scipy CSR or CSC of either kind, as the matching sparsegpu class
-        (sharing its arrays); anything else unchanged."""
+        """``result``, a scipy CSR, CSC or BSR of either kind, as the matching sparsegpu
+        class (sharing its arrays); anything else unchanged."""
         if isinstance(result, _SparseGPUMixin) or not sp.issparse(result):
             return result
         cls = _SparseGPUMixin._sg_class(result.format, not isinstance(result, sp.spmatrix))
@@ -713,6 +719,11 @@ class _SparseGPUMixin:
         return self._sg_adopt(super().tocsc(copy=copy))
 
     tocsc.__doc__ = sp.csr_matrix.tocsc.__doc__
+
+    def tobsr(self, *args, **kwargs):  # scipy's defaults (copy=True for CSR, False for BSR)
+        return self._sg_adopt(super().tobsr(*args, **kwargs))
+
+    tobsr.__doc__ = sp.csr_matrix.tobsr.__doc__
 
     def _matmul_sparse(self, other):
         stored = _sparse_product.product(self, other)
@@ -743,11 +754,7 @@ class _SparseGPUMixin:
             return self._sg_adopt(other.__mul__(self))
         return super().__rmul__(other)
 
-
-class _CSRMixin(_SparseGPUMixin):
-    def _sg_layout(self):
-        return self.shape, False
-
+    # the classes scipy's own methods build their results with (tocsr, transpose, tobsr)
     @property
     def _csr_container(self):
         return csr_matrix if isinstance(self, sp.spmatrix) else csr_array
@@ -756,10 +763,37 @@ class _CSRMixin(_SparseGPUMixin):
     def _csc_container(self):
         return csc_matrix if isinstance(self, sp.spmatrix) else csc_array
 
+    @property
+    def _bsr_container(self):
+        return bsr_matrix if isinstance(self, sp.spmatrix) else bsr_array
+
+
+class _CSRMixin(_SparseGPUMixin):
+    def _sg_layout(self):
+        return self.shape, False
+
 
 class _CSCMixin(_CSRMixin):
     def _sg_layout(self):
         return (self.shape[1], self.shape[0]), True
+
+
+class _BSRMixin(_SparseGPUMixin):
+    """What sparsegpu adds to scipy's BSR classes: the block mirror (its blocks as scipy
+    stores them, validated once) and products on the backends that read it."""
+
+    _sg_mirror_type = DeviceBlockMatrix
+
+    def _sg_layout(self):
+        return self.shape, False
+
+    # A @ B with a BSR left operand is scipy's (a BSR result for a BSR B, as scipy gives):
+    # sparsegpu's SpGEMM engines multiply CSR mirrors.
+    def _matmul_sparse(self, other):
+        return self._sg_adopt(super(_SparseGPUMixin, self)._matmul_sparse(other))
+
+    def _mul_sparse_matrix(self, other):  # scipy < 1.13
+        return self._sg_adopt(super(_SparseGPUMixin, self)._mul_sparse_matrix(other))
 
 
 class csr_matrix(_CSRMixin, sp.csr_matrix):
@@ -802,6 +836,48 @@ class csc_matrix(_CSCMixin, sp.csc_matrix):
 
 class csc_array(_CSCMixin, sp.csc_array):
     """A ``scipy.sparse.csc_array`` whose products run on a sparsegpu backend."""
+
+
+class bsr_matrix(_BSRMixin, sp.bsr_matrix):
+    """A ``scipy.sparse.bsr_matrix`` whose products run on a sparsegpu backend.
+
+    Takes everything ``scipy.sparse.bsr_matrix`` takes (``blocksize=`` included), plus CuPy
+    arrays and ``cupyx.scipy.sparse`` matrices (copied to the host once). ``A @ x``,
+    ``A @ X``, ``A.T @ x`` and the products of ``scipy.sparse.linalg`` and
+    ``sparsegpu.linalg`` run on a backend that reads the blocks as they are stored
+    (``cusparse_bsr`` on the GPU under ``auto``; ``scipy``, scipy's own BSR kernels, on
+    the host); NumPy operands give NumPy results, CuPy operands CuPy results. Every other
+    method is scipy's, and its BSR, CSR and CSC results are sparsegpu classes with this
+    matrix's backend choice (``A.T``, ``A.tocsr()``, ``A * 2``, ``A + B``).
+
+    The same rules as for :class:`csr_matrix` keep the GPU copy current: assigning
+    ``A.data``/``A.indices``/``A.indptr``, writing into them (``A.data[0] = 0``) and
+    scipy's in-place methods (``sum_duplicates``, ``sort_indices``, ``eliminate_zeros``,
+    ``prune``) drop it; invalid arrays are refused before any kernel reads them.
+
+    Attributes
+    ----------
+    backend : str or None
+        The backend for this matrix's products: ``"auto"``, ``"cusparse_bsr"`` or
+        ``"scipy"`` (a CSR backend named for a BSR matrix raises TypeError).
+    policy : Policy or None
+        Launch policy for that backend; None uses its default.
+
+    Examples
+    --------
+    >>> import numpy as np, scipy.sparse as sp, sparsegpu as sg
+    >>> A = sg.bsr_matrix(sp.random(12, 12, density=0.3, random_state=0), blocksize=(3, 3))
+    >>> y = A @ np.ones(12)             # numpy in, numpy out
+    >>> A.blocksize, isinstance(A, sp.bsr_matrix), type(A.T).__name__
+    ((3, 3), True, 'bsr_matrix')
+    """
+
+
+class bsr_array(_BSRMixin, sp.bsr_array):
+    """A ``scipy.sparse.bsr_array`` whose products run on a sparsegpu backend.
+
+    See :class:`bsr_matrix`; ``*`` is element-wise, as for every scipy sparse array.
+    """
 
 
 def matvec(A, x, *, backend: str | None = None, policy=None, out=None, planning=None):

@@ -219,7 +219,12 @@ class DeviceMatrix:
     tuned_scores : dict of str to float, or None
         The tuning store's GB/s for each backend that has an entry for this mirror's class
         (looked up once by selection; None until then).
+    format : str
+        ``"csr"``: the storage format backends read (``Backend.formats``); the BSR
+        mirror (:class:`sparsegpu._block_mirror.DeviceBlockMatrix`) says ``"bsr"``.
     """
+
+    format = "csr"
 
     def __init__(self, data, indices, indptr, shape, residence: Residence):
         self.data = data
@@ -342,20 +347,9 @@ class DeviceMatrix:
             np.asarray(indices[:nnz], dtype=index_dtype),
             np.asarray(indptr, dtype=index_dtype),
         )
-        if residence.copies:  # a device copy is in native byte order
-            host = tuple(a.astype(a.dtype.newbyteorder("="), copy=False) for a in host)
-            value_dtype = value_dtype.newbyteorder("=")
-        xp = residence.xp
-        try:
-            dev = [residence.upload(a) for a in host]
-            if dev[0].dtype != value_dtype:
-                dev[0] = dev[0].astype(value_dtype)
-        except Exception as exc:
-            if is_out_of_memory(exc):
-                what = f"the device mirror of this matrix ({nnz:,} nonzeros, {value_dtype})"
-                raise memory_error(sum(a.nbytes for a in host), what) from exc
-            raise
-        _validate(dev[2], dev[1], n_cols, xp)
+        what = f"the device mirror of this matrix ({nnz:,} nonzeros, {value_dtype})"
+        dev = upload_arrays(host, residence, value_dtype, what)
+        _validate(dev[2], dev[1], n_cols, residence.xp)
         return cls(dev[0], dev[1], dev[2], (n_rows, n_cols), residence)
 
     def transpose(self) -> DeviceMatrix:
@@ -387,8 +381,27 @@ class DeviceMatrix:
         return DeviceMatrix(self.data.conj(), self.indices, self.indptr, self.shape, self.residence)
 
 
-def _validate(indptr, indices, n_cols: int, xp) -> None:
-    """Check monotone indptr and in-range indices with one transfer; name the first bad spot."""
+def upload_arrays(host, residence: Residence, value_dtype, what: str) -> list:
+    """``host`` (values first, then index arrays) uploaded to ``residence``, the values cast
+    to ``value_dtype``; a MemoryError naming ``what`` with the bytes needed and free when
+    they do not fit. A device copy is in native byte order."""
+    if residence.copies:
+        host = tuple(a.astype(a.dtype.newbyteorder("="), copy=False) for a in host)
+        value_dtype = value_dtype.newbyteorder("=")
+    try:
+        dev = [residence.upload(a) for a in host]
+        if dev[0].dtype != value_dtype:
+            dev[0] = dev[0].astype(value_dtype)
+    except Exception as exc:
+        if is_out_of_memory(exc):
+            raise memory_error(sum(a.nbytes for a in host), what) from exc
+        raise
+    return dev
+
+
+def _validate(indptr, indices, n_cols: int, xp, unit: str = "column") -> None:
+    """Check monotone indptr and in-range indices with one transfer; name the first bad spot
+    (``unit``: what an index counts, ``"column"`` or ``"block column"``)."""
     n_rows = indptr.shape[0] - 1
     checks = []
     if n_rows > 0:
@@ -414,8 +427,8 @@ def _validate(indptr, indices, n_cols: int, xp) -> None:
     value = int(_to_host(indices[pos : pos + 1], xp)[0])
     row = int(xp.searchsorted(indptr, pos, side="right")) - 1
     raise ValueError(
-        f"column index out of range: indices[{pos}] = {value} (row {row}) but the matrix "
-        f"has {n_cols} columns; indices must lie in [0, {n_cols})"
+        f"{unit} index out of range: indices[{pos}] = {value} ({unit.replace('column', 'row')} "
+        f"{row}) but the matrix has {n_cols} {unit}s; indices must lie in [0, {n_cols})"
     )
 
 

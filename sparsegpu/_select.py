@@ -300,6 +300,9 @@ class Operand:
         backend computes (made once, on first request).
     cache : callable
         ``cache() -> MatrixCache``: where the matrix keeps its choices (planning's).
+    format : str
+        The format of its mirrors (``"csr"``, or ``"bsr"`` for the BSR classes): a backend
+        named for it must list it in ``Backend.formats``.
     """
 
     dtype: np.dtype
@@ -310,6 +313,7 @@ class Operand:
     mixed: bool = False
     mirror: Callable = field(default=None, repr=False, compare=False)
     cache: Callable = field(default=None, repr=False, compare=False)
+    format: str = "csr"
 
 
 # Columns of X are rounded up to a power of two for planning (a plan measured with k = 24
@@ -558,6 +562,7 @@ def select(
             policy = None
     else:
         backend = get_backend(name)
+        _check_format(backend, operand)
         backend.check_dtypes(value_dtype, operand.index_dtype)
         reason, stats = f"asked for by name ({_named_by(request, operand)})", None
     _check_policy_type(backend, policy, request)
@@ -587,6 +592,19 @@ def auto_estimate(
         backend.name, policy, reason, stats, value_dtype, AUTO, override,
         implementation=backend, operation=operation,
     )  # fmt: skip
+
+
+def _check_format(backend, operand: Operand) -> None:
+    """Refuse a backend named for a matrix whose format its plans do not read (a CSR
+    kernel for a ``bsr_matrix``)."""
+    if operand.format not in backend.formats:
+        takers = [b.name for b in registered().values() if operand.format in b.formats]
+        raise TypeError(
+            f"backend {backend.name!r} computes "
+            f"{' and '.join(f.upper() for f in backend.formats)} matrices, not this "
+            f"{operand.format.upper()} one; use {', '.join(repr(t) for t in takers)} or "
+            f"'auto', or convert the matrix (A.tocsr())"
+        )
 
 
 def _check_policy_type(backend, policy, request) -> None:
@@ -665,6 +683,7 @@ def _select_mixed(
         backend = get_backend(name)
         if backend.residence.name == "host":
             return None
+        _check_format(backend, operand)
         if pair not in backend.mixed_pairs:
             takers = [b.name for b in registered().values() if pair in b.mixed_pairs]
             raise TypeError(

@@ -79,8 +79,8 @@ def operands(A, B, residence, value_dtype, as_csr=False) -> tuple[DeviceMatrix, 
 
 def _csr(M, residence, value_dtype) -> DeviceMatrix:
     """The CSR mirror of ``M`` at ``residence``: a sparsegpu matrix's own (kept), a scipy
-    matrix's uploaded for this product."""
-    if hasattr(M, "_sg_mirror"):
+    matrix's (or a BSR one's CSR form) uploaded for this product."""
+    if hasattr(M, "_sg_mirror") and M.format != "bsr":
         return M._sg_mirror(residence, value_dtype)
     M = M.tocsr()
     return DeviceMatrix.from_host(

@@ -326,6 +326,9 @@ def _contenders(requested, gpu: bool):
         else:
             reason = registry[name].unavailable_reason()
             contender = BackendContender(registry[name])
+            if "csr" not in registry[name].formats:
+                skipped[name] = "reads the BSR classes' blocks, not CSR matrices"
+                continue
         if reason is not None:
             unavailable[name] = reason
         elif gpu and not contender.on_gpu and not requested:

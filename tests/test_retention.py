@@ -24,6 +24,8 @@ SPARSEGPU_CLASSES = {
     ("csr", "array"): sg.csr_array,
     ("csc", "matrix"): sg.csc_matrix,
     ("csc", "array"): sg.csc_array,
+    ("bsr", "matrix"): sg.bsr_matrix,
+    ("bsr", "array"): sg.bsr_array,
 }
 
 
@@ -77,6 +79,7 @@ DERIVED = {
     "column_slice": lambda A, B: A[:, 2:7],
     "tocsc": lambda A, B: A.tocsc(),
     "tocsr_copy": lambda A, B: A.tocsr(copy=True),
+    "tobsr": lambda A, B: A.tobsr(blocksize=(3, 2)),
     "transpose_tocsr": lambda A, B: A.T.tocsr(),
     "transpose_slice": lambda A, B: A.T[1:4],
     "A_matmul_AT": lambda A, B: A @ A.T,
@@ -117,7 +120,7 @@ BUILT = {
 }
 
 
-@pytest.mark.parametrize("fmt", ["csr", "csc"])
+@pytest.mark.parametrize("fmt", ["csr", "csc", "bsr"])
 @pytest.mark.parametrize("how", list(BUILT))
 def test_construct_from_blocks(how, fmt, kind, operands, dispatched):
     A, B, S, T = operands
@@ -141,7 +144,7 @@ NO_INPUT = {
 }
 
 
-@pytest.mark.parametrize("fmt", ["csr", "csc"])
+@pytest.mark.parametrize("fmt", ["csr", "csc", "bsr"])
 @pytest.mark.parametrize("how", list(NO_INPUT))
 def test_construct_without_inputs(how, fmt):
     result = NO_INPUT[how](sg, fmt)
@@ -159,7 +162,7 @@ REFUSED = {
 
 @pytest.mark.parametrize("how", list(REFUSED))
 def test_construct_refuses_other_formats(how):
-    with pytest.raises(ValueError, match=rf"sparsegpu.{how} builds 'csr' or 'csc' .*'coo'"):
+    with pytest.raises(ValueError, match=rf"sparsegpu.{how} builds 'csr', 'csc' or 'bsr' .*'coo'"):
         REFUSED[how]()
 
 

@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
 from .scripts import ROOT
 
 
-def test_scipy_suite_swaps_the_classes_and_sorts_the_failures():
-    """scipy's float16 check fails only because the swap took effect (scipy's own classes
-    refuse float16); the tool calls it deliberate, and the shape test passes with our
-    wording."""
-    selection = "TestCSR and not NonCanonical and not Bit and (test_dtype_check or test_reshape)"
+def _suite(*args) -> subprocess.CompletedProcess:
+    """tools/scipy_suite.py run with ``args``; it must exit 0 (every failure deliberate)."""
     run = subprocess.run(
-        [sys.executable, "tools/scipy_suite.py", "--", "-k", selection],
+        [sys.executable, "tools/scipy_suite.py", *args],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         capture_output=True,
@@ -23,5 +21,24 @@ def test_scipy_suite_swaps_the_classes_and_sorts_the_failures():
         timeout=300,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return run
+
+
+def test_scipy_suite_swaps_the_classes_and_sorts_the_failures():
+    """scipy's float16 check fails only because the swap took effect (scipy's own classes
+    refuse float16); the tool calls it deliberate, and the shape test passes with our
+    wording."""
+    selection = "TestCSR and not NonCanonical and not Bit and (test_dtype_check or test_reshape)"
+    run = _suite("--", "-k", selection)
     assert "2 passed, 2 failed" in run.stdout, run.stdout[-2000:]
     assert "2 deliberate: float16 values are accepted" in run.stdout
+
+
+def test_scipy_suite_runs_the_bsr_tests_on_the_bsr_classes():
+    """``--format bsr`` swaps scipy's BSR classes: its float16 check fails only because the
+    swap took effect (deliberate), and its product tests pass on sparsegpu's classes."""
+    selection = "TestBSR and not NonCanonical and not Bit and (test_dtype_check or test_mu)"
+    run = _suite("--format", "bsr", "--", "-k", selection)
+    assert "BSR tests with sparsegpu's classes" in run.stdout
+    assert "2 deliberate: float16 values are accepted" in run.stdout
+    assert re.search(r"[1-9]\d* passed, 2 failed", run.stdout), run.stdout[-2000:]

@@ -1,4 +1,4 @@
-"""Run scipy's own CSR tests with sparsegpu's classes in place of scipy's.
+"""Run scipy's own CSR (or BSR) tests with sparsegpu's classes in place of scipy's.
 
 scipy ships its test suite (``scipy/sparse/tests``). This imports its modules while
 ``scipy.sparse.csr_array`` and ``scipy.sparse.csr_matrix`` are sparsegpu's classes, so
@@ -10,6 +10,9 @@ backend in force), then runs the CSR tests among them with pytest:
 * ``test_64bit.py``: their runs with 64-bit indices;
 * ``test_csr.py``, and the CSR tests of the 1-D modules.
 
+``--format bsr`` swaps ``bsr_array`` and ``bsr_matrix`` instead and runs the BSR tests:
+the ``TestBSR*`` classes of ``test_base.py`` and their 64-bit runs in ``test_64bit.py``.
+
 It prints pass/fail/skip counts and the failures grouped by their error's last line, and
 sorts them into the deliberate differences from scipy (docs/user_guide, "Known
 differences from scipy": float16 values are accepted) and the rest. Exit status 0 when
@@ -17,7 +20,8 @@ every failure is a deliberate difference.
 
 Usage (from the repository root; on a GPU machine the GPU backends run the products)::
 
-    PYTHONPATH=$PWD python tools/scipy_suite.py [--backend NAME] [--out FILE] [-- PYTEST ARGS]
+    PYTHONPATH=$PWD python tools/scipy_suite.py [--format csr|bsr] [--backend NAME]
+        [--out FILE] [-- PYTEST ARGS]
 
 ``--backend`` sets ``SPARSEGPU_BACKEND`` (default: ``auto``, what users get).
 """
@@ -31,18 +35,35 @@ import json
 import os
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
-MODULES = (
-    "test_base",  # first: test_64bit imports its classes
-    "test_64bit",
-    "test_csr",
-    "test_common1d",
-    "test_arithmetic1d",
-    "test_indexing1d",
-    "test_minmax1d",
-)
-SELECT = "CSR or csr"
+
+@dataclass(frozen=True)
+class Suite:
+    """scipy's tests of one format: the modules, the ``-k`` selection, the classes swapped."""
+
+    modules: tuple
+    select: str
+    classes: tuple
+
+
+SUITES = {
+    "csr": Suite(
+        (
+            "test_base",  # first: test_64bit imports its classes
+            "test_64bit",
+            "test_csr",
+            "test_common1d",
+            "test_arithmetic1d",
+            "test_indexing1d",
+            "test_minmax1d",
+        ),
+        "CSR or csr",
+        ("csr_array", "csr_matrix"),
+    ),
+    "bsr": Suite(("test_base", "test_64bit"), "BSR or bsr", ("bsr_array", "bsr_matrix")),
+}
 
 # The deliberate differences, by the scipy test that finds them (its runs with 64-bit
 # indices in test_64bit included)
@@ -52,10 +73,11 @@ DELIBERATE = {
 
 
 class Swap:
-    """A pytest plugin: scipy's test modules imported with sparsegpu's CSR classes, and
-    every test's outcome kept."""
+    """A pytest plugin: scipy's test modules imported with sparsegpu's classes of one
+    format, and every test's outcome kept."""
 
-    def __init__(self):
+    def __init__(self, suite: Suite):
+        self.suite = suite
         self.reports = {}
 
     def pytest_configure(self, config):
@@ -63,17 +85,21 @@ class Swap:
 
         import sparsegpu as sg
 
-        saved = sparse.csr_array, sparse.csr_matrix
-        sparse.csr_array, sparse.csr_matrix = sg.csr_array, sg.csr_matrix
+        names = self.suite.classes
+        saved = {name: getattr(sparse, name) for name in names}
+        for name in names:
+            setattr(sparse, name, getattr(sg, name))
         try:  # only the test modules see the swap; scipy itself keeps its own classes
-            for name in MODULES:
-                module = importlib.import_module(f"scipy.sparse.tests.{name}")
-                if module.__dict__.get("csr_array") is not sg.csr_array and hasattr(
-                    module, "csr_array"
+            for module_name in self.suite.modules:
+                module = importlib.import_module(f"scipy.sparse.tests.{module_name}")
+                if any(
+                    hasattr(module, name) and module.__dict__[name] is not getattr(sg, name)
+                    for name in names
                 ):
-                    raise RuntimeError(f"{name} was imported before the swap")
+                    raise RuntimeError(f"{module_name} was imported before the swap")
         finally:
-            sparse.csr_array, sparse.csr_matrix = saved
+            for name, cls in saved.items():
+                setattr(sparse, name, cls)
 
     def pytest_runtest_logreport(self, report):
         if report.when == "call" or report.outcome != "passed":
@@ -97,6 +123,7 @@ def _deliberate(nodeid: str) -> str | None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--format", choices=sorted(SUITES), default="csr", help="whose tests")
     parser.add_argument("--backend", default=None, help="SPARSEGPU_BACKEND for the run")
     parser.add_argument("--out", type=Path, default=None, help="write a JSON summary here")
     parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
@@ -108,12 +135,13 @@ def main(argv=None) -> int:
     import scipy
 
     tests = Path(scipy.__file__).parent / "sparse" / "tests"
-    plugin = Swap()
+    suite = SUITES[args.format]
+    plugin = Swap(suite)
     pytest.main(
         [
-            *(str(tests / f"{name}.py") for name in MODULES),
+            *(str(tests / f"{name}.py") for name in suite.modules),
             "-k",
-            SELECT,
+            suite.select,
             "-q",
             "-p",
             "no:cacheprovider",
@@ -136,7 +164,7 @@ def main(argv=None) -> int:
             deliberate[what] += 1
         else:
             other[_error_line(report)] += 1
-    print(f"\nscipy {scipy.__version__}'s CSR tests with sparsegpu's classes:")
+    print(f"\nscipy {scipy.__version__}'s {args.format.upper()} tests with sparsegpu's classes:")
     print(
         f"  {counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped "
         f"or xfailed (backend {os.environ.get('SPARSEGPU_BACKEND', 'auto')})"
@@ -150,6 +178,7 @@ def main(argv=None) -> int:
             json.dumps(
                 {
                     "scipy": scipy.__version__,
+                    "format": args.format,
                     "counts": dict(counts),
                     "deliberate": dict(deliberate),
                     "other": dict(other),

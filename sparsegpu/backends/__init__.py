@@ -13,6 +13,7 @@ BUILTIN_MODULES = (
     "csr_vector",
     "swcache",
     "cusparse",
+    "cusparse_bsr",
     "merge_path",
     "delta16",
 )

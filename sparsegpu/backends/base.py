@@ -63,9 +63,11 @@ class Plan:
             BlockResults(matrix.xp, matrix.shape[0], self._dtype) if self._on_device else None
         )
         # whether A @ X may run the row-split SpMM kernel (made on the first such product):
-        # on the GPU, in the mirror's own dtype, one the kernel is instantiated for
+        # on the GPU, on CSR arrays, in the mirror's own dtype, one the kernel is
+        # instantiated for
         self._spmm_kernels = (
             matrix.residence.name == CUPY.name
+            and matrix.format == "csr"
             and self._dtype == matrix.dtype
             and spmm_supports(self._dtype)
         )
@@ -264,6 +266,10 @@ class Backend:
         (values, vectors) dtype pairs it computes in mixed precision (values kept in the
         first, x, y and the sums in the second: ``A.mixed_precision``); its ``plan`` then
         takes ``vector_dtype``.
+    formats : tuple of str
+        The mirror formats its plans read: ``"csr"`` (:class:`~sparsegpu._mirror.DeviceMatrix`,
+        the CSR classes' mirrors) and/or ``"bsr"``
+        (:class:`~sparsegpu._block_mirror.DeviceBlockMatrix`, the BSR classes').
     """
 
     name: str = ""
@@ -276,6 +282,7 @@ class Backend:
     estimated: bool = True
     planned: bool = False
     mixed_pairs: tuple = ()
+    formats: tuple = ("csr",)
 
     def unavailable_reason(self) -> str | None:
         """Why this backend cannot run here (no GPU, no library), or None; in a few words
@@ -302,9 +309,10 @@ class Backend:
             )
 
     def supports(self, matrix: DeviceMatrix) -> bool:
-        """True when this backend can compute with this mirror (dtypes and limits)."""
+        """True when this backend can compute with this mirror (format, dtypes and limits)."""
         return (
-            matrix.dtype.newbyteorder("=") in self.value_dtypes
+            matrix.format in self.formats
+            and matrix.dtype.newbyteorder("=") in self.value_dtypes
             and matrix.index_dtype.newbyteorder("=") in self.index_dtypes
             and self.refuse_reason(matrix) is None
         )

@@ -142,6 +142,31 @@ class _Descriptor:
             pass
 
 
+def device_pointer(a) -> int:
+    """The device address of ``a``'s data, or 0 for an empty (or absent) array."""
+    return a.data.ptr if a is not None and a.size else 0
+
+
+def csr_descriptor(lib, matrix: DeviceMatrix) -> _Descriptor:
+    """A cuSPARSE CSR descriptor of ``matrix``'s arrays (destroyed with the object)."""
+    index = INDEX_TYPE[matrix.index_dtype]
+    return _Descriptor(
+        lib.createCsr(
+            matrix.shape[0],
+            matrix.shape[1],
+            matrix.nnz,
+            matrix.indptr.data.ptr,
+            device_pointer(matrix.indices),
+            device_pointer(matrix.data),
+            index,
+            index,
+            INDEX_BASE_ZERO,
+            CUDA_DATA_TYPE[matrix.dtype],
+        ),
+        lib.destroySpMat,
+    )
+
+
 # Dense-vector descriptors kept per plan and per side (x, y); beyond this many distinct
 # buffers the oldest is dropped (a descriptor is a few hundred bytes of host memory).
 DENSE_DESCRIPTORS = 32
@@ -196,8 +221,8 @@ class CusparsePlan(Plan):
         self._mixed = self._dtype != matrix.dtype
         compute = COMPUTE_DTYPE.get(self._dtype, self._dtype)
         self._compute_type = CUDA_DATA_TYPE[compute]
-        self._algorithm = SPMV_ALGORITHM[policy.algorithm]
-        self._spmm_algorithm = SPMM_ALGORITHM[policy.spmm_algorithm]
+        self._algorithm = self._spmv_algorithms[policy.algorithm]
+        self._spmm_algorithm = self._spmm_algorithms[policy.spmm_algorithm]
         # alpha = 1, beta = 0 as host scalars of the compute type (the handle's default
         # pointer mode)
         self._alpha = np.ones(1, dtype=compute)
@@ -215,22 +240,7 @@ class CusparsePlan(Plan):
         self._empty = matrix.nnz == 0
         if self._empty:
             return
-        index_type = INDEX_TYPE[matrix.index_dtype]
-        self._mat = _Descriptor(
-            lib.createCsr(
-                n_rows,
-                n_cols,
-                matrix.nnz,
-                matrix.indptr.data.ptr,
-                matrix.indices.data.ptr,
-                matrix.data.data.ptr,
-                index_type,
-                index_type,
-                INDEX_BASE_ZERO,
-                self._cuda_type,
-            ),
-            lib.destroySpMat,
-        )
+        self._mat = self._sparse_descriptor(lib, matrix, policy)
         self._mat_handle = self._mat.handle
         # placeholder vectors for the set-up calls (products use descriptors of their own)
         x0 = cupy.zeros(n_cols, dtype=self._dtype)
@@ -278,6 +288,14 @@ class CusparsePlan(Plan):
             )
             self.preprocessed = True
         stream.synchronize()  # the placeholders may go once set-up has run
+
+    # the algorithm numbers of the policy's names (the BSR plan has its own)
+    _spmv_algorithms = SPMV_ALGORITHM
+    _spmm_algorithms = SPMM_ALGORITHM
+
+    def _sparse_descriptor(self, lib, matrix: DeviceMatrix, policy) -> _Descriptor:
+        """The descriptor of the matrix cuSPARSE multiplies: CSR, made once per plan."""
+        return csr_descriptor(lib, matrix)
 
     def _dense(self, table: dict, ptr: int, size: int) -> _Descriptor:
         """The dense-vector descriptor of the buffer at ``ptr`` (made once; the oldest of

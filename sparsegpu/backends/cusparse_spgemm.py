@@ -38,6 +38,8 @@ from .cusparse import (
     OPERATION_NON_TRANSPOSE,
     _bindings,
     _Descriptor,
+    csr_descriptor,
+    device_pointer,
     thread_handle,
     unavailable_reason,
 )
@@ -125,32 +127,9 @@ def has_reuse() -> bool:
     return all(_extra(n) is not None for n in _EXTRA_SIGNATURES if "reuse" in n)
 
 
-def _ptr(a) -> int:
-    return a.data.ptr if a is not None and a.size else 0
-
-
-def _csr(lib, matrix: DeviceMatrix) -> _Descriptor:
-    index = INDEX_TYPE[matrix.index_dtype]
-    return _Descriptor(
-        lib.createCsr(
-            matrix.shape[0],
-            matrix.shape[1],
-            matrix.nnz,
-            matrix.indptr.data.ptr,
-            _ptr(matrix.indices),
-            _ptr(matrix.data),
-            index,
-            index,
-            INDEX_BASE_ZERO,
-            CUDA_DATA_TYPE[matrix.dtype],
-        ),
-        lib.destroySpMat,
-    )
-
-
 def _operand(lib, matrix: DeviceMatrix) -> _Descriptor:
     """The descriptor of an operand, made once per mirror (SpGEMM only reads it)."""
-    return matrix.derived("cusparse_spgemm_csr", lambda: _csr(lib, matrix))
+    return matrix.derived("cusparse_spgemm_csr", lambda: csr_descriptor(lib, matrix))
 
 
 def _nnz(lib, descriptor: _Descriptor) -> int:
@@ -177,7 +156,7 @@ class _Call:
         self.beta = np.zeros(1, dtype=left.dtype)
         # a plan that re-points its operands' descriptors owns them; a product shares the
         # mirrors' own
-        describe = _csr if own_descriptors else _operand
+        describe = csr_descriptor if own_descriptors else _operand
         self.a = describe(lib, left)
         self.b = describe(lib, right)
         index = INDEX_TYPE[left.index_dtype]
@@ -243,7 +222,9 @@ class CusparseSpgemm(SpgemmEngine):
             call, buffers = self._compute(left, right, algorithm, sink.budget, sink.indptr())
             try:
                 indptr, indices, data = sink.allocate(_nnz(call.lib, call.c))
-                call.lib.csrSetPointers(call.c.handle, indptr.data.ptr, _ptr(indices), _ptr(data))
+                call.lib.csrSetPointers(
+                    call.c.handle, indptr.data.ptr, device_pointer(indices), device_pointer(data)
+                )
                 call.lib.spGEMM_copy(*call.args())
             finally:
                 sink.budget.release(*buffers)
@@ -323,7 +304,7 @@ class CusparseSpgemm(SpgemmEngine):
                     *head,
                     chunk,
                     ctypes.byref(size3),
-                    _P(_ptr(scratch)),
+                    _P(device_pointer(scratch)),
                     ctypes.byref(size2),
                 )
             finally:
@@ -370,7 +351,7 @@ class ReusePlan:
 
         def sized(name, size):
             buffers[name] = budget.empty(size.value, np.int8, f"cuSPARSE SpGEMMreuse {name}")
-            return _P(_ptr(buffers[name]))
+            return _P(device_pointer(buffers[name]))
 
         s1, s2, s3, s4, s5 = (ctypes.c_size_t(0) for _ in range(5))
         _call("cusparseSpGEMMreuse_workEstimation", *head, ctypes.byref(s1), None)
@@ -391,7 +372,9 @@ class ReusePlan:
         nnz = _nnz(lib, call.c)
         self.indices = budget.empty(nnz, index, "the result")
         first = budget.empty(nnz, left.dtype, "the result")
-        lib.csrSetPointers(call.c.handle, self.indptr.data.ptr, _ptr(self.indices), _ptr(first))
+        lib.csrSetPointers(
+            call.c.handle, self.indptr.data.ptr, device_pointer(self.indices), device_pointer(first)
+        )
         _call("cusparseSpGEMMreuse_copy", *head, ctypes.byref(s5), None)
         _call("cusparseSpGEMMreuse_copy", *head, ctypes.byref(s5), sized("buffer5", s5))
         budget.release(buffers.pop("buffer3"), first)
@@ -418,9 +401,17 @@ class ReusePlan:
             )
             for descriptor, m in ((call.a, left), (call.b, right)):
                 lib.csrSetPointers(
-                    descriptor.handle, m.indptr.data.ptr, _ptr(m.indices), _ptr(m.data)
+                    descriptor.handle,
+                    m.indptr.data.ptr,
+                    device_pointer(m.indices),
+                    device_pointer(m.data),
                 )
-            lib.csrSetPointers(call.c.handle, self.indptr.data.ptr, _ptr(self.indices), _ptr(data))
+            lib.csrSetPointers(
+                call.c.handle,
+                self.indptr.data.ptr,
+                device_pointer(self.indices),
+                device_pointer(data),
+            )
             _call("cusparseSpGEMMreuse_compute", *call.c_args())
         result = DeviceMatrix(data, self.indices, self.indptr, self.shape, self.residence)
         return mark_canonical(result)

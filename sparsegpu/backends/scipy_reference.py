@@ -45,8 +45,8 @@ class NoPolicy(Policy):
 
 
 class ScipyPlan(Plan):
-    """Wraps the mirror in a plain scipy CSR (or CSC) matrix once; products call scipy's
-    own kernels through its product hooks, not through its operator a second time."""
+    """Wraps the mirror in a plain scipy CSR (or CSC, or BSR) matrix once; products call
+    scipy's own kernels through its product hooks, not through its operator a second time."""
 
     def __init__(self, matrix: DeviceMatrix, policy):
         super().__init__(matrix, policy)
@@ -56,9 +56,14 @@ class ScipyPlan(Plan):
         # (made once per plan) and round the result, as the GPU kernels accumulate.
         self._half = matrix.dtype if is_half(matrix.dtype) else None
         compute = np.dtype(np.float32) if self._half is not None else matrix.dtype
-        csr = (sp.csc_matrix if matrix.layout == "csc" else sp.csr_matrix)(
-            matrix.shape, dtype=compute.newbyteorder("=")
-        )
+        if matrix.format == "bsr":
+            csr = sp.bsr_matrix(
+                matrix.shape, blocksize=matrix.blocksize, dtype=compute.newbyteorder("=")
+            )
+        else:
+            csr = (sp.csc_matrix if matrix.layout == "csc" else sp.csr_matrix)(
+                matrix.shape, dtype=compute.newbyteorder("=")
+            )
         data = matrix.data if self._half is None else matrix.data.astype(np.float32)
         csr.data, csr.indices, csr.indptr = data, matrix.indices, matrix.indptr
         # scipy >= 1.13 names the hooks _matmul_*, older releases _mul_*
@@ -99,8 +104,9 @@ class ScipyPlan(Plan):
 
 class ScipyBackend(Backend):
     name = "scipy"
-    description = "CPU reference: scipy's compiled CSR kernels (always available, the oracle)"
+    description = "CPU reference: scipy's compiled CSR/BSR kernels (always available, the oracle)"
     residence = HOST
+    formats = ("csr", "bsr")
     value_dtypes = ALL_SCIPY_DTYPES + HALF_DTYPES
     index_dtypes = INT32_AND_INT64
     policy_type = NoPolicy

@@ -17,6 +17,7 @@ from .._tuning_store import (
 )
 from ..backends.csr_vector import CsrVectorPolicy
 from ..backends.cusparse import CusparsePolicy
+from ..backends.cusparse_bsr import CusparseBsrPolicy
 from ..backends.delta16 import Delta16Policy
 from ..backends.merge_path import MergePathPolicy
 from ..backends.policy import Policy, RowGroupPolicy, UnrolledRowPolicy
@@ -25,6 +26,7 @@ from ..backends.swcache import SoftwareCachePolicy
 
 __all__ = [
     "CsrVectorPolicy",
+    "CusparseBsrPolicy",
     "CusparsePolicy",
     "Delta16Policy",
     "MergePathPolicy",

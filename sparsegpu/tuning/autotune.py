@@ -221,7 +221,7 @@ def _default_timer(backend) -> Callable:
 
 # ----------------------------------------------------------------------- arguments
 def default_backends() -> list:
-    """Every available backend but the scipy oracle, in registry order.
+    """Every available backend of CSR matrices but the scipy oracle, in registry order.
 
     Raises
     ------
@@ -231,7 +231,7 @@ def default_backends() -> list:
     found = [
         b
         for name, b in _registry.registered().items()
-        if name != ORACLE and b.unavailable_reason() is None
+        if name != ORACLE and "csr" in b.formats and b.unavailable_reason() is None
     ]
     if not found:
         reason = _cuda.unavailable_reason() or "no GPU backend is registered"
