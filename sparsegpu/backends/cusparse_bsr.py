@@ -9,11 +9,14 @@ multiplied by ``cusparseSpMV`` (``CUSPARSE_SPMV_BSR_ALG1``) and ``cusparseSpMM``
 :class:`~.cusparse.CusparsePlan`: workspaces per stream, dense descriptors per buffer,
 this thread's handle.
 
-Where cuSPARSE refuses the matrix (a block shape, index or value type its BSR routines do
-not take: it answers ``CUSPARSE_STATUS_NOT_SUPPORTED`` when the plan is made), the plan
-multiplies the CSR form of the same blocks, built once on the device, with cuSPARSE's CSR
-SpMV and SpMM; :attr:`CusparseBsrPlan.refused` says why. Where only its BSR SpMM refuses
-(first met at an ``A @ X``), ``A @ X`` runs column by column through the BSR SpMV.
+Where cuSPARSE refuses the matrix (on the H100 with CUDA 13: rectangular blocks, which
+``cusparseCreateBsr`` refuses, and 1x1 blocks, whose first SpMV answers
+``CUSPARSE_STATUS_NOT_SUPPORTED``; a trial product when the plan is made finds out), the
+plan multiplies the CSR form of the same blocks, built once on the device, with cuSPARSE's
+CSR SpMV and SpMM; :attr:`CusparseBsrPlan.refused` says why. Where only its BSR SpMM
+refuses (column-major blocks; first met at an ``A @ X``), ``A @ X`` runs column by column
+through the BSR SpMV. Square blocks of 2 to 8, every value and index type, run as BSR
+(``benchmarks/cusparse_bsr.py``'s support table).
 
 For timing it beside other block kernels: :func:`bsr_plan` takes device BSR arrays and
 returns a plan with ``matvec(x, out=None)`` and ``matmat(X, out=None)``.
@@ -48,8 +51,6 @@ SPMV_ALGORITHM = {"default": 0, "bsr_alg1": 6}
 SPMM_ALGORITHM = {"default": 0, "bsr_alg1": 14}
 # cusparseOrder_t of the values inside each block
 BLOCK_ORDER = {"row": ORDER_ROW, "column": ORDER_COL}
-# cusparseStatus_t CUSPARSE_STATUS_NOT_SUPPORTED (cusparse.h)
-STATUS_NOT_SUPPORTED = 10
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,8 @@ class CusparseBsrPolicy(Policy):
     block_order : str
         How the values of a block lie in memory for cuSPARSE: ``"row"`` (scipy's order,
         read in place) or ``"column"`` (a transposed copy of the blocks, made once per
-        plan).
+        plan). cuSPARSE's BSR SpMM reads row-major blocks only: a column-major plan
+        multiplies ``A @ X`` one column at a time (``spmm_refused`` says so).
     """
 
     algorithm: str = "default"
@@ -122,14 +124,24 @@ class CusparseBsrPlan(CusparsePlan):
     def __init__(self, matrix: DeviceBlockMatrix, policy: CusparseBsrPolicy):
         self.refused = self.spmm_refused = None
         self._csr_plan = None
+        self._refusal = _bindings().CuSparseError
         try:
             super().__init__(matrix, policy)
-        except (_bindings().CUSPARSEError, CusparseCallError) as exc:
+            if not self._empty:
+                self._trial()
+        except (self._refusal, CusparseCallError) as exc:
             Plan.__init__(self, matrix, policy)
             self.refused = f"cuSPARSE's BSR SpMV refused this matrix ({exc})"
-            csr = matrix.to_csr()
-            self._csr_plan = CusparsePlan(csr, CusparsePolicy(algorithm="csr_alg1"))
+            self._csr_plan = CusparsePlan(matrix.to_csr(), CusparsePolicy(algorithm="csr_alg1"))
             matrix.settle()
+
+    def _trial(self) -> None:
+        """One product on placeholder vectors: cuSPARSE answers NOT_SUPPORTED for a block
+        shape it does not take (2x3 on the H100, CUDA 13) at the first SpMV, not before."""
+        x = self._cupy.zeros(self._n_cols, dtype=self._dtype)
+        y = self._cupy.empty(self._n_rows, dtype=self._dtype)
+        CusparsePlan._matvec(self, x, y)
+        self._cupy.cuda.get_current_stream().synchronize()
 
     def _sparse_descriptor(self, lib, matrix: DeviceBlockMatrix, policy) -> _Descriptor:
         create = _create_bsr()
@@ -172,7 +184,7 @@ class CusparseBsrPlan(CusparsePlan):
         if self.spmm_refused is None:
             try:
                 return super()._matmat(X, Y)
-            except _bindings().CUSPARSEError as exc:
+            except self._refusal as exc:
                 self.spmm_refused = f"cuSPARSE's BSR SpMM refused ({exc})"
         return Plan._matmat(self, X, Y)  # one BSR SpMV per column
 
@@ -201,6 +213,12 @@ class CusparseBsrBackend(Backend):
             for a in SPMV_ALGORITHM
             for o in BLOCK_ORDER
         ]
+
+    def planning_candidates(self, matrix):
+        # the block order is the knob that differs by block size (H100, 27-point meshes,
+        # cusparse_bsr_h100.json: column-major 3x3 blocks 0.054 ms against row-major 0.085
+        # in float64; 2x2 and 6x6 within 5%); a column-major plan holds a copy of the blocks
+        return [CusparseBsrPolicy(block_order=o, source="candidate") for o in BLOCK_ORDER]
 
     def matmat_candidates(self, matrix, columns, order):
         return [CusparseBsrPolicy(spmm_algorithm=a, source="candidate") for a in SPMM_ALGORITHM]
