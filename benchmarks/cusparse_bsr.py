@@ -28,9 +28,10 @@ Issue 35's measurement of the BSR classes' GPU backend. Two parts:
 
 No matrix here took part in fitting anything: the backend has no tuned thresholds.
 
-Usage (on a GPU machine)::
+Usage (on a GPU machine; ``--from-json`` redraws the summary without one)::
 
-    python benchmarks/cusparse_bsr.py --out cusparse_bsr.json
+    python benchmarks/cusparse_bsr.py --out cusparse_bsr.json --md cusparse_bsr.md
+    python benchmarks/cusparse_bsr.py --from-json cusparse_bsr.json --md cusparse_bsr.md
 """
 
 from __future__ import annotations
@@ -208,11 +209,48 @@ def _time_mesh(cupy, b: int, n: int, dtype) -> dict:
     }
 
 
+def markdown(result: dict) -> str:
+    """The Markdown summary of a result: the support table by block shape, the timings."""
+    lines = [f"# cuSPARSE BSR on {result['device']}", "", "## Which blocks run as BSR", ""]
+    lines += ["| block | SpMV | SpMM |", "|---|---|---|"]
+    shapes: dict = {}
+    for r in result["support"]:
+        spmv, spmm = shapes.setdefault("x".join(map(str, r["blocksize"])), (set(), set()))
+        spmv.add("BSR" if r["spmv"] == "bsr" else "CSR fallback")
+        spmm.add(f"BSR ({r['block_order']}-major)" if r["spmm"] == "bsr" else "")
+    for shape, (spmv, spmm) in shapes.items():
+        lines.append(
+            f"| {shape} | {', '.join(sorted(spmv))} | {', '.join(sorted(spmm - {''})) or '-'} |"
+        )
+    lines += ["", "## Products (median ms)", ""]
+    names = list(result.get("timing", [{}])[0].get("ms", {}))
+    lines += ["| matrix | dtype | " + " | ".join(names) + " | BSR / best CSR | bound |"]
+    lines += ["|---" * (len(names) + 4) + "|"]
+    for r in result.get("timing", []):
+        cells = " | ".join(f"{r['ms'][n]:.3f}" for n in names)
+        lines.append(
+            f"| {r['matrix']} | {r['dtype']} | {cells} | {r['bsr_vs_best_csr']:.2f}x "
+            f"| {r['byte_bound']:.2f}x |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", required=True)
+    parser.add_argument("--out", help="write the result here (JSON)")
+    parser.add_argument("--md", help="write its Markdown summary here")
+    parser.add_argument("--from-json", help="summarise this result instead of measuring")
     parser.add_argument("--skip-timing", action="store_true")
     args = parser.parse_args(argv)
+    if args.from_json:
+        with open(args.from_json) as f:
+            result = json.load(f)
+        if args.md:
+            with open(args.md, "w") as f:
+                f.write(markdown(result))
+        return 0
+    if not args.out:
+        parser.error("--out is needed to measure (or --from-json to summarise)")
     reason = _cuda.unavailable_reason()
     if reason is not None:
         print(f"needs a GPU: {reason}", file=sys.stderr)
@@ -231,6 +269,9 @@ def main(argv=None) -> int:
         result["timing"] = timing(cupy)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1, default=str)
+    if args.md:
+        with open(args.md, "w") as f:
+            f.write(markdown(result))
     return 0
 
 

@@ -360,3 +360,13 @@ def test_readme_table_is_drawn_from_a_bench_file():
     first = next(i for i, line in enumerate(readme) if line.startswith("| 2-D 5-point stencil"))
     for row, line in zip(drawn[2:], readme[first:], strict=False):
         assert row.strip("| ").split(" | ")[:5] == line.strip("| ").split(" | ")[:5]
+
+
+def test_cusparse_bsr_summary_is_drawn_from_its_result():
+    """The committed summary of benchmarks/cusparse_bsr.py is what its JSON gives."""
+    results = Path(__file__).resolve().parents[1] / "docs" / "benchmarks" / "results"
+    bsr = load_script(Path(__file__).resolve().parents[1] / "benchmarks" / "cusparse_bsr.py")
+    result = json.loads((results / "cusparse_bsr_h100.json").read_text())
+    summary = bsr.markdown(result)
+    assert summary == (results / "cusparse_bsr_h100.md").read_text()
+    assert "| 2x3 | CSR fallback | - |" in summary and "| 3x3 | BSR | BSR (row-major) |" in summary
