@@ -59,7 +59,7 @@ from sparsegpu.datasets import synthetic
 # the SuiteSparse matrices bundled with sparsegpu (sparsegpu.datasets)
 DEFAULT_MATRICES = str(importlib.resources.files("sparsegpu.datasets") / "data")
 HOST_CALLS = 3000
-SETS = ("heldout", "tuning", "both")
+SETS = ("heldout", "tuning", "both", "classes-fit", "classes-heldout")
 # the issue-13 bar: auto (planning "measure") against cuSPARSE called directly
 CLOSE = 0.97
 # the fewest products timed between one pair of events (see bench_one)
@@ -80,6 +80,16 @@ PROVENANCE = {
         '`synthetic.heldout_suite("full")`: classes the tuning suite lacks (arrow-like, '
         "R-MAT, meshes numbered in random order, short-and-wide, tall) and its classes with "
         "other parameters; they took no part in tuning, fitting or defaults"
+    ),
+    "classes-fit": (
+        '`synthetic.class_check_suite("fit")`: the randomly numbered 3-D meshes and small '
+        "rectangular matrices with one long row that issue 34's outside check found `auto` "
+        "behind cuSPARSE on (other instances of the classes); the fix was found and fitted "
+        "on these"
+    ),
+    "classes-heldout": (
+        '`synthetic.class_check_suite("heldout")`: the same two classes at other sizes, '
+        "seeds and row-length mixes; they took no part in the fix"
     ),
 }
 
@@ -209,6 +219,10 @@ def matrices(which: str, scale: str, folder: pathlib.Path, cupy) -> list:
             out.append(("heldout-generated", name, lambda dtype, build=build: build(), False))
         for name, build in (real_matrices(folder) if folder.is_dir() else {}).items():
             out.append(("heldout-real", name, lambda dtype, build=build: build(), False))
+    if which.startswith("classes-"):
+        part = which.removeprefix("classes-")
+        for name, build in synthetic.class_check_suite(part).items():
+            out.append((which, name, lambda dtype, build=build: build(), False))
     return out
 
 
@@ -593,7 +607,8 @@ def main(argv=None) -> int:
         default="heldout",
         choices=SETS,
         help="heldout: held-out generated classes and the real matrices of --matrices; "
-        "tuning: synthetic.suite (what was tuned and fitted on); both",
+        "tuning: synthetic.suite (what was tuned and fitted on); both; classes-fit and "
+        "classes-heldout: synthetic.class_check_suite's parts",
     )
     parser.add_argument(
         "--matrices",

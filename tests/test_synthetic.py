@@ -323,3 +323,76 @@ def test_heldout_generators_on_the_gpu_are_reproducible(cupy, case):
     }[case]
     A = build()
     assert same(A, build()) and rows_sorted(A)
+
+
+# ------------------------------------------------- issue 34's class-check suite
+def test_random_mesh_3d_is_a_renumbered_stencil():
+    A = synthetic.random_mesh_3d(5, points=27, seed=2)
+    S = synthetic.stencil_3d(5, points=27)
+    assert A.shape == S.shape and A.nnz == S.nnz and rows_sorted(A)
+    assert sorted(row_lengths(A)) == sorted(row_lengths(S))
+    assert not same(A, S)
+    np.testing.assert_allclose(np.linalg.eigvalsh(A.toarray()), np.linalg.eigvalsh(S.toarray()))
+
+
+@pytest.mark.parametrize("points", [7, 27])
+def test_random_mesh_3d_drops_pairs_symmetrically(points):
+    A = synthetic.random_mesh_3d(6, points=points, drop=0.4, seed=3)
+    full = synthetic.stencil_3d(6, points=points).nnz
+    pattern = (A != 0).astype(np.int8)
+    assert abs(pattern - pattern.T).nnz == 0  # a pair goes from both of its rows
+    assert np.all(A.diagonal() != 0)  # the diagonal stays
+    off = full - 216
+    assert 0.3 * off < full - A.nnz < 0.5 * off  # about 40% of the pairs
+    assert row_lengths(A).min() < row_lengths(A).max()
+
+
+def test_random_mesh_3d_refuses_a_bad_drop():
+    with pytest.raises(ValueError, match="drop"):
+        synthetic.random_mesh_3d(4, drop=1.0)
+
+
+def test_long_row_mix_row_lengths():
+    A = synthetic.long_row_mix(2_000, 5_000, mean=20, spread=0.5, long=3_000, n_long=2, seed=1)
+    lengths = row_lengths(A)
+    assert A.shape == (2_000, 5_000)
+    assert np.count_nonzero(lengths == 3_000) == 2
+    short = lengths[lengths != 3_000]
+    assert short.min() >= 10 and short.max() <= 30 and 18 < short.mean() < 22
+    long_row = int(np.flatnonzero(lengths == 3_000)[0])
+    columns = A.indices[A.indptr[long_row] : A.indptr[long_row + 1]]
+    assert len(np.unique(columns)) == 3_000  # distinct columns in a long row
+    assert rows_sorted(A) and A.has_sorted_indices
+    assert A.indices.max() < 5_000
+
+
+def test_long_row_mix_clips_to_the_columns():
+    A = synthetic.long_row_mix(50, 40, mean=60, long=100, seed=2)
+    assert row_lengths(A).max() == 40
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"n_long": 11}, {"spread": 1.5}, {"mean": -1}], ids=["n_long", "spread", "mean"]
+)
+def test_long_row_mix_refuses_bad_sizes(kwargs):
+    with pytest.raises(ValueError, match="invalid sizes|spread"):
+        synthetic.long_row_mix(10, **kwargs)
+
+
+CLASS_SEEDED = {
+    "random-mesh": lambda seed: synthetic.random_mesh_3d(5, points=7, drop=0.2, seed=seed),
+    "long-row-mix": lambda seed: synthetic.long_row_mix(200, 300, long=150, seed=seed),
+}
+
+
+@pytest.mark.parametrize("case", CLASS_SEEDED, ids=list(CLASS_SEEDED))
+def test_class_generators_seeded(case):
+    build = CLASS_SEEDED[case]
+    assert same(build(7), build(7)) and not same(build(7), build(8))
+
+
+def test_class_check_parts_are_disjoint():
+    fit, held = synthetic.class_check_suite("fit"), synthetic.class_check_suite("heldout")
+    assert fit and held and not set(fit) & set(held)
+    with pytest.raises(ValueError, match="part"):
+        synthetic.class_check_suite("both")

@@ -2,17 +2,21 @@
 
 Real: small matrices from the SuiteSparse collection (CC-BY 4.0, see ``data/README.md``),
 ``load("bcsstk13")``, ``names()``, ``info(name)``. Synthetic: stencils, uniform rows,
-power-law rows, long rows, arrow-like rows, R-MAT graphs and
-randomly renumbered matrices, vectorized and seeded (see :mod:`.synthetic`).
+power-law rows, long rows (evenly placed, or one among rows of a spread of lengths),
+arrow-like rows, R-MAT graphs, randomly renumbered matrices and 3-D meshes, vectorized
+and seeded (see :mod:`.synthetic`).
 """
 
 from ._bundled import DatasetInfo, info, load, names, path
 from .synthetic import (
     arrow,
+    class_check_suite,
     heldout_suite,
+    long_row_mix,
     long_rows,
     permuted,
     power_law,
+    random_mesh_3d,
     rmat,
     stencil_2d,
     stencil_3d,
@@ -23,14 +27,17 @@ from .synthetic import (
 __all__ = [
     "DatasetInfo",
     "arrow",
+    "class_check_suite",
     "heldout_suite",
     "info",
     "load",
+    "long_row_mix",
     "long_rows",
     "names",
     "path",
     "permuted",
     "power_law",
+    "random_mesh_3d",
     "rmat",
     "stencil_2d",
     "stencil_3d",

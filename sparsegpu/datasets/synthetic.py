@@ -184,22 +184,35 @@ def long_rows(
     lengths = xp.full(n_rows, min(short, n_cols), dtype=np.int64)
     if n_long:
         lengths[xp.linspace(0, n_rows - 1, n_long).astype(np.int64)] = min(long, n_cols)
-    nnz = int(lengths.sum())
-    idx_dtype = _index_dtype(max(n_rows, n_cols), nnz)
-    indptr = xp.zeros(n_rows + 1, dtype=np.int64)
-    indptr[1:] = xp.cumsum(lengths)
-    # the row of each entry, by search rather than repeat (CuPy's repeat wants host counts)
-    row_of_entry = xp.searchsorted(indptr[1:], xp.arange(nnz, dtype=np.int64), side="right")
-    # sorting row * n_cols + col sorts the columns within each row in one pass
-    keys = xp.sort(row_of_entry * n_cols + rng.integers(0, n_cols, size=nnz, dtype=np.int64))
-    cols = (keys - row_of_entry * n_cols).astype(idx_dtype)
-    return _finish(_values(xp, rng, nnz, dtype), cols, indptr.astype(idx_dtype), (n_rows, n_cols))
+    return _random_rows(xp, rng, lengths, n_cols, dtype)
 
 
 def _row_of_entry(xp, indptr, nnz: int):
     """The row of every entry of a CSR ``indptr`` (searchsorted: CuPy's repeat wants host
     counts)."""
     return xp.searchsorted(indptr[1:], xp.arange(nnz, dtype=np.int64), side="right")
+
+
+def _random_rows(xp, rng, lengths, n_cols: int, dtype, distinct=None) -> csr_matrix:
+    """Rows of ``lengths`` nonzeros at uniformly random columns drawn with replacement
+    (``distinct``, a few ``(rows, length)`` of equal length: those rows at distinct columns
+    instead), sorted within each row, then the values: all drawn from ``rng``."""
+    n_rows = int(lengths.shape[0])
+    nnz = int(lengths.sum())
+    indptr = xp.zeros(n_rows + 1, dtype=np.int64)
+    indptr[1:] = xp.cumsum(lengths)
+    row_of_entry = _row_of_entry(xp, indptr, nnz)
+    cols = rng.integers(0, n_cols, size=nnz, dtype=np.int64)
+    if distinct is not None:  # the first `length` columns of a random order, per row
+        rows, length = distinct
+        order = xp.argsort(rng.random((int(rows.shape[0]), n_cols)), axis=1)[:, :length]
+        at = indptr[rows][:, None] + xp.arange(length, dtype=np.int64)[None, :]
+        cols[at.ravel()] = order.ravel()
+    # sorting row * n_cols + col sorts the columns within each row in one pass
+    keys = xp.sort(row_of_entry * n_cols + cols)
+    idx_dtype = _index_dtype(max(n_rows, n_cols), nnz)
+    cols = (keys - row_of_entry * n_cols).astype(idx_dtype)
+    return _finish(_values(xp, rng, nnz, dtype), cols, indptr.astype(idx_dtype), (n_rows, n_cols))
 
 
 def arrow(
@@ -402,6 +415,128 @@ def permuted(A, seed=0, xp=np) -> csr_matrix:
     )
 
 
+def _pair_hash(xp, low, high, seed: int):
+    """A deterministic number in [0, 1) for each unordered pair ``(low, high)`` (64-bit
+    mixing of SplitMix64), the same wherever the pair appears."""
+    mask = np.uint64(0xFFFFFFFFFFFFFFFF)
+    z = (low.astype(np.uint64) << np.uint64(32)) ^ high.astype(np.uint64)
+    z = (z + np.uint64((0x9E3779B97F4A7C15 * (seed + 1)) & 0xFFFFFFFFFFFFFFFF)) & mask
+    z = ((z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)) & mask
+    z = ((z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)) & mask
+    z = z ^ (z >> np.uint64(31))
+    return (z >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+
+
+def random_mesh_3d(
+    n: int, points: int = 27, drop: float = 0.0, dtype=np.float64, seed=0, xp=np
+) -> csr_matrix:
+    """A 3-D mesh numbered in random order: the ``points``-point stencil on an n x n x n
+    grid, each neighbour pair dropped (from both rows) with probability ``drop``, then
+    :func:`permuted`.
+
+    Parameters
+    ----------
+    n : int
+        Grid points a side: n^3 rows.
+    points : {7, 27}
+        The stencil.
+    drop : float
+        Fraction of neighbour pairs removed, in [0, 1): 0 is the regular grid; 0.3 gives
+        the uneven rows of an unstructured mesh (a 27-point row then has 9-27 entries).
+    dtype : numpy dtype, optional
+        The value dtype.
+    seed : int, optional
+        Seed of the dropped pairs and of the numbering.
+    xp : module, optional
+        numpy or cupy, where the arrays are built.
+
+    Returns
+    -------
+    csr_matrix
+        Host matrix with sorted indices, structurally symmetric, with the diagonal: the
+        gathers of ``x`` are random (no banded locality), the rows short and even.
+    """
+    if not 0.0 <= drop < 1.0:
+        raise ValueError(f"drop={drop} must be in [0, 1): the fraction of pairs removed")
+    A = stencil_3d(n, points=points, dtype=dtype, xp=xp)
+    if drop:
+        indptr = xp.asarray(A.indptr, dtype=np.int64)
+        cols = xp.asarray(A.indices, dtype=np.int64)
+        rows = _row_of_entry(xp, indptr, int(cols.size))
+        low, high = xp.minimum(rows, cols), xp.maximum(rows, cols)
+        keep = (rows == cols) | (_pair_hash(xp, low, high, seed) >= drop)
+        lengths = xp.bincount(rows[keep], minlength=A.shape[0])
+        new_indptr = xp.zeros(A.shape[0] + 1, dtype=np.int64)
+        new_indptr[1:] = xp.cumsum(lengths)
+        idx_dtype = A.indices.dtype
+        A = _finish(
+            xp.asarray(A.data)[keep],
+            cols[keep].astype(idx_dtype),
+            new_indptr.astype(idx_dtype),
+            A.shape,
+        )
+    return permuted(A, seed=seed, xp=xp)
+
+
+def long_row_mix(
+    n_rows: int,
+    n_cols: int | None = None,
+    mean: int = 25,
+    spread: float = 0.5,
+    long: int = 6_000,
+    n_long: int = 1,
+    dtype=np.float64,
+    seed=0,
+    xp=np,
+) -> csr_matrix:
+    """Rows of about ``mean`` nonzeros with ``n_long`` rows of ``long`` at random places.
+
+    Parameters
+    ----------
+    n_rows, n_cols : int
+        The shape (``n_cols`` defaults to ``n_rows``); rectangular either way.
+    mean : int
+        Typical row length: short rows have uniformly ``mean * (1 - spread)`` to ``mean *
+        (1 + spread)`` nonzeros (rounded, clipped to ``n_cols``), at uniformly random columns
+        drawn with replacement (a rare repeat is a duplicate entry), sorted.
+    spread : float
+        Relative spread of the short rows' lengths, in [0, 1].
+    long : int
+        Nonzeros of each long row (clipped to ``n_cols``), at distinct random columns.
+    n_long : int
+        How many long rows, at rows drawn at random.
+    dtype : numpy dtype, optional
+        The value dtype.
+    seed : int, optional
+        Seed of the lengths, places, columns and values.
+    xp : module, optional
+        numpy or cupy, where the arrays are built.
+
+    Returns
+    -------
+    csr_matrix
+        Host matrix with sorted indices. The class of a linear program's constraint matrix
+        with one dense row (an objective or a budget constraint): one row hundreds of times
+        the others, too few long rows for the irregular row class.
+    """
+    n_cols = n_rows if n_cols is None else n_cols
+    if n_rows < 0 or n_cols <= 0 or mean < 0 or long < 0 or not 0 <= n_long <= n_rows:
+        raise ValueError(
+            f"invalid sizes n_rows={n_rows}, n_cols={n_cols}, mean={mean}, long={long}, "
+            f"n_long={n_long}"
+        )
+    if not 0.0 <= spread <= 1.0:
+        raise ValueError(f"spread={spread} must be in [0, 1]")
+    rng = _rng(xp, seed)
+    low = min(round(mean * (1 - spread)), n_cols)
+    high = min(round(mean * (1 + spread)), n_cols)
+    lengths = rng.integers(low, high + 1, size=n_rows, dtype=np.int64)
+    long = min(long, n_cols)
+    long_at = xp.argsort(rng.random(n_rows))[:n_long]
+    lengths[long_at] = long
+    return _random_rows(xp, rng, lengths, n_cols, dtype, distinct=(long_at, long))
+
+
 def heldout_suite(scale: str = "full", dtype=np.float64, xp=np) -> dict:
     """Matrices that took no part in tuning or fitting, as ``{name: callable -> csr_matrix}``.
 
@@ -461,6 +596,70 @@ def heldout_suite(scale: str = "full", dtype=np.float64, xp=np) -> dict:
             "uniform_600_x70": lambda: uniform_random(600, 70, seed=7, **kw),
         }
     raise ValueError(f"scale={scale!r}; use 'full' or 'small'")
+
+
+def class_check_suite(part: str = "heldout", dtype=np.float64, xp=np) -> dict:
+    """Instances of the two classes where an outside check found ``auto``'s ``A @ x``
+    below 0.97x cuSPARSE (issue 34), as ``{name: callable -> csr_matrix}``.
+
+    The classes: 3-D meshes numbered in random order (:func:`random_mesh_3d`; the check's
+    was at 0.96x in float64) and small rectangular matrices with one or two rows of
+    thousands among rows of about 25 (:func:`long_row_mix`; 0.88x in float32). ``"fit"``
+    holds the instances the fix was found and fitted on; ``"heldout"`` other sizes, seeds
+    and row-length mixes, which took no part in it.
+
+    Parameters
+    ----------
+    part : {"fit", "heldout"}
+    dtype : numpy dtype, optional
+        The value dtype.
+    xp : module, optional
+        numpy or cupy, where the arrays are built (the meshes are faster on the GPU).
+
+    Returns
+    -------
+    dict
+        Name to a callable building the matrix.
+    """
+    kw = {"dtype": dtype, "xp": xp}
+    if part == "fit":
+        return {
+            "mesh27_80_random": lambda: random_mesh_3d(80, 27, seed=11, **kw),
+            "mesh7_140_random": lambda: random_mesh_3d(140, 7, seed=12, **kw),
+            "mesh27_90_drop30_random": lambda: random_mesh_3d(90, 27, 0.3, seed=13, **kw),
+            "longrow_4k_x25_10k_1x6000": lambda: long_row_mix(4_000, 10_000, seed=0, **kw),
+            "longrow_2500_x20_8k_1x5000": lambda: long_row_mix(
+                2_500, 8_000, mean=20, long=5_000, seed=1, **kw
+            ),
+            "longrow_10k_x25_4k_1x4000": lambda: long_row_mix(
+                10_000, 4_000, long=4_000, seed=2, **kw
+            ),
+        }
+    if part == "heldout":
+        return {
+            "mesh27_100_random": lambda: random_mesh_3d(100, 27, seed=21, **kw),
+            "mesh7_170_random": lambda: random_mesh_3d(170, 7, seed=22, **kw),
+            "mesh27_110_drop40_random": lambda: random_mesh_3d(110, 27, 0.4, seed=23, **kw),
+            "mesh7_60_random": lambda: random_mesh_3d(60, 7, seed=24, **kw),
+            "mesh27_70_drop20_random": lambda: random_mesh_3d(70, 27, 0.2, seed=25, **kw),
+            "longrow_8k_x25_20k_1x6000": lambda: long_row_mix(8_000, 20_000, seed=11, **kw),
+            "longrow_3k_x30_40k_1x9000": lambda: long_row_mix(
+                3_000, 40_000, mean=30, long=9_000, seed=12, **kw
+            ),
+            "longrow_12k_x25_5k_1x4500": lambda: long_row_mix(
+                12_000, 5_000, long=4_500, seed=13, **kw
+            ),
+            "longrow_6k_x25_16k_2x6000": lambda: long_row_mix(
+                6_000, 16_000, spread=0.8, n_long=2, seed=14, **kw
+            ),
+            "longrow_20k_x15_30k_1x12000": lambda: long_row_mix(
+                20_000, 30_000, mean=15, long=12_000, seed=15, **kw
+            ),
+            "longrow_1500_x40_6k_1x5500": lambda: long_row_mix(
+                1_500, 6_000, mean=40, long=5_500, seed=16, **kw
+            ),
+        }
+    raise ValueError(f"part={part!r}; use 'fit' or 'heldout'")
 
 
 def suite(scale: str = "full", dtype=np.float64, xp=np) -> dict:
