@@ -17,7 +17,8 @@ Operations (:class:`~sparsegpu._select.Operation`)
 Levels
     ``estimate``: selection's rules. ``measure`` (the default): the first product of a
     matrix runs on the estimate; the second times a short list of candidates on its real
-    operands with CUDA events (the estimate, cuSPARSE's algorithms, ``merge_path``, the
+    operands with CUDA events (the estimate, cuSPARSE's algorithms, ``merge_path``'s tile
+    shapes, the
     vector family's shape for the row class, ``delta16`` where the matrix's columns
     compress, the tuned entry), checks they agree, and keeps the fastest for this matrix
     and for matrices of the same fingerprint in this process. Backends that build a format
@@ -138,6 +139,15 @@ def level_in_force(explicit: str | None, matrix_level: str | None) -> str:
 # A candidate whose first timed sample is over this many times the fastest candidate so far
 # is not timed again (its one sample is what planning records).
 HOPELESS = 4
+# A planning sample is a loop of products (at most SAMPLE_PRODUCTS) streaming at least
+# SAMPLE_BYTES of matrix and vectors, about 100 us of the GPU's traffic: the host latency
+# of a sample's first call (5-30 us before its kernel starts, more on a slow host) is then a
+# small part of it, as it is in a solver's loop. With a tenth of that (one or two products
+# a sample on 20-60 MB matrices), planning on the H100 timed two merge-path shapes at 37.3
+# and 37.2 us whose products took 25.8 and 24.3 us in a loop, and kept the slower
+# (class_fit_h100_run2.json, 100k rows of ~25 with one of 6,000, float32).
+SAMPLE_BYTES = 4e8
+SAMPLE_PRODUCTS = 20
 
 
 @dataclass(frozen=True)
@@ -188,7 +198,8 @@ def _short_list(operand: Operand, estimate: Choice, level: str, store, capturabl
     """(backend, policy) pairs planning times: the estimate first, then, for ``measure``,
     each backend's :meth:`~Backend.planning_candidates` (cuSPARSE's algorithms) and the
     tuned and untuned policies of the ``planned`` backends (merge_path, shuffle, delta16)
-    that take the matrix (:func:`_planned_pairs`); for ``exhaustive``, every usable backend
+    that take the matrix, with their :meth:`~Backend.planned_policies` (merge_path's tile
+    shapes) (:func:`_planned_pairs`); for ``exhaustive``, every usable backend
     with every candidate it has."""
     value_dtype = estimate.value_dtype
     pairs = [(estimate.implementation, estimate.policy)]
@@ -213,7 +224,8 @@ def _planned_pairs(operand, backends, mirror_dtype, level, store, capturable, na
     """The (backend, policy) pairs planning times for each of ``backends`` that takes the
     mirror of ``mirror_dtype`` (and can be captured, when ``capturable``): every candidate
     for ``exhaustive``, else its planning candidates (cuSPARSE's algorithms), else, where it
-    is ``planned`` and no backend was ``named``, its tuned policy and its untuned one.
+    is ``planned`` and no backend was ``named``, its tuned policy and its untuned one
+    and its :meth:`~Backend.planned_policies`.
 
     Both, because a tuned policy is one matrix's winner applied to its whole row class:
     the shipped ones were fitted on two stencils, and on matrices that took no part in
@@ -234,6 +246,7 @@ def _planned_pairs(operand, backends, mirror_dtype, level, store, capturable, na
             policies = backend.planning_candidates(mirror)
         elif backend.planned and not named:
             policies = [default_policy(backend, mirror, store), backend.default_policy(mirror)]
+            policies += backend.planned_policies(mirror)
         else:
             continue
         pairs += [(backend, policy) for policy in policies]
@@ -334,11 +347,11 @@ def measure(operand: Operand, x, estimate: Choice, level: str, *, store=None, ca
     ``x`` is a device array of the estimate's value dtype: a vector for ``A @ x``, an
     (n_cols, k) array for ``A @ X``. Runs on the current stream and waits for it; each
     candidate's plan is made once (kept on the mirror like any plan). The cost: per
-    candidate, one checked product, then one calibration sample (several products a
-    sample for products under about 20 us) and, unless it is over ``HOPELESS`` times the
-    fastest so far, a warm-up product and five samples taken in alternation with the
-    other candidates', so that the host's drift falls on all of them alike
-    (:func:`sparsegpu._timing.time_candidates`). A vector kernel on an arrow matrix's dense
+    candidate, one checked product, then one calibration sample (a loop of products
+    streaming ``SAMPLE_BYTES``, at most ``SAMPLE_PRODUCTS`` of them) and, unless it is
+    over ``HOPELESS`` times the fastest so far, a warm-up product and five samples taken in
+    alternation with the other candidates', so that the host's drift falls on all of them
+    alike (:func:`sparsegpu._timing.time_candidates`). A vector kernel on an arrow matrix's dense
     rows runs 200 times cuSPARSE: its repeats alone would cost hundreds of milliseconds.
     ``capturable``: only backends whose products a CUDA graph can hold (a solver about to
     capture its iterations).
@@ -371,7 +384,8 @@ def measure(operand: Operand, x, estimate: Choice, level: str, *, store=None, ca
             continue
         if check is None:
             check = AnswerCheck(y, _agreement_scale(mirror, x, y), source="the estimate")
-            inner = max(1, min(20, int(4e7 // max(mirror.nbytes + 16 * x.size, 1))))
+            streamed = mirror.nbytes + 2 * x.nbytes
+            inner = max(1, min(SAMPLE_PRODUCTS, int(SAMPLE_BYTES // max(streamed, 1))))
         agreed = check.error(y) is None
         if agreed:
             groups.setdefault(xp is np, {})[len(results)] = product

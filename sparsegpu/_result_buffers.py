@@ -3,7 +3,8 @@
 On a small matrix ``A @ x`` is bound by host time, and allocating y from CuPy's pool is a
 fifth of it (1.4-1.9 us of the 7-10 us a call costs on the H200's host;
 ``docs/benchmarks/results/per_call_twelfth_h200.json``). A plan keeps the last :data:`SLOTS` result
-vectors it handed out, when they are small (:data:`MAX_BYTES`), and a product without
+vectors it handed out, when they are small (:data:`MAX_BYTES`, or up to a
+:data:`MATRIX_FRACTION` of the matrix's own bytes), and a product without
 ``out=`` takes one back instead of allocating when
 
 - nothing but the plan refers to the array, to its memory pointer or to its memory: the
@@ -32,9 +33,14 @@ import functools
 import sys
 import threading
 
-# Results up to this size are taken back: past it the product is bound by the GPU, and an
-# allocation overlaps with kernels already queued. Each plan holds at most SLOTS of them.
+# Results up to this size are taken back, and larger ones up to 1 / MATRIX_FRACTION of the
+# matrix's bytes (each plan holds at most SLOTS of them, so at most a quarter of the
+# matrix). Allocating a result of several MB from CuPy's pool cost 3-12 us of host time a
+# call on the H100's host (class_path_h100.json: 2-22 MB results), which a product pays in
+# full where the GPU waits for the call: the first product after a synchronization (a
+# solver's iteration after its dot product) and products shorter than the host's time.
 MAX_BYTES = 1 << 20
+MATRIX_FRACTION = 8
 SLOTS = 2
 # (k, memory order) shapes of A @ X results each plan keeps buffers for, the most recent
 # ones: a block method's loop uses one or two; more would hold memory for shapes gone by.
@@ -98,9 +104,11 @@ class ResultBuffers:
         self._lock = threading.Lock()
 
     @staticmethod
-    def wanted(on_device: bool, nbytes: int) -> bool:
-        """True when a plan with results of ``nbytes`` should keep them (see the module)."""
-        return on_device and ENABLED and 0 < nbytes <= MAX_BYTES
+    def wanted(on_device: bool, nbytes: int, matrix_nbytes: int = 0) -> bool:
+        """True when a plan with results of ``nbytes`` (of a matrix of ``matrix_nbytes``)
+        should keep them (see the module)."""
+        limit = max(MAX_BYTES, matrix_nbytes // MATRIX_FRACTION)
+        return on_device and ENABLED and 0 < nbytes <= limit
 
     def take(self):
         """A result vector: one the caller has let go of on this stream, or a new one."""
@@ -124,7 +132,7 @@ class ResultBuffers:
 class BlockResults:
     """The result blocks of one plan's ``A @ X``: a :class:`ResultBuffers` for each of the
     :data:`SHAPES` (k, memory order) most recently asked for, when the result is small
-    (:data:`MAX_BYTES`); a larger one is a new array each time (CuPy's pool).
+    (:meth:`ResultBuffers.wanted`); a larger one is a new array each time (CuPy's pool).
 
     Parameters
     ----------
@@ -132,12 +140,15 @@ class BlockResults:
     n_rows : int
         The result's rows.
     dtype : numpy.dtype
+    matrix_nbytes : int, optional
+        The matrix's bytes (results up to a :data:`MATRIX_FRACTION` of them are kept).
     """
 
-    def __init__(self, cupy, n_rows: int, dtype):
+    def __init__(self, cupy, n_rows: int, dtype, matrix_nbytes: int = 0):
         self._cupy = cupy
         self._n_rows = n_rows
         self._dtype = dtype
+        self._matrix_nbytes = matrix_nbytes
         self._by_shape: dict = {}
         self._lock = threading.Lock()
 
@@ -151,7 +162,8 @@ class BlockResults:
 
     def _add(self, k: int, fortran: bool):
         shape, order = (self._n_rows, k), "F" if fortran else "C"
-        if ResultBuffers.wanted(True, self._n_rows * k * self._dtype.itemsize):
+        nbytes = self._n_rows * k * self._dtype.itemsize
+        if ResultBuffers.wanted(True, nbytes, self._matrix_nbytes):
             take = ResultBuffers(self._cupy, shape, self._dtype, order).take
         else:
             take = functools.partial(self._cupy.ndarray, shape, self._dtype, order=order)

@@ -379,6 +379,40 @@ def test_planning_times_the_tuned_and_the_untuned_policy(gpu, monkeypatch, tuned
     assert_product_close(A @ x, sp.csr_matrix(A) @ x, np.float64, 50)
 
 
+class _PlannedShapes(_Planned):
+    """A ``planned`` backend (as merge_path is) whose tuned and untuned policies are slow
+    and one of its :meth:`planned_policies` fast."""
+
+    def default_policy(self, matrix):
+        return CsrVectorPolicy(threads_per_row=2, source="occupancy")
+
+    def planned_policies(self, matrix):
+        return [CsrVectorPolicy(threads_per_row=t, source="candidate") for t in (8, 4)]
+
+
+def test_planning_times_a_planned_backends_other_policies(gpu, monkeypatch):
+    # merge_path's best tile shape differs by matrix: planning times each beside the tuned
+    # and the untuned one, and keeps the fastest
+    slow_tuned = CsrVectorPolicy(threads_per_row=1, source="tuned")
+    monkeypatch.setattr(_select, "tuned_policy", lambda backend, mirror, store=None: slow_tuned)
+    gpu(_PlannedShapes())
+    A = _matrix(seed=13)
+    x = random_vector(A.shape[1], np.float64, seed=13)
+    choice = sg.choose(A, x)
+    timed = [m.policy.threads_per_row for m in choice.measurements if m.ms is not None]
+    assert timed == [1, 2, 8, 4]
+    assert choice.policy.threads_per_row == 4
+    assert_product_close(A @ x, sp.csr_matrix(A) @ x, np.float64, 50)
+
+
+def test_merge_path_has_every_tile_shape_planned():
+    from sparsegpu.backends import merge_path
+
+    backend = sg._registry.registered()["merge_path"]
+    shapes = [(p.block_size, p.nnz_per_thread) for p in backend.planned_policies(None)]
+    assert shapes == list(merge_path.MERGE_PATH_SHAPES)
+
+
 def test_plan_is_the_deprecated_name_of_choose():
     A = _matrix(seed=11)
     x = random_vector(A.shape[1], np.float64, seed=11)

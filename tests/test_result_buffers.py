@@ -118,6 +118,14 @@ def test_only_small_device_results_are_kept():
     assert not rb.ResultBuffers.wanted(False, 8)
 
 
+@pytest.mark.parametrize("over", [0, 1], ids=["a fraction of the matrix", "past it"])
+def test_results_up_to_a_fraction_of_the_matrix_are_kept(over):
+    matrix_nbytes = 64 * rb.MAX_BYTES
+    nbytes = matrix_nbytes // rb.MATRIX_FRACTION + over
+    assert rb.ResultBuffers.wanted(True, nbytes, matrix_nbytes) == (rb.ENABLED and not over)
+    assert not rb.ResultBuffers.wanted(False, nbytes, matrix_nbytes)
+
+
 # A @ X's blocks: a ResultBuffers per (k, order), the latest SHAPES of them.
 
 
@@ -182,6 +190,15 @@ def test_a_large_block_is_new_every_time_and_never_kept(fake_cupy):
     assert gone() is None  # nothing but the caller held it
     blocks.take(k, False)
     assert fake_cupy.allocations == 2
+
+
+def test_a_block_of_a_fraction_of_a_large_matrix_is_kept(fake_cupy):
+    k = 3
+    n_rows = rb.MAX_BYTES // (8 * k) + 1  # past MAX_BYTES, within a large matrix's share
+    blocks = rb.BlockResults(fake_cupy, n_rows, np.dtype(np.float64), 64 * rb.MAX_BYTES)
+    first = id(blocks.take(k, False))
+    assert id(blocks.take(k, False)) == first  # the dropped block came back
+    assert fake_cupy.allocations == 1
 
 
 def test_only_the_latest_shapes_keep_their_blocks(fake_cupy):

@@ -144,11 +144,46 @@ def bench(name, host, dtype, cupy, cupyx_sparse, avc) -> dict:
     }
 
 
+def user_path(name, host, dtype, cupy, cupyx_sparse, avc) -> dict:
+    """Where ``A @ x`` spends GPU time its plan called directly does not: ``auto`` as users
+    call it, ``sparsegpu.matvec``, the chosen plan's ``matvec`` allocating y and into one
+    y, on the planned matrix, and raw cuSPARSE; timed with 5 and with 50 products a sample
+    (what a sample's first call costs before the GPU starts shows as the difference), plus
+    each one's host microseconds per call without synchronizing."""
+    Acx = cupyx_sparse.csr_matrix(host.astype(dtype))
+    Acx.sum_duplicates()
+    n_rows, n_cols = Acx.shape
+    x = cupy.asarray(np.random.default_rng(1).uniform(-1, 1, n_cols).astype(dtype))
+    M = sg.csr_matrix(Acx)
+    choice = sg.choose(M, x)
+    plan = _planning.plan_for(M, dtype)
+    mirror = plan.matrix
+    y = cupy.empty(n_rows, dtype=dtype)
+    y_raw = cupy.empty(n_rows, dtype=dtype)
+    direct = avc.DirectSpMV(mirror, x, y_raw, "csr_alg1")
+    fns = {
+        "raw csr_alg1": direct,
+        "A @ x": lambda: M @ x,
+        "sg.matvec": lambda: sg.matvec(M, x),
+        "plan.matvec(x)": lambda: plan.matvec(x),
+        "plan.matvec(x, out=y)": lambda: plan.matvec(x, out=y),
+    }
+    row = {"matrix": name, "dtype": np.dtype(dtype).name, "auto": choice.backend,
+           "policy": repr(choice.policy)}  # fmt: skip
+    for inner in (5, 50):
+        timings = _timing.cuda_time_interleaved(fns, inner=inner, repeat=15)
+        row[f"ms_inner{inner}"] = {k: t.median_ms for k, t in timings.items()}
+    row["host_us"] = {k: avc.host_overhead_us(fn, cupy, calls=300) for k, fn in fns.items()}
+    direct.close()
+    return row
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--part", default="fit", choices=["fit", "heldout"])
     parser.add_argument("--dtypes", default="float64,float32")
     parser.add_argument("--only", help="comma-separated matrix names")
+    parser.add_argument("--path", action="store_true", help="user_path instead")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     cupy = _cuda.cupy_or_none()
@@ -166,6 +201,11 @@ def main(argv=None) -> int:
             continue
         host = build()
         for dtype in args.dtypes.split(","):
+            if args.path:
+                rows.append(user_path(name, host, np.dtype(dtype), cupy, cupyx_sparse, avc))
+                pathlib.Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+                print(json.dumps(rows[-1]))
+                continue
             row = bench(name, host, np.dtype(dtype), cupy, cupyx_sparse, avc)
             rows.append(row)
             pathlib.Path(args.out).write_text(json.dumps(result, indent=1) + "\n")

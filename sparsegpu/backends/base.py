@@ -54,13 +54,16 @@ class Plan:
         self._xp = matrix.xp
         # small results are taken back once their caller drops them (_result_buffers)
         nbytes = matrix.shape[0] * self._dtype.itemsize
+        matrix_nbytes = matrix.nbytes
         self._results = (
             ResultBuffers(matrix.xp, self._y_shape, self._dtype)
-            if ResultBuffers.wanted(self._on_device, nbytes)
+            if ResultBuffers.wanted(self._on_device, nbytes, matrix_nbytes)
             else None
         )
         self._block_results = (
-            BlockResults(matrix.xp, matrix.shape[0], self._dtype) if self._on_device else None
+            BlockResults(matrix.xp, matrix.shape[0], self._dtype, matrix_nbytes)
+            if self._on_device
+            else None
         )
         # whether A @ X may run the row-split SpMM kernel (made on the first such product):
         # on the GPU, on CSR arrays, in the mirror's own dtype, one the kernel is
@@ -261,7 +264,8 @@ class Backend:
         once would pay for it, and whether it pays off is found by measurement.
     planned : bool
         Whether planning ``measure`` times its default policy on every matrix it takes
-        (besides the short list of :meth:`planning_candidates`).
+        (besides the short list of :meth:`planning_candidates`), with its tuned policy and
+        its :meth:`planned_policies`.
     mixed_pairs : tuple of (numpy.dtype, numpy.dtype)
         (values, vectors) dtype pairs it computes in mixed precision (values kept in the
         first, x, y and the sums in the second: ``A.mixed_precision``); its ``plan`` then
@@ -333,6 +337,11 @@ class Backend:
         """The few policies planning by measurement times for this backend (a short list,
         each a few products' worth); empty when the default policy is the only sensible
         one without a full sweep."""
+        return []
+
+    def planned_policies(self, matrix: DeviceMatrix) -> list[Policy]:
+        """Policies a ``planned`` backend has timed for ``auto`` besides its tuned and untuned
+        ones (a few whose best differs by matrix); none by default."""
         return []
 
     def matmat_candidates(self, matrix: DeviceMatrix, columns: int, order: str) -> list[Policy]:

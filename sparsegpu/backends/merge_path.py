@@ -302,6 +302,14 @@ class MergePathBackend(Backend):
             for block, items in MERGE_PATH_SHAPES
         ]
 
+    def planned_policies(self, matrix):
+        # every compiled tile shape: the best one differs by matrix. On the H100, rows of
+        # ~25 with one row of 6,000 (synthetic.class_check_suite("fit"), 60k-100k rows):
+        # (128, 8) ran 1.19-1.21x cuSPARSE where the tuned and default shapes planning
+        # timed before ran 1.00-1.15x, and the winner moved between (128, 8), (256, 4)
+        # and (256, 8) from one matrix and dtype to the next (class_fit_h100_run2.json)
+        return self.candidates(matrix)
+
     def plan(self, matrix, policy):
         return MergePathPlan(matrix, policy)
 

@@ -634,6 +634,9 @@ def class_check_suite(part: str = "heldout", dtype=np.float64, xp=np) -> dict:
             "longrow_10k_x25_4k_1x4000": lambda: long_row_mix(
                 10_000, 4_000, long=4_000, seed=2, **kw
             ),
+            "longrow_100k_x25_30k_1x6000": lambda: long_row_mix(100_000, 30_000, seed=3, **kw),
+            "longrow_60k_x25_7k_1x6000": lambda: long_row_mix(60_000, 7_000, seed=4, **kw),
+            "longrow_300k_x25_60k_1x6000": lambda: long_row_mix(300_000, 60_000, seed=5, **kw),
         }
     if part == "heldout":
         return {
