@@ -13,6 +13,10 @@ On the matrices of ``--set`` (issue 13: tune and fit on one set, report on anoth
     and the rules' regular-rows preference were fitted to.
 ``both``
     all of them, each row labelled with its set.
+``classes-fit``, ``classes-heldout``
+    ``synthetic.class_check_suite``'s parts: randomly numbered 3-D meshes and rows of
+    ~25 with a few rows of thousands, where an outside check found ``auto`` behind
+    cuSPARSE (issue 34); the fix was chosen on the first, claimed on the second.
 
 For every matrix, in each dtype asked for: the median time (CUDA events) of ``A @ x``
 through cuSPARSE called directly ("raw": :class:`DirectSpMV`, the C program that makes

@@ -13,6 +13,8 @@ readonly and vector, and the cusparse backend's algorithms. All timed in alterna
 Usage (on a GPU machine)::
 
     python benchmarks/experiments/spmv_class_candidates.py --part fit --out FILE.json
+    python benchmarks/experiments/spmv_class_candidates.py --path --out FILE.json
+    python benchmarks/experiments/spmv_class_candidates.py --from-json FILE.json --md FILE.md
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import importlib.util
 import json
 import math
 import pathlib
+import re
 import sys
 
 import numpy as np
@@ -178,14 +181,77 @@ def user_path(name, host, dtype, cupy, cupyx_sparse, avc) -> dict:
     return row
 
 
+def _short(label: str) -> str:
+    """``"merge_path MergePathPolicy(source=..., block_size=128, ...)"`` as
+    ``"merge_path 128/8"``: the backend and its knobs' values."""
+    backend, _, policy = label.partition(" ")
+    knobs = re.findall(r"(?:block_size|nnz_per_thread|threads_per_row|algorithm)=([^,)]+)", policy)
+    return f"{backend} {'/'.join(v.strip(chr(39)) for v in knobs)}".strip()
+
+
+def markdown(result) -> str:
+    """The result as tables: per matrix and dtype, ``auto`` and the fastest candidates
+    against cuSPARSE called directly (``bench``), or the user-path timings (``--path``)."""
+    rows = result["results"]
+    lines = [f"# SpMV candidates on the class-check matrices ({result['device']})", ""]
+    if rows and "ms_inner5" in rows[0]:
+        keys = list(rows[0]["ms_inner5"])
+        lines += [
+            "Microseconds a product with 5 and with 50 products a sample (CUDA events, in "
+            "alternation), and host microseconds a call without synchronizing.",
+            "",
+            "| matrix | dtype | auto | " + " | ".join(f"{k} (5 / 50 / host)" for k in keys) + " |",
+            "|---|---|---|" + "---:|" * len(keys),
+        ]
+        for r in rows:
+            cells = [
+                f"{r['ms_inner5'][k] * 1e3:.1f} / {r['ms_inner50'][k] * 1e3:.1f} / "
+                f"{r['host_us'][k]:.1f}"
+                for k in keys
+            ]
+            lines.append(
+                f"| {r['matrix']} | {r['dtype']} | {r['auto']} | " + " | ".join(cells) + " |"
+            )
+        return "\n".join(lines) + "\n"
+    lines += [
+        "Each candidate's plan called into one y (`plan.matvec(x, out=y)`), `auto` as users "
+        "call it after `sparsegpu.choose`, and cuSPARSE called directly; ratios are the "
+        "best direct cuSPARSE time over each (above 1: faster than cuSPARSE).",
+        "",
+        "| matrix | dtype | row class | raw best us | auto | auto/raw | fastest candidates "
+        "(x raw) | planning's timings (us) |",
+        "|---|---|---|---:|---|---:|---|---|",
+    ]
+    for r in rows:
+        best = sorted(
+            ((k, v) for k, v in r["vs_raw"].items() if not k.startswith(("raw", "auto"))),
+            key=lambda kv: -kv[1],
+        )[:3]
+        shown = "; ".join(f"{_short(k)} {v:.2f}x" for k, v in best)
+        planned = ", ".join(
+            f"{m['backend']} {m['ms'] * 1e3:.1f}" for m in r["planning"] if m["ms"] is not None
+        )
+        lines.append(
+            f"| {r['matrix']} | {r['dtype']} | {r['row_class']} | {r['raw_best_ms'] * 1e3:.1f} | "
+            f"{r['auto_backend']} | {r['vs_raw'].get('auto', 0):.3f}x | {shown} | {planned} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--part", default="fit", choices=["fit", "heldout"])
     parser.add_argument("--dtypes", default="float64,float32")
     parser.add_argument("--only", help="comma-separated matrix names")
     parser.add_argument("--path", action="store_true", help="user_path instead")
-    parser.add_argument("--out", required=True)
+    parser.add_argument("--out", help="JSON result file")
+    parser.add_argument("--from-json", help="draw --md from an earlier result file (no GPU)")
+    parser.add_argument("--md", help="markdown table file")
     args = parser.parse_args(argv)
+    if args.from_json:
+        result = json.loads(pathlib.Path(args.from_json).read_text())
+        pathlib.Path(args.md).write_text(markdown(result))
+        return 0
     cupy = _cuda.cupy_or_none()
     if cupy is None:
         print(f"no GPU: {_cuda.unavailable_reason()}", file=sys.stderr)
@@ -225,6 +291,8 @@ def main(argv=None) -> int:
                 print("   failed:", row["failed"])
         del host
         cupy.get_default_memory_pool().free_all_blocks()
+    if args.md:
+        pathlib.Path(args.md).write_text(markdown(result))
     return 0
 
 
