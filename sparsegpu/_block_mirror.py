@@ -143,9 +143,21 @@ class DeviceBlockMatrix(DeviceMatrix):
         _validate(indptr, indices, int(shape[1]) // int(data.shape[2]), cupy, "block column")
         return cls(data, indices, indptr, shape, CUPY)
 
-    def to_csr(self) -> DeviceMatrix:
+    def has_sorted_blocks(self) -> bool:
+        """True when the block columns of every block row strictly increase (canonical
+        BSR: no repeated block); one reduction where the mirror lives."""
+        if self.n_blocks < 2:
+            return True
+        xp = self.xp
+        first = self.indptr[:-1]
+        row_starts = xp.zeros(self.n_blocks, dtype=bool)
+        row_starts[first[first < self.n_blocks]] = True
+        return bool((row_starts[1:] | (self.indices[1:] > self.indices[:-1])).all())
+
+    def to_csr(self, sort_columns: bool = False) -> DeviceMatrix:
         """The CSR arrays of the same matrix, built where the mirror lives (every stored
-        value of every block, explicit zeros included, rows in block order)."""
+        value of every block, explicit zeros included, rows in block order; with
+        ``sort_columns``, each row's columns in increasing order, repeats kept)."""
         xp = self.xp
         R, C = self.blocksize
         index_dtype = self.index_dtype
@@ -168,6 +180,10 @@ class DeviceBlockMatrix(DeviceMatrix):
         columns[where.ravel()] = xp.broadcast_to(
             self.indices.astype(np.int64)[:, None, None] * C + c, where.shape
         ).ravel()
+        if sort_columns and self.nnz:
+            rows = xp.searchsorted(indptr, xp.arange(self.nnz, dtype=np.int64), side="right") - 1
+            order = xp.argsort(rows * max(self.shape[1], 1) + columns.astype(np.int64))
+            data, columns = data[order], columns[order]
         return DeviceMatrix(data, columns, indptr.astype(index_dtype), self.shape, self.residence)
 
     def transpose(self) -> DeviceMatrix:

@@ -77,6 +77,17 @@ def block_matrix(name: str, blocksize, dtype, index_dtype, seed=0) -> sp.bsr_mat
 MATRIX_NAMES = ["random", "empty", "empty_block_rows", "one_block"]
 
 
+def non_canonical(S) -> tuple:
+    """``S``'s BSR arrays (data, indices, indptr) with block row 0 reversed and its first
+    block repeated: scipy's non-canonical BSR (repeated blocks are summed)."""
+    first, last, n_blocks = S.indptr[0], S.indptr[1], S.indptr[-1]
+    assert last - first >= 2
+    order = np.concatenate([[first], np.arange(last - 1, first - 1, -1), np.arange(last, n_blocks)])
+    indptr = S.indptr.copy()
+    indptr[1:] += 1
+    return S.data[order], S.indices[order], indptr
+
+
 def _ours(S, backend) -> sg.bsr_matrix:
     A = sg.bsr_matrix(S, copy=True)
     A.indices = S.indices.copy()  # the index dtype as built (scipy may narrow int64)
@@ -136,6 +147,20 @@ def test_auto_on_the_gpu_reads_the_blocks(blocksize):
         assert choice.backend == "scipy"
         return
     assert "bsr" in _registry.get_backend(choice.backend).formats
+
+
+def test_planning_times_both_block_orders():
+    """Planning by measurement times cuSPARSE reading the blocks in place and from a
+    column-major copy, every answer agreeing, and keeps one for the matrix."""
+    skip_unless_available("cusparse_bsr")
+    S = block_matrix("random", (3, 3), np.float64, np.int32)
+    A = sg.bsr_matrix(S)
+    x = _cuda.cupy_or_none().asarray(random_vector(S.shape[1], np.float64, 1))
+    choice = sg.choose(A, x)
+    assert choice.backend == "cusparse_bsr" and choice.level == "measure"
+    timed = {m.policy.block_order for m in choice.measurements if m.ms is not None}
+    assert timed == {"row", "column"} and all(m.agreed for m in choice.measurements)
+    assert_product_close(A @ x, S @ x.get(), np.float64, 15)
 
 
 def test_cusparse_bsr_candidates_agree():
@@ -252,13 +277,7 @@ def test_a_dtype_cusparse_does_not_take_is_refused_by_name():
 def test_changes_reach_the_next_product(backend, change):
     skip_unless_available(backend)
     S = block_matrix("random", (3, 3), np.float64, np.int32, seed=3)
-    # a duplicate block (same block column twice in block row 0) and an unsorted row
-    data = np.concatenate([S.data, S.data[:1]])
-    indices = np.concatenate([S.indices, S.indices[:1]])
-    indptr = S.indptr.copy()
-    indptr[1:] += 1
-    order = np.concatenate([[len(data) - 1], np.arange(len(data) - 1)])
-    A = sg.bsr_matrix((data[order], indices[order], indptr), shape=S.shape)
+    A = sg.bsr_matrix(non_canonical(S), shape=S.shape)
     A.backend = backend
     x = random_vector(A.shape[1], np.float64, 1)
     A @ x  # a mirror now holds the arrays
@@ -391,3 +410,43 @@ def test_to_csr_of_the_block_mirror_is_scipy_tocsr():
         M = sp.csr_matrix((csr.data, csr.indices, csr.indptr), shape=csr.shape)
         np.testing.assert_array_equal(M.toarray(), S.toarray())
         assert csr.index_dtype == np.int64
+
+
+@pytest.mark.parametrize("blocksize", BLOCKS, ids=lambda b: f"{b[0]}x{b[1]}")
+def test_non_canonical_blocks_are_found_and_their_csr_form_sorted(blocksize):
+    """Unsorted and repeated blocks (scipy's non-canonical BSR) are what cuSPARSE's BSR
+    routines are not given: the check finds them, and the sorted CSR form of the blocks
+    is the same matrix with each row's columns in increasing order."""
+    S = block_matrix("random", blocksize, np.float64, np.int32)
+    canonical = DeviceBlockMatrix.from_host(S.data, S.indices, S.indptr, S.shape, HOST)
+    assert canonical.has_sorted_blocks()
+    M = DeviceBlockMatrix.from_host(*non_canonical(S), S.shape, HOST)
+    assert not M.has_sorted_blocks()
+    csr = M.to_csr(sort_columns=True)
+    rows = np.repeat(np.arange(S.shape[0]), np.diff(csr.indptr))
+    assert np.all((np.diff(csr.indices) >= 0) | (np.diff(rows) != 0))
+    expected = sp.bsr_matrix((M.data, M.indices, M.indptr), shape=S.shape).toarray()
+    got = sp.csr_matrix((csr.data, csr.indices, csr.indptr), shape=S.shape).toarray()
+    np.testing.assert_allclose(got, expected, rtol=1e-15)
+
+
+@pytest.mark.parametrize("blocksize", [(1, 1), (3, 3)], ids=lambda b: f"{b[0]}x{b[1]}")
+def test_non_canonical_products_on_the_gpu(blocksize):
+    """Non-canonical blocks, which cuSPARSE's BSR routines are not given (and 1x1 blocks,
+    which they refuse), are multiplied through the sorted CSR form: scipy's answers."""
+    skip_unless_available("cusparse_bsr")
+    from sparsegpu.backends.cusparse_bsr import bsr_plan
+
+    cupy = _cuda.cupy_or_none()
+    S = block_matrix("random", blocksize, np.float64, np.int32)
+    arrays = non_canonical(S)
+    expected = sp.bsr_matrix(arrays, shape=S.shape)
+    x = random_vector(S.shape[1], np.float64, 1)
+    X = np.stack([random_vector(S.shape[1], np.float64, s) for s in (2, 3)], axis=1)
+    plan = bsr_plan(*(cupy.asarray(a) for a in arrays[::-1]), S.shape)
+    assert plan.refused is not None
+    A = sg.bsr_matrix(arrays, shape=S.shape)
+    A.backend = "cusparse_bsr"
+    for y in (plan.matvec(cupy.asarray(x)), A @ cupy.asarray(x), A @ x):
+        assert_product_close(y, expected @ x, np.float64, 30)
+    assert_product_close(A @ cupy.asarray(X), expected @ X, np.float64, 30)

@@ -42,3 +42,16 @@ def test_scipy_suite_runs_the_bsr_tests_on_the_bsr_classes():
     assert "BSR tests with sparsegpu's classes" in run.stdout
     assert "2 deliberate: float16 values are accepted" in run.stdout
     assert re.search(r"[1-9]\d* passed, 2 failed", run.stdout), run.stdout[-2000:]
+
+
+def test_scipy_suite_refuses_xdist():
+    """xdist's workers would run scipy's own classes: a run with -n is refused, not passed."""
+    run = subprocess.run(
+        [sys.executable, "tools/scipy_suite.py", "--format", "bsr", "--", "-n", "4"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 2 and "run without pytest-xdist" in run.stderr, run.stderr

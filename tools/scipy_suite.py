@@ -23,7 +23,8 @@ Usage (from the repository root; on a GPU machine the GPU backends run the produ
     PYTHONPATH=$PWD python tools/scipy_suite.py [--format csr|bsr] [--backend NAME]
         [--out FILE] [-- PYTEST ARGS]
 
-``--backend`` sets ``SPARSEGPU_BACKEND`` (default: ``auto``, what users get).
+``--backend`` sets ``SPARSEGPU_BACKEND`` (default: ``auto``, what users get). It runs in
+one process: pytest-xdist's ``-n`` is refused, since its workers would not see the swap.
 """
 
 from __future__ import annotations
@@ -128,6 +129,10 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="write a JSON summary here")
     parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
     args = parser.parse_args(argv)
+    if any(a == "-n" or a.startswith(("-n", "--numprocesses", "--dist")) for a in args.pytest_args):
+        # xdist's workers are other processes, which the swap (made here) never reaches:
+        # their tests would run scipy's own classes and pass for nothing
+        parser.error("run without pytest-xdist (-n): the classes are swapped in this process")
     if args.backend:
         os.environ["SPARSEGPU_BACKEND"] = args.backend
 

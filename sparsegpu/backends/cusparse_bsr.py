@@ -11,9 +11,12 @@ this thread's handle.
 
 Where cuSPARSE refuses the matrix (on the H100 with CUDA 13: rectangular blocks, which
 ``cusparseCreateBsr`` refuses, and 1x1 blocks, whose first SpMV answers
-``CUSPARSE_STATUS_NOT_SUPPORTED``; a trial product when the plan is made finds out), the
-plan multiplies the CSR form of the same blocks, built once on the device, with cuSPARSE's
-CSR SpMV and SpMM; :attr:`CusparseBsrPlan.refused` says why. Where only its BSR SpMM
+``CUSPARSE_STATUS_NOT_SUPPORTED``; a trial product when the plan is made finds out), and
+for non-canonical BSR (a block row whose block columns do not increase: unsorted or
+repeated blocks, which scipy allows and cuSPARSE's BSR routines are not given), the plan
+multiplies the CSR form of the same blocks, built once on the device (each row's columns
+sorted for a non-canonical matrix), with cuSPARSE's CSR SpMV and SpMM;
+:attr:`CusparseBsrPlan.refused` says why. Where only its BSR SpMM
 refuses (column-major blocks; first met at an ``A @ X``), ``A @ X`` runs column by column
 through the BSR SpMV. Square blocks of 2 to 8, every value and index type, run as BSR
 (``benchmarks/cusparse_bsr.py``'s support table).
@@ -125,14 +128,20 @@ class CusparseBsrPlan(CusparsePlan):
         self.refused = self.spmm_refused = None
         self._csr_plan = None
         self._refusal = _bindings().CuSparseError
+        canonical = matrix.has_sorted_blocks()
         try:
+            if not canonical:
+                raise CusparseCallError("a block row's block columns do not increase", -1)
             super().__init__(matrix, policy)
             if not self._empty:
                 self._trial()
         except (self._refusal, CusparseCallError) as exc:
             Plan.__init__(self, matrix, policy)
             self.refused = f"cuSPARSE's BSR SpMV refused this matrix ({exc})"
-            self._csr_plan = CusparsePlan(matrix.to_csr(), CusparsePolicy(algorithm="csr_alg1"))
+            # cuSPARSE's CSR routines read rows with repeated columns in order (the
+            # duplicates of the CSR suite), so a non-canonical matrix's rows are sorted
+            csr = matrix.to_csr(sort_columns=not canonical)
+            self._csr_plan = CusparsePlan(csr, CusparsePolicy(algorithm="csr_alg1"))
             matrix.settle()
 
     def _trial(self) -> None:
