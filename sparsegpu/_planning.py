@@ -245,6 +245,8 @@ def _planned_pairs(operand, backends, mirror_dtype, level, store, capturable, na
         elif backend.planning_candidates(mirror):
             policies = backend.planning_candidates(mirror)
         elif backend.planned and not named:
+            if backend.planning_refuse_reason(mirror) is not None:
+                continue
             policies = [default_policy(backend, mirror, store), backend.default_policy(mirror)]
             policies += backend.planned_policies(mirror)
         else:
@@ -423,11 +425,27 @@ def measure(operand: Operand, x, estimate: Choice, level: str, *, store=None, ca
             )
     else:
         reason = f"mixed precision ({storage} values, {value_dtype} sums); {reason}"
+    structure = ()
+    if storage is None and estimate.requested == AUTO:
+        structure = _structure_notes(operand, value_dtype)
     return Choice(
         backend.name, policy, reason, estimate.stats, value_dtype, estimate.requested,
         level=level, measurements=tuple(results), planning_ms=planning_ms,
         storage_dtype=storage, implementation=backend, operation=estimate.operation,
+        structure=structure,
     )  # fmt: skip
+
+
+def _structure_notes(operand: Operand, mirror_dtype) -> tuple[str, ...]:
+    """``"backend: note"`` for each usable GPU backend that found something in the
+    matrix's structure (``block``: its block size and fill, and why it was not timed)."""
+    notes = []
+    for backend in _select.gpu_candidates(np.dtype(mirror_dtype)):
+        mirror = operand.mirror(backend.residence, mirror_dtype)
+        note = backend.structure_note(mirror) if backend.supports(mirror) else None
+        if note:
+            notes.append(f"{backend.name}: {note}")
+    return tuple(notes)
 
 
 def order_of(x) -> str:

@@ -400,6 +400,9 @@ class Choice:
         The backend object itself (what dispatch makes the plan with).
     operation : Operation
         The product this choice is for.
+    structure : tuple of str
+        What planning's backends found in the matrix's structure (``block``: its block
+        size and fill, or why it was not timed); empty for an estimate.
     """
 
     backend: str
@@ -415,6 +418,7 @@ class Choice:
     storage_dtype: np.dtype | None = None
     implementation: Any = field(default=None, repr=False, compare=False)
     operation: Operation = VECTOR
+    structure: tuple = ()
 
     @property
     def row_class(self) -> str | None:
@@ -452,6 +456,7 @@ class Choice:
         )
         for m in self.measurements:
             lines.append(f"    {m}")
+        lines.extend(f"  structure: {note}" for note in self.structure)
         if self.override is not None:
             lines.append(f"  note: {self.override}")
         return "\n".join(lines)

@@ -16,6 +16,7 @@ BUILTIN_MODULES = (
     "cusparse_bsr",
     "merge_path",
     "delta16",
+    "block",
 )
 
 # Former backend names, still accepted (with a DeprecationWarning): old name -> name.

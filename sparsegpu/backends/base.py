@@ -299,6 +299,17 @@ class Backend:
         """Why this backend cannot take this particular matrix (a size limit), or None."""
         return None
 
+    def planning_refuse_reason(self, matrix: DeviceMatrix) -> str | None:
+        """Why planning by measurement does not time this backend on this matrix although
+        it could run it (a format of its own that would not pay here: ``block`` below
+        its fill), or None. Naming the backend still runs it."""
+        return None
+
+    def structure_note(self, matrix: DeviceMatrix) -> str | None:
+        """What this backend found in the matrix's structure, for ``explain`` (``block``:
+        the block size, the fill and the share of CSR's bytes), or None."""
+        return None
+
     def check_dtypes(self, value_dtype, index_dtype) -> None:
         """Raise TypeError naming what is supported when a dtype is not."""
         if np.dtype(value_dtype) not in self.value_dtypes:

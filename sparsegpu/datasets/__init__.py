@@ -3,13 +3,15 @@
 Real: small matrices from the SuiteSparse collection (CC-BY 4.0, see ``data/README.md``),
 ``load("bcsstk13")``, ``names()``, ``info(name)``. Synthetic: stencils, uniform rows,
 power-law rows, long rows (evenly placed, or one among rows of a spread of lengths),
-arrow-like rows, R-MAT graphs, randomly renumbered matrices and 3-D meshes, vectorized
+arrow-like rows, R-MAT graphs, meshes of dense node blocks, randomly renumbered matrices
+and 3-D meshes, vectorized
 and seeded (see :mod:`.synthetic`).
 """
 
 from ._bundled import DatasetInfo, info, load, names, path
 from .synthetic import (
     arrow,
+    block_mesh,
     class_check_suite,
     heldout_suite,
     long_row_mix,
@@ -27,6 +29,7 @@ from .synthetic import (
 __all__ = [
     "DatasetInfo",
     "arrow",
+    "block_mesh",
     "class_check_suite",
     "heldout_suite",
     "info",

@@ -537,6 +537,72 @@ def long_row_mix(
     return _random_rows(xp, rng, lengths, n_cols, dtype, distinct=(long_at, long))
 
 
+def block_mesh(
+    n: int,
+    unknowns: int = 3,
+    dimensions: int = 3,
+    dtype=np.float64,
+    seed=0,
+    node_order: str = "natural",
+    xp=np,
+) -> csr_matrix:
+    """An elasticity-like matrix: ``unknowns`` unknowns per node of an n^d grid mesh, each
+    node coupled to its 3^d neighbours (a hexahedral or quadrilateral mesh's node graph)
+    through a dense ``unknowns`` x ``unknowns`` block.
+
+    Node ``i``'s unknowns are rows ``i * unknowns .. i * unknowns + unknowns - 1`` (node
+    by node, as a finite-element code numbers them), so the nonzeros fill aligned blocks.
+
+    Parameters
+    ----------
+    n : int
+        Nodes along each side of the grid.
+    unknowns : int, optional
+        Unknowns per node: the block size (3 for 3-D elasticity).
+    dimensions : {2, 3}, optional
+    dtype : numpy dtype, optional
+    seed : int, optional
+        Seed of the values (and of the node order).
+    node_order : {"natural", "random"}, optional
+        ``"random"`` numbers the nodes in a random order (:func:`permuted` on the node
+        graph): the blocks stay aligned, their columns scatter.
+    xp : module, optional
+        numpy or cupy, where the arrays are built.
+
+    Returns
+    -------
+    csr_matrix
+        ``(n^d * unknowns)`` square, sorted indices, about ``3^d * unknowns^2`` nonzeros
+        per node.
+    """
+    if dimensions not in (2, 3):
+        raise ValueError(f"dimensions={dimensions!r}; use 2 or 3")
+    if unknowns < 1:
+        raise ValueError(f"unknowns={unknowns!r}; a node has at least one unknown")
+    if node_order not in ("natural", "random"):
+        raise ValueError(f"node_order={node_order!r}; use 'natural' or 'random'")
+    nodes = stencil_2d(n, points=9, xp=xp) if dimensions == 2 else stencil_3d(n, 27, xp=xp)
+    if node_order == "random":
+        nodes = permuted(nodes, seed=seed, xp=xp)
+    b = int(unknowns)
+    node_indptr = xp.asarray(nodes.indptr, dtype=np.int64)
+    node_indices = xp.asarray(nodes.indices, dtype=np.int64)
+    n_nodes = nodes.shape[0]
+    # row (node i, unknown r) holds, for each neighbour j of i, the columns j * b .. j * b + b - 1
+    lengths = xp.repeat((node_indptr[1:] - node_indptr[:-1]) * b, b)
+    indptr = xp.zeros(n_nodes * b + 1, dtype=np.int64)
+    indptr[1:] = xp.cumsum(lengths)
+    nnz = int(indptr[-1])
+    row_of_entry = _row_of_entry(xp, indptr, nnz)
+    offset = xp.arange(nnz, dtype=np.int64) - indptr[:-1][row_of_entry]
+    neighbour = node_indices[node_indptr[row_of_entry // b] + offset // b]
+    cols = neighbour * b + offset % b
+    idx_dtype = _index_dtype(n_nodes * b, nnz)
+    values = _values(xp, _rng(xp, seed), nnz, dtype)
+    shape = (n_nodes * b, n_nodes * b)
+    return _finish(values, cols.astype(idx_dtype), indptr.astype(idx_dtype), shape)
+
+
 def heldout_suite(scale: str = "full", dtype=np.float64, xp=np) -> dict:
     """Matrices that took no part in tuning or fitting, as ``{name: callable -> csr_matrix}``.
 

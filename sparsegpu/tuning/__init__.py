@@ -15,6 +15,7 @@ from .._tuning_store import (
     TuningCacheWarning,
     TuningContext,
 )
+from ..backends.block import BlockPolicy
 from ..backends.csr_vector import CsrVectorPolicy
 from ..backends.cusparse import CusparsePolicy
 from ..backends.cusparse_bsr import CusparseBsrPolicy
@@ -25,6 +26,7 @@ from ..backends.scipy_reference import NoPolicy
 from ..backends.swcache import SoftwareCachePolicy
 
 __all__ = [
+    "BlockPolicy",
     "CsrVectorPolicy",
     "CusparseBsrPolicy",
     "CusparsePolicy",

@@ -1,0 +1,452 @@
+"""Block-structured matrices (issue 35): the ``block`` layout against the best CSR path.
+
+For each matrix and dtype, in one run, median CUDA-event times of ``y = A @ x`` (``out=``
+given, so every side does the same work), every answer checked against cuSPARSE CSR's
+first:
+
+``csr``
+    the best CSR path: cuSPARSE CSR called directly (``DirectSpMV`` from
+    ``auto_vs_cusparse.py``, descriptors made once, ALG1 and ALG2), the ``shuffle``
+    backend with every policy of its autotuner sweep, the ``vector`` and ``readonly``
+    defaults, ``merge_path`` in each compiled shape and ``delta16`` (where it takes the
+    matrix): the fastest of them is the bar's denominator.
+``ours``
+    the ``csr`` side restricted to sparsegpu's own backends (what ``auto`` could pick
+    without the block layout).
+``block``
+    the ``block`` backend on the layout it builds from the CSR mirror, with its untuned
+    policy (``block default``: what planning times) and the best of its sweep.
+``cusparse_bsr``
+    cuSPARSE's BSR SpMV called directly on the same BSR arrays (sparsegpu's
+    ``cusparse_bsr.bsr_plan``, descriptors made once), where that module is present.
+``auto``
+    the plan ``sparsegpu.choose`` (planning ``measure``, default policies) picks on a
+    fresh copy of the matrix, run without dispatch (``plan.matvec``): it must be the
+    block layout where that wins and never where it loses.
+
+Every candidate is screened alone (median of 15); then the 3 fastest CSR candidates, the
+block candidates, cuSPARSE BSR and ``auto`` are timed again together, one sample of each in
+turn (median of 21): the times reported. "% bound" is the block layout's bytes (block row
+pointers, block columns, blocks, x and y, each once) over its time, against the device's
+copy bandwidth measured in the same run.
+
+Matrices (``block_mesh``: a 3-D hexahedral mesh's node graph, 27 neighbours per node, a
+dense b x b block per coupling, b = 2, 3, 6 unknowns per node):
+
+``fit``
+    the meshes the block kernel's untuned policy (lanes per block row from the mean
+    values per block row) and the planning threshold were checked on: n = 24, 20, 12
+    nodes a side, seed 0, natural order.
+``claim``
+    held out: larger meshes (5M-12M nonzeros) with other seeds, in natural and in random
+    node order (the blocks stay aligned, their columns scatter).
+``negative``
+    matrices without aligned blocks, where ``auto`` must not pick the layout: a 3-unknown
+    mesh with its unknowns (not its nodes) numbered at random, the 27-point stencil, and
+    bcsstk13 (a real structural FEM matrix, fill 62% in 2 x 2 blocks) repeated on the
+    diagonal.
+
+Usage (on a GPU machine)::
+
+    python benchmarks/blocks.py --out r.json --md r.md
+    python benchmarks/blocks.py --from-json r.json --md r.md   # redraw, no GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import pathlib
+import sys
+
+import numpy as np
+import scipy.sparse as sp
+
+import sparsegpu as sg
+from sparsegpu import _console, _cuda, _planning, _registry, _timing, datasets, probe
+from sparsegpu._mirror import CUPY, PlanKey
+from sparsegpu.backends import block
+from sparsegpu.datasets import synthetic
+
+HERE = pathlib.Path(__file__).resolve().parent
+# the issue-35 bars: block layout over the best CSR path, float64 on blocks of 3 x 3 or
+# larger, float32 on all; and one float64 case at 90% of the byte bound
+BAR = {"float64": 1.25, "float32": 1.15}
+BAR_MIN_BLOCK = {"float64": 3, "float32": 2}
+BOUND_BAR = 90.0
+PLAIN_DEFAULTS = ("vector", "readonly")
+FINALISTS = 3
+FINAL = {"warmup": 3, "repeat": 21}
+
+
+def _direct_spmv():
+    spec = importlib.util.spec_from_file_location("auto_vs_cusparse", HERE / "auto_vs_cusparse.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.DirectSpMV
+
+
+def _cusparse_bsr():
+    """sparsegpu's cuSPARSE BSR module, or None where this tree has none."""
+    try:
+        from sparsegpu.backends import cusparse_bsr
+    except ImportError:
+        return None
+    return cusparse_bsr
+
+
+def replicated(name: str, min_nnz: int) -> sp.csr_matrix:
+    """A bundled real matrix repeated on the diagonal until it has ``min_nnz`` nonzeros."""
+    A = datasets.load(name).tocsr()
+    return sp.block_diag([A] * -(-min_nnz // A.nnz), format="csr")
+
+
+def matrices(scale: str) -> list:
+    """(set, name, unknowns or 0, builder) of every matrix; ``"small"`` for a quick check."""
+    mesh = synthetic.block_mesh
+    if scale == "small":
+        return [
+            ("fit", "mesh_b3_n6", 3, lambda: mesh(6, 3)),
+            ("claim", "mesh_b2_n8_random", 2, lambda: mesh(8, 2, seed=11, node_order="random")),
+            ("claim", "mesh_b6_n5", 6, lambda: mesh(5, 6, seed=13)),
+            ("negative", "mesh_b3_n6_unknowns_random", 0,
+             lambda: synthetic.permuted(mesh(6, 3), seed=5)),
+        ]  # fmt: skip
+    return [
+        ("fit", "mesh_b2_n24", 2, lambda: mesh(24, 2)),
+        ("fit", "mesh_b3_n20", 3, lambda: mesh(20, 3)),
+        ("fit", "mesh_b6_n12", 6, lambda: mesh(12, 6)),
+        ("claim", "mesh_b2_n40", 2, lambda: mesh(40, 2, seed=11)),
+        ("claim", "mesh_b2_n40_random", 2, lambda: mesh(40, 2, seed=11, node_order="random")),
+        ("claim", "mesh_b3_n30", 3, lambda: mesh(30, 3, seed=12)),
+        ("claim", "mesh_b3_n36_random", 3, lambda: mesh(36, 3, seed=12, node_order="random")),
+        ("claim", "mesh_b6_n20", 6, lambda: mesh(20, 6, seed=13)),
+        ("claim", "mesh_b6_n22_random", 6, lambda: mesh(22, 6, seed=13, node_order="random")),
+        (
+            "negative",
+            "mesh_b3_n24_unknowns_random",
+            0,
+            lambda: synthetic.permuted(mesh(24, 3, seed=14), seed=5),
+        ),
+        ("negative", "stencil3d_27pt_60", 0, lambda: synthetic.stencil_3d(60, points=27)),
+        ("negative", "bcsstk13_blockdiag", 0, lambda: replicated("bcsstk13", 5_000_000)),
+    ]
+
+
+def _time(fn) -> float:
+    return _timing.cuda_time(fn, warmup=3, repeat=15).median_ms
+
+
+def _csr_candidates(mirror) -> list:
+    """(backend, policy) of every sparsegpu CSR candidate."""
+    registry = _registry.registered()
+    shuffle, merge_path = registry["shuffle"], registry["merge_path"]
+    out = [(shuffle, p) for p in shuffle.candidates(mirror)]
+    out += [(registry[n], registry[n].default_policy(mirror)) for n in PLAIN_DEFAULTS]
+    out += [(merge_path, p) for p in merge_path.candidates(mirror)]
+    delta16 = registry["delta16"]
+    if delta16.supports(mirror):
+        out.append((delta16, delta16.default_policy(mirror)))
+    return out
+
+
+def bench_one(set_label, name, unknowns, host, dtype, cupy, copy_gbs, DirectSpMV) -> dict:
+    S = host.astype(dtype)
+    S.indices = S.indices.astype(np.int32)
+    S.indptr = S.indptr.astype(np.int32)
+    A = sg.csr_matrix(S)
+    rng = np.random.default_rng(1)
+    x = cupy.asarray(rng.standard_normal(S.shape[1]).astype(dtype))
+    y = cupy.empty(S.shape[0], dtype=dtype)
+    mirror = A._sg_mirror(CUPY, dtype)
+    structure = block.block_structure(mirror)
+    b = structure.size
+    row = {
+        "set": set_label, "matrix": name, "unknowns": unknowns, "dtype": np.dtype(dtype).name,
+        "n_rows": S.shape[0], "nnz": S.nnz, "block_size": b, "fill": structure.fill(b),
+        "byte_ratio": structure.byte_ratio, "planning_refusal": structure.refuse_reason(),
+    }  # fmt: skip
+    expected = cupy.empty_like(y)
+    times, calls, directs = {}, {}, []
+    try:
+        for algorithm in ("csr_alg1", "csr_alg2"):
+            direct = DirectSpMV(mirror, x, expected, algorithm)
+            directs.append(direct)
+            direct()
+        expected = expected.copy()
+        for algorithm, direct in zip(("csr_alg1", "csr_alg2"), directs, strict=True):
+            calls[f"cusparse_csr {algorithm}"] = direct
+            times[f"cusparse_csr {algorithm}"] = ("csr", _time(direct))
+        checker = _checker(cupy, mirror, expected, y, name)
+        for backend, policy in _csr_candidates(mirror):
+            _screen(times, calls, "ours", backend.name, policy, mirror, x, y, checker)
+        backend = _registry.registered()["block"]
+        default = backend.default_policy(mirror)
+        for policy in backend.candidates(mirror):
+            label = "block default" if policy == default else "block"
+            _screen(times, calls, label, "block", policy, mirror, x, y, checker)
+        layout = block.block_layout(mirror, b)
+        _screen_cusparse_bsr(times, calls, layout, S.shape, x, y, checker)
+        row.update(_final(S, times, calls, x, y, cupy))
+    finally:
+        for direct in directs:
+            direct.close()
+    bound = layout.nbytes + x.nbytes + y.nbytes
+    row["block_bytes"] = bound
+    row["csr_bytes"] = _timing.matrix_spmv_bytes(mirror)
+    for side in ("block_default", "block_best", "auto"):
+        row[f"{side}_pct_bound"] = 100 * _timing.gb_per_s(bound, row[side]["ms"]) / copy_gbs
+    return row
+
+
+def _checker(cupy, mirror, expected, y, name):
+    scale = float(cupy.abs(expected).max()) if expected.size else 1.0
+    tol = 64 * np.finfo(mirror.dtype).eps * max(scale, 1.0) * max(int(mirror.stats.max), 1)
+
+    def check(key):
+        error = float(cupy.abs(y - expected).max()) if y.size else 0.0
+        if not error <= tol:
+            raise AssertionError(
+                f"{name} {mirror.dtype}: {key} is off by {error:.3e} (> {tol:.3e})"
+            )
+
+    return check
+
+
+def _screen(times, calls, label, backend_name, policy, mirror, x, y, check) -> None:
+    """Plan, check and time one sparsegpu candidate (one that cannot launch is noted)."""
+    key = f"{backend_name} {policy!r}"
+    backend = _registry.registered()[backend_name]
+    try:
+        plan = mirror.get_plan(PlanKey(backend_name, policy), lambda: backend.plan(mirror, policy))
+        y.fill(0)
+        plan.matvec(x, out=y)
+    except Exception as exc:
+        times[key] = (label, None, f"{type(exc).__name__}: {exc}")
+        return
+    check(key)
+    calls[key] = lambda: plan.matvec(x, out=y)
+    times[key] = (label, _time(calls[key]))
+
+
+def _screen_cusparse_bsr(times, calls, layout, shape, x, y, check) -> None:
+    module = _cusparse_bsr()
+    key = "cusparse_bsr default"
+    if module is None:
+        times[key] = ("cusparse_bsr", None, "no sparsegpu.backends.cusparse_bsr in this tree")
+        return
+    rows, columns = layout.blocksize
+    if shape[0] % rows or shape[1] % columns:
+        times[key] = ("cusparse_bsr", None, f"shape {shape} is not whole {rows}x{columns} blocks")
+        return
+    try:
+        plan = module.bsr_plan(layout.indptr, layout.indices, layout.data, shape)
+        y.fill(0)
+        plan.matvec(x, out=y)
+    except Exception as exc:
+        times[key] = ("cusparse_bsr", None, f"{type(exc).__name__}: {exc}")
+        return
+    check(key)
+    calls[key] = lambda: plan.matvec(x, out=y)
+    times[key] = ("cusparse_bsr", _time(calls[key]))
+
+
+def _final(S, times, calls, x, y, cupy) -> dict:
+    """The finalists and ``auto`` timed together, in alternation."""
+    timed = {k: v for k, v in times.items() if v[1] is not None}
+    csr = {k: v[1] for k, v in timed.items() if v[0] in ("csr", "ours")}
+    finals = {k: calls[k] for k in sorted(csr, key=csr.get)[:FINALISTS]}
+    ours = {k: v[1] for k, v in timed.items() if v[0] == "ours"}
+    finals.update({k: calls[k] for k in sorted(ours, key=ours.get)[:1]})
+    blocks = {k: v[1] for k, v in timed.items() if v[0].startswith("block")}
+    finals.update({k: calls[k] for k in sorted(blocks, key=blocks.get)[:FINALISTS]})
+    finals.update(
+        {k: calls[k] for k, v in timed.items() if v[0] in ("block default", "cusparse_bsr")}
+    )
+    fresh = sg.csr_matrix(S)
+    choice = sg.choose(fresh, x)
+    auto_plan = _planning.plan_for(fresh, x.dtype, x=x)
+    auto_out = cupy.empty_like(y)
+    finals["auto"] = lambda: auto_plan.matvec(x, out=auto_out)
+    final = {k: t.median_ms for k, t in _timing.cuda_time_interleaved(finals, **FINAL).items()}
+    row = {
+        "screen": {k: v[1] for k, v in times.items()},
+        "not_run": {k: v[2] for k, v in times.items() if v[1] is None},
+        "finals": final,
+        "auto_choice": choice.backend,
+        "auto_policy": repr(choice.policy),
+        "auto_planning_ms": choice.planning_ms,
+        "auto_structure": list(choice.structure),
+        "auto_measured": {m.backend: m.ms for m in choice.measurements if m.ms is not None},
+        "auto": {"candidate": f"auto -> {choice.backend}", "ms": final.pop("auto")},
+    }
+
+    def best(labels):
+        mine = {k: ms for k, ms in final.items() if timed[k][0] in labels}
+        key = min(mine, key=mine.get) if mine else None
+        return {"candidate": key, "ms": mine[key]} if key else None
+
+    row["csr_best"] = best(("csr", "ours"))
+    row["ours_csr_best"] = best(("ours",))
+    row["block_best"] = best(("block", "block default"))
+    row["block_default"] = best(("block default",))
+    row["cusparse_bsr"] = best(("cusparse_bsr",))
+    base = row["csr_best"]["ms"]
+    row["ratio_default"] = base / row["block_default"]["ms"]
+    row["ratio_best"] = base / row["block_best"]["ms"]
+    row["ratio_auto"] = base / row["auto"]["ms"]
+    if row["cusparse_bsr"]:
+        row["ratio_vs_cusparse_bsr"] = row["cusparse_bsr"]["ms"] / row["block_default"]["ms"]
+    return row
+
+
+def summarize(rows) -> dict:
+    out = {}
+    for dtype in ("float64", "float32"):
+        claim = [
+            r for r in rows
+            if r["dtype"] == dtype and r["set"] == "claim" and r["unknowns"] >= BAR_MIN_BLOCK[dtype]
+        ]  # fmt: skip
+        if not claim:
+            continue
+        out[dtype] = {
+            "bar": BAR[dtype],
+            "min_ratio_default": min(r["ratio_default"] for r in claim),
+            "min_ratio_auto": min(r["ratio_auto"] for r in claim),
+            "geomean_ratio_auto": math.exp(
+                sum(math.log(r["ratio_auto"]) for r in claim) / len(claim)
+            ),
+            "meets_bar_auto": [r["matrix"] for r in claim if r["ratio_auto"] >= BAR[dtype]],
+            "misses_bar_auto": [r["matrix"] for r in claim if r["ratio_auto"] < BAR[dtype]],
+            "best_pct_bound": max(r["block_default_pct_bound"] for r in claim),
+        }
+    float64 = [r for r in rows if r["dtype"] == "float64" and r["set"] == "claim"]
+    out["bound_bar_met"] = any(r["block_default_pct_bound"] >= BOUND_BAR for r in float64)
+    out["auto_picks_block_where_it_wins"] = all(
+        r["auto_choice"] == "block" for r in rows if r["ratio_default"] >= 1.05
+    )
+    out["auto_never_picks_block_where_it_loses"] = all(
+        r["auto_choice"] != "block" for r in rows if r["ratio_best"] < 1.0
+    )
+    return out
+
+
+def markdown(result) -> str:
+    lines = [
+        f"# The block layout against the best CSR path — {result['device']}",
+        "",
+        f"Copy bandwidth {result['copy_gb_per_s']:.0f} GB/s. Median CUDA-event times (µs), "
+        "`out=` given, answers checked against cuSPARSE CSR first. CSR best = the fastest of "
+        "cuSPARSE CSR called directly (ALG1/ALG2) and sparsegpu's CSR backends (shuffle "
+        "sweep, vector/readonly, merge_path shapes, delta16); block = the `block` backend's "
+        "untuned policy on the layout built from the CSR mirror; cuSPARSE BSR = its BSR "
+        "SpMV on the same blocks; auto = what planning picks by itself. Ratios are CSR best "
+        "/ the side's time; % bound = the block layout's bytes over its time against the "
+        "copy bandwidth.",
+        "",
+        "| set | matrix | dtype | nnz | b | fill | CSR best | µs | ours CSR µs | block µs "
+        "| ratio | % bound | cuSPARSE BSR µs | auto picks | auto µs | auto ratio |",
+        "|---|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---:|",
+    ]
+    for r in result["results"]:
+        bsr = r.get("cusparse_bsr")
+        cells = [
+            r["set"], r["matrix"], r["dtype"], f"{r['nnz']:,}", str(r["block_size"]),
+            f"{100 * r['fill']:.0f}%", r["csr_best"]["candidate"].split(" ")[0],
+            f"{1e3 * r['csr_best']['ms']:.1f}", f"{1e3 * r['ours_csr_best']['ms']:.1f}",
+            f"{1e3 * r['block_default']['ms']:.1f}", f"{r['ratio_default']:.2f}",
+            f"{r['block_default_pct_bound']:.0f}%",
+            f"{1e3 * bsr['ms']:.1f}" if bsr else "—",
+            r["auto_choice"], f"{1e3 * r['auto']['ms']:.1f}", f"{r['ratio_auto']:.2f}",
+        ]  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "Summary:", "", "```", json.dumps(result["summary"], indent=1), "```", ""]
+    return "\n".join(lines)
+
+
+def plot(result, path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = result["results"]
+    fig, ax = plt.subplots(figsize=(10, 4))
+    labels = [f"{r['matrix']}\n{r['dtype']}" for r in rows]
+    colors = {"fit": "tab:gray", "claim": "tab:blue", "negative": "tab:purple"}
+    ax.bar(range(len(rows)), [r["ratio_auto"] for r in rows],
+           color=[colors[r["set"]] for r in rows])  # fmt: skip
+    for dtype, bar in BAR.items():
+        ax.axhline(bar, ls="--", lw=1, color="tab:red" if dtype == "float32" else "tab:orange")
+    ax.axhline(1.0, color="black", lw=0.8)
+    ax.set_xticks(range(len(rows)), labels, rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("best CSR path / auto (time)")
+    ax.set_title(f"auto on block-structured matrices ({result['device']}; grey fit, blue claim)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def write_outputs(result, args) -> None:
+    if args.out:
+        pathlib.Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    text = markdown(result)
+    if args.md:
+        pathlib.Path(args.md).write_text(text)
+    if args.plot:
+        plot(result, args.plot)
+    _console.console().print(text)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--scale", choices=("full", "small"), default="full")
+    parser.add_argument("--dtypes", default="float64,float32")
+    parser.add_argument("--only", help="comma-separated substrings of matrix names to run")
+    parser.add_argument("--out", help="JSON result file")
+    parser.add_argument("--md", help="markdown table file")
+    parser.add_argument("--plot", help="PNG plot file (needs matplotlib)")
+    parser.add_argument("--from-json", help="redraw --md/--plot from an earlier result file")
+    args = parser.parse_args(argv)
+    if args.from_json:
+        result = json.loads(pathlib.Path(args.from_json).read_text())
+        result["summary"] = summarize(result["results"])
+        write_outputs(result, args)
+        return 0
+    cupy = _cuda.cupy_or_none()
+    if cupy is None:
+        print(f"no GPU: {_cuda.unavailable_reason()}", file=sys.stderr)
+        return 2
+    DirectSpMV = _direct_spmv()
+    result = {
+        "device": _cuda.device_info().name,
+        "versions": _cuda.versions(),
+        "sparsegpu": sg.__version__,
+        "copy_gb_per_s": probe.measure_copy()[2],
+        "scale": args.scale,
+        "results": [],
+    }
+    todo = matrices(args.scale)
+    if args.only:
+        wanted = args.only.split(",")
+        todo = [t for t in todo if any(w in t[1] for w in wanted)]
+    dtypes = [np.dtype(d) for d in args.dtypes.split(",")]
+    for set_label, name, unknowns, make in todo:
+        host = make()
+        for dtype in dtypes:
+            print(f"{name} {dtype.name}", file=sys.stderr, flush=True)
+            result["results"].append(
+                bench_one(set_label, name, unknowns, host, dtype, cupy,
+                          result["copy_gb_per_s"], DirectSpMV)
+            )  # fmt: skip
+            cupy.get_default_memory_pool().free_all_blocks()
+            if args.out:
+                pathlib.Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    result["summary"] = summarize(result["results"])
+    write_outputs(result, args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

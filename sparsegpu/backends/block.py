@@ -1,0 +1,587 @@
+"""The ``block`` backend: products over small dense blocks (BSR), with a kernel of our own.
+
+A matrix from finite elements with several unknowns per mesh node stores its nonzeros in
+small dense blocks. CSR reads one column index per nonzero (12 bytes a nonzero in float64
+with int32 indices); a layout of b x b blocks reads one per block (8.44 bytes a nonzero for
+full 3 x 3 blocks, 1.42x fewer). The kernel (``kernels/block.cu``) gives a group of lanes
+to each block row and reads the block row's values as one coalesced vector.
+
+Two ways in:
+
+* :func:`block_plan` takes device BSR arrays (block row pointers, block columns, values of
+  shape ``(nblocks, R, C)``, R and C in 1..8) and returns a plan with ``matvec`` and
+  ``matmat``: what the BSR classes run.
+* As a backend of the CSR classes, it finds the blocks itself: once per mirror, on the
+  device, it counts the aligned b x b blocks the nonzeros touch for b = 2..8
+  (:func:`block_structure`; the fill ratio is nnz / (stored blocks x b^2)), keeps the b
+  whose layout reads the fewest bytes, and builds that layout from the mirror
+  (:func:`block_layout`: padded to whole blocks, duplicates summed, dropped with the
+  mirror). ``auto``'s rules never pick it (whether a matrix has blocks is a property of its
+  columns that the row statistics do not show); planning by measurement times it where
+  the layout reads at most ``MAX_BYTE_RATIO`` of CSR's bytes, which is a minimum fill per
+  block size and dtype (:func:`min_fill`), and keeps it where it is fastest. Below that
+  fill, planning leaves it out and ``explain`` says why. Named explicitly
+  (``A.backend = "block"``), it takes any matrix, with the block size that reads the
+  fewest bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+
+from .. import _compile, _cuda
+from .. import _occupancy as occupancy
+from .._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES, KernelLaunch, name_expression
+from .._mirror import CUPY, DeviceMatrix, is_out_of_memory, memory_error
+from .base import FLOAT_AND_COMPLEX, Backend
+from .csr_vector import KernelPlan
+from .policy import THREADS_PER_ROW_CHOICES, Policy, check_block_size, check_int_choice
+
+SOURCE = "block.cu"
+# Block shapes the kernel is instantiated for (rows and columns of a block).
+BLOCK_DIMENSIONS = tuple(range(1, 9))
+# Block sizes looked for in a CSR matrix.
+DETECTED_SIZES = tuple(range(2, 9))
+# Planning times the block layout of a CSR matrix only where it reads at most this share of
+# the bytes CSR reads (values, indices, row pointers): below, the layout cannot win by
+# enough to be worth building.
+MAX_BYTE_RATIO = 0.9
+# Threads per block of the counting pass (a warp per row).
+COUNT_BLOCK = 256
+MAX_COUNT_BLOCKS = 1 << 16
+
+
+@dataclass(frozen=True)
+class BlockPolicy(Policy):
+    """The ``block`` kernel's launch knobs.
+
+    Attributes
+    ----------
+    block_size : int
+        Threads per CUDA block, a multiple of 32 up to 1024.
+    threads_per_block_row : int
+        Lanes sharing one block row (1..32, a power of two): each reads every
+        ``threads_per_block_row``-th value of the block row's run of values.
+    """
+
+    block_size: int = 256
+    threads_per_block_row: int = 32
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_block_size(self)
+        check_int_choice(self, "threads_per_block_row", THREADS_PER_ROW_CHOICES)
+
+
+def kernel_name(value_dtype, index_dtype, rows: int, columns: int) -> str:
+    """The C++ name of one instantiation, e.g. ``block_spmv<double, int, 3, 3>``."""
+    return name_expression("block_spmv", value_dtype, index_dtype, rows, columns)
+
+
+def supports_blocksize(rows: int, columns: int) -> bool:
+    """Whether the kernel is instantiated for ``rows`` x ``columns`` blocks (1..8 each)."""
+    return rows in BLOCK_DIMENSIONS and columns in BLOCK_DIMENSIONS
+
+
+def layout_bytes(blocks: int, b: int, n_rows: int, value_itemsize: int, index_itemsize: int):
+    """Bytes a product reads of a b x b block layout: values, block columns, block row
+    pointers."""
+    return (
+        blocks * (b * b * value_itemsize + index_itemsize) + (-(-n_rows // b) + 1) * index_itemsize
+    )
+
+
+def csr_bytes(nnz: int, n_rows: int, value_itemsize: int, index_itemsize: int) -> int:
+    """Bytes a CSR product reads of the matrix: values, column indices, row pointers."""
+    return nnz * (value_itemsize + index_itemsize) + (n_rows + 1) * index_itemsize
+
+
+def min_fill(b: int, value_itemsize: int, index_itemsize: int) -> float:
+    """The fill ratio from which a b x b layout reads at most ``MAX_BYTE_RATIO`` of CSR's
+    bytes (row pointers aside): 0.78 for 3 x 3 blocks in float64 with int32 indices, 0.62
+    in float32."""
+    return (b * b * value_itemsize + index_itemsize) / (
+        b * b * MAX_BYTE_RATIO * (value_itemsize + index_itemsize)
+    )
+
+
+@dataclass(frozen=True)
+class BlockStructure:
+    """The aligned b x b blocks of a CSR matrix, for b in ``DETECTED_SIZES``.
+
+    Attributes
+    ----------
+    nnz, n_rows : int
+    blocks : dict of int to int
+        Stored blocks for each b (blocks holding at least one stored entry).
+    value_itemsize, index_itemsize : int
+        What the layout's bytes are counted in.
+    """
+
+    nnz: int
+    n_rows: int
+    blocks: dict = field(compare=False)
+    value_itemsize: int
+    index_itemsize: int
+
+    def fill(self, b: int) -> float:
+        """nnz / (stored blocks x b^2) (1.0 for a matrix without entries)."""
+        return self.nnz / (self.blocks[b] * b * b) if self.blocks[b] else 1.0
+
+    def nbytes(self, b: int) -> int:
+        """Bytes a product reads of the b x b layout."""
+        return layout_bytes(
+            self.blocks[b], b, self.n_rows, self.value_itemsize, self.index_itemsize
+        )
+
+    @property
+    def size(self) -> int:
+        """The b whose layout reads the fewest bytes (the smallest on a tie)."""
+        return min(self.blocks, key=lambda b: (self.nbytes(b), b))
+
+    @property
+    def byte_ratio(self) -> float:
+        """The best layout's bytes over CSR's."""
+        csr = csr_bytes(self.nnz, self.n_rows, self.value_itemsize, self.index_itemsize)
+        return self.nbytes(self.size) / csr
+
+    def refuse_reason(self) -> str | None:
+        """Why planning leaves the block layout out, or None where it times it."""
+        if self.byte_ratio <= MAX_BYTE_RATIO:
+            return None
+        b = self.size
+        needed = min_fill(b, self.value_itemsize, self.index_itemsize)
+        return (
+            f"its nonzeros fill {self.fill(b):.0%} of the {self.blocks[b]:,} aligned {b}x{b} "
+            f"blocks they touch (the best of b = {DETECTED_SIZES[0]}..{DETECTED_SIZES[-1]}); "
+            f"the block layout needs a fill of {needed:.0%}"
+            f" to read at most {MAX_BYTE_RATIO:.0%} of CSR's bytes (it would read "
+            f"{self.byte_ratio:.0%})"
+        )
+
+    def __str__(self) -> str:
+        b = self.size
+        return f"{b}x{b} blocks, fill {self.fill(b):.0%}, {self.byte_ratio:.0%} of CSR's bytes"
+
+
+@dataclass(frozen=True)
+class BlockLayout:
+    """BSR arrays on the device: what the kernel reads.
+
+    Attributes
+    ----------
+    indptr : device array of the index dtype, n_block_rows + 1 long
+    indices : device array of the index dtype, one block column per block
+    data : device array, shape (nblocks, R, C), C-contiguous
+    shape : tuple of int
+        The matrix's shape (rows and columns past it, in the last blocks, are padding).
+    """
+
+    indptr: object
+    indices: object
+    data: object
+    shape: tuple
+
+    @property
+    def blocksize(self) -> tuple[int, int]:
+        return int(self.data.shape[1]), int(self.data.shape[2])
+
+    @property
+    def nbytes(self) -> int:
+        return self.indptr.nbytes + self.indices.nbytes + self.data.nbytes
+
+
+# ------------------------------------------------------------------ finding blocks in CSR
+def _sorted_indices(matrix: DeviceMatrix):
+    """The mirror's column indices with each row sorted (the mirror's own when they are)."""
+    xp = matrix.xp
+    indices, indptr, nnz = matrix.indices, matrix.indptr, matrix.nnz
+    if nnz < 2:
+        return indices
+    row_starts = xp.zeros(nnz, dtype=bool)
+    starts = indptr[1:-1]
+    row_starts[starts[starts < nnz]] = True
+    if not bool(((indices[1:] < indices[:-1]) & ~row_starts[1:]).any()):
+        return indices
+    rows = _row_of_each_entry(matrix)
+    keys = rows * np.int64(matrix.shape[1]) + indices.astype(np.int64)
+    return (xp.sort(keys) % np.int64(matrix.shape[1])).astype(matrix.index_dtype)
+
+
+def _row_of_each_entry(matrix: DeviceMatrix):
+    """The row of every stored entry, as int64."""
+    xp = matrix.xp
+    positions = xp.arange(matrix.nnz, dtype=np.int64)
+    return xp.searchsorted(matrix.indptr.astype(np.int64), positions, side="right") - 1
+
+
+def block_structure(matrix: DeviceMatrix) -> BlockStructure:
+    """The :class:`BlockStructure` of a mirror, made once per mirror: on the GPU, one
+    counting pass over the (row-sorted) indices for each b, and one transfer of each count
+    (a host mirror: :func:`host_block_structure`)."""
+
+    def make() -> BlockStructure:
+        xp = matrix.xp
+        if xp is np:
+            return host_block_structure(
+                sp.csr_matrix((matrix.data, matrix.indices, matrix.indptr), shape=matrix.shape)
+            )
+        n_rows = matrix.shape[0]
+        blocks = {}
+        sorted_indices = _sorted_indices(matrix) if matrix.nnz else matrix.indices
+        for b in DETECTED_SIZES:
+            counts = xp.zeros(-(-n_rows // b), dtype=np.uint64)
+            if matrix.nnz:
+                _count_blocks(matrix, sorted_indices, b, counts)
+            blocks[b] = int(counts.sum()) if counts.size else 0
+        return BlockStructure(
+            matrix.nnz, n_rows, blocks, matrix.dtype.itemsize, matrix.index_dtype.itemsize
+        )
+
+    return matrix.derived("block.structure", make)
+
+
+def _count_blocks(matrix: DeviceMatrix, sorted_indices, b: int, counts) -> None:
+    compiled = _compile.get_kernel(SOURCE, _count_kernel_name(matrix.index_dtype))
+    n_rows = matrix.shape[0]
+    grid = max(1, min(-(-n_rows * 32 // COUNT_BLOCK), MAX_COUNT_BLOCKS))
+    KernelLaunch(compiled, COUNT_BLOCK, (matrix.indptr, sorted_indices, n_rows, b, counts))(grid)
+
+
+def _count_kernel_name(index_dtype) -> str:
+    return f"block_count<{CXX_INDEX_TYPES[np.dtype(index_dtype)]}>"
+
+
+def host_block_structure(A) -> BlockStructure:
+    """:class:`BlockStructure` of a scipy CSR matrix, on the host (``sparsegpu info``, and
+    the reference the device counts are tested against)."""
+    A = A.tocsr()
+    rows = np.repeat(np.arange(A.shape[0], dtype=np.int64), np.diff(A.indptr))
+    columns = A.indices.astype(np.int64)
+    n_block_cols = {b: -(-A.shape[1] // b) for b in DETECTED_SIZES}
+    blocks = {
+        b: int(np.unique((rows // b) * n_block_cols[b] + columns // b).size) for b in DETECTED_SIZES
+    }
+    return BlockStructure(
+        int(A.nnz), A.shape[0], blocks, A.dtype.itemsize, A.indices.dtype.itemsize
+    )
+
+
+def block_layout(matrix: DeviceMatrix, b: int) -> BlockLayout:
+    """The b x b :class:`BlockLayout` of a mirror, made once per mirror and b: entries
+    sorted by (block row, block column), each block's entries placed (duplicates summed),
+    the rest of a block zero."""
+
+    def make() -> BlockLayout:
+        xp = matrix.xp
+        n_rows, n_cols = matrix.shape
+        n_block_rows, n_block_cols = -(-n_rows // b), -(-n_cols // b)
+        try:
+            rows = _row_of_each_entry(matrix)
+            columns = matrix.indices.astype(np.int64)
+            within = (rows % b) * b + columns % b
+            keys = ((rows // b) * n_block_cols + columns // b) * (b * b) + within
+            order = xp.argsort(keys)
+            keys = keys[order]
+            block_keys = keys // (b * b)
+            new_block = xp.ones(matrix.nnz, dtype=bool)
+            new_block[1:] = block_keys[1:] != block_keys[:-1]
+            block_of_entry = xp.cumsum(new_block) - 1
+            firsts = block_keys[new_block]
+            n_blocks = int(firsts.size)
+            index_dtype = matrix.index_dtype
+            if n_blocks * b * b >= 2**32:  # the kernel's 32-bit offsets would overflow
+                index_dtype = np.dtype(np.int64)
+            indices = (firsts % n_block_cols).astype(index_dtype)
+            indptr = xp.searchsorted(
+                firsts // n_block_cols, xp.arange(n_block_rows + 1), side="left"
+            ).astype(index_dtype)
+            data = xp.zeros(n_blocks * b * b, dtype=matrix.dtype)
+            positions = block_of_entry * (b * b) + keys % (b * b)
+            values = matrix.data[order]
+            duplicates = matrix.nnz > 1 and bool((keys[1:] == keys[:-1]).any())
+            if duplicates:
+                _scatter_add(xp, data, positions, values)
+            else:
+                data[positions] = values
+        except Exception as exc:
+            if is_out_of_memory(exc):
+                raise memory_error(
+                    matrix.nnz * 40, f"the {b}x{b} block layout ({matrix.nnz:,} entries)"
+                ) from exc
+            raise
+        return BlockLayout(indptr, indices, data.reshape(n_blocks, b, b), matrix.shape)
+
+    return matrix.derived(f"block.layout{b}", make)
+
+
+def _scatter_add(xp, data, positions, values) -> None:
+    """``data[positions] += values`` with repeated positions summed (on the GPU, complex
+    values as their real and imaginary parts)."""
+    if xp is np:
+        np.add.at(data, positions, values)
+        return
+    import cupyx
+
+    if values.dtype.kind == "c":
+        real = data.view(values.real.dtype)
+        cupyx.scatter_add(real, 2 * positions, values.real)
+        cupyx.scatter_add(real, 2 * positions + 1, values.imag)
+    else:
+        cupyx.scatter_add(data, positions, values)
+
+
+# ------------------------------------------------------------------------------ plans
+class BlockPlan(KernelPlan):
+    """A compiled ``block_spmv`` instantiation over one :class:`BlockLayout`.
+
+    ``matrix`` is what the plan checks operands against (its shape, dtype and module): a
+    CSR mirror (whose own products of several columns run the row-split SpMM kernel on
+    its CSR arrays), or a holder of the BSR arrays themselves (:func:`block_plan`: several
+    columns run one block product each).
+    """
+
+    def __init__(self, matrix: DeviceMatrix, layout: BlockLayout, policy: BlockPolicy):
+        super().__init__(matrix, policy)
+        self.layout = layout
+        if _is_bsr(matrix):
+            self._spmm_kernels = False  # the row-split SpMM reads CSR arrays
+        self.launches = matrix.shape[0] > 0 and layout.data.shape[0] > 0
+        if not self.launches:
+            return
+        rows, columns = layout.blocksize
+        self.kernel = _compile.get_kernel(
+            SOURCE, kernel_name(matrix.dtype, layout.indices.dtype, rows, columns)
+        )
+        n_block_rows = layout.indptr.shape[0] - 1
+        group = policy.threads_per_block_row
+        self._bind(
+            (policy.block_size // group) * rows,
+            (
+                layout.indptr, layout.indices, layout.data, "x", "y",
+                n_block_rows, matrix.shape[0], matrix.shape[1], group,
+            ),
+        )  # fmt: skip
+
+
+def _default_policy(layout_entries: int, n_block_rows: int, kernel) -> BlockPolicy:
+    """Lanes per block row from the mean values per block row (the vector family's rule:
+    the largest power of two up to half of it); block size from the occupancy API."""
+    if n_block_rows == 0 or layout_entries == 0:
+        return BlockPolicy(source="default")
+    group = occupancy.threads_per_row_for(layout_entries / n_block_rows)
+    return BlockPolicy(occupancy.occupancy_block_size(kernel), group, source="occupancy")
+
+
+def block_plan(indptr, indices, data, shape, policy: BlockPolicy | None = None) -> BlockPlan:
+    """A product plan over BSR arrays on the device (what the BSR classes run).
+
+    Parameters
+    ----------
+    indptr : cupy.ndarray, int32 or int64
+        Block row pointers, ``ceil(shape[0] / R) + 1`` long, from 0 to ``nblocks``.
+    indices : cupy.ndarray, the same dtype
+        The block column of each block, in ``0 .. ceil(shape[1] / C) - 1``.
+    data : cupy.ndarray of shape (nblocks, R, C), C-contiguous
+        The blocks, row-major; float32, float64, complex64 or complex128; R and C in 1..8.
+    shape : tuple of int
+        The matrix's shape; rows and columns of the last blocks past it are never read.
+    policy : BlockPolicy, optional
+        Default: lanes per block row from the mean values per block row, block size from
+        the occupancy API.
+
+    Returns
+    -------
+    BlockPlan
+        ``plan.matvec(x, out=None)`` and ``plan.matmat(X, out=None)`` on CuPy's current
+        stream (``matmat``: one block product per column of X).
+
+    Raises
+    ------
+    ValueError
+        For arrays that do not form a BSR matrix of ``shape`` (checked once, on the
+        device, before any kernel reads them), naming what is wrong.
+    TypeError
+        For a dtype or block shape the kernel is not instantiated for.
+    """
+    cupy = _cuda.cupy_or_none()
+    if cupy is None:
+        raise RuntimeError(f"no GPU: {_cuda.unavailable_reason()}")
+    layout = _checked_layout(cupy, indptr, indices, data, shape)
+    holder = DeviceMatrix(layout.data, layout.indices, layout.indptr, layout.shape, CUPY)
+    holder.format = "bsr"
+    holder.blocksize = layout.blocksize
+    if policy is None:
+        rows, columns = layout.blocksize
+        kernel = _compile.get_kernel(
+            SOURCE, kernel_name(layout.data.dtype, layout.indices.dtype, rows, columns)
+        )
+        policy = _default_policy(layout.data.size, layout.indptr.shape[0] - 1, kernel)
+    elif not isinstance(policy, BlockPolicy):
+        raise TypeError(f"policy must be a BlockPolicy, got {type(policy).__name__}")
+    return BlockPlan(holder, layout, policy)
+
+
+def _checked_layout(cupy, indptr, indices, data, shape) -> BlockLayout:
+    """The arrays as a :class:`BlockLayout` once they are shown to form a BSR matrix."""
+    for name, array in (("indptr", indptr), ("indices", indices), ("data", data)):
+        if not isinstance(array, cupy.ndarray):
+            raise TypeError(f"{name} must be a cupy.ndarray, got {type(array).__name__}")
+    if data.ndim != 3 or not data.flags.c_contiguous:
+        raise ValueError(
+            f"data must be a C-contiguous array of shape (nblocks, R, C), got shape "
+            f"{data.shape}{'' if data.flags.c_contiguous else ' (not C-contiguous)'}"
+        )
+    rows, columns = int(data.shape[1]), int(data.shape[2])
+    if not supports_blocksize(rows, columns):
+        raise TypeError(
+            f"the block kernel takes blocks of 1..8 rows and 1..8 columns, got {rows}x{columns}; "
+            "use the cusparse_bsr backend for larger blocks"
+        )
+    if data.dtype not in FLOAT_AND_COMPLEX:
+        raise TypeError(
+            f"the block kernel does not support value dtype {data.dtype}; it supports "
+            f"{', '.join(str(d) for d in FLOAT_AND_COMPLEX)}"
+        )
+    if indptr.dtype != indices.dtype or indices.dtype not in CXX_INDEX_TYPES:
+        raise TypeError(
+            f"indptr and indices must share one dtype, int32 or int64; got {indptr.dtype} and "
+            f"{indices.dtype}"
+        )
+    n_rows, n_cols = int(shape[0]), int(shape[1])
+    if n_rows < 0 or n_cols < 0:
+        raise ValueError(f"shape must be non-negative, got {tuple(shape)}")
+    n_block_rows, n_block_cols = -(-n_rows // rows), -(-n_cols // columns)
+    n_blocks = int(data.shape[0])
+    if indptr.ndim != 1 or indptr.shape[0] != n_block_rows + 1:
+        raise ValueError(
+            f"indptr has shape {indptr.shape}, expected ({n_block_rows + 1},): one entry per "
+            f"block row of {rows} rows, plus one"
+        )
+    if indices.ndim != 1 or indices.shape[0] != n_blocks:
+        raise ValueError(
+            f"indices has shape {indices.shape}, expected ({n_blocks},): one block column per "
+            "block of data"
+        )
+    if indices.dtype == np.int32 and n_blocks * rows * columns >= 2**32:
+        raise ValueError(
+            f"{n_blocks:,} blocks of {rows}x{columns} hold 2^32 values or more; int32 block "
+            "indices cannot address them: use int64 indptr and indices"
+        )
+    first, last = (int(v) for v in cupy.stack((indptr[0], indptr[-1])).get())
+    if first != 0 or last != n_blocks:
+        raise ValueError(f"indptr must run from 0 to nblocks = {n_blocks}, got {first} .. {last}")
+    if n_block_rows and bool((indptr[1:] < indptr[:-1]).any()):
+        raise ValueError("indptr must be non-decreasing: a block row cannot end before it starts")
+    if n_blocks:
+        low, high = (int(v) for v in cupy.stack((indices.min(), indices.max())).get())
+        if low < 0 or high >= n_block_cols:
+            bad = low if low < 0 else high
+            raise ValueError(
+                f"block column {bad} is out of range: {n_cols} columns in blocks of {columns} "
+                f"make {n_block_cols} block columns (0 .. {n_block_cols - 1})"
+            )
+    return BlockLayout(indptr, indices, data, (n_rows, n_cols))
+
+
+# ---------------------------------------------------------------------------- backend
+class BlockBackend(Backend):
+    """SpMV over small dense blocks (see the module docstring)."""
+
+    name = "block"
+    description = (
+        "small dense blocks (BSR, 1..8 x 1..8), a group of lanes per block row; on CSR, "
+        "aligned b x b blocks found on the device"
+    )
+    policy_type = BlockPolicy
+    value_dtypes = FLOAT_AND_COMPLEX
+    estimated = False
+    planned = True
+    # the BSR classes' mirrors (format "bsr") are planned through their own arrays
+    formats = ("csr", "bsr")
+
+    def refuse_reason(self, matrix: DeviceMatrix) -> str | None:
+        if _is_bsr(matrix) and not supports_blocksize(*matrix.blocksize):
+            rows, columns = matrix.blocksize
+            return (
+                f"its {rows}x{columns} blocks are larger than the kernel's 8x8; use the "
+                "cusparse_bsr backend"
+            )
+        return None
+
+    def planning_refuse_reason(self, matrix: DeviceMatrix) -> str | None:
+        if _is_bsr(matrix) or matrix.xp is np or _cuda.cupy_or_none() is None:
+            return None
+        return block_structure(matrix).refuse_reason()
+
+    def structure_note(self, matrix: DeviceMatrix) -> str | None:
+        if _is_bsr(matrix) or matrix.xp is np or _cuda.cupy_or_none() is None:
+            return None
+        structure = block_structure(matrix)
+        reason = structure.refuse_reason()
+        return str(structure) + (f"; not timed: {reason}" if reason else "")
+
+    def _layout(self, matrix: DeviceMatrix) -> BlockLayout:
+        if _is_bsr(matrix):
+            return BlockLayout(matrix.indptr, matrix.indices, matrix.data, matrix.shape)
+        return block_layout(matrix, block_structure(matrix).size)
+
+    def _entries_and_block_rows(self, matrix: DeviceMatrix) -> tuple[int, int, int, int]:
+        """(stored values, block rows, R, C) of the layout this backend would run."""
+        if _is_bsr(matrix):
+            rows, columns = matrix.blocksize
+            return matrix.data.size, matrix.indptr.shape[0] - 1, rows, columns
+        structure = block_structure(matrix)
+        b = structure.size
+        return structure.blocks[b] * b * b, -(-matrix.shape[0] // b), b, b
+
+    def default_policy(self, matrix: DeviceMatrix) -> BlockPolicy:
+        """Lanes per block row from the mean values per block row; block size from the
+        occupancy API."""
+        if matrix.nnz == 0 or matrix.shape[0] == 0:
+            return BlockPolicy(source="default")
+        entries, n_block_rows, rows, columns = self._entries_and_block_rows(matrix)
+        kernel = _compile.get_kernel(
+            SOURCE, kernel_name(matrix.dtype, matrix.index_dtype, rows, columns)
+        )
+        return _default_policy(entries, n_block_rows, kernel)
+
+    def candidates(self, matrix: DeviceMatrix) -> list[BlockPolicy]:
+        """Block sizes 128..1024 times lanes per block row from a quarter to twice the
+        untuned choice."""
+        untuned = self.default_policy(matrix)
+        group = untuned.threads_per_block_row
+        out = [untuned] + [
+            BlockPolicy(block_size, g, source="candidate")
+            for g in THREADS_PER_ROW_CHOICES
+            if group // 4 <= g <= group * 2
+            for block_size in (128, 256, 512, 1024)
+        ]
+        return list(dict.fromkeys(out))
+
+    def plan(self, matrix: DeviceMatrix, policy: BlockPolicy) -> BlockPlan:
+        return BlockPlan(matrix, self._layout(matrix), policy)
+
+
+def _is_bsr(matrix) -> bool:
+    return getattr(matrix, "format", "csr") == "bsr"
+
+
+BACKENDS = [BlockBackend()]
+
+FAMILY = _compile.register_family(
+    _compile.KernelFamily(
+        SOURCE,
+        tuple(
+            kernel_name(value, index, rows, columns)
+            for value in CXX_VALUE_TYPES
+            for index in CXX_INDEX_TYPES
+            for rows in BLOCK_DIMENSIONS
+            for columns in BLOCK_DIMENSIONS
+        )
+        + tuple(_count_kernel_name(index) for index in CXX_INDEX_TYPES),
+    )
+)

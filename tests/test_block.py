@@ -1,0 +1,263 @@
+"""The ``block`` backend: the BSR plan of device arrays, blocks found in CSR matrices, the
+layout built from a mirror, planning's refusal and ``explain``. The awkward matrices of
+every product form run on it in test_products (named, it takes any matrix)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import sparsegpu as sg
+from sparsegpu import _cuda
+from sparsegpu._mirror import CUPY, HOST, DeviceMatrix
+from sparsegpu.backends import block
+from sparsegpu.backends.block import (
+    BLOCK_DIMENSIONS,
+    DETECTED_SIZES,
+    FAMILY,
+    MAX_BYTE_RATIO,
+    BlockPolicy,
+    block_layout,
+    block_plan,
+    block_structure,
+    host_block_structure,
+    min_fill,
+)
+from sparsegpu.datasets import block_mesh
+from sparsegpu.testing import (
+    INDEX_DTYPES,
+    VALUE_DTYPES,
+    assert_product_close,
+    awkward_matrices,
+    no_gpu_reason,
+    random_vector,
+)
+
+DTYPE_IDS = [np.dtype(d).name for d in VALUE_DTYPES]
+INDEX_IDS = [np.dtype(d).name for d in INDEX_DTYPES]
+AWKWARD = list(awkward_matrices())
+# square and rectangular, the smallest and the largest the kernel takes
+BLOCK_SHAPES = [(1, 1), (2, 2), (3, 3), (2, 3), (3, 2), (4, 4), (6, 6), (1, 8), (8, 1), (5, 7)]
+
+
+def _gpu():
+    if _cuda.unavailable_reason() is not None:
+        pytest.skip(no_gpu_reason())
+    return _cuda.cupy_or_none()
+
+
+def _mirror(S, residence):
+    S = S.tocsr()
+    return DeviceMatrix.from_host(S.data, S.indices, S.indptr, S.shape, residence)
+
+
+def random_bsr(shape_in_blocks, blocksize, dtype, index_dtype, seed, trim=(0, 0)):
+    """A seeded scipy BSR matrix with empty block rows, a long block row and random block
+    columns; ``trim`` rows and columns cut from its shape (the last blocks padded)."""
+    rng = np.random.default_rng(seed)
+    n_block_rows, n_block_cols = shape_in_blocks
+    lengths = rng.integers(0, 5, n_block_rows)
+    lengths[rng.random(n_block_rows) < 0.3] = 0
+    if n_block_rows > 3:
+        lengths[3] = n_block_cols  # a block row with a block in every block column
+    lengths = np.minimum(lengths, n_block_cols)
+    indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(index_dtype)
+    indices = np.concatenate(
+        [np.sort(rng.choice(n_block_cols, k, replace=False)) for k in lengths] or [[]]
+    ).astype(index_dtype)
+    R, C = blocksize
+    values = rng.uniform(-1, 1, (indices.size, R, C))
+    if np.dtype(dtype).kind == "c":
+        values = values + 1j * rng.uniform(-1, 1, values.shape)
+    full = (n_block_rows * R, n_block_cols * C)
+    B = sp.bsr_matrix((values.astype(dtype), indices, indptr), shape=full)
+    return B, (full[0] - trim[0], full[1] - trim[1])
+
+
+# ------------------------------------------------------------------------------ CPU
+def test_policy_validates():
+    assert BlockPolicy(128, 4).threads_per_block_row == 4
+    with pytest.raises(ValueError, match="threads_per_block_row=3"):
+        BlockPolicy(256, 3)
+    with pytest.raises(ValueError, match="block_size=100"):
+        BlockPolicy(100, 4)
+    assert "BlockPolicy" in sg.tuning.__all__
+
+
+def test_every_block_shape_is_registered():
+    """tools/check_kernels.py compiles every instantiation: each shape, dtype, index dtype."""
+    names = set(FAMILY.instantiations)
+    for R in BLOCK_DIMENSIONS:
+        for C in BLOCK_DIMENSIONS:
+            assert block.kernel_name(np.complex128, np.int64, R, C) in names
+    assert "block_count<int>" in names and "block_count<long long>" in names
+    assert not block.supports_blocksize(9, 3) and block.supports_blocksize(8, 1)
+
+
+def test_min_fill_is_where_the_layout_reads_the_byte_ratio():
+    # 3x3 float64 int32: (72 + 4) / (9 * 0.9 * 12) = 0.78
+    assert min_fill(3, 8, 4) == pytest.approx(76 / (9 * MAX_BYTE_RATIO * 12))
+    assert min_fill(3, 4, 4) < min_fill(3, 8, 4) < min_fill(2, 8, 4)
+
+
+@pytest.mark.parametrize("unknowns", [2, 3, 6])
+@pytest.mark.parametrize("node_order", ["natural", "random"])
+def test_mesh_blocks_are_found_full(unknowns, node_order):
+    A = block_mesh(4, unknowns, node_order=node_order, seed=3)
+    structure = host_block_structure(A)
+    assert structure.size == unknowns
+    assert structure.fill(unknowns) == 1.0
+    assert structure.refuse_reason() is None
+    assert f"{unknowns}x{unknowns} blocks, fill 100%" in str(structure)
+    # a matrix with the same rows numbered at random loses its blocks
+    scattered = host_block_structure(sg.datasets.permuted(A, seed=4))
+    assert scattered.fill(scattered.size) < 0.5
+    reason = scattered.refuse_reason()
+    assert f"needs a fill of {min_fill(scattered.size, 8, 4):.0%}" in reason
+    assert f"fill {scattered.fill(scattered.size):.0%}" in reason
+
+
+def test_mesh_matches_scipy_bsr():
+    """block_mesh's blocks are exactly those of scipy's BSR conversion of it."""
+    A = block_mesh(3, 3, dimensions=2, seed=1)
+    B = sp.bsr_matrix(A, blocksize=(3, 3))
+    # 3x3 nodes, 9-point: 4 corners of 4 neighbours, 4 edges of 6, a centre of 9
+    assert B.data.shape[0] * 9 == A.nnz == (4 * 4 + 4 * 6 + 9) * 9
+    x = random_vector(A.shape[1], np.float64, 1)
+    np.testing.assert_allclose(A @ x, B @ x, rtol=1e-12)
+
+
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=INDEX_IDS)
+@pytest.mark.parametrize("value_dtype", VALUE_DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("matrix_name", AWKWARD)
+def test_layout_from_a_host_mirror_holds_the_matrix(matrix_name, value_dtype, index_dtype):
+    """The layout built from a mirror (here on the host: the same array code as on the
+    GPU) is the matrix padded to whole blocks: duplicates summed, unsorted rows placed."""
+    S = awkward_matrices(value_dtype, index_dtype, seed=2)[matrix_name]
+    mirror = _mirror(S, HOST)
+    x = random_vector(S.shape[1], value_dtype, 5)
+    for b in DETECTED_SIZES:
+        layout = block_layout(mirror, b)
+        padded = (-(-S.shape[0] // b) * b, -(-S.shape[1] // b) * b)
+        B = sp.bsr_matrix((layout.data, layout.indices, layout.indptr), shape=padded)
+        assert layout.data.shape[0] == host_block_structure(S).blocks[b]
+        y = B @ np.concatenate([x, np.zeros(padded[1] - S.shape[1], x.dtype)])
+        expected = S @ x
+        assert_product_close(y[: S.shape[0]], expected, expected.dtype, 64, what=f"b={b}")
+
+
+def test_backend_unavailable_without_gpu_says_why():
+    status = {b.name: b for b in sg.backends()}["block"]
+    if _cuda.unavailable_reason() is not None:
+        assert not status.available and status.reason
+
+
+# ------------------------------------------------------------------------------ GPU
+@pytest.mark.parametrize("blocksize", BLOCK_SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=INDEX_IDS)
+@pytest.mark.parametrize("value_dtype", VALUE_DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize(
+    ("blocks", "trim"),
+    [((40, 30), (0, 0)), ((40, 30), (1, 1)), ((1, 50), (0, 0)), ((60, 1), (0, 0)),
+     ((7, 7), (0, 0)), ((0, 3), (0, 0))],
+    ids=["40x30", "40x30_padded", "one_block_row", "one_block_column", "7x7", "no_rows"],
+)  # fmt: skip
+def test_block_plan_matches_scipy(blocks, trim, value_dtype, index_dtype, blocksize):
+    cupy = _gpu()
+    B, shape = random_bsr(blocks, blocksize, value_dtype, index_dtype, seed=sum(blocksize))
+    if trim != (0, 0) and min(shape) <= 0:
+        pytest.skip("nothing left after the trim")
+    plan = block_plan(cupy.asarray(B.indptr), cupy.asarray(B.indices), cupy.asarray(B.data), shape)
+    S = B.tocsr()[: shape[0], : shape[1]]
+    x = random_vector(shape[1], value_dtype, 1)
+    expected = S @ x
+    y = plan.matvec(cupy.asarray(x))
+    assert_product_close(y, expected, expected.dtype, max(blocks[1], 1) * blocksize[1])
+    X = np.stack([random_vector(shape[1], value_dtype, s) for s in (2, 3)], axis=1)
+    Y = plan.matmat(cupy.asarray(X))
+    assert_product_close(Y, S @ X, expected.dtype, max(blocks[1], 1) * blocksize[1])
+
+
+@pytest.mark.parametrize("threads", [1, 4, 32])
+def test_block_plan_every_group_width(threads):
+    cupy = _gpu()
+    B, shape = random_bsr((50, 40), (3, 3), np.float64, np.int32, seed=9)
+    plan = block_plan(
+        cupy.asarray(B.indptr), cupy.asarray(B.indices), cupy.asarray(B.data), shape,
+        BlockPolicy(128, threads),
+    )  # fmt: skip
+    x = random_vector(shape[1], np.float64, 1)
+    assert_product_close(plan.matvec(cupy.asarray(x)), B @ x, np.float64, 120)
+
+
+def test_block_plan_refuses_bad_arrays():
+    cupy = _gpu()
+    B, shape = random_bsr((6, 5), (2, 2), np.float64, np.int32, seed=1)
+    indptr, indices, data = (cupy.asarray(a) for a in (B.indptr, B.indices, B.data))
+    bad = indices.copy()
+    bad[0] = 5
+    with pytest.raises(ValueError, match="block column 5 is out of range"):
+        block_plan(indptr, bad, data, shape)
+    with pytest.raises(ValueError, match="indptr has shape"):
+        block_plan(indptr[:-1], indices, data, shape)
+    backwards = indptr.copy()
+    backwards[2], backwards[3] = backwards[3] + 1, backwards[2]
+    with pytest.raises(ValueError, match="non-decreasing|run from 0"):
+        block_plan(backwards, indices, data, shape)
+    with pytest.raises(TypeError, match="1..8"):
+        block_plan(indptr, indices, cupy.zeros((data.shape[0], 9, 9)), (54, 45))
+    with pytest.raises(TypeError, match="share one dtype"):
+        block_plan(indptr.astype(np.int64), indices, data, shape)
+    with pytest.raises(ValueError, match="shape"):
+        plan = block_plan(indptr, indices, data, shape)
+        plan.matvec(cupy.zeros(shape[1] + 1))
+
+
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=INDEX_IDS)
+@pytest.mark.parametrize("matrix_name", AWKWARD + ["mesh_2", "mesh_3_random", "mesh_6"])
+def test_device_block_counts_match_host(matrix_name, index_dtype):
+    """The counting kernel (unsorted rows sorted first, duplicates counted once) against
+    numpy's unique."""
+    _gpu()
+    if matrix_name.startswith("mesh"):
+        _, unknowns, *order = matrix_name.split("_")
+        S = block_mesh(4, int(unknowns), node_order=order[0] if order else "natural")
+        S = sp.csr_matrix((S.data, S.indices.astype(index_dtype), S.indptr.astype(index_dtype)))
+    else:
+        S = awkward_matrices(np.float64, index_dtype, seed=4)[matrix_name]
+    device = block_structure(_mirror(S, CUPY))
+    assert device.blocks == host_block_structure(S).blocks
+
+
+@pytest.mark.parametrize("value_dtype", VALUE_DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("unknowns", [2, 3, 6])
+def test_auto_finds_and_times_the_block_layout(unknowns, value_dtype):
+    _gpu()
+    import cupy
+
+    S = block_mesh(6, unknowns, dtype=value_dtype, seed=unknowns)
+    A = sg.csr_matrix(S)
+    x = random_vector(S.shape[1], value_dtype, 3)
+    choice = sg.choose(A, cupy.asarray(x))
+    assert "block" in {m.backend for m in choice.measurements}
+    assert any(f"block: {unknowns}x{unknowns} blocks, fill 100%" in n for n in choice.structure)
+    text = str(sg.explain(A))
+    assert f"{unknowns}x{unknowns} blocks, fill 100%" in text
+    with sg.use_backend("block"):
+        assert_product_close(A @ x, S @ x, S.dtype, 27 * unknowns)
+
+
+def test_auto_leaves_low_fill_out_and_says_why():
+    _gpu()
+    import cupy
+
+    S = sg.datasets.permuted(block_mesh(6, 3, seed=1), seed=2)
+    A = sg.csr_matrix(S)
+    choice = sg.choose(A, cupy.asarray(random_vector(S.shape[1], np.float64, 3)))
+    assert "block" not in {m.backend for m in choice.measurements}
+    (note,) = [n for n in choice.structure if n.startswith("block:")]
+    structure = host_block_structure(S)
+    assert "not timed" in note
+    assert f"needs a fill of {min_fill(structure.size, 8, 4):.0%}" in note
+    assert f"fill {structure.fill(structure.size):.0%}" in note
