@@ -261,3 +261,19 @@ def test_auto_leaves_low_fill_out_and_says_why():
     assert "not timed" in note
     assert f"needs a fill of {min_fill(structure.size, 8, 4):.0%}" in note
     assert f"fill {structure.fill(structure.size):.0%}" in note
+
+
+def test_info_reports_block_size_and_fill(tmp_path, capsys):
+    import json
+
+    from sparsegpu.cli import main
+
+    path = tmp_path / "mesh.mtx"
+    sg.io.mmwrite(path, block_mesh(3, 3, seed=2))
+    assert main(["info", "--json", str(path), "bcsstk13"]) == 0
+    mesh, bcsstk13 = (d["blocks"] for d in json.loads(capsys.readouterr().out))
+    assert (mesh["size"], mesh["fill"], mesh["planning_refusal"]) == (3, 1.0, None)
+    assert bcsstk13["size"] == 2 and bcsstk13["fill"] == pytest.approx(0.62, abs=0.01)
+    assert "needs a fill of" in bcsstk13["planning_refusal"]
+    assert main(["info", str(path)]) == 0
+    assert "3x3, fill 100%" in capsys.readouterr().out

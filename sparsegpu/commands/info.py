@@ -1,5 +1,5 @@
 """``sparsegpu info``: versions, GPUs and backends of this machine; with arguments, what
-each given matrix is (shape, nnz, field, symmetry, row-length statistics)."""
+each given matrix is (shape, nnz, field, symmetry, row-length statistics, block structure)."""
 
 from __future__ import annotations
 
@@ -71,8 +71,11 @@ def _open_matrix(target: str, data_dir):
 
 
 def describe(target: str, data_dir=None) -> dict:
-    """Shape, nnz, field, symmetry and row-length statistics of one matrix, as plain data."""
+    """Shape, nnz, field, symmetry, row-length statistics and block structure (the b x b
+    blocks, b = 2..8, whose layout reads the fewest bytes, and their fill) of one matrix,
+    as plain data."""
     from .._mirror import RowLengthStats
+    from ..backends.block import host_block_structure
     from ..io import mminfo
 
     try:
@@ -81,6 +84,7 @@ def describe(target: str, data_dir=None) -> dict:
     except (ValueError, OSError) as exc:
         raise CommandError(str(exc), status=1) from None
     stats = RowLengthStats.from_indptr(matrix.indptr, matrix.shape[1], np, indices=matrix.indices)
+    blocks = host_block_structure(matrix)
     collection = header.suitesparse
     return {
         "matrix": target,
@@ -101,6 +105,13 @@ def describe(target: str, data_dir=None) -> dict:
             "column_spread": stats.column_spread,
             "row_class": _select.row_class(stats),
         },
+        "blocks": {
+            "size": blocks.size,
+            "fill": blocks.fill(blocks.size),
+            "fill_by_size": {str(b): blocks.fill(b) for b in blocks.blocks},
+            "byte_ratio": blocks.byte_ratio,
+            "planning_refusal": blocks.refuse_reason(),
+        },
     }
 
 
@@ -113,7 +124,7 @@ def _run_matrices(args) -> int:
         return 0
     out = console()
     for d in described:
-        r = d["row_lengths"]
+        r, b = d["row_lengths"], d["blocks"]
         rows = [
             ["shape", "{} x {}".format(*d["shape"])],
             ["nnz", f"{d['nnz']:,}"],
@@ -127,6 +138,12 @@ def _run_matrices(args) -> int:
             ["empty rows", r["empty_rows"]],
             ["imbalance (max / mean)", f"{r['imbalance']:.2f}"],
             ["row class", r["row_class"]],
+            [
+                "blocks (best b x b)",
+                f"{b['size']}x{b['size']}, fill {b['fill']:.0%}, "
+                f"{b['byte_ratio']:.0%} of CSR's bytes"
+                + ("" if b["planning_refusal"] is None else " (auto does not time the layout)"),
+            ],
         ]
         out.print(table(d["matrix"], ["property", "value"], rows))
     return 0
