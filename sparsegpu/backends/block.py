@@ -27,6 +27,7 @@ Two ways in:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -49,6 +50,11 @@ DETECTED_SIZES = tuple(range(2, 9))
 # the bytes CSR reads (values, indices, row pointers): below, the layout cannot win by
 # enough to be worth building.
 MAX_BYTE_RATIO = 0.9
+# Fewest lanes per block row: a group reads at least 8 consecutive values at a time (a
+# 32- or 64-byte run; fewer lanes would read a block row like a thread-per-row kernel).
+MIN_GROUP = 8
+# The kernel's launch bound (kernels/block.cu): threads per block.
+MAX_BLOCK_SIZE = 512
 # Threads per block of the counting pass (a warp per row).
 COUNT_BLOCK = 256
 MAX_COUNT_BLOCKS = 1 << 16
@@ -61,10 +67,12 @@ class BlockPolicy(Policy):
     Attributes
     ----------
     block_size : int
-        Threads per CUDA block, a multiple of 32 up to 1024.
+        Threads per CUDA block, a multiple of 32 up to 512 (the kernel's launch bound: up
+        to 128 registers a thread).
     threads_per_block_row : int
-        Lanes sharing one block row (1..32, a power of two): each reads every
-        ``threads_per_block_row``-th value of the block row's run of values.
+        Lanes sharing one block row (1..32, a power of two), which read its values in
+        tiles of whole blocks (:func:`group_widths`: a block shape needs enough lanes
+        for one block).
     """
 
     block_size: int = 256
@@ -73,7 +81,50 @@ class BlockPolicy(Policy):
     def __post_init__(self):
         super().__post_init__()
         check_block_size(self)
+        if self.block_size > MAX_BLOCK_SIZE:
+            raise ValueError(
+                f"block_size={self.block_size} is not allowed for the block kernel; use a "
+                f"multiple of 32 up to {MAX_BLOCK_SIZE}"
+            )
         check_int_choice(self, "threads_per_block_row", THREADS_PER_ROW_CHOICES)
+
+
+def slots_per_lane(rows: int, columns: int) -> int:
+    """Positions of a tile each lane owns for ``rows`` x ``columns`` blocks: from
+    ceil(R C / 32) to 4, the count leaving the fewest of a warp's positions idle (the
+    smallest on a tie): ``block_slots`` in ``kernels/block.cu``, the same rule."""
+    rc = rows * columns
+
+    def idle_share(slots):
+        return (32 * slots - (32 * slots // rc) * rc) / slots
+
+    return min(range(-(-rc // 32), 5), key=lambda slots: (idle_share(slots), slots))
+
+
+def group_widths(rows: int, columns: int) -> tuple[int, ...]:
+    """The lanes per block row the kernel takes for a block shape: powers of two from
+    ``MIN_GROUP`` to 32 whose tile of ``lanes x slots_per_lane`` positions holds one
+    block."""
+    slots = slots_per_lane(rows, columns)
+    return tuple(
+        g for g in THREADS_PER_ROW_CHOICES if g >= MIN_GROUP and g * slots >= rows * columns
+    )
+
+
+def default_group(rows: int, columns: int, mean_blocks: float) -> int:
+    """Lanes per block row for a block row of ``mean_blocks`` blocks: the width whose tiles
+    of whole blocks leave the fewest positions idle over the block row (the widest on a
+    tie). A 3-D mesh with 3 unknowns (27 blocks of 3 x 3): 32 lanes, 7 blocks in a tile of
+    64 positions, 243 of 256 used; with 2 unknowns (27 blocks of 2 x 2): 16 lanes, 4
+    blocks a tile, 108 of 112 used."""
+    slots = slots_per_lane(rows, columns)
+    blocks = max(1.0, mean_blocks)
+
+    def used(g):
+        per_tile = g * slots // (rows * columns)
+        return blocks * rows * columns / (math.ceil(blocks / per_tile) * g * slots)
+
+    return max(group_widths(rows, columns), key=lambda g: (round(used(g), 3), g))
 
 
 def kernel_name(value_dtype, index_dtype, rows: int, columns: int) -> str:
@@ -353,6 +404,11 @@ class BlockPlan(KernelPlan):
         if not self.launches:
             return
         rows, columns = layout.blocksize
+        if policy.threads_per_block_row not in group_widths(rows, columns):
+            raise ValueError(
+                f"threads_per_block_row={policy.threads_per_block_row} is too few for "
+                f"{rows}x{columns} blocks; use one of {list(group_widths(rows, columns))}"
+            )
         self.kernel = _compile.get_kernel(
             SOURCE, kernel_name(matrix.dtype, layout.indices.dtype, rows, columns)
         )
@@ -367,13 +423,16 @@ class BlockPlan(KernelPlan):
         )  # fmt: skip
 
 
-def _default_policy(layout_entries: int, n_block_rows: int, kernel) -> BlockPolicy:
-    """Lanes per block row from the mean values per block row (the vector family's rule:
-    the largest power of two up to half of it); block size from the occupancy API."""
-    if n_block_rows == 0 or layout_entries == 0:
-        return BlockPolicy(source="default")
-    group = occupancy.threads_per_row_for(layout_entries / n_block_rows)
-    return BlockPolicy(occupancy.occupancy_block_size(kernel), group, source="occupancy")
+def _default_policy(n_blocks: int, n_block_rows: int, blocksize, kernel) -> BlockPolicy:
+    """Lanes per block row from the mean blocks per block row (:func:`default_group`);
+    block size from the occupancy API."""
+    group = default_group(*blocksize, n_blocks / max(n_block_rows, 1))
+    if n_block_rows == 0 or n_blocks == 0:
+        return BlockPolicy(threads_per_block_row=group, source="default")
+    block_size = occupancy.occupancy_block_size(
+        kernel, block_sizes=[b for b in occupancy.BLOCK_SIZES if b <= MAX_BLOCK_SIZE]
+    )
+    return BlockPolicy(block_size, group, source="occupancy")
 
 
 def block_plan(indptr, indices, data, shape, policy: BlockPolicy | None = None) -> BlockPlan:
@@ -419,7 +478,9 @@ def block_plan(indptr, indices, data, shape, policy: BlockPolicy | None = None) 
         kernel = _compile.get_kernel(
             SOURCE, kernel_name(layout.data.dtype, layout.indices.dtype, rows, columns)
         )
-        policy = _default_policy(layout.data.size, layout.indptr.shape[0] - 1, kernel)
+        policy = _default_policy(
+            layout.data.shape[0], layout.indptr.shape[0] - 1, layout.blocksize, kernel
+        )
     elif not isinstance(policy, BlockPolicy):
         raise TypeError(f"policy must be a BlockPolicy, got {type(policy).__name__}")
     return BlockPlan(holder, layout, policy)
@@ -529,36 +590,34 @@ class BlockBackend(Backend):
             return BlockLayout(matrix.indptr, matrix.indices, matrix.data, matrix.shape)
         return block_layout(matrix, block_structure(matrix).size)
 
-    def _entries_and_block_rows(self, matrix: DeviceMatrix) -> tuple[int, int, int, int]:
-        """(stored values, block rows, R, C) of the layout this backend would run."""
+    def _blocks_and_block_rows(self, matrix: DeviceMatrix):
+        """(stored blocks, block rows, (R, C)) of the layout this backend would run."""
         if _is_bsr(matrix):
-            rows, columns = matrix.blocksize
-            return matrix.data.size, matrix.indptr.shape[0] - 1, rows, columns
+            return matrix.data.shape[0], matrix.indptr.shape[0] - 1, tuple(matrix.blocksize)
         structure = block_structure(matrix)
         b = structure.size
-        return structure.blocks[b] * b * b, -(-matrix.shape[0] // b), b, b
+        return structure.blocks[b], -(-matrix.shape[0] // b), (b, b)
 
     def default_policy(self, matrix: DeviceMatrix) -> BlockPolicy:
-        """Lanes per block row from the mean values per block row; block size from the
-        occupancy API."""
-        if matrix.nnz == 0 or matrix.shape[0] == 0:
-            return BlockPolicy(source="default")
-        entries, n_block_rows, rows, columns = self._entries_and_block_rows(matrix)
-        kernel = _compile.get_kernel(
-            SOURCE, kernel_name(matrix.dtype, matrix.index_dtype, rows, columns)
-        )
-        return _default_policy(entries, n_block_rows, kernel)
+        """Lanes per block row from the mean blocks per block row
+        (:func:`default_group`); block size from the occupancy API."""
+        n_blocks, n_block_rows, blocksize = self._blocks_and_block_rows(matrix)
+        kernel = None
+        if n_blocks and matrix.shape[0]:
+            kernel = _compile.get_kernel(
+                SOURCE, kernel_name(matrix.dtype, matrix.index_dtype, *blocksize)
+            )
+        return _default_policy(n_blocks, n_block_rows, blocksize, kernel)
 
     def candidates(self, matrix: DeviceMatrix) -> list[BlockPolicy]:
-        """Block sizes 128..1024 times lanes per block row from a quarter to twice the
-        untuned choice."""
+        """Block sizes 128, 256 and 512 times every lanes per block row the block shape
+        takes."""
         untuned = self.default_policy(matrix)
-        group = untuned.threads_per_block_row
+        _, _, blocksize = self._blocks_and_block_rows(matrix)
         out = [untuned] + [
             BlockPolicy(block_size, g, source="candidate")
-            for g in THREADS_PER_ROW_CHOICES
-            if group // 4 <= g <= group * 2
-            for block_size in (128, 256, 512, 1024)
+            for g in group_widths(*blocksize)
+            for block_size in (128, 256, 512)
         ]
         return list(dict.fromkeys(out))
 

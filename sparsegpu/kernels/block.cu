@@ -3,18 +3,20 @@
 // 1..8 (the ``block`` backend; the layout is scipy's bsr_matrix, or one built on the device
 // from a CSR mirror whose nonzeros fill aligned b x b blocks).
 //
-// A group of ThreadsPerBlockRow lanes (a sub-warp, 1..32, a power of two) per block row, as
-// the CSR vector kernel gives a group to each row (Bell & Garland, SC'09, figure 22). The
-// block row's values are one contiguous run of (blocks x R x C) entries, read as a vector:
-// lane l takes entries l, l + G, l + 2G, ... (G = ThreadsPerBlockRow), so a warp's loads of
-// values are coalesced whatever R x C is, where a lane per block would read R x C-strided
-// addresses. Each entry's block, row and column in its block come from its position (a
-// division by the compile-time R x C), its x from the block's one column index, and its
-// product goes to the lane's partial sum of that row of the block (R per lane). The R sums
-// are reduced across the group with warp shuffles; lane r writes y's row r of the block
-// row. Rows and columns past n_rows / n_cols (the padding of a layout built from CSR) are
-// never read or written. Work: O(stored blocks x R x C); traffic: values once, one index
-// per block, block row pointers, x once per block column (mostly cached), y once.
+// A group of G = threads_per_block_row lanes (a power of two) per block row, as the CSR vector
+// kernel gives a group to each row (Bell & Garland, SC'09, figure 22). The block row's
+// values are one contiguous run, read as a vector in tiles of P whole blocks: each lane
+// owns SLOTS fixed positions of the tile (lane, lane + G, ...), so a warp's loads of values
+// are coalesced whatever R x C is, and each position's block in the tile, row and column in
+// its block are worked out once per thread, not per value; tile after tile, a lane adds
+// value x x[block column * C + column] to that position's sum. SLOTS is chosen per block
+// shape so that the P * R * C values of a tile fill the G x SLOTS positions well (3 x 3:
+// 2 slots, 7 blocks, 63 of 64 positions with G = 32); G x SLOTS must hold one block. At the end of the block row each
+// lane adds its positions' sums into its R row sums, the R sums are reduced across the
+// group with warp shuffles and lane r writes y's row r of the block row. Rows and columns
+// past n_rows / n_cols (the padding of a layout built from CSR) are never read or written.
+// Work: O(stored blocks x R x C); traffic: values once, one index per block, block row
+// pointers, x once per block column (mostly cached), y once.
 #include "common.cuh"
 
 #ifndef SPARSEGPU_UNROLL
@@ -33,80 +35,118 @@ struct BlockOffsetOf<long long> {
   using type = long long;
 };
 
+// Positions each lane owns in a tile of whole blocks: from ceil(RC / 32) (a warp holds one
+// block) to 4, the count that leaves the fewest of a full warp's positions idle (the
+// smallest on a tie). The same rule as sparsegpu.backends.block.slots_per_lane, which also
+// gives the fewest lanes a block row may have: group * SLOTS >= RC.
+__host__ __device__ constexpr int block_slots(int rc) {
+  int best = (rc + 31) / 32;
+  int best_idle = 32 * best - (32 * best / rc) * rc;
+  for (int slots = best + 1; slots <= 4; ++slots) {
+    const int idle = 32 * slots - (32 * slots / rc) * rc;
+    // a smaller share of idle positions: idle / slots < best_idle / best
+    if (idle * best < best_idle * slots) {
+      best = slots;
+      best_idle = idle;
+    }
+  }
+  return best;
+}
+
 template <typename Value, typename Index, int R, int C>
-__global__ void __launch_bounds__(1024, 1)
+__global__ void __launch_bounds__(512, 1)
     block_spmv(const Index* __restrict__ indptr, const Index* __restrict__ indices,
                const Value* __restrict__ data, const Value* x, Value* __restrict__ y,
                long long n_block_rows, long long n_rows, long long n_cols,
                int threads_per_block_row) {
   static_assert(R >= 1 && R <= 8 && C >= 1 && C <= 8, "R and C must lie in 1..8");
   constexpr int RC = R * C;
-  // loads in flight per lane per trip; fewer where the R sums already take many registers
-  // (complex128 with 8 rows: 32 of the 64 that 1024 threads a block leave each thread)
-  constexpr int UNROLL = sizeof(Value) * R > 64 ? 1 : sizeof(Value) * R > 32 ? 2 : SPARSEGPU_UNROLL;
+  constexpr int SLOTS = block_slots(RC);
+  // tiles in flight per lane per trip: about UNROLL loads of values each
+  constexpr int TILES = SPARSEGPU_UNROLL / SLOTS > 1 ? SPARSEGPU_UNROLL / SLOTS : 1;
   // entry offsets: 32-bit for int32 block indices (nblocks * R * C < 2^32 is checked on the
   // host), 64-bit otherwise
   using Offset = typename BlockOffsetOf<Index>::type;
-  const int group = threads_per_block_row;
+  const int group = threads_per_block_row;  // a power of two, group * SLOTS >= RC
   const int lane = threadIdx.x & (group - 1);
   const int group_in_warp = (threadIdx.x & 31) / group;
   const int groups_per_warp = 32 / group;
+  const int per_tile = group * SLOTS / RC;  // whole blocks in a tile
+  // each slot's block in the tile, and its row and column in that block (-1: idle slot)
+  int slot_block[SLOTS], slot_row[SLOTS], slot_column[SLOTS];
+#pragma unroll
+  for (int s = 0; s < SLOTS; ++s) {
+    const int position = lane + s * group;
+    const int within = position % RC;
+    slot_block[s] = position < per_tile * RC ? position / RC : -1;
+    slot_row[s] = within / C;
+    slot_column[s] = within % C;
+  }
   const long long warp_id = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const long long n_warps = (static_cast<long long>(gridDim.x) * blockDim.x) >> 5;
   const long long stride = n_warps * groups_per_warp;
+  long long block_row = warp_id * groups_per_warp + group_in_warp;
+  Offset start = 0, end = 0;
+  if (block_row < n_block_rows) {
+    start = static_cast<Offset>(indptr[block_row]);
+    end = static_cast<Offset>(indptr[block_row + 1]);
+  }
   // the whole warp steps through its block rows together (the shuffles need every lane)
-  for (long long first = warp_id * groups_per_warp; first < n_block_rows; first += stride) {
-    const long long block_row = first + group_in_warp;
-    Offset start = 0, end = 0;
-    if (block_row < n_block_rows) {
-      start = static_cast<Offset>(indptr[block_row]);
-      end = static_cast<Offset>(indptr[block_row + 1]);
+  for (long long first = warp_id * groups_per_warp; first < n_block_rows;
+       first += stride, block_row += stride) {
+    // the next block row's extent is loaded now, so its latency hides behind this one's
+    const long long next_row = block_row + stride;
+    Offset next_start = 0, next_end = 0;
+    if (next_row < n_block_rows) {
+      next_start = static_cast<Offset>(indptr[next_row]);
+      next_end = static_cast<Offset>(indptr[next_row + 1]);
     }
-    const Value* values = data + start * RC;
-    const Index* columns = indices + start;
-    const unsigned int n_entries = static_cast<unsigned int>(end - start) * RC;
-    Value sums[R];
+    Value sums[SLOTS];
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      sums[r] = value_zero<Value>();
+    for (int s = 0; s < SLOTS; ++s) {
+      sums[s] = value_zero<Value>();
     }
-    for (unsigned int e0 = lane; e0 < n_entries; e0 += UNROLL * group) {
-      Value value[UNROLL], x_value[UNROLL];
-      int row_of[UNROLL];
+    for (Offset tile = start; tile < end; tile += TILES * per_tile) {
+      Value value[TILES][SLOTS], x_value[TILES][SLOTS];
 #pragma unroll
-      for (int u = 0; u < UNROLL; ++u) {
-        const unsigned int e = e0 + u * group;
-        value[u] = value_zero<Value>();
-        x_value[u] = value_zero<Value>();
-        row_of[u] = -1;
-        if (e < n_entries) {
-          const unsigned int block = e / RC;
-          const unsigned int within = e - block * RC;
-          const int r = within / C;
-          const long long column =
-              static_cast<long long>(__ldg(columns + block)) * C + (within - r * C);
-          value[u] = load_streaming(values + e);
-          if (column < n_cols) {
-            x_value[u] = load_readonly(x + column);
+      for (int t = 0; t < TILES; ++t) {
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s) {
+          const Offset block = tile + t * per_tile + slot_block[s];
+          value[t][s] = value_zero<Value>();
+          x_value[t][s] = value_zero<Value>();
+          if (slot_block[s] >= 0 && block < end) {
+            const long long column =
+                static_cast<long long>(__ldg(indices + block)) * C + slot_column[s];
+            value[t][s] = load_streaming(data + block * RC + slot_row[s] * C + slot_column[s]);
+            if (column < n_cols) {
+              x_value[t][s] = load_readonly(x + column);
+            }
           }
-          row_of[u] = r;
         }
       }
 #pragma unroll
-      for (int u = 0; u < UNROLL; ++u) {
-        const Value product = multiply(value[u], x_value[u]);
-        // every row's sum takes the product or zero: a select, not a branch, so that the
-        // sums stay in registers (a branch on row_of becomes an indexed store to local memory)
+      for (int t = 0; t < TILES; ++t) {
 #pragma unroll
-        for (int r = 0; r < R; ++r) {
-          sums[r] = add(sums[r], row_of[u] == r ? product : value_zero<Value>());
+        for (int s = 0; s < SLOTS; ++s) {
+          sums[s] = multiply_add(sums[s], value[t][s], x_value[t][s]);
         }
+      }
+    }
+    // each slot's sum into its row's (a select per row and slot keeps them in registers)
+    Value rows[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      rows[r] = value_zero<Value>();
+#pragma unroll
+      for (int s = 0; s < SLOTS; ++s) {
+        rows[r] = add(rows[r], slot_row[s] == r ? sums[s] : value_zero<Value>());
       }
     }
     for (int offset = group / 2; offset > 0; offset /= 2) {
 #pragma unroll
       for (int r = 0; r < R; ++r) {
-        sums[r] = add(sums[r], shuffle_xor(sums[r], offset, FULL_WARP, group));
+        rows[r] = add(rows[r], shuffle_xor(rows[r], offset, FULL_WARP, group));
       }
     }
     if (block_row < n_block_rows) {
@@ -114,10 +154,12 @@ __global__ void __launch_bounds__(1024, 1)
       for (int r = 0; r < R; ++r) {
         const long long row = block_row * R + r;
         if (lane == r % group && row < n_rows) {
-          y[row] = sums[r];
+          y[row] = rows[r];
         }
       }
     }
+    start = next_start;
+    end = next_end;
   }
 }
 
