@@ -242,11 +242,11 @@ def _planned_pairs(operand, backends, mirror_dtype, level, store, capturable, na
             continue
         if level == "exhaustive":
             policies = backend.candidates(mirror)
+        elif not named and backend.planning_refuse_reason(mirror) is not None:
+            continue
         elif backend.planning_candidates(mirror):
             policies = backend.planning_candidates(mirror)
         elif backend.planned and not named:
-            if backend.planning_refuse_reason(mirror) is not None:
-                continue
             policies = [default_policy(backend, mirror, store), backend.default_policy(mirror)]
             policies += backend.planned_policies(mirror)
         else:

@@ -84,6 +84,15 @@ def test_policy_validates():
         BlockPolicy(100, 4)
     with pytest.raises(ValueError, match="up to 512"):
         BlockPolicy(1024, 32)
+    with pytest.raises(ValueError, match="unroll=3"):
+        BlockPolicy(256, 32, unroll=3)
+    with pytest.raises(ValueError, match="max_registers=16"):
+        BlockPolicy(256, 32, max_registers=16)
+    assert BlockPolicy(256, 32).compile_options() == ()
+    assert BlockPolicy(256, 32, 8, 48).compile_options() == (
+        "-DSPARSEGPU_UNROLL=8",
+        "-DSPARSEGPU_MAX_REGISTERS=48",
+    )
     assert "BlockPolicy" in sg.tuning.__all__
 
 
@@ -195,14 +204,18 @@ def test_block_plan_matches_scipy(blocks, trim, value_dtype, index_dtype, blocks
     assert_product_close(Y, S @ X, expected.dtype, max(blocks[1], 1) * blocksize[1])
 
 
-@pytest.mark.parametrize("threads", [8, 16, 32])
-def test_block_plan_every_group_width(threads):
+@pytest.mark.parametrize(
+    "policy",
+    [BlockPolicy(128, 8), BlockPolicy(128, 16, unroll=2), BlockPolicy(256, 32, unroll=8),
+     BlockPolicy(64, 16, max_registers=40)],
+    ids=["8_lanes", "16_lanes_unroll2", "32_lanes_unroll8", "capped_40"],
+)  # fmt: skip
+def test_block_plan_every_knob(policy):
     cupy = _gpu()
     B, shape = random_bsr((50, 40), (3, 3), np.float64, np.int32, seed=9)
     plan = block_plan(
-        cupy.asarray(B.indptr), cupy.asarray(B.indices), cupy.asarray(B.data), shape,
-        BlockPolicy(128, threads),
-    )  # fmt: skip
+        cupy.asarray(B.indptr), cupy.asarray(B.indices), cupy.asarray(B.data), shape, policy
+    )
     x = random_vector(shape[1], np.float64, 1)
     assert_product_close(plan.matvec(cupy.asarray(x)), B @ x, np.float64, 120)
 

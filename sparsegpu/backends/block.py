@@ -28,7 +28,7 @@ Two ways in:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import scipy.sparse as sp
@@ -39,7 +39,13 @@ from .._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES, KernelLaunch, name_expre
 from .._mirror import CUPY, DeviceMatrix, is_out_of_memory, memory_error
 from .base import FLOAT_AND_COMPLEX, Backend
 from .csr_vector import KernelPlan
-from .policy import THREADS_PER_ROW_CHOICES, Policy, check_block_size, check_int_choice
+from .policy import (
+    SECONDARY,
+    THREADS_PER_ROW_CHOICES,
+    Policy,
+    check_block_size,
+    check_int_choice,
+)
 
 SOURCE = "block.cu"
 # Block shapes the kernel is instantiated for (rows and columns of a block).
@@ -73,10 +79,23 @@ class BlockPolicy(Policy):
         Lanes sharing one block row (1..32, a power of two), which read its values in
         tiles of whole blocks (:func:`group_widths`: a block shape needs enough lanes
         for one block).
+    unroll : int
+        Values each lane keeps in flight per trip through a block row (2, 4 or 8; whole
+        tiles: at least the lane's positions in one tile).
+    max_registers : int or None
+        Register cap per thread (32..128, CUDA's ``__maxnreg__``) in place of the
+        kernel's launch bound of 512 threads, which leaves the compiler up to 128: more
+        warps in flight, at the price of spills.
+
+    ``unroll`` and ``max_registers`` are compile-time macros of the kernel
+    (``SPARSEGPU_UNROLL``, ``SPARSEGPU_MAX_REGISTERS``): a policy that changes them
+    compiles its own variant (once, memoized).
     """
 
     block_size: int = 256
     threads_per_block_row: int = 32
+    unroll: int = field(default=4, metadata=SECONDARY)
+    max_registers: int | None = field(default=None, metadata=SECONDARY)
 
     def __post_init__(self):
         super().__post_init__()
@@ -87,6 +106,24 @@ class BlockPolicy(Policy):
                 f"multiple of 32 up to {MAX_BLOCK_SIZE}"
             )
         check_int_choice(self, "threads_per_block_row", THREADS_PER_ROW_CHOICES)
+        check_int_choice(self, "unroll", (2, 4, 8))
+        cap = self.max_registers
+        if cap is not None and (
+            isinstance(cap, bool) or not isinstance(cap, int) or not 32 <= cap <= 128
+        ):
+            raise ValueError(
+                f"max_registers={cap!r} is not allowed for the block kernel; use None or an "
+                "int in 32..128"
+            )
+
+    def compile_options(self) -> tuple[str, ...]:
+        """NVRTC options this policy adds to its kernel's compilation."""
+        options = ()
+        if self.unroll != 4:
+            options += (f"-DSPARSEGPU_UNROLL={self.unroll}",)
+        if self.max_registers is not None:
+            options += (f"-DSPARSEGPU_MAX_REGISTERS={self.max_registers}",)
+        return options
 
 
 def slots_per_lane(rows: int, columns: int) -> int:
@@ -410,7 +447,9 @@ class BlockPlan(KernelPlan):
                 f"{rows}x{columns} blocks; use one of {list(group_widths(rows, columns))}"
             )
         self.kernel = _compile.get_kernel(
-            SOURCE, kernel_name(matrix.dtype, layout.indices.dtype, rows, columns)
+            SOURCE,
+            kernel_name(matrix.dtype, layout.indices.dtype, rows, columns),
+            policy.compile_options(),
         )
         n_block_rows = layout.indptr.shape[0] - 1
         group = policy.threads_per_block_row
@@ -610,16 +649,29 @@ class BlockBackend(Backend):
         return _default_policy(n_blocks, n_block_rows, blocksize, kernel)
 
     def candidates(self, matrix: DeviceMatrix) -> list[BlockPolicy]:
-        """Block sizes 128, 256 and 512 times every lanes per block row the block shape
-        takes."""
+        """Block sizes 128 and 256 times every lanes per block row the block shape takes,
+        times 4 or 8 values in flight, uncapped or capped at 48 registers."""
         untuned = self.default_policy(matrix)
         _, _, blocksize = self._blocks_and_block_rows(matrix)
         out = [untuned] + [
-            BlockPolicy(block_size, g, source="candidate")
+            BlockPolicy(block_size, g, unroll, cap, source="candidate")
             for g in group_widths(*blocksize)
-            for block_size in (128, 256, 512)
+            for block_size in (128, 256)
+            for unroll in (4, 8)
+            for cap in (None, 48)
         ]
         return list(dict.fromkeys(out))
+
+    def planning_candidates(self, matrix: DeviceMatrix) -> list[BlockPolicy]:
+        """The untuned policy, with twice the values in flight, and with half the lanes
+        per block row where the block shape takes that (planning times the three)."""
+        untuned = self.default_policy(matrix)
+        _, _, blocksize = self._blocks_and_block_rows(matrix)
+        out = [untuned, replace(untuned, unroll=8, source="candidate")]
+        half = untuned.threads_per_block_row // 2
+        if half in group_widths(*blocksize):
+            out.append(replace(untuned, threads_per_block_row=half, source="candidate"))
+        return out
 
     def plan(self, matrix: DeviceMatrix, policy: BlockPolicy) -> BlockPlan:
         return BlockPlan(matrix, self._layout(matrix), policy)

@@ -53,8 +53,16 @@ __host__ __device__ constexpr int block_slots(int rc) {
   return best;
 }
 
+// A register cap per thread (BlockPolicy.max_registers) in place of the launch bound of 512
+// threads (which leaves the compiler up to 128): fewer registers, more warps in flight.
+#ifdef SPARSEGPU_MAX_REGISTERS
+#define SPARSEGPU_BLOCK_BOUNDS __maxnreg__(SPARSEGPU_MAX_REGISTERS)
+#else
+#define SPARSEGPU_BLOCK_BOUNDS __launch_bounds__(512, 1)
+#endif
+
 template <typename Value, typename Index, int R, int C>
-__global__ void __launch_bounds__(512, 1)
+__global__ void SPARSEGPU_BLOCK_BOUNDS
     block_spmv(const Index* __restrict__ indptr, const Index* __restrict__ indices,
                const Value* __restrict__ data, const Value* x, Value* __restrict__ y,
                long long n_block_rows, long long n_rows, long long n_cols,
@@ -72,15 +80,15 @@ __global__ void __launch_bounds__(512, 1)
   const int group_in_warp = (threadIdx.x & 31) / group;
   const int groups_per_warp = 32 / group;
   const int per_tile = group * SLOTS / RC;  // whole blocks in a tile
-  // each slot's block in the tile, and its row and column in that block (-1: idle slot)
-  int slot_block[SLOTS], slot_row[SLOTS], slot_column[SLOTS];
+  const int tile_values = per_tile * RC;
+  // each slot's position lane + s * group in the tile: its block (-1: an idle slot) and its
+  // column in that block
+  int slot_block[SLOTS], slot_column[SLOTS];
 #pragma unroll
   for (int s = 0; s < SLOTS; ++s) {
     const int position = lane + s * group;
-    const int within = position % RC;
-    slot_block[s] = position < per_tile * RC ? position / RC : -1;
-    slot_row[s] = within / C;
-    slot_column[s] = within % C;
+    slot_block[s] = position < tile_values ? position / RC : -1;
+    slot_column[s] = position % C;  // RC is a multiple of C
   }
   const long long warp_id = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const long long n_warps = (static_cast<long long>(gridDim.x) * blockDim.x) >> 5;
@@ -107,18 +115,22 @@ __global__ void __launch_bounds__(512, 1)
       sums[s] = value_zero<Value>();
     }
     for (Offset tile = start; tile < end; tile += TILES * per_tile) {
+      // the tile's values from its first one, at this lane's positions, and its columns
+      const Value* values = data + tile * RC + lane;
+      const Index* columns = indices + tile;
+      const Offset blocks_left = end - tile;
       Value value[TILES][SLOTS], x_value[TILES][SLOTS];
 #pragma unroll
       for (int t = 0; t < TILES; ++t) {
 #pragma unroll
         for (int s = 0; s < SLOTS; ++s) {
-          const Offset block = tile + t * per_tile + slot_block[s];
+          const int block = t * per_tile + slot_block[s];
           value[t][s] = value_zero<Value>();
           x_value[t][s] = value_zero<Value>();
-          if (slot_block[s] >= 0 && block < end) {
-            const long long column =
-                static_cast<long long>(__ldg(indices + block)) * C + slot_column[s];
-            value[t][s] = load_streaming(data + block * RC + slot_row[s] * C + slot_column[s]);
+          if (slot_block[s] >= 0 && static_cast<Offset>(block) < blocks_left) {
+            // block column * C + column < 2^31 for int32 indices (checked on the host)
+            const Index column = __ldg(columns + block) * C + slot_column[s];
+            value[t][s] = load_streaming(values + (t * tile_values + s * group));
             if (column < n_cols) {
               x_value[t][s] = load_readonly(x + column);
             }
@@ -140,7 +152,8 @@ __global__ void __launch_bounds__(512, 1)
       rows[r] = value_zero<Value>();
 #pragma unroll
       for (int s = 0; s < SLOTS; ++s) {
-        rows[r] = add(rows[r], slot_row[s] == r ? sums[s] : value_zero<Value>());
+        const bool mine = slot_block[s] >= 0 && (lane + s * group) % RC / C == r;
+        rows[r] = add(rows[r], mine ? sums[s] : value_zero<Value>());
       }
     }
     for (int offset = group / 2; offset > 0; offset /= 2) {
