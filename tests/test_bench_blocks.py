@@ -1,0 +1,60 @@
+"""benchmarks/blocks.py on the CPU: its matrices, summary (the issue-35 bars) and markdown,
+on fake rows shaped like a real run's."""
+
+from __future__ import annotations
+
+import pytest
+
+from sparsegpu.backends.block import host_block_structure
+
+from .scripts import load_script
+
+
+@pytest.fixture(scope="module")
+def script():
+    return load_script("benchmarks/blocks.py")
+
+
+def fake_row(script, matrix, set_label, dtype, unknowns, csr, block, auto, choice="block"):
+    """A result row with the fields bench_one writes; times in ms."""
+    best = {"candidate": "block BlockPolicy()", "ms": block}
+    return {
+        "set": set_label, "matrix": matrix, "unknowns": unknowns, "dtype": dtype,
+        "n_rows": 300, "nnz": 8100, "block_size": max(unknowns, 2), "fill": 1.0,
+        "byte_ratio": 0.7, "planning_refusal": None,
+        "csr_best": {"candidate": "shuffle CsrVectorPolicy()", "ms": csr},
+        "ours_csr_best": {"candidate": "shuffle CsrVectorPolicy()", "ms": csr},
+        "delta16": None, "cusparse_bsr": {"candidate": "cusparse_bsr default", "ms": block * 1.5},
+        "block_default": best, "block_best": best,
+        "auto": {"candidate": f"auto -> {choice}", "ms": auto}, "auto_choice": choice,
+        "ratio_default": csr / block, "ratio_best": csr / block, "ratio_auto": csr / auto,
+        "block_default_pct_bound": 60.0, "block_best_pct_bound": 60.0, "auto_pct_bound": 60.0,
+    }  # fmt: skip
+
+
+def test_small_matrices_are_what_their_names_say(script):
+    for set_label, name, unknowns, make in script.matrices("small"):
+        structure = host_block_structure(make())
+        if set_label == "negative":
+            assert structure.refuse_reason() is not None, name
+        else:
+            assert (structure.size, structure.fill(structure.size)) == (unknowns, 1.0), name
+
+
+def test_summary_applies_the_bars_per_dtype_and_block_size(script):
+    rows = [
+        fake_row(script, "b3", "claim", "float64", 3, csr=1.3, block=1.0, auto=1.0),
+        fake_row(script, "b2", "claim", "float64", 2, csr=1.1, block=1.0, auto=1.0),
+        fake_row(script, "b3", "claim", "float32", 3, csr=1.1, block=1.0, auto=1.0),
+        fake_row(script, "neg", "negative", "float64", 0, 1.0, 2.0, 1.0, choice="shuffle"),
+        fake_row(script, "fit", "fit", "float64", 3, csr=0.5, block=1.0, auto=1.0),
+    ]
+    summary = script.summarize(rows)
+    assert summary["float64"]["meets_bar_auto"] == ["b3"]  # 2x2 is not held to the bar
+    assert summary["float32"]["misses_bar_auto"] == ["b3"]
+    assert summary["auto_picks_block_where_it_wins"]
+    # the fit row: auto picked a block layout twice as slow as CSR
+    assert not summary["auto_never_picks_block_where_it_loses"]
+    text = script.markdown({"device": "X", "copy_gb_per_s": 3000.0, "results": rows,
+                            "summary": summary})  # fmt: skip
+    assert "| claim | b3 | float64 | 8,100 | 3 | 100% | shuffle | 1300.0 |" in text
