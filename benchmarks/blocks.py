@@ -333,9 +333,13 @@ def summarize(rows) -> dict:
         }
     float64 = [r for r in rows if r["dtype"] == "float64" and r["set"] == "claim"]
     out["bound_bar_met"] = any(r["block_default_pct_bound"] >= BOUND_BAR for r in float64)
-    # wins and losses by more than the noise of planning's few samples
+    # wins (over every other path, delta16 included) and losses by more than the noise of
+    # planning's few samples
     out["auto_picks_block_where_it_wins"] = all(
-        r["auto_choice"] == "block" for r in rows if r["ratio_default"] >= WIN
+        r["auto_choice"] == "block"
+        for r in rows
+        if r["ratio_default"] >= WIN
+        and (r["delta16"] is None or r["delta16"]["ms"] >= WIN * r["block_default"]["ms"])
     )
     out["auto_never_picks_block_where_it_loses"] = all(
         r["auto_choice"] != "block" for r in rows if r["ratio_best"] < LOSS

@@ -115,7 +115,9 @@ def test_every_block_shape_is_registered():
     names = set(FAMILY.instantiations)
     for R in BLOCK_DIMENSIONS:
         for C in BLOCK_DIMENSIONS:
-            assert block.kernel_name(np.complex128, np.int64, R, C) in names
+            for group in block.group_widths(R, C):
+                assert block.kernel_name(np.complex128, np.int64, R, C, group) in names
+    assert "block_spmv<double, int, 3, 3, 32>" in names
     assert "block_count<int>" in names and "block_count<long long>" in names
     assert not block.supports_blocksize(9, 3) and block.supports_blocksize(8, 1)
 

@@ -164,9 +164,10 @@ def default_group(rows: int, columns: int, mean_blocks: float) -> int:
     return max(group_widths(rows, columns), key=lambda g: (round(used(g), 3), g))
 
 
-def kernel_name(value_dtype, index_dtype, rows: int, columns: int) -> str:
-    """The C++ name of one instantiation, e.g. ``block_spmv<double, int, 3, 3>``."""
-    return name_expression("block_spmv", value_dtype, index_dtype, rows, columns)
+def kernel_name(value_dtype, index_dtype, rows: int, columns: int, group: int) -> str:
+    """The C++ name of one instantiation, e.g. ``block_spmv<double, int, 3, 3, 32>`` (3 x 3
+    blocks, 32 lanes per block row)."""
+    return name_expression("block_spmv", value_dtype, index_dtype, rows, columns, group)
 
 
 def supports_blocksize(rows: int, columns: int) -> bool:
@@ -446,30 +447,30 @@ class BlockPlan(KernelPlan):
                 f"threads_per_block_row={policy.threads_per_block_row} is too few for "
                 f"{rows}x{columns} blocks; use one of {list(group_widths(rows, columns))}"
             )
+        group = policy.threads_per_block_row
         self.kernel = _compile.get_kernel(
             SOURCE,
-            kernel_name(matrix.dtype, layout.indices.dtype, rows, columns),
+            kernel_name(matrix.dtype, layout.indices.dtype, rows, columns, group),
             policy.compile_options(),
         )
         n_block_rows = layout.indptr.shape[0] - 1
-        group = policy.threads_per_block_row
         self._bind(
             (policy.block_size // group) * rows,
             (
                 layout.indptr, layout.indices, layout.data, "x", "y",
-                n_block_rows, matrix.shape[0], matrix.shape[1], group,
+                n_block_rows, matrix.shape[0], matrix.shape[1],
             ),
         )  # fmt: skip
 
 
 def _default_policy(n_blocks: int, n_block_rows: int, blocksize, kernel) -> BlockPolicy:
     """Lanes per block row from the mean blocks per block row (:func:`default_group`);
-    block size from the occupancy API."""
+    block size from the occupancy API (``kernel(group)``: the compiled instantiation)."""
     group = default_group(*blocksize, n_blocks / max(n_block_rows, 1))
     if n_block_rows == 0 or n_blocks == 0:
         return BlockPolicy(threads_per_block_row=group, source="default")
     block_size = occupancy.occupancy_block_size(
-        kernel, block_sizes=[b for b in occupancy.BLOCK_SIZES if b <= MAX_BLOCK_SIZE]
+        kernel(group), block_sizes=[b for b in occupancy.BLOCK_SIZES if b <= MAX_BLOCK_SIZE]
     )
     return BlockPolicy(block_size, group, source="occupancy")
 
@@ -514,9 +515,11 @@ def block_plan(indptr, indices, data, shape, policy: BlockPolicy | None = None) 
     holder.blocksize = layout.blocksize
     if policy is None:
         rows, columns = layout.blocksize
-        kernel = _compile.get_kernel(
-            SOURCE, kernel_name(layout.data.dtype, layout.indices.dtype, rows, columns)
-        )
+
+        def kernel(group):
+            name = kernel_name(layout.data.dtype, layout.indices.dtype, rows, columns, group)
+            return _compile.get_kernel(SOURCE, name)
+
         policy = _default_policy(
             layout.data.shape[0], layout.indptr.shape[0] - 1, layout.blocksize, kernel
         )
@@ -641,11 +644,11 @@ class BlockBackend(Backend):
         """Lanes per block row from the mean blocks per block row
         (:func:`default_group`); block size from the occupancy API."""
         n_blocks, n_block_rows, blocksize = self._blocks_and_block_rows(matrix)
-        kernel = None
-        if n_blocks and matrix.shape[0]:
-            kernel = _compile.get_kernel(
-                SOURCE, kernel_name(matrix.dtype, matrix.index_dtype, *blocksize)
-            )
+
+        def kernel(group):
+            name = kernel_name(matrix.dtype, matrix.index_dtype, *blocksize, group)
+            return _compile.get_kernel(SOURCE, name)
+
         return _default_policy(n_blocks, n_block_rows, blocksize, kernel)
 
     def candidates(self, matrix: DeviceMatrix) -> list[BlockPolicy]:
@@ -687,11 +690,12 @@ FAMILY = _compile.register_family(
     _compile.KernelFamily(
         SOURCE,
         tuple(
-            kernel_name(value, index, rows, columns)
+            kernel_name(value, index, rows, columns, group)
             for value in CXX_VALUE_TYPES
             for index in CXX_INDEX_TYPES
             for rows in BLOCK_DIMENSIONS
             for columns in BLOCK_DIMENSIONS
+            for group in group_widths(rows, columns)
         )
         + tuple(_count_kernel_name(index) for index in CXX_INDEX_TYPES),
     )

@@ -3,7 +3,7 @@
 // 1..8 (the ``block`` backend; the layout is scipy's bsr_matrix, or one built on the device
 // from a CSR mirror whose nonzeros fill aligned b x b blocks).
 //
-// A group of G = threads_per_block_row lanes (a power of two) per block row, as the CSR vector
+// A group of G lanes (a power of two, a template argument) per block row, as the CSR vector
 // kernel gives a group to each row (Bell & Garland, SC'09, figure 22). The block row's
 // values are one contiguous run, read as a vector in tiles of P whole blocks: each lane
 // owns SLOTS fixed positions of the tile (lane, lane + G, ...), so a warp's loads of values
@@ -61,26 +61,31 @@ __host__ __device__ constexpr int block_slots(int rc) {
 #define SPARSEGPU_BLOCK_BOUNDS __launch_bounds__(512, 1)
 #endif
 
-template <typename Value, typename Index, int R, int C>
+// Group: lanes per block row, a compile-time constant so that a tile's offsets are
+// immediates (with it at run time the compiler kept an address per slot and tile, and the
+// registers halved the warps in flight).
+template <typename Value, typename Index, int R, int C, int Group>
 __global__ void SPARSEGPU_BLOCK_BOUNDS
     block_spmv(const Index* __restrict__ indptr, const Index* __restrict__ indices,
                const Value* __restrict__ data, const Value* x, Value* __restrict__ y,
-               long long n_block_rows, long long n_rows, long long n_cols,
-               int threads_per_block_row) {
+               long long n_block_rows, long long n_rows, long long n_cols) {
   static_assert(R >= 1 && R <= 8 && C >= 1 && C <= 8, "R and C must lie in 1..8");
   constexpr int RC = R * C;
   constexpr int SLOTS = block_slots(RC);
+  static_assert(Group >= 1 && Group <= 32 && (Group & (Group - 1)) == 0,
+                "Group must be a power of two in 1..32");
+  static_assert(Group * SLOTS >= RC, "a tile must hold one block");
   // tiles in flight per lane per trip: about UNROLL loads of values each
   constexpr int TILES = SPARSEGPU_UNROLL / SLOTS > 1 ? SPARSEGPU_UNROLL / SLOTS : 1;
   // entry offsets: 32-bit for int32 block indices (nblocks * R * C < 2^32 is checked on the
   // host), 64-bit otherwise
   using Offset = typename BlockOffsetOf<Index>::type;
-  const int group = threads_per_block_row;  // a power of two, group * SLOTS >= RC
-  const int lane = threadIdx.x & (group - 1);
-  const int group_in_warp = (threadIdx.x & 31) / group;
-  const int groups_per_warp = 32 / group;
-  const int per_tile = group * SLOTS / RC;  // whole blocks in a tile
-  const int tile_values = per_tile * RC;
+  constexpr int group = Group;
+  constexpr int groups_per_warp = 32 / Group;
+  constexpr int per_tile = Group * SLOTS / RC;  // whole blocks in a tile
+  constexpr int tile_values = per_tile * RC;
+  const int lane = threadIdx.x & (Group - 1);
+  const int group_in_warp = (threadIdx.x & 31) / Group;
   // each slot's position lane + s * group in the tile: its block (-1: an idle slot) and its
   // column in that block
   int slot_block[SLOTS], slot_column[SLOTS];
