@@ -29,8 +29,8 @@ from .conftest import skip_unless_available
 from .test_products import FORMS
 from .test_retention import check_retained, dispatched  # noqa: F401 (a fixture)
 
-BSR_BACKENDS = ["scipy", "cusparse_bsr", "auto"]
-GPU_BSR_BACKENDS = ["cusparse_bsr", "auto"]
+BSR_BACKENDS = ["scipy", "cusparse_bsr", "block", "auto"]
+GPU_BSR_BACKENDS = ["cusparse_bsr", "block", "auto"]
 BLOCKS = [(2, 2), (3, 3), (6, 6), (2, 3)]
 BSR_FORMS = ("matvec", "column", "multivector", "transpose", "adjoint", "rmatmul", "linop_matvec")
 CUPY_BSR_FORMS = ("matvec", "column", "multivector", "multivector_fortran", "transpose", "adjoint")

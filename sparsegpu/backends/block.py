@@ -35,6 +35,7 @@ import scipy.sparse as sp
 
 from .. import _compile, _cuda
 from .. import _occupancy as occupancy
+from .._block_mirror import DeviceBlockMatrix
 from .._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES, KernelLaunch, name_expression
 from .._mirror import CUPY, DeviceMatrix, is_out_of_memory, memory_error
 from .base import FLOAT_AND_COMPLEX, Backend
@@ -510,9 +511,9 @@ def block_plan(indptr, indices, data, shape, policy: BlockPolicy | None = None) 
     if cupy is None:
         raise RuntimeError(f"no GPU: {_cuda.unavailable_reason()}")
     layout = _checked_layout(cupy, indptr, indices, data, shape)
-    holder = DeviceMatrix(layout.data, layout.indices, layout.indptr, layout.shape, CUPY)
-    holder.format = "bsr"
-    holder.blocksize = layout.blocksize
+    # what the plan checks operands against (the BSR classes' mirror type; its shape need
+    # not be whole blocks here)
+    holder = DeviceBlockMatrix(layout.data, layout.indices, layout.indptr, layout.shape, CUPY)
     if policy is None:
         rows, columns = layout.blocksize
 
@@ -603,7 +604,8 @@ class BlockBackend(Backend):
     value_dtypes = FLOAT_AND_COMPLEX
     estimated = False
     planned = True
-    # the BSR classes' mirrors (format "bsr") are planned through their own arrays
+    # the CSR classes' mirrors (blocks found and a layout built) and the BSR classes' (their
+    # own arrays)
     formats = ("csr", "bsr")
 
     def refuse_reason(self, matrix: DeviceMatrix) -> str | None:
@@ -681,7 +683,7 @@ class BlockBackend(Backend):
 
 
 def _is_bsr(matrix) -> bool:
-    return getattr(matrix, "format", "csr") == "bsr"
+    return matrix.format == "bsr"
 
 
 BACKENDS = [BlockBackend()]

@@ -4,8 +4,7 @@ Real: small matrices from the SuiteSparse collection (CC-BY 4.0, see ``data/READ
 ``load("bcsstk13")``, ``names()``, ``info(name)``. Synthetic: stencils, uniform rows,
 power-law rows, long rows (evenly placed, or one among rows of a spread of lengths),
 arrow-like rows, R-MAT graphs, meshes of dense node blocks, randomly renumbered matrices
-and 3-D meshes, vectorized
-and seeded (see :mod:`.synthetic`).
+and 3-D meshes, vectorized and seeded (see :mod:`.synthetic`).
 """
 
 from ._bundled import DatasetInfo, info, load, names, path
