@@ -22,7 +22,8 @@ first:
     planning times the untuned policy and two neighbours (``planning_candidates``).
 ``cusparse_bsr``
     cuSPARSE's BSR SpMV called directly on the same BSR arrays (sparsegpu's
-    ``cusparse_bsr.bsr_plan``, descriptors made once), where that module is present.
+    ``cusparse_bsr.bsr_plan``, descriptors made once), with the blocks row-major and
+    column-major (a transposed copy): the faster of the two.
 ``auto``
     the plan ``sparsegpu.choose`` (planning ``measure``, default policies) picks on a
     fresh copy of the matrix, run without dispatch (``plan.matvec``): it must be the
@@ -236,25 +237,28 @@ def _screen(times, calls, label, backend_name, policy, mirror, x, y, check) -> N
 
 
 def _screen_cusparse_bsr(times, calls, layout, shape, x, y, check) -> None:
+    """cuSPARSE's BSR SpMV on the layout's arrays, with the blocks row- and column-major."""
     module = _cusparse_bsr()
-    key = "cusparse_bsr default"
     if module is None:
-        times[key] = ("cusparse_bsr", None, "no sparsegpu.backends.cusparse_bsr in this tree")
+        times["cusparse_bsr"] = ("cusparse_bsr", None, "no cusparse_bsr in this tree")
         return
     rows, columns = layout.blocksize
     if shape[0] % rows or shape[1] % columns:
-        times[key] = ("cusparse_bsr", None, f"shape {shape} is not whole {rows}x{columns} blocks")
+        times["cusparse_bsr"] = ("cusparse_bsr", None, f"{shape} is not whole {rows}x{columns}")
         return
-    try:
-        plan = module.bsr_plan(layout.indptr, layout.indices, layout.data, shape)
-        y.fill(0)
-        plan.matvec(x, out=y)
-    except Exception as exc:
-        times[key] = ("cusparse_bsr", None, f"{type(exc).__name__}: {exc}")
-        return
-    check(key)
-    calls[key] = lambda: plan.matvec(x, out=y)
-    times[key] = ("cusparse_bsr", _time(calls[key]))
+    for order in ("row", "column"):
+        key = f"cusparse_bsr {order}-major blocks"
+        try:
+            policy = module.CusparseBsrPolicy(block_order=order)
+            plan = module.bsr_plan(layout.indptr, layout.indices, layout.data, shape, policy)
+            y.fill(0)
+            plan.matvec(x, out=y)
+        except Exception as exc:
+            times[key] = ("cusparse_bsr", None, f"{type(exc).__name__}: {exc}")
+            continue
+        check(key)
+        calls[key] = lambda plan=plan: plan.matvec(x, out=y)
+        times[key] = ("cusparse_bsr", _time(calls[key]))
 
 
 def _final(S, times, calls, x, y, cupy) -> dict:
