@@ -305,7 +305,9 @@ def test_a_copy_keeps_its_values_when_the_original_changes():
     before = B @ x
     A @ x
     A.data[:] = 0
-    np.testing.assert_array_equal(B @ x, before)
+    # within rounding, not bitwise: the second product may run on the plan that planning
+    # measured fastest (the block kernel sums in another order than cuSPARSE)
+    assert_product_close(B @ x, before, np.float64, 30, "the copy")
     assert not np.any(A @ x)
 
 
