@@ -43,18 +43,19 @@ def test_small_matrices_are_what_their_names_say(script):
 
 def test_summary_applies_the_bars_per_dtype_and_block_size(script):
     rows = [
-        fake_row(script, "b3", "claim", "float64", 3, csr=1.3, block=1.0, auto=1.0),
-        fake_row(script, "b2", "claim", "float64", 2, csr=1.1, block=1.0, auto=1.0),
-        fake_row(script, "b3", "claim", "float32", 3, csr=1.1, block=1.0, auto=1.0),
+        fake_row(script, "b3", "heldout", "float64", 3, csr=1.3, block=1.0, auto=1.0),
+        fake_row(script, "b2", "heldout", "float64", 2, csr=1.1, block=1.0, auto=1.0),
+        fake_row(script, "b3", "heldout", "float32", 3, csr=1.1, block=1.0, auto=1.0),
         fake_row(script, "neg", "negative", "float64", 0, 1.0, 2.0, 1.0, choice="shuffle"),
         fake_row(script, "fit", "fit", "float64", 3, csr=0.5, block=1.0, auto=1.0),
     ]
     summary = script.summarize(rows)
-    assert summary["float64"]["meets_bar_auto"] == ["b3"]  # 2x2 is not held to the bar
-    assert summary["float32"]["misses_bar_auto"] == ["b3"]
+    assert summary["heldout float64"]["meets_bar_auto"] == ["b3"]  # 2x2 not held to it
+    assert summary["heldout float32"]["misses_bar_auto"] == ["b3"]
+    assert "dev float64" not in summary
     assert summary["auto_picks_block_where_it_wins"]
     # the fit row: auto picked a block layout twice as slow as CSR
     assert not summary["auto_never_picks_block_where_it_loses"]
     text = script.markdown({"device": "X", "copy_gb_per_s": 3000.0, "results": rows,
                             "summary": summary})  # fmt: skip
-    assert "| claim | b3 | float64 | 8,100 | 3 | 100% | shuffle | 1300.0 |" in text
+    assert "| heldout | b3 | float64 | 8,100 | 3 | 100% | shuffle | 1300.0 |" in text
