@@ -28,11 +28,13 @@ Levels
     ``with sparsegpu.planning(...)``, ``SPARSEGPU_PLANNING``, in that order.
 Sparse products
     ``estimate``, and the first product of a pair of patterns at any level: the engine's
-    default (cuSPARSE ALG1), falling back to the memory-lean algorithms and to row blocks
-    where its work space does not fit (:func:`sparsegpu.backends.spgemm.multiply`).
-    ``measure`` / ``exhaustive``: the second product of the same pair of patterns (same
-    shapes, nonzeros and sampled indices) times every algorithm that fits (ALG1, ALG2,
-    ALG3) and, where the library has it, ``SpGEMMreuse`` (the result's structure made once,
+    rule (:meth:`~sparsegpu.backends.spgemm.SpgemmEngine.estimate`: on the GPU our hash
+    rows or cuSPARSE ALG1, by the products a row may have), falling back to the memory-lean
+    algorithms and to row blocks where its work space does not fit
+    (:func:`sparsegpu.backends.spgemm.multiply`). ``measure`` / ``exhaustive``: the second
+    product of the same pair of patterns (same shapes, nonzeros and sampled indices) times
+    every algorithm that fits (hash rows, ALG1, ALG2, ALG3) and, where the library has it,
+    ``SpGEMMreuse`` (the result's structure made once,
     the values redone each product), checks that they agree, and keeps the fastest for the
     pair. A candidate whose buffers do not fit is left out, so the plan is memory-aware.
     What was chosen and measured, and the device memory each took at most, is what
@@ -811,8 +813,9 @@ class SpgemmPlan:
     Attributes
     ----------
     algorithm : str
-        ``"alg1"``, ``"alg2"``, ``"alg3"`` (cuSPARSE SpGEMM) or ``"reuse"``
-        (cuSPARSE SpGEMMreuse); ``"scipy"`` when scipy computes it on the host.
+        ``"alg1"``, ``"alg2"``, ``"alg3"`` (cuSPARSE SpGEMM), ``"reuse"`` (cuSPARSE
+        SpGEMMreuse) or ``"hash"`` (our hash rows); ``"scipy"`` when scipy computes it on
+        the host.
     level : str
         The planning level that decided.
     reason : str
@@ -938,16 +941,16 @@ def _multiply_sparse(left, right, engine, level, algorithm, memory_limit):
     pair = None if spgemm.is_empty(left, right) else _pair(left, right)
     if pair is not None:
         pair.seen += 1
-        if algorithm is None and level != "estimate":  # estimate: the default, always
+        if algorithm is None and level != "estimate":  # estimate: the rule, always
             algorithm = _pair_algorithm(pair, engine, left, right, level, memory_limit)
         if algorithm == REUSE:
             product = _reuse_product(pair, engine, left, right, budget)
             if product is not None:
                 return _settled(product)
             algorithm, budget = None, Budget(left.xp, memory_limit)
-    product, outcome = spgemm.multiply(
-        engine, left, right, algorithm or engine.default_algorithm, budget
-    )
+    if algorithm is None:  # the first product of the pair, or planning level estimate
+        algorithm = engine.estimate(left, right)[0]
+    product, outcome = spgemm.multiply(engine, left, right, algorithm, budget)
     if pair is not None:
         pair.last = outcome
     return _settled(product)
@@ -1103,11 +1106,11 @@ def explain_sparse(left, right, engine, *, level: str) -> SpgemmPlan:
         plan.last, plan.shapes = pair.last, shapes
         plan.held_bytes = pair.reuse.held_bytes if pair.reuse is not None else 0
         return plan
+    algorithm, rule = engine.estimate(left, right)
     if level == "estimate":
-        reason = "planning level 'estimate': the engine's default, leaner where it does not fit"
+        reason = f"planning level 'estimate': {rule}; leaner where it does not fit"
     else:
         reason = (
-            "the engine's default until these patterns are multiplied a second time "
-            "(then planning measures)"
+            f"{rule}, until these patterns are multiplied a second time (then planning measures)"
         )
-    return SpgemmPlan(engine.default_algorithm, level, reason, last=pair.last, shapes=shapes)
+    return SpgemmPlan(algorithm, level, reason, last=pair.last, shapes=shapes)

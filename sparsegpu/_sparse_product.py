@@ -24,7 +24,7 @@ from ._planning import SpgemmPlan, level_in_force
 from ._registry import AUTO, get_backend
 from ._select import name_in_force, result_dtype
 from .backends import spgemm
-from .backends.cusparse_spgemm import CusparseSpgemm
+from .backends.hash_spgemm import GpuSpgemm
 
 
 def where(A, B):
@@ -50,12 +50,12 @@ def where(A, B):
     return engine, residence, value_dtype, f"backend {name!r}"
 
 
-# the GPU's engine (no CUDA work until it computes)
-_GPU_ENGINE = CusparseSpgemm()
+# the GPU's engine: cuSPARSE's algorithms and our hash rows (no CUDA work until it computes)
+_GPU_ENGINE = GpuSpgemm()
 
 
 def engine_for(residence) -> spgemm.SpgemmEngine | None:
-    """The usable SpGEMM engine of ``residence`` (one registered for it, else cuSPARSE's for
+    """The usable SpGEMM engine of ``residence`` (one registered for it, else the GPU's for
     the GPU), or None: scipy computes the product."""
     engine = spgemm.registered_engine(residence.name)
     if engine is None and residence.name == CUPY.name:

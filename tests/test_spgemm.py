@@ -338,13 +338,13 @@ def test_a_capped_cupy_pool_makes_the_product_complete_in_row_blocks(cupy, monke
     cupy.cuda.set_allocator(pool.malloc)
     try:
         A = _on("gpu", S)
-        whole = sg.spgemm(A, A, planning="estimate")
+        whole = sg.spgemm(A, A, algorithm="alg1")
         peak, result = sg.explain(A, A).peak_bytes, _result_bytes(whole)
         engine = type(_sparse_product.where(A, A)[0])
         monkeypatch.setattr(engine, "lean_algorithms", lambda self: ())
         pool.free_all_blocks()
         pool.set_limit(size=pool.total_bytes() + result + (peak - result) // 4)
-        C = sg.spgemm(A, A, planning="estimate")
+        C = sg.spgemm(A, A, algorithm="alg1")
         last = sg.explain(A, A).last
         assert last.blocks > 1, last
         check_product(C, S @ S, np.float64, 2000)
@@ -373,7 +373,7 @@ def test_a_result_that_cannot_fit_raises_memory_error(engine):
     check_product(A @ A, S @ S, np.float64, 400)  # A and the process stay usable
 
 
-@pytest.mark.parametrize("algorithm", ["alg1", "alg2", "alg3"])
+@pytest.mark.parametrize("algorithm", ["alg1", "alg2", "alg3", "hash"])
 def test_each_algorithm_by_name(engine, algorithm):
     engine_obj = _sparse_product.where(*(2 * [_on(engine, sp.eye(2))]))[0]
     if algorithm not in engine_obj.algorithms() + engine_obj.lean_algorithms():
@@ -433,7 +433,10 @@ def test_estimate_measures_nothing(engine):
     for _ in range(3):
         A @ A
     plan = sg.explain(A, A)
-    assert plan.algorithm == "alg1" and not plan.measurements and plan.level == "estimate"
+    engine_obj, residence, dtype, _ = _sparse_product.where(A, A)
+    ruled, reason = engine_obj.estimate(*_sparse_product.operands(A, A, residence, dtype))
+    assert plan.algorithm == ruled and not plan.measurements and plan.level == "estimate"
+    assert reason in plan.reason and sg.explain(A, A).last.algorithm == ruled
 
 
 def test_the_reuse_plan_recomputes_values_only_for_the_same_patterns(engine, monkeypatch):

@@ -227,6 +227,12 @@ class SpgemmEngine:
         """The algorithms planning may time here, the default first."""
         return (self.default_algorithm,)
 
+    def estimate(self, left, right) -> tuple[str, str]:
+        """``(algorithm, reason)``: what a product of these operands runs before any
+        measurement (the first product of a pair of patterns, and planning level
+        ``estimate``); here the default."""
+        return self.default_algorithm, "the engine's default"
+
     def lean_algorithms(self) -> tuple[str, ...]:
         """Algorithms taking less work space, tried in order when the default's does not
         fit."""

@@ -70,6 +70,18 @@ __device__ __forceinline__ complex128 add(complex128 a, complex128 b) {
   return complex128{a.re + b.re, a.im + b.im};
 }
 
+// *p += v by atomics (a complex value as its two parts: each part's sum is atomic)
+__device__ __forceinline__ void atomic_add_value(float* p, float v) { atomicAdd(p, v); }
+__device__ __forceinline__ void atomic_add_value(double* p, double v) { atomicAdd(p, v); }
+__device__ __forceinline__ void atomic_add_value(complex64* p, complex64 v) {
+  atomicAdd(&p->re, v.re);
+  atomicAdd(&p->im, v.im);
+}
+__device__ __forceinline__ void atomic_add_value(complex128* p, complex128 v) {
+  atomicAdd(&p->re, v.re);
+  atomicAdd(&p->im, v.im);
+}
+
 // Values in one 16-byte tile of a row of a row-major dense matrix (the SpMM kernels load X's
 // rows a tile at a time): four floats, two doubles or complex64, one complex128.
 template <typename Value>
@@ -98,6 +110,26 @@ __device__ __forceinline__ complex128 shuffle_xor(complex128 v, int offset,
                                                   unsigned lanes = FULL_WARP, int width = 32) {
   return complex128{__shfl_xor_sync(lanes, v.re, offset, width),
                     __shfl_xor_sync(lanes, v.im, offset, width)};
+}
+
+// v of lane `source` of this thread's group of `width` lanes (__shfl_sync; the complex
+// types part by part)
+template <typename T>
+__device__ __forceinline__ T shuffle_from(T v, int source, unsigned lanes = FULL_WARP,
+                                          int width = 32) {
+  return __shfl_sync(lanes, v, source, width);
+}
+template <>
+__device__ __forceinline__ complex64 shuffle_from(complex64 v, int source, unsigned lanes,
+                                                  int width) {
+  return complex64{__shfl_sync(lanes, v.re, source, width),
+                   __shfl_sync(lanes, v.im, source, width)};
+}
+template <>
+__device__ __forceinline__ complex128 shuffle_from(complex128 v, int source, unsigned lanes,
+                                                   int width) {
+  return complex128{__shfl_sync(lanes, v.re, source, width),
+                    __shfl_sync(lanes, v.im, source, width)};
 }
 
 // ---------------------------------------------------------------- x-load paths

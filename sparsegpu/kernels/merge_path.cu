@@ -298,16 +298,6 @@ __global__ void merge_path_fixup(const I* __restrict__ carry_row,
 // it (the rows cut are known per plan). The order of those additions varies from run to
 // run: such rows agree to rounding, not bitwise, unlike merge_path_spmv.
 // Work O(n_rows + nnz * k).
-__device__ __forceinline__ void atomic_add_value(float* p, float v) { atomicAdd(p, v); }
-__device__ __forceinline__ void atomic_add_value(double* p, double v) { atomicAdd(p, v); }
-__device__ __forceinline__ void atomic_add_value(complex64* p, complex64 v) {
-    atomicAdd(&p->re, v.re);
-    atomicAdd(&p->im, v.im);
-}
-__device__ __forceinline__ void atomic_add_value(complex128* p, complex128 v) {
-    atomicAdd(&p->re, v.re);
-    atomicAdd(&p->im, v.im);
-}
 
 // One team's share of one row, `count` values `stride` apart from y: stored when the
 // team holds the whole row (one 16-byte store when `whole`), else added.

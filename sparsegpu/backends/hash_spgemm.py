@@ -1,0 +1,347 @@
+"""SpGEMM of our own on the GPU: hash rows (``kernels/spgemm_hash.cu``), beside cuSPARSE's.
+
+:class:`GpuSpgemm` is the GPU's SpGEMM engine: cuSPARSE's algorithms (``alg1``, ``alg2``,
+``alg3``, SpGEMMreuse; :mod:`sparsegpu.backends.cusparse_spgemm`) and ``"hash"``, which
+computes ``C = L @ R`` in two passes over the rows of ``L`` as nsparse does:
+
+1. each row's bound (its products: the lengths of the rows of ``R`` it selects); rows are
+   listed by the hash table that bound needs (a power of two of slots, at least 32);
+2. symbolic: each row's distinct columns counted in its table (shared memory: 8, 16 or
+   32 lanes of a warp per row for tables of up to :data:`WARP_SLOTS` slots, several rows a
+   block, else a block per row; tables too big for shared memory in global memory, a
+   table per block that loops over such rows); a scan of the counts gives ``C``'s row offsets;
+3. numeric: rows listed again by their entries (tables of 1.5 times the entries), each
+   row's products summed in its table, the table sorted by column and written: canonical
+   CSR.
+
+Two host synchronisations (the class counts of the symbolic listing; those of the numeric
+listing with ``C``'s number of entries). Work space: two arrays of ``L``'s rows (bounds,
+then entries; the row lists) and, for rows whose table does not fit in shared memory, the
+blocks' global tables; counted in the product's :class:`~.spgemm.Budget` (``DoesNotFit``
+beyond it).
+
+Which of ``hash`` and ``alg1`` a first product runs is :meth:`GpuSpgemm.estimate`'s rule;
+planning times both (and the others) on the second product of a pair of patterns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import _cuda
+from .._compile import KernelFamily, get_kernel, register_family
+from .._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES, KernelLaunch, name_expression
+from .cusparse_spgemm import CusparseSpgemm
+from .spgemm import Budget, DoesNotFit, ResultSink
+
+HASH = "hash"
+SOURCE = "spgemm_hash.cu"
+CLASSES = 64  # as the kernels count them (class 0: rows with nothing to compute)
+MAX_CLASS = 30  # tables of up to 2^30 slots (larger: DoesNotFit, a leaner algorithm runs)
+BLOCK = 256  # threads per block of the listing kernels
+BOUND_LANES = 8  # lanes per row of spgemm_hash_bounds (as the kernel's constant)
+# Tables of up to this many slots: a group of a warp's lanes per row (see GROUPS), blocks of
+# up to ROWS_PER_BLOCK warps whose tables take at most WARP_BLOCK_BYTES of shared memory
+# together (a table of 1,024 keys of a symbolic pass is 4 KiB: eight rows a block)
+WARP_SLOTS = 1024
+ROWS_PER_BLOCK = 8
+WARP_BLOCK_BYTES = 32 * 1024
+# Shared memory a kernel declares statically (spgemm_hash_count's counters), kept out of
+# what its tables may take
+STATIC_SHARED_BYTES = 1024
+# Rows whose table is in global memory: this many blocks an SM, each with its own table
+GLOBAL_BLOCKS_PER_SM = 2
+# the kernels' default dynamic shared memory limit (more needs the function's opt-in)
+DEFAULT_SHARED_BYTES = 48 * 1024
+
+
+def _index_kernel(template: str, index_dtype, *parameters) -> str:
+    """``template<Index, parameters...>`` (the listing and symbolic kernels)."""
+    arguments = [CXX_INDEX_TYPES[np.dtype(index_dtype)], *map(str, parameters)]
+    return f"{template}<{', '.join(arguments)}>"
+
+
+def _count_kernel(index_dtype, lanes: int, whole_block: bool) -> str:
+    return _index_kernel("spgemm_hash_count", index_dtype, lanes, _flag(whole_block))
+
+
+def _fill_kernel(value_dtype, index_dtype, lanes: int, whole_block: bool) -> str:
+    return name_expression("spgemm_hash_fill", value_dtype, index_dtype, lanes, _flag(whole_block))
+
+
+def _flag(value: bool) -> str:
+    return "true" if value else "false"
+
+
+# (lanes a row, whole block): groups of a warp's lanes, several rows a warp, for tables of
+# up to 32 and 64 slots (short rows: more rows' loads in flight a warp); a warp; a block
+GROUPS = ((8, False), (16, False), (32, False), (32, True))
+
+HASH_FAMILY = register_family(
+    KernelFamily(
+        SOURCE,
+        tuple(
+            _index_kernel(template, index)
+            for index in CXX_INDEX_TYPES
+            for template in ("spgemm_hash_bounds", "spgemm_hash_classes", "spgemm_hash_bin")
+        )
+        + tuple(
+            _count_kernel(index, lanes, whole)
+            for index in CXX_INDEX_TYPES
+            for lanes, whole in GROUPS
+        )
+        + tuple(
+            _fill_kernel(value, index, lanes, whole)
+            for value in CXX_VALUE_TYPES
+            for index in CXX_INDEX_TYPES
+            for lanes, whole in GROUPS
+        ),
+    )
+)
+
+
+@dataclass(frozen=True)
+class TableLaunch:
+    """How one class of rows runs: a warp or a block per row, the launch, and where the
+    tables are (``global_slots`` > 0: a table of that many slots per block in global
+    memory)."""
+
+    lanes: int
+    whole_block: bool
+    block: int
+    grid: int
+    shared_bytes: int
+    global_slots: int = 0
+
+
+def table_launch(slots: int, slot_bytes: int, rows: int, device) -> TableLaunch:
+    """The launch of ``rows`` rows whose tables have ``slots`` slots of ``slot_bytes``."""
+    table = slots * slot_bytes
+    if slots <= WARP_SLOTS and table <= WARP_BLOCK_BYTES:
+        lanes = min(32, max(8, slots // 4))  # 32 slots: 8 lanes, 64: 16, more: a warp
+        most = ROWS_PER_BLOCK * 32 // lanes
+        groups = max(1, min(most, WARP_BLOCK_BYTES // table, rows))
+        return TableLaunch(lanes, False, lanes * groups, -(-rows // groups), groups * table)
+    if table <= device.shared_memory_per_block_optin - STATIC_SHARED_BYTES:
+        return TableLaunch(32, True, min(1024, max(256, slots // 8)), rows, table)
+    grid = min(rows, GLOBAL_BLOCKS_PER_SM * device.multiprocessors)
+    return TableLaunch(32, True, 1024, grid, 0, slots)
+
+
+def _kernel(name: str, shared_bytes: int):
+    """The compiled kernel, allowed ``shared_bytes`` of dynamic shared memory (the
+    function's opt-in beyond the default 48 KiB)."""
+    kernel = get_kernel(SOURCE, name)
+    beyond_default = shared_bytes + STATIC_SHARED_BYTES > DEFAULT_SHARED_BYTES
+    if beyond_default and kernel.max_dynamic_shared_size_bytes < shared_bytes:
+        kernel.max_dynamic_shared_size_bytes = shared_bytes
+    return kernel
+
+
+# (device, kernel, block, shared bytes) -> its KernelLaunch, every parameter a named slot
+_launches: dict = {}
+
+
+def _launch(name: str, grid: int, block: int, arguments, shared_bytes: int = 0) -> None:
+    """Launch ``name`` on ``arguments`` (its launch made once per shape: a product's few
+    launches each only write their slots)."""
+    if grid <= 0:
+        return
+    slots = {f"p{i}": argument for i, argument in enumerate(arguments)}
+    key = (_cuda.cupy_or_none().cuda.Device().id, name, block, shared_bytes)
+    launch = _launches.get(key)
+    if launch is None:
+        kernel = _kernel(name, shared_bytes)
+        launch = _launches.setdefault(key, KernelLaunch(kernel, block, list(slots), shared_bytes))
+    launch(grid, **slots)
+
+
+def _list_rows(sizes, n_rows: int, cap: int, half: bool, rows):
+    """Launch the listing of the rows with something to compute into ``rows``, class by
+    class (by the table ``sizes`` needs, see the kernels); the class counts, on the device
+    (read them with :func:`_classes`)."""
+    cupy = _cuda.cupy_or_none()
+    index = sizes.dtype
+    counters = cupy.zeros(2 * CLASSES, dtype=np.uint64)
+    counts, cursors = counters[:CLASSES], counters[CLASSES:]
+    grid = -(-n_rows // BLOCK)
+    arguments = (sizes, n_rows, cap, int(half))
+    _launch(_index_kernel("spgemm_hash_classes", index), grid, BLOCK, (*arguments, counts))
+    bin_arguments = (*arguments, counts, cursors, rows)
+    _launch(_index_kernel("spgemm_hash_bin", index), grid, BLOCK, bin_arguments)
+    return counts
+
+
+def _classes(counts) -> list[tuple[int, int, int]]:
+    """``[(class, first, count)]`` of the classes present in a listing (one host
+    synchronisation), as the kernels place them (class 0, nothing to compute, unlisted)."""
+    host = counts.get().astype(np.int64)
+    starts = np.zeros(CLASSES, dtype=np.int64)
+    starts[2:] = np.cumsum(host[1:-1])
+    return [(c, int(starts[c]), int(host[c])) for c in range(1, CLASSES) if host[c]]
+
+
+def _slots(table_class: int) -> int:
+    if table_class > MAX_CLASS:
+        raise DoesNotFit(0, None, f"a row's hash table of 2^{table_class} slots")
+    return 1 << table_class
+
+
+def _global_tables(budget: Budget, launch: TableLaunch, dtype, what: str):
+    return (
+        budget.empty(launch.grid * launch.global_slots, dtype, what)
+        if launch.global_slots
+        else None
+    )
+
+
+def _symbolic(left, right, budget: Budget, indptr, list_numeric: bool):
+    """``C``'s row offsets into ``indptr`` and its nonzeros; with the row sizes (each row's
+    entries now) and the row lists, which the caller releases, and (``list_numeric``) the
+    class counts of the numeric pass's listing, queued into the row lists."""
+    device = _cuda.device_info()
+    m, index = left.shape[0], left.index_dtype
+    sizes = budget.empty(m, index, "the hash SpGEMM's row sizes")
+    try:
+        rows = budget.empty(m, index, "the hash SpGEMM's row lists")
+    except DoesNotFit:
+        budget.release(sizes)
+        raise
+    try:
+        grid = -(-m * BOUND_LANES // BLOCK)
+        bounds = _index_kernel("spgemm_hash_bounds", index)
+        _launch(bounds, grid, BLOCK, (left.indptr, left.indices, right.indptr, m, sizes))
+        n_cols = right.shape[1]
+        for table_class, first, count in _classes(_list_rows(sizes, m, n_cols, False, rows)):
+            slots = _slots(table_class)
+            launch = table_launch(slots, index.itemsize, count, device)
+            keys = _global_tables(budget, launch, index, "the hash SpGEMM's global tables")
+            arguments = (
+                left.indptr, left.indices, right.indptr, right.indices, rows[first:],
+                count, n_cols, sizes, slots, 0 if keys is None else keys,
+            )  # fmt: skip
+            name = _count_kernel(index, launch.lanes, launch.whole_block)
+            _launch(name, launch.grid, launch.block, arguments, launch.shared_bytes)
+            budget.release(keys)
+        indptr[:1] = 0
+        _cuda.cupy_or_none().cumsum(sizes, dtype=index, out=indptr[1:])
+        # the numeric pass's listing queued before the host waits for the nonzeros
+        counts = _list_rows(sizes, m, 2**62, True, rows) if list_numeric else None
+        return int(indptr[-1]), sizes, rows, counts
+    except BaseException:
+        budget.release(sizes, rows)
+        raise
+
+
+def _numeric(left, right, counts, rows, indptr, indices, data, budget: Budget) -> None:
+    """``C``'s entries into ``indices`` and ``data`` (row offsets ``indptr``; the rows
+    listed by their entries, ``counts`` the classes' counts)."""
+    device = _cuda.device_info()
+    index, dtype = left.index_dtype, left.dtype
+    slot_bytes = index.itemsize + dtype.itemsize
+    for table_class, first, count in _classes(counts):
+        slots = _slots(table_class)
+        launch = table_launch(slots, slot_bytes, count, device)
+        keys = _global_tables(budget, launch, index, "the hash SpGEMM's global tables")
+        try:
+            values = _global_tables(budget, launch, dtype, "the hash SpGEMM's global tables")
+        except DoesNotFit:
+            budget.release(keys)
+            raise
+        arguments = (
+            left.indptr, left.indices, left.data, right.indptr, right.indices, right.data,
+            rows[first:], count, slots, indptr, indices, data,
+            0 if keys is None else keys, 0 if values is None else values,
+        )  # fmt: skip
+        name = _fill_kernel(dtype, index, launch.lanes, launch.whole_block)
+        _launch(name, launch.grid, launch.block, arguments, launch.shared_bytes)
+        budget.release(keys, values)
+
+
+def hash_multiply(left, right, sink: ResultSink):
+    """``left @ right`` (canonical CSR mirrors on the GPU, one index dtype) into ``sink``."""
+    budget = sink.budget
+    try:
+        nnz, sizes, rows, counts = _symbolic(left, right, budget, sink.indptr(), True)
+        try:
+            indptr, indices, data = sink.allocate(nnz)
+            _numeric(left, right, counts, rows, indptr, indices, data, budget)
+        finally:
+            budget.release(sizes, rows)
+    except DoesNotFit:
+        sink.discard()
+        raise
+    return sink.finish()
+
+
+def hash_count(left, right, budget: Budget) -> int:
+    """Nonzeros of ``left @ right`` (the symbolic pass alone)."""
+    indptr = budget.empty(left.shape[0] + 1, left.index_dtype, "the row offsets")
+    try:
+        nnz, sizes, rows, _ = _symbolic(left, right, budget, indptr, False)
+        budget.release(sizes, rows)
+        return nnz
+    finally:
+        budget.release(indptr)
+
+
+# The rule of a first product, fitted on the FIT set of benchmarks/spgemm_first.py (H100,
+# spgemm_first_h100.json; the held-out set took no part), against cupyx, the bar of issue 34:
+# hash rows for float64 products with at least HASH_MIN_PRODUCTS intermediate products
+# (estimated as nnz(L) x R's mean row length), at least HASH_MIN_ROW_PRODUCTS of them a row
+# on average, and no row over HASH_MAX_ROW_PRODUCTS (L's longest row x R's longest: every
+# row's table in shared memory); cuSPARSE ALG1 otherwise. On the fit set hash was faster
+# than cupyx only on the 2-D 5-point stencil 1000^2 in float64 (25.0M products, 25.0 a row:
+# 1.30 ms, cupyx 1.56); ALG1 was faster up to EX5's 13.4M products (hash 2.14 ms, cupyx 1.41)
+# and the 3-D 7-point stencil's 12.5M (1.81 ms, 0.96), so the threshold is their geometric
+# mean, 18M; in float32, whose narrower values speed ALG1 but not the hashing, cupyx took
+# 1.22 ms on that stencil, hash 1.34; R-MAT scale 15 (23.0M products, rows of up to 248,004)
+# needs tables beyond shared memory: hash 10.2 ms, cupyx 3.6. The rule takes hash only where
+# the fit set saw it win: rows of at least the stencil's 24 products on average (fewer
+# products a row leave the per-row costs of the two passes unpaid) and float64.
+HASH_MIN_PRODUCTS = 18_000_000
+HASH_MIN_ROW_PRODUCTS = 24
+HASH_MAX_ROW_PRODUCTS = 16_384
+HASH_DTYPES = (np.dtype(np.float64),)
+
+
+class GpuSpgemm(CusparseSpgemm):
+    """The GPU's SpGEMM engine: cuSPARSE's algorithms and our hash rows (module docstring)."""
+
+    name = "gpu"
+
+    def algorithms(self):
+        return (*super().algorithms(), HASH)
+
+    def estimate(self, left, right) -> tuple[str, str]:
+        products = int(left.nnz * right.stats.mean)
+        per_row = products / max(left.shape[0], 1)
+        bound = left.stats.max * right.stats.max
+        measures = (
+            f"{left.dtype}, about {products:,} products, {per_row:.1f} a row on average, "
+            f"at most {bound:,}"
+        )
+        if (
+            left.dtype in HASH_DTYPES
+            and products >= HASH_MIN_PRODUCTS
+            and per_row >= HASH_MIN_ROW_PRODUCTS
+            and bound <= HASH_MAX_ROW_PRODUCTS
+        ):
+            return HASH, f"rule: {measures}: hash rows"
+        return self.default_algorithm, (
+            f"rule: {measures}: cuSPARSE ALG1 (hash rows take float64 products of >= "
+            f"{HASH_MIN_PRODUCTS:,} products, >= {HASH_MIN_ROW_PRODUCTS} a row on average, "
+            f"<= {HASH_MAX_ROW_PRODUCTS:,} a row)"
+        )
+
+    def _multiply(self, left, right, algorithm, sink: ResultSink):
+        if algorithm == HASH:
+            return hash_multiply(left, right, sink)
+        return super()._multiply(left, right, algorithm, sink)
+
+    def _count(self, left, right, algorithm, budget: Budget) -> int:
+        if algorithm == HASH:
+            return hash_count(left, right, budget)
+        return super()._count(left, right, algorithm, budget)

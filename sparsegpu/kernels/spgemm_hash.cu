@@ -1,0 +1,460 @@
+// spgemm_hash.cu: C = A @ B for CSR A (n_rows x n_inner) and B (n_inner x n_cols), each row
+// of C accumulated in a hash table, as nsparse does (Nagasaka, Nukada & Matsuoka, "High-
+// performance and memory-saving sparse general matrix-matrix multiplication for NVIDIA
+// Pascal GPU", ICPP 2017; OpSparse and spECK refine the same scheme):
+//
+// spgemm_hash_bounds   each row's upper bound of C's entries: the sum of the lengths of
+//                      the rows of B that the row's entries select (its products);
+// spgemm_hash_classes  rows counted by the table their size needs (class c: 2^c slots,
+//                      at least 2^MIN_CLASS; class 0: rows with nothing to compute);
+// spgemm_hash_bin      rows listed class by class (order within a class arbitrary);
+// spgemm_hash_count    symbolic phase: a group of threads per row inserts the row's
+//                      column indices into a table and counts the distinct ones;
+// spgemm_hash_fill     numeric phase: the same insertions summing a * b into the table's
+//                      values, then a bitonic sort of the table by column (the empty
+//                      slots, -1 as unsigned, sort last) and the row written in order.
+//
+// A group is LANES lanes of a warp (8, 16 or 32; WHOLE_BLOCK false: several rows a warp
+// and a block, each with its own table in shared memory, so that short rows keep several
+// rows' loads in flight a warp) or the whole block (WHOLE_BLOCK true, LANES 32: one row at a
+// time; its table in shared memory, or, for rows whose table does not fit there, a block's
+// slice of a table in global memory passed as global_keys / global_values, the block
+// looping over rows). Within a group each warp takes LANES of the row's entries at a time
+// and spreads their products evenly over its lanes (a scan of the B row lengths, then each
+// lane finds its product's entry by a binary search over the scan), so rows of short and of
+// long B rows keep every lane busy. Tables probe linearly from the top bits of
+// column * HASH_SCALE (Fibonacci hashing: every bit of the column moves them, where the low
+// bits of a product depend on the column's low bits only, and a stencil's columns i, i + 64,
+// i + 4096 would all start at one slot of a table of 64).
+//
+// Work O(products) for each phase, plus O(t log^2 t) per row for a table of t slots.
+// The result is canonical CSR (sorted, no duplicates); entries whose products cancel stay
+// stored, as cuSPARSE keeps them. Sums are formed by atomics: equal to rounding, not bitwise.
+// Value: float, double, complex64, complex128 (common.cuh). Index: int, long long.
+#include "common.cuh"
+
+constexpr int MIN_CLASS = 5;   // the smallest table: 32 slots (one per lane of a warp)
+constexpr int CLASSES = 64;    // classes counted (2^63 slots: never reached)
+constexpr unsigned HASH_SCALE = 2654435769u;  // 2^32 / golden ratio (Knuth)
+
+template <typename Index>
+struct unsigned_of;
+template <>
+struct unsigned_of<int> {
+    using type = unsigned int;
+};
+template <>
+struct unsigned_of<long long> {
+    using type = unsigned long long;
+};
+
+__device__ __forceinline__ int atomic_cas_index(int* p, int expected, int desired) {
+    return atomicCAS(p, expected, desired);
+}
+__device__ __forceinline__ long long atomic_cas_index(long long* p, long long expected,
+                                                      long long desired) {
+    return static_cast<long long>(atomicCAS(reinterpret_cast<unsigned long long*>(p),
+                                            static_cast<unsigned long long>(expected),
+                                            static_cast<unsigned long long>(desired)));
+}
+
+// The class of a row of `size` (its bound or its entries): the table of at least `need`
+// slots, need = min(size, cap), and half as much again when `half` (a lower load factor).
+__device__ __forceinline__ int table_class(long long size, long long cap, int half) {
+    long long need = size < cap ? size : cap;
+    if (half) {
+        need += need >> 1;
+    }
+    if (need <= 0) {
+        return 0;
+    }
+    int c = MIN_CLASS;
+    while ((1LL << c) < need) {
+        ++c;
+    }
+    return c;
+}
+
+// The lanes of this thread's group within its warp.
+template <int LANES, bool WHOLE_BLOCK>
+__device__ __forceinline__ unsigned group_mask() {
+    static_assert(LANES == 8 || LANES == 16 || LANES == 32, "a group is 8, 16 or 32 lanes");
+    static_assert(!WHOLE_BLOCK || LANES == 32, "a whole-block group is whole warps");
+    if constexpr (LANES == 32) {
+        return FULL_WARP;
+    } else {
+        return ((1u << LANES) - 1u) << ((threadIdx.x & 31) & ~(LANES - 1));
+    }
+}
+
+template <bool WHOLE_BLOCK>
+__device__ __forceinline__ void group_sync(unsigned mask) {
+    if constexpr (WHOLE_BLOCK) {
+        __syncthreads();
+    } else {
+        __syncwarp(mask);
+    }
+}
+
+// ---------------------------------------------------------------- row bounds and classes
+// A group of BOUND_LANES lanes per row sums the lengths of the B rows its entries select.
+constexpr int BOUND_LANES = 8;
+
+template <typename Index>
+__global__ void spgemm_hash_bounds(const Index* __restrict__ a_indptr,
+                                   const Index* __restrict__ a_indices,
+                                   const Index* __restrict__ b_indptr, long long n_rows,
+                                   Index* __restrict__ bounds) {
+    const long long thread = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+    const long long row = thread / BOUND_LANES;
+    const int lane = threadIdx.x % BOUND_LANES;
+    Index sum = 0;
+    if (row < n_rows) {
+        for (Index j = a_indptr[row] + lane; j < a_indptr[row + 1]; j += BOUND_LANES) {
+            const Index column = __ldg(a_indices + j);
+            sum += __ldg(b_indptr + column + 1) - __ldg(b_indptr + column);
+        }
+    }
+#pragma unroll
+    for (int offset = BOUND_LANES / 2; offset > 0; offset >>= 1) {
+        sum += __shfl_xor_sync(FULL_WARP, sum, offset, BOUND_LANES);
+    }
+    if (row < n_rows && lane == 0) {
+        bounds[row] = sum;
+    }
+}
+
+template <typename Index>
+__global__ void spgemm_hash_classes(const Index* __restrict__ sizes, long long n_rows,
+                                    long long cap, int half,
+                                    unsigned long long* __restrict__ counts) {
+    __shared__ unsigned int local[CLASSES];
+    for (int c = threadIdx.x; c < CLASSES; c += blockDim.x) {
+        local[c] = 0;
+    }
+    __syncthreads();
+    const long long row = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (row < n_rows) {
+        atomicAdd(&local[table_class(sizes[row], cap, half)], 1u);
+    }
+    __syncthreads();
+    for (int c = threadIdx.x; c < CLASSES; c += blockDim.x) {
+        if (local[c]) {
+            atomicAdd(&counts[c], static_cast<unsigned long long>(local[c]));
+        }
+    }
+}
+
+// Rows listed class by class: class c's rows start after those of classes 1 .. c-1 (from
+// `counts`, as spgemm_hash_classes made them); cursors[c] (zero at first) counts the places
+// blocks have claimed: one global atomic per class and block.
+template <typename Index>
+__global__ void spgemm_hash_bin(const Index* __restrict__ sizes, long long n_rows,
+                                long long cap, int half,
+                                const unsigned long long* __restrict__ counts,
+                                unsigned long long* __restrict__ cursors,
+                                Index* __restrict__ rows) {
+    __shared__ unsigned int local[CLASSES];
+    __shared__ unsigned long long base[CLASSES];
+    for (int c = threadIdx.x; c < CLASSES; c += blockDim.x) {
+        local[c] = 0;
+    }
+    __syncthreads();
+    const long long row = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+    int c = 0;
+    unsigned int rank = 0;
+    if (row < n_rows) {
+        c = table_class(sizes[row], cap, half);
+        if (c) {
+            rank = atomicAdd(&local[c], 1u);
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned long long first = 0;
+        for (int k = 1; k < CLASSES; ++k) {
+            base[k] = first;
+            first += counts[k];
+        }
+    }
+    __syncthreads();
+    for (int k = threadIdx.x; k < CLASSES; k += blockDim.x) {
+        if (local[k]) {
+            base[k] += atomicAdd(&cursors[k], static_cast<unsigned long long>(local[k]));
+        }
+    }
+    __syncthreads();
+    if (c) {
+        rows[base[c] + rank] = static_cast<Index>(row);
+    }
+}
+
+// ---------------------------------------------------------------- the products of a row
+// visit(position in B, a) for every product of the row's entries [a_start, a_end): each
+// LANES lanes (of each warp of a whole-block group) take LANES entries at a time and share
+// their products evenly.
+template <int LANES, bool WHOLE_BLOCK, typename Index, typename Value, typename Visit>
+__device__ __forceinline__ void for_each_product(Index a_start, Index a_end,
+                                                 const Index* __restrict__ a_indices,
+                                                 const Value* __restrict__ a_data,
+                                                 const Index* __restrict__ b_indptr,
+                                                 unsigned mask, Visit visit) {
+    const int lane = static_cast<int>(threadIdx.x) & (LANES - 1);
+    const int warp = WHOLE_BLOCK ? static_cast<int>(threadIdx.x >> 5) : 0;
+    const int warps = WHOLE_BLOCK ? static_cast<int>(blockDim.x >> 5) : 1;
+    for (Index base = a_start + static_cast<Index>(warp) * LANES; base < a_end;
+         base += static_cast<Index>(warps) * LANES) {
+        const Index j = base + lane;
+        Index start = 0;
+        Index length = 0;
+        Value a = value_zero<Value>();
+        if (j < a_end) {
+            const Index column = __ldg(a_indices + j);
+            start = __ldg(b_indptr + column);
+            length = __ldg(b_indptr + column + 1) - start;
+            if (a_data != nullptr) {
+                a = load_readonly(a_data + j);
+            }
+        }
+        Index inclusive = length;
+#pragma unroll
+        for (int offset = 1; offset < LANES; offset <<= 1) {
+            const Index up = __shfl_up_sync(mask, inclusive, offset, LANES);
+            if (lane >= offset) {
+                inclusive += up;
+            }
+        }
+        const Index total = __shfl_sync(mask, inclusive, LANES - 1, LANES);
+        const Index exclusive = inclusive - length;
+        for (Index first = 0; first < total; first += LANES) {
+            const Index p = first + lane;
+            // the entry of product p: the number of lanes whose products end at or before p
+            int owner = 0;
+#pragma unroll
+            for (int step = LANES / 2; step > 0; step >>= 1) {
+                if (__shfl_sync(mask, inclusive, owner + step - 1, LANES) <= p) {
+                    owner += step;
+                }
+            }
+            const Index owner_start = __shfl_sync(mask, start, owner, LANES);
+            const Index owner_exclusive = __shfl_sync(mask, exclusive, owner, LANES);
+            const Value owner_a = shuffle_from(a, owner, mask, LANES);
+            if (p < total) {
+                visit(owner_start + (p - owner_exclusive), owner_a);
+            }
+        }
+    }
+}
+
+// The slot of `column` in a table of `slots` (a power of two) slots, claimed if it is new.
+template <typename Index>
+__device__ __forceinline__ int find_or_insert(Index* keys, int slots, Index column,
+                                              bool& inserted) {
+    const unsigned mixed = static_cast<unsigned>(column) ^
+                           static_cast<unsigned>(static_cast<unsigned long long>(column) >> 32);
+    int h = static_cast<int>((mixed * HASH_SCALE) >> (33 - __ffs(slots)));
+    while (true) {
+        Index seen = reinterpret_cast<volatile Index*>(keys)[h];
+        if (seen == Index(-1)) {
+            seen = atomic_cas_index(keys + h, Index(-1), column);
+            if (seen == Index(-1)) {
+                inserted = true;
+                return h;
+            }
+        }
+        if (seen == column) {
+            inserted = false;
+            return h;
+        }
+        h = (h + 1) & (slots - 1);
+    }
+}
+
+// The table's slots, a power of two a row of `need` entries uses (as table_class).
+__device__ __forceinline__ int table_slots(long long size, long long cap, int half) {
+    return 1 << table_class(size > 0 ? size : 1, cap, half);
+}
+
+// ---------------------------------------------------------------- symbolic phase
+// sizes[row]: the row's bound on entry, its number of entries on exit. `slots`: the table
+// of a group (shared memory: dynamic, groups x slots keys) or of a block (global_keys).
+template <typename Index, int LANES, bool WHOLE_BLOCK>
+__global__ void spgemm_hash_count(const Index* __restrict__ a_indptr,
+                                  const Index* __restrict__ a_indices,
+                                  const Index* __restrict__ b_indptr,
+                                  const Index* __restrict__ b_indices,
+                                  const Index* __restrict__ rows, long long n_rows,
+                                  long long n_cols, Index* __restrict__ sizes, int slots,
+                                  Index* __restrict__ global_keys) {
+    extern __shared__ __align__(16) unsigned char shared[];
+    __shared__ unsigned long long distinct;  // a whole-block group's count
+    const int group_threads = WHOLE_BLOCK ? static_cast<int>(blockDim.x) : LANES;
+    const int groups = static_cast<int>(blockDim.x) / group_threads;
+    const int group = static_cast<int>(threadIdx.x) / group_threads;
+    const int t = static_cast<int>(threadIdx.x) % group_threads;
+    const unsigned mask = group_mask<LANES, WHOLE_BLOCK>();
+    Index* keys = global_keys != nullptr
+                      ? global_keys + static_cast<long long>(blockIdx.x) * slots
+                      : reinterpret_cast<Index*>(shared) + static_cast<long long>(group) * slots;
+    for (long long r = static_cast<long long>(blockIdx.x) * groups + group; r < n_rows;
+         r += static_cast<long long>(gridDim.x) * groups) {
+        const Index row = rows[r];
+        const int s = table_slots(sizes[row], n_cols, 0);
+        for (int i = t; i < s; i += group_threads) {
+            keys[i] = Index(-1);
+        }
+        if (WHOLE_BLOCK && t == 0) {
+            distinct = 0;
+        }
+        group_sync<WHOLE_BLOCK>(mask);
+        unsigned int mine = 0;
+        for_each_product<LANES, WHOLE_BLOCK>(
+            a_indptr[row], a_indptr[row + 1], a_indices, static_cast<const float*>(nullptr),
+            b_indptr, mask, [&](Index position, float) {
+                bool inserted;
+                find_or_insert(keys, s, __ldg(b_indices + position), inserted);
+                mine += inserted;
+            });
+        mine = __reduce_add_sync(mask, mine);
+        if constexpr (WHOLE_BLOCK) {
+            if ((threadIdx.x & 31) == 0 && mine) {
+                atomicAdd(&distinct, static_cast<unsigned long long>(mine));
+            }
+            __syncthreads();
+            if (t == 0) {
+                sizes[row] = static_cast<Index>(distinct);
+            }
+            __syncthreads();
+        } else {
+            if (t == 0) {
+                sizes[row] = static_cast<Index>(mine);
+            }
+            __syncwarp(mask);
+        }
+    }
+}
+
+// ---------------------------------------------------------------- numeric phase
+// The first `slots` keys and values sorted by key as unsigned (bitonic; every thread of
+// the group takes pairs in turn).
+template <bool WHOLE_BLOCK, typename Index, typename Value>
+__device__ __forceinline__ void sort_table(Index* keys, Value* values, int slots, int t,
+                                           int group_threads, unsigned mask) {
+    using Key = typename unsigned_of<Index>::type;
+    for (int size = 2; size <= slots; size <<= 1) {
+        for (int stride = size >> 1; stride > 0; stride >>= 1) {
+            for (int i = t; i < (slots >> 1); i += group_threads) {
+                const int low = 2 * i - (i & (stride - 1));
+                const int high = low + stride;
+                const Index key_low = keys[low];
+                const Index key_high = keys[high];
+                const bool ascending = (low & size) == 0;
+                if ((static_cast<Key>(key_low) > static_cast<Key>(key_high)) == ascending) {
+                    keys[low] = key_high;
+                    keys[high] = key_low;
+                    const Value value_low = values[low];
+                    values[low] = values[high];
+                    values[high] = value_low;
+                }
+            }
+            group_sync<WHOLE_BLOCK>(mask);
+        }
+    }
+}
+
+// Tables of up to this many slots (groups of up to 16 lanes) are written by ranks, larger
+// ones sorted first: ranking costs a lane (entries / lanes) x entries comparisons over the
+// occupied slots (found by ballots; the reads are broadcasts) and no synchronisation, the
+// bitonic sort log^2(slots) / 2 synchronised steps.
+constexpr int RANK_SLOTS = 64;
+
+// Each entry of a group's table of `slots` <= RANK_SLOTS written at its rank among the
+// row's columns.
+template <int LANES, typename Index, typename Value>
+__device__ __forceinline__ void write_ranked(const Index* keys, const Value* values, int slots,
+                                             int t, unsigned mask, Index* c_indices,
+                                             Value* c_data) {
+    using Key = typename unsigned_of<Index>::type;
+    const int first_lane = (threadIdx.x & 31) & ~(LANES - 1);
+    unsigned long long occupied = 0;  // bit i: slot i holds a column
+    for (int k = 0; k < slots; k += LANES) {
+        const bool taken = keys[k + t] != Index(-1);
+        const unsigned lanes = (__ballot_sync(mask, taken) >> first_lane) &
+                               static_cast<unsigned>((1ull << LANES) - 1);
+        occupied |= static_cast<unsigned long long>(lanes) << k;
+    }
+    for (int i = t; i < slots; i += LANES) {
+        if ((occupied >> i) & 1) {
+            const Key key = static_cast<Key>(keys[i]);
+            int rank = 0;
+            for (unsigned long long rest = occupied; rest; rest &= rest - 1) {
+                rank += static_cast<Key>(keys[__ffsll(static_cast<long long>(rest)) - 1]) < key;
+            }
+            c_indices[rank] = keys[i];
+            c_data[rank] = values[i];
+        }
+    }
+}
+
+// c_indptr: the result's row offsets (from the symbolic phase); the row's table has slots
+// for 1.5 times its entries. Shared memory: groups x slots values, then as many keys.
+template <typename Value, typename Index, int LANES, bool WHOLE_BLOCK>
+__global__ void spgemm_hash_fill(const Index* __restrict__ a_indptr,
+                                 const Index* __restrict__ a_indices,
+                                 const Value* __restrict__ a_data,
+                                 const Index* __restrict__ b_indptr,
+                                 const Index* __restrict__ b_indices,
+                                 const Value* __restrict__ b_data,
+                                 const Index* __restrict__ rows, long long n_rows, int slots,
+                                 const Index* __restrict__ c_indptr,
+                                 Index* __restrict__ c_indices, Value* __restrict__ c_data,
+                                 Index* __restrict__ global_keys,
+                                 Value* __restrict__ global_values) {
+    extern __shared__ __align__(16) unsigned char shared[];
+    const int group_threads = WHOLE_BLOCK ? static_cast<int>(blockDim.x) : LANES;
+    const int groups = static_cast<int>(blockDim.x) / group_threads;
+    const int group = static_cast<int>(threadIdx.x) / group_threads;
+    const int t = static_cast<int>(threadIdx.x) % group_threads;
+    const unsigned mask = group_mask<LANES, WHOLE_BLOCK>();
+    Index* keys;
+    Value* values;
+    if (global_keys != nullptr) {
+        keys = global_keys + static_cast<long long>(blockIdx.x) * slots;
+        values = global_values + static_cast<long long>(blockIdx.x) * slots;
+    } else {
+        Value* all_values = reinterpret_cast<Value*>(shared);
+        values = all_values + static_cast<long long>(group) * slots;
+        keys = reinterpret_cast<Index*>(all_values + static_cast<long long>(groups) * slots) +
+               static_cast<long long>(group) * slots;
+    }
+    for (long long r = static_cast<long long>(blockIdx.x) * groups + group; r < n_rows;
+         r += static_cast<long long>(gridDim.x) * groups) {
+        const Index row = rows[r];
+        const Index c_start = c_indptr[row];
+        const Index entries = c_indptr[row + 1] - c_start;
+        const int s = table_slots(entries, entries, 1);
+        for (int i = t; i < s; i += group_threads) {
+            keys[i] = Index(-1);
+            values[i] = value_zero<Value>();
+        }
+        group_sync<WHOLE_BLOCK>(mask);
+        for_each_product<LANES, WHOLE_BLOCK>(
+            a_indptr[row], a_indptr[row + 1], a_indices, a_data, b_indptr, mask,
+            [&](Index position, Value a) {
+                bool inserted;
+                const int h = find_or_insert(keys, s, __ldg(b_indices + position), inserted);
+                atomic_add_value(values + h, multiply(a, load_readonly(b_data + position)));
+            });
+        group_sync<WHOLE_BLOCK>(mask);
+        if (LANES < 32 && s <= RANK_SLOTS) {
+            write_ranked<LANES>(keys, values, s, t, mask, c_indices + c_start, c_data + c_start);
+        } else {
+            sort_table<WHOLE_BLOCK>(keys, values, s, t, group_threads, mask);
+            for (Index i = t; i < entries; i += group_threads) {
+                c_indices[c_start + i] = keys[i];
+                c_data[c_start + i] = values[i];
+            }
+        }
+        group_sync<WHOLE_BLOCK>(mask);
+    }
+}

@@ -1,0 +1,173 @@
+"""Our hash-row SpGEMM (``backends/hash_spgemm.py``, ``kernels/spgemm_hash.cu``): equal to
+scipy's product, canonical, with the pattern of ``|A| @ |B|`` (entries that cancel stay
+stored, as cuSPARSE keeps them), in every value and index dtype, on the awkward matrices,
+rows of thousands of products, tables in shared and in global memory.
+
+The kernels run on the GPU only (those tests skip on CPU with the reason); the launch
+shapes and the first product's rule are tested everywhere.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from sparsegpu import _cuda, _mirror
+from sparsegpu._cuda import DeviceInfo
+from sparsegpu.backends import hash_spgemm, spgemm
+from sparsegpu.backends.hash_spgemm import HASH, GpuSpgemm, table_launch
+from sparsegpu.backends.spgemm import Budget, ResultSink
+from sparsegpu.testing import (
+    INDEX_DTYPES,
+    VALUE_DTYPES,
+    assert_product_close,
+    awkward_matrices,
+    no_gpu_reason,
+)
+
+MATRIX_NAMES = list(awkward_matrices())
+# S.T @ S of one_long_row has 25M entries: too many for the host oracle's dense compare
+NO_GRAM = {"one_long_row"}
+ENGINE = GpuSpgemm()
+
+gpu = pytest.mark.skipif(_cuda.cupy_or_none() is None, reason=no_gpu_reason())
+
+
+def _mirror_of(S, dtype, index_dtype):
+    S = sp.csr_matrix(S)
+    mirror = _mirror.DeviceMatrix.from_host(
+        S.data.astype(dtype),
+        S.indices.astype(index_dtype),
+        S.indptr.astype(index_dtype),
+        S.shape,
+        _mirror.CUPY,
+    )
+    return spgemm.with_index_dtype(spgemm.canonical(mirror), index_dtype)
+
+
+def _hash_product(S, T, dtype, index_dtype) -> sp.csr_matrix:
+    """``S @ T`` by the hash kernels on the GPU, in ``index_dtype`` (the engine called
+    directly: the driver would narrow int64 indices that fit in int32)."""
+    cupy = _cuda.cupy_or_none()
+    left, right = _mirror_of(S, dtype, index_dtype), _mirror_of(T, dtype, index_dtype)
+    budget = Budget(cupy)
+    if spgemm.is_empty(left, right):
+        C = spgemm.run_once(ENGINE, left, right, HASH, budget)
+    else:
+        sink = ResultSink(budget, (S.shape[0], T.shape[1]), dtype, index_dtype, _mirror.CUPY)
+        C = ENGINE.multiply(left, right, HASH, sink)
+    assert budget.in_use == C.indptr.nbytes + C.indices.nbytes + C.data.nbytes  # scratch given back
+    arrays = (C.data.get(), C.indices.get(), C.indptr.get())
+    assert arrays[1].dtype == index_dtype or spgemm.is_empty(left, right)
+    return sp.csr_matrix(arrays, shape=C.shape)
+
+
+def _check(C, S, T, dtype):
+    expected = (S @ T).astype(dtype)
+    pattern = abs(S) @ abs(T)  # no cancellation: the entries the product stores
+    pattern.sum_duplicates()
+    assert C.shape == expected.shape
+    assert C.nnz == pattern.nnz
+    assert np.array_equal(C.indptr, pattern.indptr)
+    assert np.array_equal(C.indices, pattern.indices)  # sorted, no duplicates
+    terms = int(np.diff(sp.csr_matrix(S).indptr).max(initial=1))
+    assert_product_close(C.toarray(), expected.toarray(), dtype, max_row_length=terms)
+
+
+@gpu
+@pytest.mark.parametrize("name", MATRIX_NAMES)
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("dtype", VALUE_DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("form", ["S@S.T", "S.T@S"])
+def test_hash_product_equals_scipy(form, dtype, index_dtype, name):
+    if form == "S.T@S" and name in NO_GRAM:
+        pytest.skip(f"{form} of {name}: too large for the dense host oracle")
+    S = awkward_matrices(dtype, index_dtype, seed=3)[name]
+    S.sum_duplicates()
+    left, right = (S, S.T.tocsr()) if form == "S@S.T" else (S.T.tocsr(), S)
+    _check(_hash_product(left, right, dtype, index_dtype), left, right, dtype)
+
+
+@gpu
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=lambda d: np.dtype(d).name)
+def test_an_empty_result_from_operands_with_entries(dtype, index_dtype):
+    """A's columns select only B's empty rows: nothing to compute, nothing stored."""
+    A = sp.csr_matrix(np.array([[0, 1.0, 0], [0, 2.0, 0]], dtype=dtype))
+    B = sp.csr_matrix(np.array([[3.0, 0, 1.0], [0, 0, 0], [1.0, 0, 0]], dtype=dtype))
+    C = _hash_product(A, B, dtype, index_dtype)
+    assert C.shape == (2, 3) and C.nnz == 0 and np.array_equal(C.indptr, [0, 0, 0])
+
+
+@gpu
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_rows_whose_tables_are_in_global_memory(index_dtype):
+    """A row of 3,000 entries selecting rows of 30 from 200,000 columns: about 90,000
+    products and distinct columns, a table beyond shared memory in both phases; beside it
+    short rows, and rows of a few hundred products (a block per row)."""
+    rng = np.random.default_rng(7)
+    B = sp.random(3000, 200_000, density=30 / 200_000, random_state=rng, format="csr")
+    lengths = np.array([3000, 1, 0, 12, 2, 300])
+    rows = np.repeat(np.arange(lengths.size), lengths)
+    columns = np.concatenate([rng.choice(3000, n, replace=False) for n in lengths])
+    A = sp.csr_matrix((rng.uniform(-1, 1, rows.size), (rows, columns)), shape=(6, 3000))
+    _check(_hash_product(A, B, np.float64, index_dtype), A, B, np.float64)
+
+
+def test_launch_shapes_keep_tables_within_shared_memory():
+    device = DeviceInfo(0, "test", (9, 0), 132, 80 * 2**30, 50 * 2**20, 227 * 1024, 2**27, 512)
+    short = table_launch(32, 12, 1000, device)  # 8 lanes a row, 32 rows a block
+    assert (short.lanes, short.whole_block, short.block, short.grid) == (8, False, 256, 32)
+    assert short.shared_bytes == 32 * 32 * 12 and short.global_slots == 0
+    medium = table_launch(64, 12, 1000, device)  # 16 lanes a row, 16 rows a block
+    assert (medium.lanes, medium.whole_block, medium.block) == (16, False, 256)
+    warp = table_launch(256, 4, 1000, device)  # a warp a row, eight rows a block
+    assert (warp.lanes, warp.block, warp.grid, warp.shared_bytes) == (32, 256, 125, 8 * 1024)
+    few = table_launch(1024, 12, 3, device)  # 12 KiB tables: two a block (32 KiB at most)
+    assert (few.block, few.grid, few.shared_bytes) == (64, 2, 2 * 1024 * 12)
+    one = table_launch(256, 12, 1, device)  # no more rows a block than there are
+    assert (one.block, one.grid, one.shared_bytes) == (32, 1, 256 * 12)
+    block = table_launch(8192, 12, 10, device)  # 96 KiB: a block per row (opt-in)
+    assert (block.whole_block, block.grid, block.global_slots) == (True, 10, 0)
+    assert block.block == 1024 and block.shared_bytes == 8192 * 12
+    big = table_launch(2**17, 12, 1000, device)  # beyond shared memory: global tables
+    assert (big.whole_block, big.shared_bytes, big.global_slots) == (True, 0, 2**17)
+    assert big.grid == hash_spgemm.GLOBAL_BLOCKS_PER_SM * 132
+
+
+def _operand(n_rows, nnz, mean, longest, dtype=np.float64):
+    """What the rule reads of an operand: its dtype, rows, nonzeros and row lengths."""
+    from sparsegpu._mirror import RowLengthStats
+
+    stats = RowLengthStats(n_rows, n_rows, nnz, mean, 0.0, 0, longest, 0)
+    fields = {"nnz": nnz, "stats": stats, "shape": (n_rows, n_rows), "dtype": np.dtype(dtype)}
+    return type("Operand", (), fields)()
+
+
+@pytest.mark.parametrize(
+    "n_rows, mean, longest, dtype, expected",
+    [
+        (2000**2, 5.0, 5, np.float64, HASH),  # 2-D stencil 2000^2: 100M products, 25 a row
+        (2000**2, 5.0, 5, np.float32, "alg1"),  # float32: ALG1's values are narrower
+        (50**2, 5.0, 5, np.float64, "alg1"),  # 62,500 products: the fixed costs lose
+        (4_000_000, 2.0, 5, np.float64, "alg1"),  # 32M products but 4 a row
+        (10**6, 100.0, 5000, np.float64, "alg1"),  # rows of up to 25M products
+    ],
+    ids=["large_stencil", "float32", "small", "short_rows", "long_rows"],
+)
+def test_the_first_products_rule(n_rows, mean, longest, dtype, expected):
+    operand = _operand(n_rows, int(n_rows * mean), mean, longest, dtype)
+    algorithm, reason = ENGINE.estimate(operand, operand)
+    assert algorithm == expected, reason
+    products = int(int(n_rows * mean) * mean)
+    assert reason.startswith("rule: ") and f"{products:,} products" in reason
+    assert f"at most {longest * longest:,}" in reason
+
+
+def test_the_hash_family_is_registered_for_every_dtype():
+    names = hash_spgemm.HASH_FAMILY.instantiations
+    for value in ("float", "double", "complex64", "complex128"):
+        for index in ("int", "long long"):
+            for lanes, whole in (("8", "false"), ("16", "false"), ("32", "false"), ("32", "true")):
+                assert f"spgemm_hash_fill<{value}, {index}, {lanes}, {whole}>" in names
