@@ -434,6 +434,38 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def log(text) -> None:
+    print(text, flush=True)
+
+
+def start(args, render):
+    """A benchmark's start: with ``--from-json``, its markdown (``--md``, by ``render``)
+    and 0; without a GPU, why on stderr and 2; else ``(cupy, cupyx.scipy.sparse)``."""
+    if args.from_json:
+        result = json.loads(args.from_json.read_text())
+        if args.md:
+            args.md.write_text(render(result))
+        return 0
+    cupy = _cuda.cupy_or_none()
+    if cupy is None:
+        print(f"no GPU: {_cuda.unavailable_reason()}", file=sys.stderr)
+        return 2
+    import cupyx.scipy.sparse as cupyx_sparse
+
+    return cupy, cupyx_sparse
+
+
+def finish(args, result, render) -> int:
+    """A benchmark's end: ``result`` written (``--out``), rendered (``--md``) and printed."""
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1))
+    text = render(result)
+    if args.md:
+        args.md.write_text(text)
+    print(text)
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=pathlib.Path)
@@ -444,20 +476,10 @@ def main(argv=None) -> int:
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--only", help="comma-separated matrix names")
     args = parser.parse_args(argv)
-    if args.from_json:
-        result = json.loads(args.from_json.read_text())
-        if args.md:
-            args.md.write_text(markdown(result))
-        return 0
-    cupy = _cuda.cupy_or_none()
-    if cupy is None:
-        print(f"no GPU: {_cuda.unavailable_reason()}", file=sys.stderr)
-        return 2
-    import cupyx.scipy.sparse as cupyx_sparse
-
-    def log(text):
-        print(text, flush=True)
-
+    started = start(args, markdown)
+    if isinstance(started, int):
+        return started
+    cupy, cupyx_sparse = started
     dtypes = [np.dtype(d) for d in args.dtypes.split(",")]
     result = {
         "device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
@@ -479,13 +501,7 @@ def main(argv=None) -> int:
         if args.out:
             args.out.write_text(json.dumps(result, indent=1))
     result["blocked"] = blocked_completion(chosen[0][2], cupy, log)
-    if args.out:
-        args.out.write_text(json.dumps(result, indent=1))
-    text = markdown(result)
-    if args.md:
-        args.md.write_text(text)
-    print(text)
-    return 0
+    return finish(args, result, markdown)
 
 
 if __name__ == "__main__":
