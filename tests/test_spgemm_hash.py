@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+import sparsegpu as sg
 from sparsegpu import _cuda, _mirror
 from sparsegpu._cuda import DeviceInfo
 from sparsegpu.backends import hash_spgemm, spgemm
@@ -24,6 +25,7 @@ from sparsegpu.testing import (
     assert_product_close,
     awkward_matrices,
     no_gpu_reason,
+    random_sparse,
 )
 
 MATRIX_NAMES = list(awkward_matrices())
@@ -113,6 +115,23 @@ def test_rows_whose_tables_are_in_global_memory(index_dtype):
     columns = np.concatenate([rng.choice(3000, n, replace=False) for n in lengths])
     A = sp.csr_matrix((rng.uniform(-1, 1, rows.size), (rows, columns)), shape=(6, 3000))
     _check(_hash_product(A, B, np.float64, index_dtype), A, B, np.float64)
+
+
+@gpu
+def test_hash_rows_complete_in_row_blocks_where_their_work_space_does_not_fit(monkeypatch):
+    S = random_sparse((400, 400), 0.02, 11, np.float64)
+    A = sg.csr_matrix(S)
+    whole = sg.spgemm(A, A, algorithm=HASH)
+    peak = sg.explain(A, A).peak_bytes
+    result = whole.nnz * (8 + whole.indices.dtype.itemsize) + whole.indptr.nbytes
+    assert sg.explain(A, A).last.algorithm == HASH and peak > result
+    monkeypatch.setattr(GpuSpgemm, "lean_algorithms", lambda self: ())
+    limit = result + (peak - result) // 6
+    C = sg.spgemm(A, A, algorithm=HASH, memory_limit=limit)
+    last = sg.explain(A, A).last
+    assert last.algorithm == HASH and last.blocks > 1, last
+    assert last.peak_bytes <= limit
+    _check(sp.csr_matrix(C), S, S, np.float64)
 
 
 def test_launch_shapes_keep_tables_within_shared_memory():
