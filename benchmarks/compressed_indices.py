@@ -48,7 +48,6 @@ Usage (on a GPU machine)::
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 import pathlib
@@ -58,25 +57,21 @@ import numpy as np
 import scipy.sparse as sp
 
 import sparsegpu as sg
-from sparsegpu import _console, _cuda, _registry, _timing, datasets, probe
+from sparsegpu import _console, _cuda, _registry, _timing, datasets
 from sparsegpu._mirror import CUPY, PlanKey
 from sparsegpu.backends import delta16
 from sparsegpu.datasets import synthetic
 
 HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import _outputs  # noqa: E402
+
 # the issue-18 bars: delta16 over the best plain backend
 BAR = {"float64": 1.12, "float32": 1.2}
 PLAIN_DEFAULTS = ("vector", "readonly")
 # the screen's fastest candidates of each side that are timed again, in alternation
 FINALISTS = 3
 FINAL = {"warmup": 3, "repeat": 21}
-
-
-def _direct_spmv():
-    spec = importlib.util.spec_from_file_location("auto_vs_cusparse", HERE / "auto_vs_cusparse.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.DirectSpMV
 
 
 def fem_p1(n_points: int, order: str, seed: int = 0) -> sp.csr_matrix:
@@ -343,45 +338,24 @@ def plot(result, path) -> None:
     fig.savefig(path, dpi=120)
 
 
-def write_outputs(result, args) -> None:
-    if args.out:
-        pathlib.Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
-    text = markdown(result)
-    if args.md:
-        pathlib.Path(args.md).write_text(text)
-    if args.plot:
-        plot(result, args.plot)
-    _console.console().print(text)
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--scale", choices=("full", "small"), default="full")
     parser.add_argument("--dtypes", default="float64,float32")
     parser.add_argument("--only", help="comma-separated substrings of matrix names to run")
-    parser.add_argument("--out", help="JSON result file")
-    parser.add_argument("--md", help="markdown table file")
-    parser.add_argument("--plot", help="PNG plot file (needs matplotlib)")
-    parser.add_argument("--from-json", help="redraw --md/--plot from an earlier result file")
+    _outputs.add_output_arguments(parser)
     args = parser.parse_args(argv)
     if args.from_json:
         result = json.loads(pathlib.Path(args.from_json).read_text())
         result["summary"] = summarize(result["results"])
-        write_outputs(result, args)
+        _outputs.write_outputs(result, args, markdown, plot)
         return 0
     cupy = _cuda.cupy_or_none()
     if cupy is None:
         print(f"no GPU: {_cuda.unavailable_reason()}", file=sys.stderr)
         return 2
-    DirectSpMV = _direct_spmv()
-    result = {
-        "device": _cuda.device_info().name,
-        "versions": _cuda.versions(),
-        "sparsegpu": sg.__version__,
-        "copy_gb_per_s": probe.measure_copy()[2],
-        "scale": args.scale,
-        "results": [],
-    }
+    DirectSpMV = _outputs.direct_spmv()
+    result = _outputs.gpu_header(args.scale)
     todo = matrices(args.scale)
     if args.only:
         wanted = args.only.split(",")
@@ -402,7 +376,7 @@ def main(argv=None) -> int:
                     pathlib.Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
                 bar.advance(task)
     result["summary"] = summarize(result["results"])
-    write_outputs(result, args)
+    _outputs.write_outputs(result, args, markdown, plot)
     return 0
 
 

@@ -40,7 +40,6 @@ Usage (on a GPU machine)::
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 import pathlib
@@ -49,23 +48,19 @@ import sys
 import numpy as np
 
 import sparsegpu as sg
-from sparsegpu import _console, _cuda, _registry, _timing, probe
+from sparsegpu import _console, _cuda, _registry, _timing
 from sparsegpu._dtypes import BFLOAT16, is_half
 from sparsegpu._mirror import CUPY, PlanKey
 from sparsegpu._oracle import Oracle
 from sparsegpu.datasets import synthetic
 
 HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import _outputs  # noqa: E402
+
 # the issue-18 bar: a 16-bit product over float32's on a large stencil
 BAR = 1.5
 PLAIN_DEFAULTS = ("vector", "readonly")
-
-
-def _direct_spmv():
-    spec = importlib.util.spec_from_file_location("auto_vs_cusparse", HERE / "auto_vs_cusparse.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.DirectSpMV
 
 
 def matrices(scale: str) -> list:
@@ -312,30 +307,16 @@ def plot(result, path) -> None:
     fig.savefig(path, dpi=120)
 
 
-def write_outputs(result, args) -> None:
-    if args.out:
-        pathlib.Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
-    text = markdown(result)
-    if args.md:
-        pathlib.Path(args.md).write_text(text)
-    if args.plot:
-        plot(result, args.plot)
-    _console.console().print(text)
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--scale", choices=("full", "small"), default="full")
     parser.add_argument("--only", help="comma-separated substrings of matrix names to run")
-    parser.add_argument("--out", help="JSON result file")
-    parser.add_argument("--md", help="markdown table file")
-    parser.add_argument("--plot", help="PNG plot file (needs matplotlib)")
-    parser.add_argument("--from-json", help="redraw --md/--plot from an earlier result file")
+    _outputs.add_output_arguments(parser)
     args = parser.parse_args(argv)
     if args.from_json:
         result = json.loads(pathlib.Path(args.from_json).read_text())
         result["summary"] = summarize(result["results"])
-        write_outputs(result, args)
+        _outputs.write_outputs(result, args, markdown, plot)
         return 0
     cupy = _cuda.cupy_or_none()
     if cupy is None:
@@ -344,16 +325,9 @@ def main(argv=None) -> int:
     if BFLOAT16 is None:
         print("bfloat16 needs ml_dtypes: pip install ml_dtypes", file=sys.stderr)
         return 2
-    DirectSpMV = _direct_spmv()
-    result = {
-        "device": _cuda.device_info().name,
-        "versions": _cuda.versions(),
-        "sparsegpu": sg.__version__,
-        "copy_gb_per_s": probe.measure_copy()[2],
-        "scale": args.scale,
-        "results": [],
-        "mixed": [],
-    }
+    DirectSpMV = _outputs.direct_spmv()
+    result = _outputs.gpu_header(args.scale)
+    result["mixed"] = []
     todo = matrices(args.scale)
     if args.only:
         wanted = args.only.split(",")
@@ -375,7 +349,7 @@ def main(argv=None) -> int:
                     pathlib.Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
                 bar.advance(task)
     result["summary"] = summarize(result["results"])
-    write_outputs(result, args)
+    _outputs.write_outputs(result, args, markdown, plot)
     return 0
 
 
