@@ -60,6 +60,9 @@ from sparsegpu import _console, _cuda, _planning, _registry, _select, _timing, p
 from sparsegpu.backends import cusparse as cusparse_backend
 from sparsegpu.datasets import synthetic
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import _outputs  # noqa: E402
+
 # the SuiteSparse matrices bundled with sparsegpu (sparsegpu.datasets)
 DEFAULT_MATRICES = str(importlib.resources.files("sparsegpu.datasets") / "data")
 HOST_CALLS = 3000
@@ -590,18 +593,6 @@ def plot(result, path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def write_outputs(result, args) -> None:
-    """The JSON, markdown and plot files asked for, and the table on stdout."""
-    if args.out:
-        pathlib.Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
-    text = markdown(result)
-    if args.md:
-        pathlib.Path(args.md).write_text(text)
-    if args.plot:
-        plot(result, args.plot)
-    _console.console().print(text)
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", default="full", choices=["full", "small"])
@@ -629,7 +620,7 @@ def main(argv=None) -> int:
     if args.from_json:
         result = json.loads(pathlib.Path(args.from_json).read_text())
         result["summary"] = summarize(result["results"])
-        write_outputs(result, args)
+        _outputs.write_outputs(result, args, markdown, plot)
         return 0
     cupy = _cuda.cupy_or_none()
     if cupy is None:
@@ -677,7 +668,7 @@ def main(argv=None) -> int:
                 bar.advance(task)
             del host
     result["summary"] = summarize(result["results"])
-    write_outputs(result, args)
+    _outputs.write_outputs(result, args, markdown, plot)
     return 0
 
 
