@@ -26,6 +26,7 @@ to the host. Its shape, dtype, nnz and transposes need no host arrays either.
 
 from __future__ import annotations
 
+import operator
 import weakref
 
 import numpy as np
@@ -778,11 +779,47 @@ class _CSCMixin(_CSRMixin):
         return (self.shape[1], self.shape[0]), True
 
 
+def _check_blocksize(blocksize) -> None:
+    """Refuse a ``blocksize`` that is not two positive integers, saying what it was: a
+    TypeError where it is no pair at all (as scipy's, e.g. a number passed where
+    ``maxprint`` is keyword-only), else a ValueError."""
+    wanted = "blocksize must be two positive integers (rows, columns of a block), got"
+    try:
+        rows, cols = blocksize
+    except TypeError as exc:
+        raise TypeError(f"{wanted} {blocksize!r} ({exc}); e.g. blocksize=(3, 3)") from None
+    except ValueError:
+        rows = cols = None
+    try:
+        ok = all(operator.index(b) > 0 for b in (rows, cols))
+    except TypeError:
+        ok = False
+    if not ok:
+        raise ValueError(f"{wanted} {blocksize!r}; e.g. blocksize=(3, 3)")
+
+
 class _BSRMixin(_SparseGPUMixin):
     """What sparsegpu adds to scipy's BSR classes: the block mirror (its blocks as scipy
     stores them, validated once) and products on the backends that read it."""
 
     _sg_mirror_type = DeviceBlockMatrix
+
+    def __init__(self, arg1, shape=None, dtype=None, copy=False, blocksize=None, **kwargs):
+        if blocksize is not None:
+            _check_blocksize(blocksize)
+            kwargs["blocksize"] = tuple(int(b) for b in blocksize)
+        try:
+            super().__init__(arg1, shape=shape, dtype=dtype, copy=copy, **kwargs)
+        except ValueError as exc:
+            if blocksize is None or "invalid blocksize" not in str(exc):
+                raise
+            whole = shape if shape is not None else getattr(arg1, "shape", None)
+            raise ValueError(
+                f"blocksize {tuple(blocksize)} does not divide the matrix's shape {whole}: "
+                "the rows must be a whole number of block rows and the columns of block "
+                "columns; pick a blocksize whose first number divides the rows and whose "
+                "second divides the columns"
+            ) from None
 
     def _sg_layout(self):
         return self.shape, False

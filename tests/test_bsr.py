@@ -213,10 +213,20 @@ def test_block_column_out_of_range_is_refused_before_any_kernel(backend):
 
 
 def test_blocksize_that_does_not_divide_the_shape():
-    with pytest.raises(ValueError, match="blocksize"):
+    with pytest.raises(ValueError, match=r"blocksize \(5, 5\) does not divide the matrix's "
+                       r"shape \(12, 12\).*pick a blocksize"):  # fmt: skip
         sg.bsr_matrix(np.eye(12), blocksize=(5, 5))
     with pytest.raises(ValueError, match=r"blocksize \(3, 2\) does not divide the shape"):
         DeviceBlockMatrix.from_host(np.ones((1, 3, 2)), [0], [0, 1], (3, 3), HOST)
+
+
+@pytest.mark.parametrize("blocksize", [(0, 3), (3,), (2, -1), (2.0, 2), "ab", (1, 2, 3), 4])
+def test_a_blocksize_that_is_not_two_positive_integers_is_refused(blocksize):
+    # a number is no pair at all: a TypeError, as scipy's (its own tests pass one where
+    # the keyword-only maxprint would go)
+    error = TypeError if isinstance(blocksize, int) else ValueError
+    with pytest.raises(error, match=r"blocksize must be two positive integers.*got"):
+        sg.bsr_matrix(np.eye(6), blocksize=blocksize)
 
 
 def test_mismatched_vector_names_the_shapes():
