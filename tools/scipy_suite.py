@@ -193,6 +193,9 @@ def main(argv=None) -> int:
             )
             + "\n"
         )
+    if not counts["passed"]:
+        print("  no test passed: nothing was checked (a -k that selects nothing?)")
+        return 1
     return 0 if not other else 1
 
 
