@@ -601,9 +601,9 @@ class csr_matrix:  # noqa: N801 - named like sparsegpu.csr_matrix, whose role it
 
     def _product(self, x_local, out, capturable=False):
         """``out = A x`` on this rank's blocks (collective; the solvers' entry point):
-        gather the halo, queue the diagonal block's product, start the exchange (NCCL's
-        calls take host time: the product is already running meanwhile), then add the
-        off-rank rows' sums once it arrived. With NCCL nothing here waits on the host; a
+        gather the halo, queue the diagonal block's product, then exchange (with NCCL the
+        sends start only now: their host time overlaps the product) and add the off-rank
+        rows' sums once the halo arrived. With NCCL nothing here waits on the host; a
         local error still lets the exchange happen (zeros are sent), then every rank
         hears of it."""
         ctx = self._ctx
@@ -618,7 +618,6 @@ class csr_matrix:  # noqa: N801 - named like sparsegpu.csr_matrix, whose role it
                     work.diag.matvec(x_local, out=out)
             except Exception as exc:
                 error = exc
-        work.halo.send()
         ghosts = work.halo.finish()
         if error is None and work.offd is not None:
             try:

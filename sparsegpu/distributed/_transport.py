@@ -329,9 +329,6 @@ class _NoHalo:
     def start(self, x_local):
         return None
 
-    def send(self):
-        return None
-
     def finish(self):
         return self.ghosts
 
@@ -387,10 +384,6 @@ class _Halo:
         owners, which receive them where a product sends from."""
         forward_sends, forward_receives = self.forward_lists(packed, ghosts)
         return forward_receives, forward_sends
-
-    def send(self) -> None:
-        """Start what :meth:`start` packed but left unsent. A product calls it once its
-        local part is queued; the transports that post in ``start`` have nothing left."""
 
 
 class HostStaged(Transport):
@@ -680,9 +673,10 @@ def _messages(pairs) -> list[tuple[int, int, int]]:
 class _NcclHalo(_Halo):
     """The exchange on the channel's stream (of the highest priority, so that its kernels
     take the first free multiprocessors while the local product runs). ``start`` gathers
-    the entries to send there; ``send``, called once the local product is queued, starts
-    the group of sends and receives; ``finish`` has the caller's stream wait for it. The
-    message lists are made once: the buffers never move."""
+    the entries to send there; ``finish``, called once the local product is queued, starts
+    the group of sends and receives (NCCL's calls take host time the product no longer
+    waits for) and has the caller's stream wait for it. The message lists are made once:
+    the buffers never move."""
 
     def __init__(self, transport, plan, dtype):
         super().__init__(transport, plan, dtype, host_buffers=False)
@@ -711,10 +705,8 @@ class _NcclHalo(_Halo):
         self._pending = lists
         return error
 
-    def send(self):
+    def _send(self):
         lists, self._pending = self._pending, None
-        if lists is None:
-            return
         stream = self.transport.stream
         self.transport.exchange(*lists, stream)
         self.received.record(stream)
@@ -723,7 +715,7 @@ class _NcclHalo(_Halo):
         return self._pack(self.forward, lambda: gather(x_local, self.pack, self.packed))
 
     def finish(self):
-        self.send()  # a caller with no local part to queue first
+        self._send()
         _cuda.cupy_or_none().cuda.get_current_stream().wait_event(self.received)
         return self.ghosts
 
