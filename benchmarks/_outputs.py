@@ -37,6 +37,14 @@ def write_outputs(result, args, markdown, plot) -> None:
     _console.console().print(text)
 
 
+def redraw(path, args, summarize, markdown, plot) -> None:
+    """``--from-json``: the files asked for drawn again from an earlier result at ``path``
+    (its summary recomputed by ``summarize(rows)``), no GPU needed."""
+    result = json.loads(pathlib.Path(path).read_text())
+    result["summary"] = summarize(result["results"])
+    write_outputs(result, args, markdown, plot)
+
+
 def gpu_header(scale: str) -> dict:
     """A result's opening fields: the device, the versions, the copy bandwidth measured
     now (what the byte bounds are read against), the scale; its rows come after."""

@@ -618,9 +618,7 @@ def main(argv=None) -> int:
     )
     args = parser.parse_args(argv)
     if args.from_json:
-        result = json.loads(pathlib.Path(args.from_json).read_text())
-        result["summary"] = summarize(result["results"])
-        _outputs.write_outputs(result, args, markdown, plot)
+        _outputs.redraw(args.from_json, args, summarize, markdown, plot)
         return 0
     cupy = _cuda.cupy_or_none()
     if cupy is None:
