@@ -80,7 +80,8 @@ def awkward_matrices(dtype=np.float64, index_dtype=np.int32, seed=0) -> dict[str
     """Seeded scipy CSR matrices covering the shapes and structures that break kernels.
 
     0x0, empty rows, all rows empty, one very long row, power-law rows, unsorted indices,
-    duplicates, rectangular both ways, 1xn and nx1, a plain random one.
+    duplicates, more entries than positions, rectangular both ways, 1xn and nx1, a plain
+    random one.
     """
     rng = np.random.default_rng(seed)
     out = {}
@@ -112,6 +113,15 @@ def awkward_matrices(dtype=np.float64, index_dtype=np.int32, seed=0) -> dict[str
     out["tall_500x30"] = from_row_lengths(rng.integers(0, 8, 500), 30, dtype, index_dtype, rng)
     out["row_1x300"] = from_row_lengths([120], 300, dtype, index_dtype, rng)
     out["col_300x1"] = from_row_lengths(rng.integers(0, 2, 300), 1, dtype, index_dtype, rng)
+    # more stored entries than the shape has positions (each repeated, rows unsorted),
+    # which scipy allows (a kernel must not assume nnz <= rows * cols)
+    rows = np.repeat(np.arange(6), 9)
+    own = np.random.default_rng(seed + 1)  # the other matrices' draws stay as they were
+    cols = own.integers(0, 4, rows.size)
+    indptr = np.arange(0, rows.size + 1, 9)
+    out["crowded_6x4"] = _csr(
+        random_values(own, rows.size, dtype), cols, indptr, (6, 4), index_dtype
+    )
     return out
 
 

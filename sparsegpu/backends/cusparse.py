@@ -33,6 +33,7 @@ from .._dtypes import BFLOAT16, FLOAT16, HALF_DTYPES, MIXED_PARTNERS
 from .._mirror import DeviceMatrix
 from .base import FLOAT_AND_COMPLEX, Backend, Plan
 from .policy import Policy
+from .spgemm import canonical
 
 # cusparseSpMVAlg_t / cusparseSpMMAlg_t values (cusparse.h, CUDA 12 and 13); the names
 # moved between CuPy releases, so the numbers are spelled out once here.
@@ -205,6 +206,16 @@ class CusparsePlan(Plan):
     """
 
     def __init__(self, matrix: DeviceMatrix, policy: CusparsePolicy, vector_dtype=None):
+        if matrix.format == "csr" and matrix.nnz > matrix.shape[0] * matrix.shape[1]:
+            # more entries than positions: only repeated (row, column) pairs make that, which
+            # scipy allows and cuSPARSE refuses (CUSPARSE_STATUS_INVALID_VALUE; scipy's
+            # non-canonical tests on the H200). cuSPARSE multiplies the repeats summed, made
+            # once with the plan, in the vectors' type where that is wider (a mixed-precision
+            # plan's answer is the wide product of the narrow values: summed narrow, it
+            # would not be; such a matrix is no larger than dense, so nothing is saved)
+            if vector_dtype is not None and np.dtype(vector_dtype) != matrix.dtype:
+                matrix = matrix.astype(vector_dtype)
+            matrix = canonical(matrix)
         super().__init__(matrix, policy, vector_dtype)
         cupy = _cuda.cupy_or_none()
         self._cupy = cupy
