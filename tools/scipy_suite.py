@@ -13,9 +13,11 @@ backend in force), then runs the CSR tests among them with pytest:
 ``--format bsr`` swaps ``bsr_array`` and ``bsr_matrix`` instead and runs the BSR tests:
 the ``TestBSR*`` classes of ``test_base.py`` and their 64-bit runs in ``test_64bit.py``.
 
-It prints pass/fail/skip counts and the failures grouped by their error's last line, and
-sorts them into the deliberate differences from scipy (docs/user_guide, "Known
-differences from scipy": float16 values are accepted) and the rest. Exit status 0 when
+It leaves out the tests in ``LEFT_OUT`` (scipy's own, needing more host memory than a
+test machine has), prints pass/fail/skip counts and the failures grouped by their
+error's last line, and sorts them into the deliberate differences from scipy
+(docs/user_guide, "Known differences from scipy": float16 values are accepted) and the
+rest. Exit status 0 when
 every failure is a deliberate difference.
 
 Usage (from the repository root; on a GPU machine the GPU backends run the products)::
@@ -64,6 +66,14 @@ SUITES = {
         ("csr_array", "csr_matrix"),
     ),
     "bsr": Suite(("test_base", "test_64bit"), "BSR or bsr", ("bsr_array", "bsr_matrix")),
+}
+
+# Tests left out, with why: scipy's own tests that need more host memory than a test
+# machine has. test_large_assignments (scipy 1.18's test_csr.py) runs wherever 64 GB are
+# free and then takes more: on the 128 GB device machine it was killed with scipy's own
+# classes as with ours, taking the whole run with it.
+LEFT_OUT = {
+    "test_csr.py::test_large_assignments": "needs more host memory than 128 GB holds",
 }
 
 # The deliberate differences, by the scipy test that finds them (its runs with 64-bit
@@ -155,6 +165,7 @@ def main(argv=None) -> int:
             "-rN",
             "-p",
             "no:warnings",
+            *(f"--deselect={tests / nodeid}" for nodeid in LEFT_OUT),
             *args.pytest_args,
         ],
         plugins=[plugin],
@@ -174,6 +185,8 @@ def main(argv=None) -> int:
         f"  {counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped "
         f"or xfailed (backend {os.environ.get('SPARSEGPU_BACKEND', 'auto')})"
     )
+    for nodeid, why in LEFT_OUT.items():
+        print(f"  left out: {nodeid} ({why})")
     for what, n in deliberate.most_common():
         print(f"  {n:5d} deliberate: {what}")
     for line, n in other.most_common():
@@ -186,6 +199,7 @@ def main(argv=None) -> int:
                     "format": args.format,
                     "counts": dict(counts),
                     "deliberate": dict(deliberate),
+                    "left_out": LEFT_OUT,
                     "other": dict(other),
                     "failed": sorted(failed),
                 },
