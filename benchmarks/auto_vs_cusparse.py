@@ -13,10 +13,11 @@ On the matrices of ``--set`` (issue 13: tune and fit on one set, report on anoth
     and the rules' regular-rows preference were fitted to.
 ``both``
     all of them, each row labelled with its set.
-``classes-fit``, ``classes-heldout``
+``classes-fit``, ``classes-heldout``, ``classes-heldout-long``
     ``synthetic.class_check_suite``'s parts: randomly numbered 3-D meshes and rows of
     ~25 with a few rows of thousands, where an outside check found ``auto`` behind
-    cuSPARSE (issue 34); the fix was chosen on the first, claimed on the second.
+    cuSPARSE (issue 34); the fix was chosen on the first, claimed on the other two (the
+    last: the 80k-220k-row long-row regime).
 
 For every matrix, in each dtype asked for: the median time (CUDA events) of ``A @ x``
 through cuSPARSE called directly ("raw": :class:`DirectSpMV`, the C program that makes
@@ -66,7 +67,7 @@ import _outputs  # noqa: E402
 # the SuiteSparse matrices bundled with sparsegpu (sparsegpu.datasets)
 DEFAULT_MATRICES = str(importlib.resources.files("sparsegpu.datasets") / "data")
 HOST_CALLS = 3000
-SETS = ("heldout", "tuning", "both", "classes-fit", "classes-heldout")
+SETS = ("heldout", "tuning", "both", "classes-fit", "classes-heldout", "classes-heldout-long")
 # the issue-13 bar: auto (planning "measure") against cuSPARSE called directly
 CLOSE = 0.97
 # the fewest products timed between one pair of events (see bench_one)
@@ -97,6 +98,11 @@ PROVENANCE = {
     "classes-heldout": (
         '`synthetic.class_check_suite("heldout")`: the same two classes at other sizes, '
         "seeds and row-length mixes; they took no part in the fix"
+    ),
+    "classes-heldout-long": (
+        '`synthetic.class_check_suite("heldout-long")`: rows of about 25 with one or two '
+        "long rows at 80k-220k rows, the regime the fix was fitted on, at sizes, seeds and "
+        "mixes that took no part in it"
     ),
 }
 
@@ -603,7 +609,7 @@ def main(argv=None) -> int:
         choices=SETS,
         help="heldout: held-out generated classes and the real matrices of --matrices; "
         "tuning: synthetic.suite (what was tuned and fitted on); both; classes-fit and "
-        "classes-heldout: synthetic.class_check_suite's parts",
+        "classes-heldout, classes-heldout-long: synthetic.class_check_suite's parts",
     )
     parser.add_argument(
         "--matrices",

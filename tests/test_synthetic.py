@@ -393,6 +393,8 @@ def test_class_generators_seeded(case):
 
 def test_class_check_parts_are_disjoint():
     fit, held = synthetic.class_check_suite("fit"), synthetic.class_check_suite("heldout")
-    assert fit and held and not set(fit) & set(held)
+    long = synthetic.class_check_suite("heldout-long")
+    assert fit and held and long and not set(fit) & set(held)
+    assert not set(long) & (set(fit) | set(held))
     with pytest.raises(ValueError, match="part"):
         synthetic.class_check_suite("both")

@@ -672,11 +672,12 @@ def class_check_suite(part: str = "heldout", dtype=np.float64, xp=np) -> dict:
     was at 0.96x in float64) and small rectangular matrices with one or two rows of
     thousands among rows of about 25 (:func:`long_row_mix`; 0.88x in float32). ``"fit"``
     holds the instances the fix was found and fitted on; ``"heldout"`` other sizes, seeds
-    and row-length mixes, which took no part in it.
+    and row-length mixes, which took no part in it; ``"heldout-long"`` long-row instances
+    of 80k-220k rows (the regime of the fit's largest three), also no part of it.
 
     Parameters
     ----------
-    part : {"fit", "heldout"}
+    part : {"fit", "heldout", "heldout-long"}
     dtype : numpy dtype, optional
         The value dtype.
     xp : module, optional
@@ -728,7 +729,23 @@ def class_check_suite(part: str = "heldout", dtype=np.float64, xp=np) -> dict:
                 1_500, 6_000, mean=40, long=5_500, seed=16, **kw
             ),
         }
-    raise ValueError(f"part={part!r}; use 'fit' or 'heldout'")
+    if part == "heldout-long":
+        # the long-row regime of the fit's last three (60k-300k rows, products of tens of
+        # microseconds), where the loss reproduced: new sizes, shapes, seeds and mixes,
+        # chosen before any of them was measured
+        return {
+            "longrow_150k_x25_40k_1x6000": lambda: long_row_mix(150_000, 40_000, seed=17, **kw),
+            "longrow_80k_x20_120k_1x8000": lambda: long_row_mix(
+                80_000, 120_000, mean=20, long=8_000, seed=18, **kw
+            ),
+            "longrow_220k_x30_25k_2x5000": lambda: long_row_mix(
+                220_000, 25_000, mean=30, long=5_000, n_long=2, seed=19, **kw
+            ),
+            "longrow_120k_x25_90k_1x7000": lambda: long_row_mix(
+                120_000, 90_000, spread=0.8, long=7_000, seed=20, **kw
+            ),
+        }
+    raise ValueError(f"part={part!r}; use 'fit', 'heldout' or 'heldout-long'")
 
 
 def suite(scale: str = "full", dtype=np.float64, xp=np) -> dict:
