@@ -26,6 +26,34 @@ _STACKS = os.environ.get("SPARSEGPU_TEST_STACKS")
 if _STACKS and hasattr(signal, "SIGUSR1"):
     faulthandler.register(signal.SIGUSR1, file=open(_STACKS, "a"), all_threads=True)  # noqa: SIM115
 
+# ... or by itself, with no signal (mpiexec does not pass one on to the ranks): with
+# SPARSEGPU_TEST_HANG_SECONDS=N as well, a test still running after N seconds (and every N
+# seconds after) writes every thread's stack to FILE.rank<R>, R the MPI rank (0 alone).
+# faulthandler's own thread writes them, so a thread holding the GIL in C code (NCCL's
+# abort) does not stop it.
+_HANG_SECONDS = os.environ.get("SPARSEGPU_TEST_HANG_SECONDS")
+if _STACKS and _HANG_SECONDS:
+    _RANK = next(
+        (
+            os.environ[v]
+            for v in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
+            if v in os.environ
+        ),
+        "0",
+    )
+    _HANG_FILE = open(f"{_STACKS}.rank{_RANK}", "a")  # noqa: SIM115 - open for the run
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(item, nextitem):
+        _HANG_FILE.write(f"--- {item.nodeid}\n")
+        _HANG_FILE.flush()
+        faulthandler.dump_traceback_later(float(_HANG_SECONDS), repeat=True, file=_HANG_FILE)
+        try:
+            yield
+        finally:
+            faulthandler.cancel_dump_traceback_later()
+
+
 # The host-copy backend runs the mirror/invalidation machinery of the GPU backends on
 # the CPU, so CI exercises it; register it before collection parametrizes over backends.
 sg.register_backend(HostCopyBackend(), replace=True)
