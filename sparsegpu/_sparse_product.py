@@ -78,10 +78,14 @@ def operands(A, B, residence, value_dtype, as_csr=False) -> tuple[DeviceMatrix, 
 
 
 def _csr(M, residence, value_dtype) -> DeviceMatrix:
-    """The CSR mirror of ``M`` at ``residence``: a sparsegpu matrix's own (kept), a scipy
-    matrix's (or a BSR one's CSR form) uploaded for this product."""
-    if hasattr(M, "_sg_mirror") and M.format != "bsr":
-        return M._sg_mirror(residence, value_dtype)
+    """The CSR mirror of ``M`` at ``residence``: a sparsegpu matrix's own (kept; for a
+    BSR one, the CSR form of its blocks, built where its mirror lives once per mirror and
+    dropped with it), a scipy matrix's uploaded for this product."""
+    if hasattr(M, "_sg_mirror"):
+        mirror = M._sg_mirror(residence, value_dtype)
+        if M.format == "bsr":
+            return mirror.derived("csr", mirror.to_csr)
+        return mirror
     M = M.tocsr()
     return DeviceMatrix.from_host(
         M.data, M.indices, M.indptr, M.shape, residence, value_dtype=value_dtype
@@ -125,6 +129,13 @@ def explain(A, B) -> SpgemmPlan:
     if not _sparse_2d(B):
         raise TypeError(f"B must be a 2-D sparse matrix, got {type(B).__name__}")
     level = level_in_force(None, A._sg_planning)
+    if A.format == "bsr":  # _BSRMixin._matmul_sparse: scipy's BSR product, a BSR result
+        return SpgemmPlan(
+            "scipy",
+            level,
+            "scipy on the host: a BSR left operand is multiplied by scipy's BSR kernels "
+            "(sparsegpu's engines multiply CSR: A.tocsr() @ B runs on the GPU)",
+        )
     engine, residence, value_dtype, reason = where(A, B)
     if engine is None:
         return SpgemmPlan("scipy", level, f"scipy on the host: {reason}")
