@@ -28,7 +28,8 @@ if _STACKS and hasattr(signal, "SIGUSR1"):
 
 # ... or by itself, with no signal (mpiexec does not pass one on to the ranks): with
 # SPARSEGPU_TEST_HANG_SECONDS=N as well, a test still running after N seconds (and every N
-# seconds after) writes every thread's stack to FILE.rank<R>, R the MPI rank (0 alone).
+# seconds after) writes every thread's stack to FILE.rank<R>, R the MPI rank (or the
+# pytest-xdist worker; 0 alone).
 # faulthandler's own thread writes them, so a thread holding the GIL in C code (NCCL's
 # abort) does not stop it.
 _HANG_SECONDS = os.environ.get("SPARSEGPU_TEST_HANG_SECONDS")
@@ -36,7 +37,7 @@ if _STACKS and _HANG_SECONDS:
     _RANK = next(
         (
             os.environ[v]
-            for v in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
+            for v in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "PYTEST_XDIST_WORKER")
             if v in os.environ
         ),
         "0",
