@@ -78,14 +78,16 @@ def operands(A, B, residence, value_dtype, as_csr=False) -> tuple[DeviceMatrix, 
 
 
 def _csr(M, residence, value_dtype) -> DeviceMatrix:
-    """The CSR mirror of ``M`` at ``residence``: a sparsegpu matrix's own (kept; for a
-    BSR one, the CSR form of its blocks, built where its mirror lives once per mirror and
-    dropped with it), a scipy matrix's uploaded for this product."""
-    if hasattr(M, "_sg_mirror"):
-        mirror = M._sg_mirror(residence, value_dtype)
-        if M.format == "bsr":
-            return mirror.derived("csr", mirror.to_csr)
-        return mirror
+    """The CSR mirror of ``M`` at ``residence``: a sparsegpu matrix's own (kept), a scipy
+    matrix's (or a BSR one's CSR form) uploaded for this product.
+
+    A BSR operand is converted on the host and uploaded for each product rather than
+    given a kept mirror: scipy's ``getrow`` of a BSR matrix is such a product (a one-row
+    selector times it), and a mirror kept on a matrix only read that way would hold the
+    whole matrix on the device (and fail scipy's pickling test, which compares every
+    instance attribute)."""
+    if hasattr(M, "_sg_mirror") and M.format != "bsr":
+        return M._sg_mirror(residence, value_dtype)
     M = M.tocsr()
     return DeviceMatrix.from_host(
         M.data, M.indices, M.indptr, M.shape, residence, value_dtype=value_dtype
