@@ -25,8 +25,11 @@ Usage (from the repository root; on a GPU machine the GPU backends run the produ
     PYTHONPATH=$PWD python tools/scipy_suite.py [--format csr|bsr] [--backend NAME]
         [--out FILE] [-- PYTEST ARGS]
 
-``--backend`` sets ``SPARSEGPU_BACKEND`` (default: ``auto``, what users get). It runs in
-one process: pytest-xdist's ``-n`` is refused, since its workers would not see the swap.
+``--backend`` sets ``SPARSEGPU_BACKEND`` (default: ``auto``, what users get); ``host-copy``
+(the test-only backend of ``sparsegpu.testing``, registered here) runs the GPU backends'
+mirror machinery and sparse products on host copies, so that what a GPU run leaves on the
+matrices (kept mirrors) meets scipy's tests on a machine without one. It runs in one
+process: pytest-xdist's ``-n`` is refused, since its workers would not see the swap.
 """
 
 from __future__ import annotations
@@ -143,6 +146,16 @@ def main(argv=None) -> int:
         # xdist's workers are other processes, which the swap (made here) never reaches:
         # their tests would run scipy's own classes and pass for nothing
         parser.error("run without pytest-xdist (-n): the classes are swapped in this process")
+    if args.backend == "host-copy":
+        # the test-only backend (sparsegpu.testing) that runs the GPU backends' mirror
+        # machinery on host copies, and its sparse products: what a GPU run keeps on the
+        # matrices, checked on any machine
+        import sparsegpu as sg
+        from sparsegpu.backends.spgemm import register_engine
+        from sparsegpu.testing import HostCopyBackend, HostSpgemm
+
+        sg.register_backend(HostCopyBackend(), replace=True)
+        register_engine("host-copy", HostSpgemm())
     if args.backend:
         os.environ["SPARSEGPU_BACKEND"] = args.backend
 
