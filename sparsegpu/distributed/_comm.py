@@ -22,9 +22,13 @@ communicator with a deadline (``timeout``, default ``SPARSEGPU_MPI_TIMEOUT`` or 
   instead of hanging.
 
 A context that failed (a RankError or a timeout) refuses every later operation with the
-first error: messages may still be in flight, and NCCL's are aborted. Build the matrix
-again, or end the job (``comm.Abort()``); run scripts as ``python -m mpi4py script.py``
-so that an uncaught exception on one rank ends every rank.
+first error: messages may still be in flight. After a RankError (which every rank gets)
+NCCL's traffic is aborted on every rank. After a timeout it is not (an abort would wait
+for the rank that never came): the NCCL channel is set aside if work of it may still be
+queued, so that no later matrix's messages pair with it, and that work waits on the GPU
+for the missing rank. Build the matrix again, or end the job (``comm.Abort()``, what a
+timeout's message says); run scripts as ``python -m mpi4py script.py`` so that an
+uncaught exception on one rank ends every rank.
 """
 
 from __future__ import annotations
@@ -181,15 +185,24 @@ class Context:
 
     # ------------------------------------------------------------- failures
     def on_failure(self, callback) -> None:
-        """Run ``callback()`` once if this context fails (transports abort their traffic)."""
+        """Run ``callback(error)`` once if this context fails (transports end or set aside
+        their traffic: see :meth:`_fail`)."""
         self._on_failure.append(callback)
 
     def _fail(self, error: BaseException) -> BaseException:
+        """Record this context's first failure and tell its transports (``on_failure``).
+
+        An error (a RankError: this rank's own, sent to every rank by :meth:`fail`, or
+        another's, from a notice) reaches every rank, so every rank's transport may abort
+        its traffic. A TimeoutError reaches no one: the rank waited for does not know, so
+        a transport must not abort anything that needs every rank to abort (NCCL frees an
+        aborted communicator only once every rank of the node aborts it: the rank that
+        timed out would hang there instead of raising)."""
         if self.failure is None:
             self.failure = error
             for callback in self._on_failure:
                 try:
-                    callback()
+                    callback(error)
                 except Exception:  # noqa: S110 - the first error is the one to report
                     pass
         return error

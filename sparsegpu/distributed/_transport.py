@@ -526,10 +526,22 @@ class _Channel:
         self.alive = True
 
     def abort(self) -> None:
-        """End NCCL's traffic at once (a failed rank left kernels waiting)."""
+        """End NCCL's traffic at once (a failed rank left kernels waiting). Every rank of
+        the node must abort too, or this waits for them (NCCL >= 2.16)."""
         if self.alive:
             self.alive = False
             self.comm.abort()
+
+    def set_aside(self, streams) -> bool:
+        """After a timeout: if work of this channel may still be queued (one of ``streams``,
+        where its calls were queued, is not done), take it out of use without aborting it
+        (an abort would wait for the rank that never came), so that no later matrix's
+        messages pair with that work; the next matrix of the group makes a new one. True
+        when set aside."""
+        if self.alive and not all(stream.done for stream in streams):
+            self.alive = False
+            return True
+        return False
 
 
 _CHANNELS = {}  # (world ranks of the group, device) -> _Channel
@@ -625,8 +637,15 @@ class Nccl(Transport):
         self.comm, self.stream = self.channel.comm, self.channel.stream
         ctx.on_failure(self.abort)
 
-    def abort(self) -> None:
-        """End NCCL's traffic at once and drop the channel (the next matrix makes one)."""
+    def abort(self, error: BaseException | None = None) -> None:
+        """The context failed with ``error``: after an error every rank gets (RankError),
+        end NCCL's traffic at once and drop the channel (the next matrix makes one); after
+        a timeout, set the channel aside only if its work may still be queued
+        (:meth:`_Channel.set_aside`), never aborting it."""
+        if isinstance(error, TimeoutError):
+            cupy = _cuda.cupy_or_none()
+            self.channel.set_aside((self.stream, cupy.cuda.get_current_stream()))
+            return
         self.channel.abort()
 
     def halo(self, plan, dtype):

@@ -561,14 +561,18 @@ def test_an_exception_mid_solve_fails_everywhere_within_the_deadline(comm, solve
     assert time.monotonic() - began < SHORT + SLACK
 
 
-# Under NCCL the waiting rank raises its TimeoutError only after aborting NCCL, and NCCL
+# Under NCCL the waiting rank used to abort NCCL before raising its TimeoutError, and NCCL
 # (since 2.16) frees a communicator only once every rank of the node aborts it: rank 1,
-# which never joined, never does, so rank 0 hung (2 x H200, NCCL 2.28). Not run there
-# until the ranks abort together; the host transport checks the timeout on every machine.
-NCCL_ABORTS_ALONE = (
-    "hangs under NCCL: the timed-out rank's ncclCommAbort waits for the rank that never "
-    "joined to abort too (NCCL >= 2.16 frees a communicator only when every rank of the "
-    "node aborts); the ranks must abort together first"
+# which never joined, never does, so rank 0 hung (2 x H200, NCCL 2.28). A timeout now
+# aborts nothing (test_a_timeout_never_aborts_what_every_rank_must_abort), so rank 0
+# raises; but the halo and the norm's reduction it queued wait on its GPU for rank 1 for
+# good, and the next test's first GPU work would wait behind them: after such a timeout
+# the job must end (the error says so). Not run under NCCL; the host transport checks the
+# timeout on every machine.
+NCCL_WORK_LEFT_WAITING = (
+    "under NCCL the product rank 1 never joined stays queued on rank 0's GPU (nothing can "
+    "end it without rank 1: NCCL >= 2.16 frees an aborted communicator only when every "
+    "rank aborts it), so the next test's GPU work would wait for good; the job must end"
 )
 
 
@@ -577,7 +581,7 @@ def test_a_rank_missing_a_product_times_out_instead_of_hanging(comm, transport):
     needs_ranks(comm, 2)
     A = distribute(stencil_2d(10), comm, timeout=SHORT, transport=transport)
     if A.transport == "nccl":  # the same on every rank: they leave the test together
-        pytest.xfail(NCCL_ABORTS_ALONE)
+        pytest.xfail(NCCL_WORK_LEFT_WAITING)
     x = scatter(A, np.ones(100), comm)
     if comm.Get_rank() == 1:  # rank 1 never joins this product
         return
@@ -589,6 +593,61 @@ def test_a_rank_missing_a_product_times_out_instead_of_hanging(comm, transport):
     if 1 in A._halo.recv_ranks:
         assert "still waiting on rank(s) [1]" in str(caught.value)
     # no barrier here: the end-of-test agreement (conftest) has its own deadline
+
+
+def test_a_timeout_never_aborts_what_every_rank_must_abort(comm):
+    """A context's transports hear of its failure with the error: a TimeoutError (which
+    no other rank hears of) must not make them abort anything every rank must abort
+    (NCCL's communicator); a RankError (which every rank gets) may."""
+    needs_ranks(comm, 2)
+    from sparsegpu.distributed import _comm
+
+    heard = []
+    ctx = _comm.open_context(comm, SHORT)
+    ctx.on_failure(heard.append)
+    if comm.Get_rank() == 0:  # the others never enter: rank 0 times out
+        with pytest.raises(TimeoutError, match="did not enter it"):
+            ctx.enter("explain")
+        assert len(heard) == 1 and isinstance(heard[0], TimeoutError)
+    others = _comm.open_context(comm, TIMEOUT)
+    others.on_failure(heard.append)
+    if comm.Get_rank() == 1:  # a local error: told to every rank, each of which hears it
+        raise_here = others.fail(ArithmeticError("injected"), "a product")
+        assert isinstance(raise_here, sgd.RankError)
+    else:  # waiting on a message rank 1 never sends: the notice ends the wait
+        buffer = np.zeros(1)
+        request = others.comm.Irecv(buffer, source=1, tag=99)
+        with pytest.raises(sgd.RankError, match="injected"):
+            others.wait([request], "waiting")
+        request.Cancel()
+        request.Wait()
+    assert isinstance(heard[-1], sgd.RankError)
+
+
+def test_a_timed_out_nccl_channel_is_set_aside_only_with_work_queued():
+    """After a timeout a NCCL channel is never aborted; it is taken out of use (the next
+    matrix makes another) only when work of it may still be queued on a stream."""
+    from sparsegpu.distributed import _transport
+
+    class Stream:
+        def __init__(self, done):
+            self.done = done
+
+    class Comm:
+        aborted = 0
+
+        def abort(self):
+            Comm.aborted += 1
+
+    idle = _transport._Channel(Comm(), Stream(True))
+    assert not idle.set_aside([Stream(True), Stream(True)]) and idle.alive
+    busy = _transport._Channel(Comm(), Stream(False))
+    assert busy.set_aside([busy.stream, Stream(True)]) and not busy.alive
+    assert Comm.aborted == 0
+    busy.abort()  # already out of use: nothing more to end
+    assert Comm.aborted == 0
+    idle.abort()  # after an error every rank gets: aborted
+    assert Comm.aborted == 1 and not idle.alive
 
 
 def test_explain_on_one_rank_names_the_others_within_the_deadline(comm):
