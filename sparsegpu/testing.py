@@ -24,9 +24,16 @@ from . import _cuda
 from ._dtypes import HALF_DTYPES, is_half
 from ._mirror import DeviceMatrix, Residence
 from ._oracle import random_values, random_vector, tolerance
+from ._registry import register_backend
 from .backends.base import Backend, Plan
 from .backends.scipy_reference import ScipyBackend, ScipyPlan
-from .backends.spgemm import DoesNotFit, SpgemmEngine, mark_canonical, row_products
+from .backends.spgemm import (
+    DoesNotFit,
+    SpgemmEngine,
+    mark_canonical,
+    register_engine,
+    row_products,
+)
 
 
 def no_gpu_reason() -> str:
@@ -172,7 +179,7 @@ class HostSpgemm(SpgemmEngine):
     ``alg1``, a quarter of that under ``alg2``) and taken from the product's budget, so
     that a ``memory_limit`` drives the lean algorithm, the row blocks and the MemoryError
     exactly as device memory does on the GPU. ``reuse`` gives :class:`HostReusePlan`.
-    Register it with ``sparsegpu.backends.spgemm.register_engine("host-copy", ...)``.
+    :func:`register_host_copy` registers it with the host-copy backend.
     """
 
     name = "host"
@@ -210,6 +217,14 @@ class HostSpgemm(SpgemmEngine):
 
     def reuse(self, left, right, budget):
         return HostReusePlan(left, right)
+
+
+def register_host_copy() -> None:
+    """Register the test-only ``host-copy`` backend and its sparse products
+    (:class:`HostSpgemm`): what the test suite runs the GPU backends' mirror machinery on,
+    and ``tools/scipy_suite.py --backend host-copy`` scipy's tests on."""
+    register_backend(HostCopyBackend(), replace=True)
+    register_engine(HOST_COPY.name, HostSpgemm())
 
 
 def _scipy_product(left: DeviceMatrix, right: DeviceMatrix):
@@ -311,5 +326,6 @@ __all__ = [
     "from_row_lengths",
     "random_sparse",
     "random_vector",
+    "register_host_copy",
     "tolerance",
 ]

@@ -14,8 +14,7 @@ import pytest
 
 import sparsegpu as sg
 from sparsegpu import _cuda, suitesparse
-from sparsegpu.backends.spgemm import register_engine
-from sparsegpu.testing import HostCopyBackend, HostSpgemm, no_gpu_reason
+from sparsegpu.testing import no_gpu_reason, register_host_copy
 
 from .collection_server import CollectionServer
 
@@ -56,10 +55,9 @@ if _STACKS and _HANG_SECONDS:
 
 
 # The host-copy backend runs the mirror/invalidation machinery of the GPU backends on
-# the CPU, so CI exercises it; register it before collection parametrizes over backends.
-sg.register_backend(HostCopyBackend(), replace=True)
-# ... and its sparse products "on the device" (host copies), with a modelled work space
-register_engine("host-copy", HostSpgemm())
+# the CPU, so CI exercises it; register it (and its sparse products "on the device", host
+# copies with a modelled work space) before collection parametrizes over backends.
+register_host_copy()
 
 # the backends of the CSR classes' products (cusparse_bsr reads the BSR classes' mirrors:
 # tests/test_bsr.py)

@@ -150,12 +150,9 @@ def main(argv=None) -> int:
         # the test-only backend (sparsegpu.testing) that runs the GPU backends' mirror
         # machinery on host copies, and its sparse products: what a GPU run keeps on the
         # matrices, checked on any machine
-        import sparsegpu as sg
-        from sparsegpu.backends.spgemm import register_engine
-        from sparsegpu.testing import HostCopyBackend, HostSpgemm
+        from sparsegpu.testing import register_host_copy
 
-        sg.register_backend(HostCopyBackend(), replace=True)
-        register_engine("host-copy", HostSpgemm())
+        register_host_copy()
     if args.backend:
         os.environ["SPARSEGPU_BACKEND"] = args.backend
 
