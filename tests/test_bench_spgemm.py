@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+import sparsegpu as sg
+
 from .scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,17 +23,33 @@ def script():
 
 
 def test_small_matrices_build_on_the_host(script):
-    for name, form, builder in script.matrices("small", np):
+    chosen = script.matrices("small", np) + script.galerkin_matrices("small", np)
+    assert sum(form.startswith(script.GALERKIN) for _, form, _ in chosen) == 3
+    for name, form, builder in chosen:
         S = sp.csr_matrix(builder())
         assert S.nnz > 0, name
-        assert form in ("A@A", "A.T@A", "P.T@A@P"), form
         P = script.prolongation(form, S, np.float64)
-        expected_shape = {
-            "A@A": (S.shape[0], S.shape[1]),
-            "A.T@A": (S.shape[1], S.shape[1]),
-            "P.T@A@P": (None if P is None else P.shape[1],) * 2,
-        }[form]
+        if form.startswith(script.GALERKIN):
+            # every fine point in exactly one aggregate, every aggregate used
+            np.testing.assert_array_equal(P.sum(axis=1).A1, np.ones(S.shape[0]))
+            assert (P.sum(axis=0).A1 > 0).all(), name
+            expected_shape = (P.shape[1], P.shape[1])
+        else:
+            assert P is None and form in ("A@A", "A.T@A"), form
+            expected_shape = (S.shape[int(form == "A.T@A")],) * 2
         assert script.scipy_product(form, S, P).shape == expected_shape, name
+
+
+def test_3d_aggregation_joins_each_2x2x2_block(script):
+    P = script.aggregation_3d(3)  # 27 points onto 2^3 aggregates (edges short)
+    assert P.shape == (27, 8)
+    np.testing.assert_array_equal(P.sum(axis=0).A1, [8, 4, 4, 2, 4, 2, 2, 1])
+    assert P[0, 0] == 1 and P[1, 0] == 1 and P[9 + 3 + 1, 0] == 1 and P[26, 7] == 1
+
+
+def test_a_prolongation_of_the_wrong_size_is_refused(script):
+    with pytest.raises(ValueError, match="the aggregation has 9 rows, A has 10"):
+        script.prolongation(script.GALERKIN, sp.eye(10, format="csr"), np.float64)
 
 
 def test_aggregation_sums_each_2x2_block(script):
@@ -70,3 +88,33 @@ def test_from_json_writes_markdown_without_a_gpu(script, tmp_path):
     md = tmp_path / "result.md"
     assert script.main(["--from-json", str(source), "--md", str(md)]) == 0
     assert md.read_text() == script.markdown(_fake_result())
+
+
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_direct_cusparse_spgemm_agrees_with_scipy(script, dtype, index_dtype):
+    """The benchmark's cuSPARSE-called-directly column (the baseline every SpGEMM claim is
+    measured against) computes the product scipy does."""
+    from sparsegpu import _cuda
+    from sparsegpu._mirror import CUPY
+    from sparsegpu.backends import spgemm
+    from sparsegpu.testing import no_gpu_reason, random_sparse
+
+    if _cuda.cupy_or_none() is None:
+        pytest.skip(no_gpu_reason())
+    cupy = _cuda.cupy_or_none()
+    S = random_sparse((300, 200), density=0.05, seed=11, dtype=dtype)
+    T = random_sparse((200, 250), density=0.05, seed=12, dtype=dtype)
+
+    def mirror(M):
+        A = sg.csr_matrix(M)
+        A.indices, A.indptr = A.indices.astype(index_dtype), A.indptr.astype(index_dtype)
+        device = spgemm.canonical(A._sg_mirror(CUPY, np.dtype(dtype)))
+        assert device.index_dtype == np.dtype(index_dtype)
+        return device
+
+    indptr, indices, data = script.DirectSpGEMM(mirror(S), mirror(T))()
+    ours = sp.csr_matrix(
+        (cupy.asnumpy(data), cupy.asnumpy(indices), cupy.asnumpy(indptr)), shape=(300, 250)
+    )
+    assert script.agree_with_scipy(ours, S @ T, dtype) is None
