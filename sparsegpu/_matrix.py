@@ -314,6 +314,19 @@ class _SparseGPUMixin:
                 cache.mirrors[key] = mirror
             return mirror
 
+    def _sg_transpose_mirror(self, residence: Residence, value_dtype) -> DeviceMatrix:
+        """The CSR mirror of ``self.T`` (``self.transpose()._sg_mirror(...)``), kept with
+        this matrix's mirrors: the transpose is built on the host once, not per product."""
+        key = MirrorKey(residence.name, np.dtype(value_dtype))
+        cache = self._sg_cache_dict()
+        mirror = cache.transposes.get(key)
+        if mirror is None:
+            mirror = self.transpose()._sg_mirror(residence, value_dtype)
+            with MIRROR_LOCK:
+                if self.__dict__.get("_sg_cache") is cache:  # not dropped meanwhile
+                    cache.transposes[key] = mirror
+        return mirror
+
     def _sg_build_mirror(self, residence, value_dtype) -> DeviceMatrix:
         csr_shape, transposed = self._sg_layout()
         if not residence.copies:

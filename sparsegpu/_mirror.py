@@ -112,7 +112,9 @@ class RowLengthStats:
 def _column_spread(indptr, indices, n_rows: int, n_cols: int, xp):
     """Mean |column - diagonal position| / n_cols of the first and last stored entry of up
     to SPREAD_SAMPLE_ROWS evenly spaced rows (a 0-d array; empty rows are left out)."""
-    rows = xp.unique(xp.linspace(0, n_rows - 1, min(n_rows, SPREAD_SAMPLE_ROWS)).astype(np.int64))
+    # the sample's row numbers are made on the host (no sort on the device, no wait)
+    rows = np.unique(np.linspace(0, n_rows - 1, min(n_rows, SPREAD_SAMPLE_ROWS)).astype(np.int64))
+    rows = xp.asarray(rows)
     starts = indptr[rows].astype(np.int64)
     ends = indptr[rows + 1].astype(np.int64)
     filled = ends > starts
@@ -173,6 +175,7 @@ class MatrixCache:
         "mirrors",
         "choices",
         "reorderings",
+        "transposes",
         "measured",
         "planning_lock",
         "unordered_s",
@@ -189,6 +192,9 @@ class MatrixCache:
         self.planning_lock = threading.Lock()
         # (method, backend name) -> (permuted matrix, permutation)
         self.reorderings: dict[tuple[str, str | None], Any] = {}
+        # the CSR mirrors of the matrix's transpose (the Galerkin product's P.T), so that
+        # a product with it builds no transposed matrix on the host after the first
+        self.transposes: dict[MirrorKey, DeviceMatrix] = {}
         # seconds the solvers spent on this matrix unordered under reorder="auto" (what
         # its rule weighs against the ordering's cost)
         self.unordered_s = 0.0
@@ -239,6 +245,10 @@ class DeviceMatrix:
         self.default_policies: dict[str, Any] = {}
         self.tuned_scores: dict[str, float] | None = None
         self._stats: RowLengthStats | None = None
+        self._row_stats: RowLengthStats | None = None
+        # an upper bound of the longest row, where a product recorded one (its operands'
+        # longest rows multiplied): what sparse products read before any pass over it
+        self.row_bound: int | None = None
         self._lock = threading.RLock()  # plans made under it may read stats
 
     @property
@@ -272,6 +282,30 @@ class DeviceMatrix:
                         self.indptr, self.shape[1], self.xp, indices=self.indices
                     )
         return self._stats
+
+    @property
+    def longest_row(self) -> int:
+        """An upper bound of the longest row's length: exact where the row statistics are
+        known, else the bound a product recorded (:attr:`row_bound`), else computed (the
+        statistics, one pass)."""
+        known = self._stats or self._row_stats
+        if known is None and self.row_bound is not None:
+            return self.row_bound
+        return (known or self.row_stats).max
+
+    @property
+    def row_stats(self) -> RowLengthStats:
+        """:attr:`stats` without the column spread (0 unless :attr:`stats` was computed):
+        what sparse products read of a matrix, cheaper for a product's fresh result."""
+        if self._stats is not None:
+            return self._stats
+        if self._row_stats is None:
+            with self._lock:
+                if self._row_stats is None:
+                    self._row_stats = RowLengthStats.from_indptr(
+                        self.indptr, self.shape[1], self.xp
+                    )
+        return self._row_stats
 
     def get_plan(self, key, make: Callable[[], Any]):
         """The plan cached under ``key``, made once even when threads race for it."""

@@ -946,14 +946,14 @@ def _multiply_sparse(left, right, engine, level, algorithm, memory_limit):
         if algorithm == REUSE:
             product = _reuse_product(pair, engine, left, right, budget)
             if product is not None:
-                return _settled(product)
+                return _settled(product, left, right)
             algorithm, budget = None, Budget(left.xp, memory_limit)
     if algorithm is None:  # the first product of the pair, or planning level estimate
         algorithm = engine.estimate(left, right)[0]
     product, outcome = spgemm.multiply(engine, left, right, algorithm, budget)
     if pair is not None:
         pair.last = outcome
-    return _settled(product)
+    return _settled(product, left, right)
 
 
 def _pair_algorithm(pair: _Pair, engine, left, right, level, memory_limit) -> str | None:
@@ -990,9 +990,9 @@ def _reuse_product(pair: _Pair, engine, left, right, budget: Budget) -> DeviceMa
     return product
 
 
-def _settled(product: DeviceMatrix) -> DeviceMatrix:
+def _settled(product: DeviceMatrix, left, right) -> DeviceMatrix:
     product.settle()  # usable from any stream once returned, as every mirror
-    return product
+    return spgemm.describe_product(product, left, right)
 
 
 def _measure_pair(pair: _Pair, engine, left, right, level, memory_limit) -> None:

@@ -95,11 +95,9 @@ def galerkin_product(A, P):
     kind = csr_matrix if isinstance(A, sp.spmatrix) else csr_array
     if not isinstance(P, _SparseGPUMixin):
         P = A._sg_inherit(kind(P))  # shares a CSR P's arrays; its mirror is kept with it
-    AP = A @ P
-    PT = P.transpose()
-    stored = _sparse_product.product(PT, AP, as_csr=True)
+    stored = _sparse_product.galerkin(A, P)
     if stored is None:
-        return A._sg_adopt((PT @ AP).tocsr())
+        return A._sg_adopt((P.transpose() @ (A @ P)).tocsr())
     return kind._sg_on_device(stored, (P.shape[1], P.shape[1]), A)
 
 

@@ -98,6 +98,18 @@ def _sparse_2d(B) -> bool:
     return sp.issparse(B) and B.ndim == 2
 
 
+def _on_device(A, B):
+    """``(engine, residence, value dtype)`` of a sparse ``A @ B`` that a device computes
+    (its CUDA context made current), or None: scipy computes it."""
+    if A.ndim != 2 or not _sparse_2d(B):
+        return None
+    engine, residence, value_dtype, _ = where(A, B)
+    if engine is None:
+        return None
+    _cuda.ensure_context()
+    return engine, residence, value_dtype
+
+
 def product(
     A, B, *, algorithm=None, memory_limit=None, planning=None, as_csr=False
 ) -> DeviceMatrix | None:
@@ -107,22 +119,43 @@ def product(
 
     Shapes are the caller's (scipy's ``_matmul_dispatch``) to check.
     """
-    if A.ndim != 2 or not _sparse_2d(B):
+    found = _on_device(A, B)
+    if found is None:
         return None
-    engine, residence, value_dtype, _ = where(A, B)
-    if engine is None:
-        return None
-    _cuda.ensure_context()
+    engine, residence, value_dtype = found
     left, right = operands(A, B, residence, value_dtype, as_csr)
     level = level_in_force(planning, A._sg_planning)
     product = _planning.multiply_sparse(
         left, right, engine, level=level, algorithm=algorithm, memory_limit=memory_limit
     )
+    return _with_operands_index_dtype(A, product, left, right)
+
+
+def galerkin(A, P) -> DeviceMatrix | None:
+    """The CSR of ``P.T @ A @ P`` computed where ``A``'s backend computes, as
+    ``P.T @ (A @ P)`` on mirrors (``A @ P`` never becomes a matrix on the host side, and
+    ``P.T``'s mirror is kept with ``P``'s), or None when scipy is to compute it."""
+    found = _on_device(A, P)
+    if found is None:
+        return None
+    engine, residence, value_dtype = found
+    level = level_in_force(None, A._sg_planning)
+    left, right = _csr(A, residence, value_dtype), _csr(P, residence, value_dtype)
+    AP = _planning.multiply_sparse(left, right, engine, level=level)
+    if hasattr(P, "_sg_transpose_mirror") and P.format != "bsr":
+        PT = P._sg_transpose_mirror(residence, value_dtype)
+    else:
+        PT = _csr(P.transpose(), residence, value_dtype)
+    product = _planning.multiply_sparse(PT, AP, engine, level=level)
+    return _with_operands_index_dtype(A, product, left, right)
+
+
+def _with_operands_index_dtype(A, product: DeviceMatrix, left, right) -> DeviceMatrix:
+    """scipy's sparse arrays keep int64 indices from an operand; its matrices narrow them
+    to int32 where they fit, as the product comes (int32 unless sizes need more)."""
     wide = np.dtype(np.int64)
     if not isinstance(A, sp.spmatrix) and wide in (left.index_dtype, right.index_dtype):
-        # scipy's sparse arrays keep int64 indices from an operand; its matrices narrow
-        # them to int32 where they fit, as the product comes (int32 unless sizes need more)
-        product = spgemm.with_index_dtype(product, wide)
+        return spgemm.with_index_dtype(product, wide)
     return product
 
 

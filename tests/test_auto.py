@@ -102,6 +102,21 @@ def test_column_spread_of_awkward_matrices(name):
     assert RowLengthStats.from_indptr(A.indptr, A.shape[1], np).column_spread == 0.0
 
 
+@pytest.mark.parametrize("name", list(awkward_matrices()))
+def test_row_stats_are_the_stats_without_the_spread(name):
+    """What sparse products read (row_stats) is the row part of what SpMV planning reads
+    (stats), and becomes stats itself once stats is known."""
+    from dataclasses import replace
+
+    from sparsegpu._mirror import HOST, DeviceMatrix
+
+    A = awkward_matrices(np.float64, np.int32, seed=3)[name]
+    fresh = DeviceMatrix.from_host(A.data, A.indices, A.indptr, A.shape, HOST)
+    stats = _column_stats(A)
+    assert fresh.row_stats == replace(stats, column_spread=0.0)
+    assert fresh.stats == stats and fresh.row_stats == stats
+
+
 def test_imbalance_threshold_is_strict():
     at_threshold = _stats(10.0, 20.0, 0, 80, n_rows=1_000_000)  # max exactly 8 x mean
     assert _select.auto_rule(at_threshold, ["cusparse", "merge_path"])[0] == "cusparse"

@@ -99,7 +99,7 @@ def _operands(name, dtype, index_dtype):
     T = random_sparse((S.shape[1], 17), 0.2, 5, dtype)
     L = random_sparse((9, S.shape[0]), 0.3, 6, dtype)
     P = random_sparse((S.shape[1], 5), 0.4, 7, dtype)
-    for M in (T, L, P):
+    for M in (S, T, L, P):  # (copy() and scipy's constructors narrow them)
         M.indices, M.indptr = M.indices.astype(index_dtype), M.indptr.astype(index_dtype)
     return S, T, L, P
 
@@ -115,6 +115,11 @@ FORMS = {
         _on(e, P).T @ (A.T @ A) @ _on(e, P),
         P.T @ (S.T @ S) @ P,
         _max_products(S.T, S) * _max_products(P.T, P) * 4,
+    ),
+    "galerkin(A,P)": lambda A, e, S, T, L, P: (
+        sg.galerkin_product(A, P),
+        (P.T @ S @ P).tocsr(),
+        _max_products(P.T, S) * _max_products(S, P) * 4,
     ),
     "A@A.T@A": lambda A, e, S, T, L, P: (
         A @ A.T @ A,
@@ -136,6 +141,12 @@ def test_products_equal_scipy(engine, dtype, index_dtype, form, name):
     if engine == "host-copy" and name in HEAVY and form in LONG_FORMS:
         pytest.skip(f"{form} of {name}: on the GPU only (seconds on the host oracle)")
     S, T, L, P = _operands(name, dtype, index_dtype)
+    if form.startswith("galerkin") and S.shape[0] != S.shape[1]:  # A square, as the
+        n = max(S.shape)  # product needs: S and P grown by empty rows and columns
+        S.resize((n, n))
+        P.resize((n, P.shape[1]))
+        for M in (S, P):
+            M.indices, M.indptr = M.indices.astype(index_dtype), M.indptr.astype(index_dtype)
     A = _on(engine, S)
     ours, expected, terms = FORMS[form](A, engine, S, T, L, P)
     assert _pending(ours), "a product computed on the device keeps its result there"
@@ -154,10 +165,8 @@ def test_result_kind_follows_the_left_operand(engine, kind):
     check_product(A.T @ A, S.T @ S, np.float64, 30)
 
 
-def test_galerkin_product_without_a_host_transpose(engine, monkeypatch):
-    S = random_sparse((60, 60), 0.1, 2, np.float64)
-    P = random_sparse((60, 8), 0.3, 3, np.float64)
-    A = _on(engine, S)
+def _count_transposes(monkeypatch) -> list:
+    """The classes whose CSR ``transpose`` runs from now on (until ``monkeypatch.undo``)."""
     transposes = []
     original = sp.csr_matrix.transpose
 
@@ -166,12 +175,81 @@ def test_galerkin_product_without_a_host_transpose(engine, monkeypatch):
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(sp.csr_matrix, "transpose", counting)
+    return transposes
+
+
+def test_galerkin_product_without_a_host_transpose(engine, monkeypatch):
+    S = random_sparse((60, 60), 0.1, 2, np.float64)
+    P = random_sparse((60, 8), 0.3, 3, np.float64)
+    A = _on(engine, S)
+    transposes = _count_transposes(monkeypatch)
     G = sg.galerkin_product(A, P)
     assert _pending(G)
     assert all(issubclass(t, sg.csr_matrix) for t in transposes), transposes
     monkeypatch.undo()
     expected = (P.T @ S @ P).tocsr()
     check_product(G, expected, np.float64, 60 * 8)
+
+
+@pytest.mark.parametrize("kind", list(KIND_CLASSES))
+@pytest.mark.parametrize("p_form", ["scipy", "csr", "csc", "result"])
+@pytest.mark.parametrize("a_format", ["csr", "csc"])
+def test_galerkin_product_of_every_operand_form(engine, kind, p_form, a_format):
+    """A CSR or CSC ``A``; ``P`` from scipy, a sparsegpu CSR or CSC, or a product kept on
+    the device: scipy's ``(P.T @ A @ P).tocsr()``, of ``A``'s kind."""
+    cls, scipy_cls = KIND_CLASSES[kind]
+    S = scipy_cls(random_sparse((50, 50), 0.1, 8, np.float64)).asformat(a_format)
+    Q = scipy_cls(random_sparse((50, 7), 0.3, 9, np.float64))
+    A = _on(
+        engine,
+        S,
+        {"csr": cls, "csc": sg.csc_matrix if kind == "matrix" else sg.csc_array}[a_format],
+    )
+    identity = scipy_cls(sp.eye(50, format="csr"))
+    P = {
+        "scipy": lambda: Q,
+        "csr": lambda: _on(engine, Q, cls),
+        "csc": lambda: _on(engine, Q, cls).tocsc(),
+        "result": lambda: _on(engine, identity, cls) @ _on(engine, Q, cls),
+    }[p_form]()
+    if p_form == "result":
+        assert _pending(P)
+    G = sg.galerkin_product(A, P)
+    assert _pending(G)
+    check_product(G, (Q.T @ S @ Q).tocsr(), np.float64, 50 * 7)
+
+
+def test_galerkin_product_keeps_the_transpose_and_sees_a_change_of_p(engine, monkeypatch):
+    S = random_sparse((40, 40), 0.15, 10, np.float64)
+    Q = random_sparse((40, 6), 0.3, 11, np.float64)
+    A, P = _on(engine, S), _on(engine, Q)
+    expected = (Q.T @ S @ Q).tocsr()
+    sg.galerkin_product(A, P)
+    transposes = _count_transposes(monkeypatch)
+    G = sg.galerkin_product(A, P)
+    assert transposes == [], "the second product reused P.T's mirror"
+    check_product(G, expected, np.float64, 40 * 6)
+    monkeypatch.undo()
+    P.data[:] *= 2.0  # seen: P.T's kept mirror is dropped with P's
+    Q.data[:] *= 2.0
+    check_product(sg.galerkin_product(A, P), (Q.T @ S @ Q).tocsr(), np.float64, 40 * 6)
+
+
+def test_a_product_with_a_fresh_result_reads_no_pass_over_it(engine):
+    """A result records a bound of its longest row and its pattern's key (from its
+    operands'), so multiplying it again computes no statistics of it first."""
+    S = random_sparse((60, 60), 0.1, 12, np.float64)
+    A = _on(engine, S)
+    C = A @ A
+    device = C.__dict__["_sg_pending"].device
+    longest = int(np.diff((S @ S).indptr).max())
+    assert longest <= device.row_bound <= 60
+    assert device.formats["pattern_key"][3][0] == "product"
+    D = C @ A
+    assert device._stats is None and device._row_stats is None, "C's rows were read"
+    check_product(D, S @ S @ S, np.float64, 60 * 60)
+    again = (A @ A).__dict__["_sg_pending"].device
+    assert again.formats["pattern_key"] == device.formats["pattern_key"]
 
 
 def test_a_product_of_a_product_stays_on_the_device(engine):

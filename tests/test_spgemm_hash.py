@@ -160,7 +160,8 @@ def _operand(n_rows, nnz, mean, longest, dtype=np.float64):
     from sparsegpu._mirror import RowLengthStats
 
     stats = RowLengthStats(n_rows, n_rows, nnz, mean, 0.0, 0, longest, 0)
-    fields = {"nnz": nnz, "stats": stats, "shape": (n_rows, n_rows), "dtype": np.dtype(dtype)}
+    fields = {"nnz": nnz, "row_stats": stats, "longest_row": longest}
+    fields.update(shape=(n_rows, n_rows), dtype=np.dtype(dtype))
     return type("Operand", (), fields)()
 
 
@@ -182,6 +183,20 @@ def test_the_first_products_rule(n_rows, mean, longest, dtype, expected):
     products = int(int(n_rows * mean) * mean)
     assert reason.startswith("rule: ") and f"{products:,} products" in reason
     assert f"at most {longest * longest:,}" in reason
+
+
+def test_the_rule_reads_a_recorded_bound_then_the_exact_rows():
+    """A product's result carries a bound of its longest row; where that bound alone would
+    turn hash rows down, the rule reads the exact rows and decides as before."""
+    exact = _operand(2000**2, 5 * 2000**2, 5.0, 5)
+    loose = _operand(2000**2, 5 * 2000**2, 5.0, 5)
+    loose.longest_row = 1_000_000  # what a product may record: far above the truth
+    assert ENGINE.estimate(exact, loose)[0] == HASH
+    small = _operand(50**2, 5 * 50**2, 5.0, 5)
+    small.row_stats = None  # too few products for hash rows: no need to read the rows
+    small.longest_row = 1_000_000
+    algorithm, reason = ENGINE.estimate(small, small)
+    assert algorithm == "alg1" and f"at most {10**12:,}" in reason
 
 
 def test_the_hash_family_is_registered_for_every_dtype():

@@ -316,19 +316,19 @@ class GpuSpgemm(CusparseSpgemm):
         return (*super().algorithms(), HASH)
 
     def estimate(self, left, right) -> tuple[str, str]:
-        products = int(left.nnz * right.stats.mean)
+        # R's mean row length from its sizes (no pass over it)
+        products = int(left.nnz * (right.nnz / right.shape[0] if right.shape[0] else 0.0))
         per_row = products / max(left.shape[0], 1)
-        bound = left.stats.max * right.stats.max
+        takes = left.dtype in HASH_DTYPES and products >= HASH_MIN_PRODUCTS
+        takes = takes and per_row >= HASH_MIN_ROW_PRODUCTS
+        bound = left.longest_row * right.longest_row
+        if takes and bound > HASH_MAX_ROW_PRODUCTS:  # a recorded bound: the exact one
+            bound = left.row_stats.max * right.row_stats.max
         measures = (
             f"{left.dtype}, about {products:,} products, {per_row:.1f} a row on average, "
             f"at most {bound:,}"
         )
-        if (
-            left.dtype in HASH_DTYPES
-            and products >= HASH_MIN_PRODUCTS
-            and per_row >= HASH_MIN_ROW_PRODUCTS
-            and bound <= HASH_MAX_ROW_PRODUCTS
-        ):
+        if takes and bound <= HASH_MAX_ROW_PRODUCTS:
             return HASH, f"rule: {measures}: hash rows"
         return self.default_algorithm, (
             f"rule: {measures}: cuSPARSE ALG1 (hash rows take float64 products of >= "

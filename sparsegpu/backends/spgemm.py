@@ -356,13 +356,20 @@ def with_index_dtype(matrix: DeviceMatrix, index_dtype) -> DeviceMatrix:
     index_dtype = np.dtype(index_dtype)
     if matrix.index_dtype == index_dtype:
         return matrix
-    return DeviceMatrix(
+    same = DeviceMatrix(
         matrix.data,
         matrix.indices.astype(index_dtype),
         matrix.indptr.astype(index_dtype),
         matrix.shape,
         matrix.residence,
     )
+    # the same rows: what is known of them stays known
+    same._stats, same._row_stats, same.row_bound = (
+        matrix._stats,
+        matrix._row_stats,
+        matrix.row_bound,
+    )
+    return same
 
 
 def row_products(left: DeviceMatrix, right: DeviceMatrix):
@@ -458,7 +465,7 @@ def _compute_operands(left, right):
     as many nonzeros as intermediate products: bounded by nnz(L) times R's longest row,
     counted exactly only when that bound is over int32)."""
     wide = max(left.nnz, right.nnz, *left.shape, *right.shape) > INT32_MAX
-    if not wide and left.nnz * right.stats.max > INT32_MAX:
+    if not wide and left.nnz * min(right.longest_row, right.shape[1]) > INT32_MAX:
         wide = int(row_products(left, right).sum()) > INT32_MAX
     index_dtype = np.dtype(np.int64 if wide else np.int32)
     return with_index_dtype(left, index_dtype), with_index_dtype(right, index_dtype)
@@ -529,6 +536,19 @@ def _to_host(a):
 PATTERN_SAMPLES = 32
 
 
+def describe_product(product: DeviceMatrix, left: DeviceMatrix, right: DeviceMatrix):
+    """``product`` (``left @ right``, fresh) with what its operands tell of it recorded, so
+    that a product with it needs no pass over it first: a bound of its longest row (the
+    operands' longest rows multiplied) and, where the operands have theirs, its pattern's
+    key (theirs determine its pattern)."""
+    product.row_bound = min(left.longest_row * right.longest_row, product.shape[1])
+    keys = (left.formats.get("pattern_key"), right.formats.get("pattern_key"))
+    if None not in keys:  # hashed: a chain of products keeps a key of one size
+        key = (product.shape, product.nnz, str(product.index_dtype), ("product", hash(keys)))
+        product.formats.setdefault("pattern_key", key)
+    return product
+
+
 def pattern_key(matrix: DeviceMatrix) -> tuple:
     """A cheap key of ``matrix``'s pattern: shape, nnz, index dtype and a sample of its
     index arrays (computed once per mirror; one small transfer). Equal keys suggest, and
@@ -539,7 +559,8 @@ def pattern_key(matrix: DeviceMatrix) -> tuple:
         picks = []
         for array in (matrix.indptr, matrix.indices):
             if array.shape[0]:
-                where = xp.linspace(0, array.shape[0] - 1, PATTERN_SAMPLES).astype(np.int64)
+                where = np.linspace(0, array.shape[0] - 1, PATTERN_SAMPLES).astype(np.int64)
+                where = xp.asarray(where)  # made on the host: no kernel for the positions
                 picks.append(array[where].astype(np.int64))
         sample = _to_host(xp.concatenate(picks)) if picks else np.zeros(0)
         return (matrix.shape, matrix.nnz, str(matrix.index_dtype), tuple(sample.tolist()))
