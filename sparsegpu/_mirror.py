@@ -10,6 +10,7 @@ A :class:`Residence` says where a mirror lives and how host arrays get there.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -93,9 +94,11 @@ class RowLengthStats:
         if n_rows <= 0:
             return cls(max(n_rows, 0), n_cols, 0, 0.0, 0.0, 0, 0, 0)
         lengths = xp.diff(indptr).astype(np.float64)
+        mean = lengths.mean()
+        centered = lengths - mean
         parts = [
-            lengths.mean(),
-            lengths.std(),
+            mean,
+            (centered * centered).mean(),  # the variance (CuPy's std took 1.7 ms on 4M rows)
             lengths.min(),
             lengths.max(),
             (lengths == 0).sum().astype(np.float64),
@@ -104,7 +107,8 @@ class RowLengthStats:
         if indices is not None and indices.shape[0] and n_cols:
             parts.append(_column_spread(indptr, indices, n_rows, n_cols, xp))
         summary = _to_host(xp.stack(parts), xp)
-        mean, std, lo, hi, empty, nnz = (float(v) for v in summary[:6])
+        mean, variance, lo, hi, empty, nnz = (float(v) for v in summary[:6])
+        std = math.sqrt(max(variance, 0.0))
         spread = float(summary[6]) if len(summary) > 6 else 0.0
         return cls(n_rows, n_cols, int(nnz), mean, std, int(lo), int(hi), int(empty), spread)
 

@@ -114,6 +114,10 @@ def test_row_stats_are_the_stats_without_the_spread(name):
     fresh = DeviceMatrix.from_host(A.data, A.indices, A.indptr, A.shape, HOST)
     stats = _column_stats(A)
     assert fresh.row_stats == replace(stats, column_spread=0.0)
+    lengths = np.diff(A.indptr)
+    if lengths.size:
+        assert stats.std == pytest.approx(lengths.std(), rel=1e-12, abs=1e-12)
+        assert (stats.mean, stats.max, stats.min) == (lengths.mean(), lengths.max(), lengths.min())
     assert fresh.stats == stats and fresh.row_stats == stats
 
 
