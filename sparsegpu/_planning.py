@@ -886,7 +886,7 @@ def forget_sparse_plans() -> None:
 
 
 def _pair(left: DeviceMatrix, right: DeviceMatrix) -> _Pair:
-    key = (spgemm.pattern_key(left), spgemm.pattern_key(right), str(left.dtype))
+    key = (spgemm.pattern_key(left), spgemm.pattern_key(right), left.dtype)
     with _pairs_lock:
         pair = _pairs.get(key)
         if pair is None:
@@ -949,7 +949,7 @@ def _multiply_sparse(left, right, engine, level, algorithm, memory_limit):
                 return _settled(product, left, right)
             algorithm, budget = None, Budget(left.xp, memory_limit)
     if algorithm is None:  # the first product of the pair, or planning level estimate
-        algorithm = engine.estimate(left, right)[0]
+        algorithm = engine.rule(left, right)
     product, outcome = spgemm.multiply(engine, left, right, algorithm, budget)
     if pair is not None:
         pair.last = outcome

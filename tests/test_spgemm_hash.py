@@ -180,6 +180,7 @@ def test_the_first_products_rule(n_rows, mean, longest, dtype, expected):
     operand = _operand(n_rows, int(n_rows * mean), mean, longest, dtype)
     algorithm, reason = ENGINE.estimate(operand, operand)
     assert algorithm == expected, reason
+    assert ENGINE.rule(operand, operand) == algorithm  # what a product reads, no text
     products = int(int(n_rows * mean) * mean)
     assert reason.startswith("rule: ") and f"{products:,} products" in reason
     assert f"at most {longest * longest:,}" in reason

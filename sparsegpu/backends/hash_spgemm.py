@@ -316,6 +316,24 @@ class GpuSpgemm(CusparseSpgemm):
         return (*super().algorithms(), HASH)
 
     def estimate(self, left, right) -> tuple[str, str]:
+        algorithm, products, per_row, bound = self._rule(left, right)
+        measures = (
+            f"{left.dtype}, about {products:,} products, {per_row:.1f} a row on average, "
+            f"at most {bound:,}"
+        )
+        if algorithm == HASH:
+            return HASH, f"rule: {measures}: hash rows"
+        return algorithm, (
+            f"rule: {measures}: cuSPARSE ALG1 (hash rows take float64 products of >= "
+            f"{HASH_MIN_PRODUCTS:,} products, >= {HASH_MIN_ROW_PRODUCTS} a row on average, "
+            f"<= {HASH_MAX_ROW_PRODUCTS:,} a row)"
+        )
+
+    def rule(self, left, right) -> str:
+        return self._rule(left, right)[0]
+
+    def _rule(self, left, right) -> tuple[str, int, float, int]:
+        """``(algorithm, products, products a row, bound of a row's products)``."""
         # R's mean row length from its sizes (no pass over it)
         products = int(left.nnz * (right.nnz / right.shape[0] if right.shape[0] else 0.0))
         per_row = products / max(left.shape[0], 1)
@@ -324,17 +342,8 @@ class GpuSpgemm(CusparseSpgemm):
         bound = left.longest_row * right.longest_row
         if takes and bound > HASH_MAX_ROW_PRODUCTS:  # a recorded bound: the exact one
             bound = left.row_stats.max * right.row_stats.max
-        measures = (
-            f"{left.dtype}, about {products:,} products, {per_row:.1f} a row on average, "
-            f"at most {bound:,}"
-        )
-        if takes and bound <= HASH_MAX_ROW_PRODUCTS:
-            return HASH, f"rule: {measures}: hash rows"
-        return self.default_algorithm, (
-            f"rule: {measures}: cuSPARSE ALG1 (hash rows take float64 products of >= "
-            f"{HASH_MIN_PRODUCTS:,} products, >= {HASH_MIN_ROW_PRODUCTS} a row on average, "
-            f"<= {HASH_MAX_ROW_PRODUCTS:,} a row)"
-        )
+        algorithm = HASH if takes and bound <= HASH_MAX_ROW_PRODUCTS else self.default_algorithm
+        return algorithm, products, per_row, bound
 
     def _multiply(self, left, right, algorithm, sink: ResultSink):
         if algorithm == HASH:

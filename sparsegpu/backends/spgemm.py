@@ -233,6 +233,11 @@ class SpgemmEngine:
         ``estimate``); here the default."""
         return self.default_algorithm, "the engine's default"
 
+    def rule(self, left, right) -> str:
+        """The algorithm :meth:`estimate` names, without its reason (what a product reads
+        before it runs: no text made per product)."""
+        return self.estimate(left, right)[0]
+
     def lean_algorithms(self) -> tuple[str, ...]:
         """Algorithms taking less work space, tried in order when the default's does not
         fit."""
@@ -544,7 +549,7 @@ def describe_product(product: DeviceMatrix, left: DeviceMatrix, right: DeviceMat
     product.row_bound = min(left.longest_row * right.longest_row, product.shape[1])
     keys = (left.formats.get("pattern_key"), right.formats.get("pattern_key"))
     if None not in keys:  # hashed: a chain of products keeps a key of one size
-        key = (product.shape, product.nnz, str(product.index_dtype), ("product", hash(keys)))
+        key = (product.shape, product.nnz, product.index_dtype, ("product", hash(keys)))
         product.formats.setdefault("pattern_key", key)
     return product
 
