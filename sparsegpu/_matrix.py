@@ -520,8 +520,12 @@ class _SparseGPUMixin:
     def dtype(self):
         """The values' dtype (scipy's; known without host arrays for a result kept on the
         device)."""
-        pending = self.__dict__.get("_sg_pending")
-        return pending.dtype if pending is not None else self.data.dtype
+        d = self.__dict__
+        pending = d.get("_sg_pending")
+        if pending is not None:
+            return pending.dtype
+        data = d.get("data")  # the stored array itself: no write-through view made to read it
+        return data.dtype if data is not None else self.data.dtype
 
     @dtype.setter
     def dtype(self, newtype):
