@@ -68,3 +68,15 @@ def test_scipy_suite_runs_on_host_copies():
     run = _suite("--format", "bsr", "--backend", "host-copy", "--", "-k", selection)
     assert "(backend host-copy)" in run.stdout
     assert re.search(r"\b4 passed, 0 failed", run.stdout), run.stdout[-2000:]
+
+
+def test_scipy_suite_leaves_out_what_it_says():
+    """A left-out test does not run, and the summary says how many it matched (scipy's
+    tests are outside the rootdir: a --deselect of their absolute path matched nothing,
+    so the 64 GB test it named still ran on the device machine)."""
+    selection = "test_csr and (test_broadcast_to or test_csr_bool_indexing)"
+    left = "test_csr.py::test_broadcast_to"
+    run = _suite("--leave-out", left, "--", "-k", selection)
+    assert re.search(r"\b1 passed, 0 failed", run.stdout), run.stdout[-2000:]
+    assert f"left out: {left} (left out on the command line; 1 test)" in run.stdout
+    assert "left out: test_csr.py::test_large_assignments" in run.stdout
