@@ -54,7 +54,7 @@ def _spgemm_benchmark():
 def phases(n: int, dtype, repeat: int, cupy, cupyx_sparse) -> dict:
     bench = _spgemm_benchmark()
     S = synthetic.stencil_2d(n).astype(dtype)
-    P = bench.prolongation("P.T@A@P", S, dtype)
+    P = bench.prolongation(bench.GALERKIN, S, dtype)
     A, Psg = sg.csr_matrix(S), sg.csr_matrix(P)
     A.planning = Psg.planning = "estimate"  # every product a first product, by the rule
     Acx = cupyx_sparse.csr_matrix(A)
