@@ -192,18 +192,6 @@ class DeviceBlockMatrix(DeviceMatrix):
             "as a new bsr_matrix, which has a mirror of its own"
         )
 
-    def astype(self, value_dtype) -> DeviceBlockMatrix:
-        """The same structure with values cast (shares the index arrays)."""
-        return DeviceBlockMatrix(
-            self.data.astype(value_dtype), self.indices, self.indptr, self.shape, self.residence
-        )
-
-    def conj(self) -> DeviceBlockMatrix:
-        """Complex conjugate values (shares the index arrays)."""
-        return DeviceBlockMatrix(
-            self.data.conj(), self.indices, self.indptr, self.shape, self.residence
-        )
-
 
 def _check_shapes(data, indices, indptr, shape, lengths_only=False) -> tuple[int, int]:
     """(blocks, block columns) of consistent BSR arrays; ValueError naming what is not."""

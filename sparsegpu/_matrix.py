@@ -294,10 +294,15 @@ class _SparseGPUMixin:
             self._sg_mirror_type.format,
         )  # fmt: skip
 
-    def _sg_mirror(self, residence: Residence, value_dtype) -> DeviceMatrix:
-        """The validated mirror for ``residence`` in ``value_dtype`` (made once)."""
+    def _sg_mirror(
+        self, residence: Residence, value_dtype, transpose: bool = False
+    ) -> DeviceMatrix:
+        """The validated mirror for ``residence`` in ``value_dtype`` (made once); with
+        ``transpose`` the mirror of ``self.T``, made from the device arrays this matrix
+        shares with its views (no transpose on the host: ``A.T @ A`` and the Galerkin
+        product's ``P.T``)."""
         value_dtype = np.dtype(value_dtype)
-        key = MirrorKey(residence.name, value_dtype if residence.copies else None)
+        key = MirrorKey(residence.name, value_dtype if residence.copies else None, transpose)
         cache = self.__dict__.get("_sg_cache")
         if cache is not None:
             mirror = cache.mirrors.get(key)
@@ -309,25 +314,12 @@ class _SparseGPUMixin:
                 cache = self.__dict__["_sg_cache"] = MatrixCache()
             mirror = cache.mirrors.get(key)
             if mirror is None:
-                mirror = self._sg_build_mirror(residence, value_dtype)
+                mirror = self._sg_build_mirror(residence, value_dtype, transpose)
                 mirror.settle()  # usable from any stream once published
                 cache.mirrors[key] = mirror
             return mirror
 
-    def _sg_transpose_mirror(self, residence: Residence, value_dtype) -> DeviceMatrix:
-        """The CSR mirror of ``self.T`` (``self.transpose()._sg_mirror(...)``), kept with
-        this matrix's mirrors: the transpose is built on the host once, not per product."""
-        key = MirrorKey(residence.name, np.dtype(value_dtype))
-        cache = self._sg_cache_dict()
-        mirror = cache.transposes.get(key)
-        if mirror is None:
-            mirror = self.transpose()._sg_mirror(residence, value_dtype)
-            with MIRROR_LOCK:
-                if self.__dict__.get("_sg_cache") is cache:  # not dropped meanwhile
-                    cache.transposes[key] = mirror
-        return mirror
-
-    def _sg_build_mirror(self, residence, value_dtype) -> DeviceMatrix:
+    def _sg_build_mirror(self, residence, value_dtype, transpose=False) -> DeviceMatrix:
         csr_shape, transposed = self._sg_layout()
         if not residence.copies:
             self._sg_materialise()
@@ -337,8 +329,8 @@ class _SparseGPUMixin:
             # A.data/A.indices drops the mirror and the next product validates them again
             # (an index written out of range is a ValueError, not a crash in scipy's kernel).
             mirror = self._sg_mirror_type.from_host(*arrays, csr_shape, residence)
-            mirror.layout = "csc" if transposed else "csr"
-            mirror.shape = self.shape
+            mirror.layout = "csc" if transposed != transpose else "csr"
+            mirror.shape = self.shape[::-1] if transpose else self.shape
             self._sg_lock_arrays(arrays)
             return mirror
         # "stored" (the arrays as CSR) and "transposed" live in a dict shared with the
@@ -354,8 +346,9 @@ class _SparseGPUMixin:
             shared[(residence.name, "stored")] = stored
             for sharer in live_sharers(shared):
                 sharer._sg_lock_arrays([sharer.__dict__[n] for n in ARRAY_NAMES])
+        stored.settle()  # a product may still write it, on another stream
         base = stored
-        if transposed:
+        if transposed != transpose:
             base = shared.get((residence.name, "transposed"))
             if base is None:
                 base = shared[(residence.name, "transposed")] = stored.transpose()

@@ -149,6 +149,7 @@ class MirrorKey(NamedTuple):
 
     residence: str
     value_dtype: np.dtype | None
+    transpose: bool = False  # the mirror of the matrix's transpose
 
 
 class ChoiceKey(NamedTuple):
@@ -179,7 +180,6 @@ class MatrixCache:
         "mirrors",
         "choices",
         "reorderings",
-        "transposes",
         "measured",
         "planning_lock",
         "unordered_s",
@@ -196,9 +196,6 @@ class MatrixCache:
         self.planning_lock = threading.Lock()
         # (method, backend name) -> (permuted matrix, permutation)
         self.reorderings: dict[tuple[str, str | None], Any] = {}
-        # the CSR mirrors of the matrix's transpose (the Galerkin product's P.T), so that
-        # a product with it builds no transposed matrix on the host after the first
-        self.transposes: dict[MirrorKey, DeviceMatrix] = {}
         # seconds the solvers spent on this matrix unordered under reorder="auto" (what
         # its rule weighs against the ordering's cost)
         self.unordered_s = 0.0
@@ -253,6 +250,9 @@ class DeviceMatrix:
         # an upper bound of the longest row, where a product recorded one (its operands'
         # longest rows multiplied): what sparse products read before any pass over it
         self.row_bound: int | None = None
+        # the event after the work still writing these arrays (a product's result,
+        # returned without waiting for it), which settle() waits for
+        self._ready = None
         self._lock = threading.RLock()  # plans made under it may read stats
 
     @property
@@ -334,11 +334,24 @@ class DeviceMatrix:
 
     def settle(self) -> None:
         """Wait for the work just queued on the current stream (building this mirror or a
-        plan on it). Other streams do not wait for it: a product on a non-blocking stream
-        right after a plan was made on the default one read the merge-path tile table
-        before it was written (an illegal address on the H200)."""
+        plan on it), and for the product still writing this matrix (:meth:`queued`) on
+        whatever stream it runs. Other streams do not wait for queued work: a product on a
+        non-blocking stream right after a plan was made on the default one read the
+        merge-path tile table before it was written (an illegal address on the H200)."""
         if self.xp is not np:
+            ready, self._ready = self._ready, None
+            if ready is not None:
+                ready.synchronize()
             self.xp.cuda.get_current_stream().synchronize()
+
+    def queued(self) -> DeviceMatrix:
+        """Mark this matrix as still being written by the work queued on the current stream
+        (a product's result, returned without waiting: the host's work after the last
+        launch runs beside it); :meth:`settle`, which every first use as a mirror and the
+        host copy call, waits for it from any stream. Returns this matrix."""
+        if self.xp is not np:
+            self._ready = self.xp.cuda.get_current_stream().record()
+        return self
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -410,13 +423,25 @@ class DeviceMatrix:
 
     def astype(self, value_dtype) -> DeviceMatrix:
         """The same structure with values cast (shares the index arrays)."""
-        return DeviceMatrix(
-            self.data.astype(value_dtype), self.indices, self.indptr, self.shape, self.residence
-        )
+        return self.same_rows(data=self.data.astype(value_dtype))
 
     def conj(self) -> DeviceMatrix:
         """Complex conjugate values (shares the index arrays)."""
-        return DeviceMatrix(self.data.conj(), self.indices, self.indptr, self.shape, self.residence)
+        return self.same_rows(data=self.data.conj())
+
+    def same_rows(self, data=None, indices=None, indptr=None) -> DeviceMatrix:
+        """A matrix of this one's type and rows, with the arrays given in place of this one's
+        (values cast or conjugated, indices in another dtype): what is known of its rows
+        (statistics, the bound a product recorded) stays known."""
+        same = type(self)(
+            self.data if data is None else data,
+            self.indices if indices is None else indices,
+            self.indptr if indptr is None else indptr,
+            self.shape,
+            self.residence,
+        )
+        same._stats, same._row_stats, same.row_bound = self._stats, self._row_stats, self.row_bound
+        return same.queued() if self._ready is not None else same
 
 
 def upload_arrays(host, residence: Residence, value_dtype, what: str) -> list:

@@ -55,6 +55,7 @@ class PendingArrays:
         with self._lock:
             if self._host is None:
                 d = self.device
+                d.settle()  # the product writing it may run on another stream
                 self._host = tuple(_download(a) for a in (d.data, d.indices, d.indptr))
             return self._host
 

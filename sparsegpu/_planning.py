@@ -946,14 +946,14 @@ def _multiply_sparse(left, right, engine, level, algorithm, memory_limit):
         if algorithm == REUSE:
             product = _reuse_product(pair, engine, left, right, budget)
             if product is not None:
-                return _settled(product, left, right)
+                return _finished(product, left, right)
             algorithm, budget = None, Budget(left.xp, memory_limit)
     if algorithm is None:  # the first product of the pair, or planning level estimate
         algorithm = engine.rule(left, right)
     product, outcome = spgemm.multiply(engine, left, right, algorithm, budget)
     if pair is not None:
         pair.last = outcome
-    return _settled(product, left, right)
+    return _finished(product, left, right)
 
 
 def _pair_algorithm(pair: _Pair, engine, left, right, level, memory_limit) -> str | None:
@@ -975,6 +975,7 @@ def _reuse_product(pair: _Pair, engine, left, right, budget: Budget) -> DeviceMa
         if pair.reuse is None:
             pair.reuse = engine.reuse(left, right, budget)
             _drop_reuse_plans(REUSE_PLANS)
+            left.settle()  # the plan's arrays complete before any stream's product reads them
         if pair.reuse is None or not pair.reuse.matches(left, right):
             return None
         product = pair.reuse.compute(left, right, budget)
@@ -990,9 +991,10 @@ def _reuse_product(pair: _Pair, engine, left, right, budget: Budget) -> DeviceMa
     return product
 
 
-def _settled(product: DeviceMatrix, left, right) -> DeviceMatrix:
-    product.settle()  # usable from any stream once returned, as every mirror
-    return spgemm.describe_product(product, left, right)
+def _finished(product: DeviceMatrix, left, right) -> DeviceMatrix:
+    """The product returned without waiting for its last kernels: its first use as a
+    mirror (or its host copy) waits for them, from any stream (``DeviceMatrix.queued``)."""
+    return spgemm.describe_product(product.queued(), left, right)
 
 
 def _measure_pair(pair: _Pair, engine, left, right, level, memory_limit) -> None:

@@ -74,12 +74,14 @@ def operands(A, B, residence, value_dtype, as_csr=False) -> tuple[DeviceMatrix, 
     """
     if A.format == "csr" or as_csr:
         return _csr(A, residence, value_dtype), _csr(B, residence, value_dtype)
-    return _csr(B.transpose(), residence, value_dtype), _csr(A.transpose(), residence, value_dtype)
+    return _csr(B, residence, value_dtype, True), _csr(A, residence, value_dtype, True)
 
 
-def _csr(M, residence, value_dtype) -> DeviceMatrix:
-    """The CSR mirror of ``M`` at ``residence``: a sparsegpu matrix's own (kept), a scipy
-    matrix's (or a BSR one's CSR form) uploaded for this product.
+def _csr(M, residence, value_dtype, transpose: bool = False) -> DeviceMatrix:
+    """The CSR mirror of ``M`` (of ``M.T`` with ``transpose``) at ``residence``: a
+    sparsegpu matrix's own (kept, a transpose made once on the device from the arrays it
+    shares with its views), a scipy matrix's (or a BSR one's CSR form) uploaded for this
+    product.
 
     A BSR operand is converted on the host and uploaded for each product rather than
     given a kept mirror: scipy's ``getrow`` of a BSR matrix is such a product (a one-row
@@ -87,8 +89,8 @@ def _csr(M, residence, value_dtype) -> DeviceMatrix:
     whole matrix on the device (and fail scipy's pickling test, which compares every
     instance attribute)."""
     if hasattr(M, "_sg_mirror") and M.format != "bsr":
-        return M._sg_mirror(residence, value_dtype)
-    M = M.tocsr()
+        return M._sg_mirror(residence, value_dtype, transpose)
+    M = (M.transpose() if transpose else M).tocsr()
     return DeviceMatrix.from_host(
         M.data, M.indices, M.indptr, M.shape, residence, value_dtype=value_dtype
     )
@@ -142,10 +144,7 @@ def galerkin(A, P) -> DeviceMatrix | None:
     level = level_in_force(None, A._sg_planning)
     left, right = _csr(A, residence, value_dtype), _csr(P, residence, value_dtype)
     AP = _planning.multiply_sparse(left, right, engine, level=level)
-    if hasattr(P, "_sg_transpose_mirror") and P.format != "bsr":
-        PT = P._sg_transpose_mirror(residence, value_dtype)
-    else:
-        PT = _csr(P.transpose(), residence, value_dtype)
+    PT = _csr(P, residence, value_dtype, transpose=True)
     product = _planning.multiply_sparse(PT, AP, engine, level=level)
     return _with_operands_index_dtype(A, product, left, right)
 

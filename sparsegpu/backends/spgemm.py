@@ -343,16 +343,23 @@ def _scatter_add(xp, target, positions, values) -> None:
     xp.add.at(target, positions, values)
 
 
+# What ``formats["canonical"]`` holds for a matrix that is canonical itself: not the
+# matrix, whose reference to itself would keep a product's result (and its device memory)
+# alive until Python's cycle collector happens to run.
+_ITSELF = "itself"
+
+
 def canonical(matrix: DeviceMatrix) -> DeviceMatrix:
     """``matrix`` when it is canonical, else its canonical copy (checked once per mirror)."""
-    return matrix.derived(
-        "canonical", lambda: matrix if is_canonical(matrix) else canonical_copy(matrix)
+    found = matrix.derived(
+        "canonical", lambda: _ITSELF if is_canonical(matrix) else canonical_copy(matrix)
     )
+    return matrix if found is _ITSELF else found
 
 
 def mark_canonical(matrix: DeviceMatrix) -> DeviceMatrix:
     """Record that ``matrix`` is canonical (a product's result), so that it is not checked."""
-    matrix.formats["canonical"] = matrix
+    matrix.formats["canonical"] = _ITSELF
     return matrix
 
 
@@ -361,20 +368,9 @@ def with_index_dtype(matrix: DeviceMatrix, index_dtype) -> DeviceMatrix:
     index_dtype = np.dtype(index_dtype)
     if matrix.index_dtype == index_dtype:
         return matrix
-    same = DeviceMatrix(
-        matrix.data,
-        matrix.indices.astype(index_dtype),
-        matrix.indptr.astype(index_dtype),
-        matrix.shape,
-        matrix.residence,
+    return matrix.same_rows(
+        indices=matrix.indices.astype(index_dtype), indptr=matrix.indptr.astype(index_dtype)
     )
-    # the same rows: what is known of them stays known
-    same._stats, same._row_stats, same.row_bound = (
-        matrix._stats,
-        matrix._row_stats,
-        matrix.row_bound,
-    )
-    return same
 
 
 def row_products(left: DeviceMatrix, right: DeviceMatrix):
