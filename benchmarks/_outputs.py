@@ -58,10 +58,16 @@ def gpu_header(scale: str) -> dict:
     }
 
 
+def sibling(filename: str, module_name: str):
+    """The benchmark script ``filename`` beside this one, loaded as ``module_name`` (the
+    scripts are files, not a package)."""
+    spec = importlib.util.spec_from_file_location(module_name, HERE / filename)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def direct_spmv():
     """``auto_vs_cusparse.DirectSpMV``: cuSPARSE's SpMV called directly, descriptors made
     once (that script's module is loaded on first use: it imports CuPy)."""
-    spec = importlib.util.spec_from_file_location("auto_vs_cusparse", HERE / "auto_vs_cusparse.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.DirectSpMV
+    return sibling("auto_vs_cusparse.py", "auto_vs_cusparse").DirectSpMV

@@ -165,32 +165,57 @@ def _operand(n_rows, nnz, mean, longest, dtype=np.float64):
     return type("Operand", (), fields)()
 
 
+@pytest.fixture
+def compression(monkeypatch):
+    """The sampled products an entry the rule reads (set ``.value``), and its calls."""
+
+    class Sampled:
+        value = 1.0
+        calls = 0
+
+        def __call__(self, left, right, bound):
+            self.calls += 1
+            return self.value
+
+    sampled = Sampled()
+    monkeypatch.setattr(hash_spgemm, "sampled_compression", sampled)
+    return sampled
+
+
 @pytest.mark.parametrize(
-    "n_rows, mean, longest, dtype, expected",
+    "n_rows, mean, longest, dtype, folds, expected, sampled",
     [
-        (2000**2, 5.0, 5, np.float64, HASH),  # 2-D stencil 2000^2: 100M products, 25 a row
-        (2000**2, 5.0, 5, np.float32, "alg1"),  # float32: ALG1's values are narrower
-        (50**2, 5.0, 5, np.float64, "alg1"),  # 62,500 products: the fixed costs lose
-        (4_000_000, 2.0, 5, np.float64, "alg1"),  # 32M products but 4 a row
-        (10**6, 100.0, 5000, np.float64, "alg1"),  # rows of up to 25M products
+        (100**3, 27.0, 27, np.float64, 5.6, HASH, True),  # 3-D 27-point: 729 a row
+        (100**3, 27.0, 27, np.float32, 5.6, HASH, True),
+        (100**3, 27.0, 27, np.float64, 1.2, "alg1", True),  # products hardly fold
+        (100**3, 27.0, 27, np.complex128, 5.6, "alg1", False),
+        (2000**2, 5.0, 5, np.float64, 5.6, "alg1", False),  # 25 a row: not sampled
+        (1000, 27.0, 27, np.float64, 5.6, "alg1", False),  # 729,000 products
+        (10**6, 100.0, 5000, np.float64, 5.6, "alg1", False),  # rows of up to 25M products
     ],
-    ids=["large_stencil", "float32", "small", "short_rows", "long_rows"],
+    ids=["stencil27", "float32", "no_folding", "complex", "short_rows", "small", "long_rows"],
 )
-def test_the_first_products_rule(n_rows, mean, longest, dtype, expected):
+def test_the_first_products_rule(
+    compression, n_rows, mean, longest, dtype, folds, expected, sampled
+):
+    compression.value = folds
     operand = _operand(n_rows, int(n_rows * mean), mean, longest, dtype)
     algorithm, reason = ENGINE.estimate(operand, operand)
     assert algorithm == expected, reason
+    assert compression.calls == int(sampled), "the sample is read only where it decides"
     assert ENGINE.rule(operand, operand) == algorithm  # what a product reads, no text
     products = int(int(n_rows * mean) * mean)
     assert reason.startswith("rule: ") and f"{products:,} products" in reason
     assert f"at most {longest * longest:,}" in reason
+    assert (f"{folds:.2f} an entry" in reason) == sampled
 
 
-def test_the_rule_reads_a_recorded_bound_then_the_exact_rows():
+def test_the_rule_reads_a_recorded_bound_then_the_exact_rows(compression):
     """A product's result carries a bound of its longest row; where that bound alone would
     turn hash rows down, the rule reads the exact rows and decides as before."""
-    exact = _operand(2000**2, 5 * 2000**2, 5.0, 5)
-    loose = _operand(2000**2, 5 * 2000**2, 5.0, 5)
+    compression.value = 5.6
+    exact = _operand(100**3, 27 * 100**3, 27.0, 27)
+    loose = _operand(100**3, 27 * 100**3, 27.0, 27)
     loose.longest_row = 1_000_000  # what a product may record: far above the truth
     assert ENGINE.estimate(exact, loose)[0] == HASH
     small = _operand(50**2, 5 * 50**2, 5.0, 5)
@@ -198,6 +223,36 @@ def test_the_rule_reads_a_recorded_bound_then_the_exact_rows():
     small.longest_row = 1_000_000
     algorithm, reason = ENGINE.estimate(small, small)
     assert algorithm == "alg1" and f"at most {10**12:,}" in reason
+
+
+@gpu
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES)
+@pytest.mark.parametrize("name", ["stencil27", "tall", "one_row", *MATRIX_NAMES])
+def test_sampled_compression_counts_the_sampled_rows_exactly(name, index_dtype):
+    """Products an entry over the sampled rows: their products, then their distinct
+    columns, as scipy's product of those rows has them."""
+    from sparsegpu.datasets import synthetic
+
+    made = {
+        "stencil27": lambda: synthetic.stencil_3d(12, points=27),
+        "tall": lambda: synthetic.uniform_random(3000, 8, n_cols=300, seed=4).T,
+        "one_row": lambda: np.ones((1, 40)),
+    }
+    S = sp.csr_matrix(made[name]() if name in made else awkward_matrices()[name], dtype=float)
+    S.sum_duplicates()
+    S.data[:] = 1.0  # the pattern: no entry of the products cancels
+    T = sp.csr_matrix(S.T) if S.shape[0] != S.shape[1] else S
+    left, right = _mirror_of(S, np.float64, index_dtype), _mirror_of(T, np.float64, index_dtype)
+    bound = int(left.row_stats.max) * int(right.row_stats.max)
+    if bound > hash_spgemm.HASH_MAX_ROW_PRODUCTS or S.nnz == 0:
+        pytest.skip("the rule samples only rows whose tables fit in shared memory")
+    rows = hash_spgemm.sample_rows(S.shape[0])
+    assert len(set(rows.tolist())) == min(S.shape[0], hash_spgemm.SAMPLE_ROWS)
+    sampled = S[rows]
+    products = int(np.diff(T.indptr)[sampled.indices].sum())
+    entries = (sampled @ T).nnz
+    expected = products / entries if entries else 1.0
+    assert hash_spgemm.sampled_compression(left, right, bound) == pytest.approx(expected)
 
 
 def test_the_hash_family_is_registered_for_every_dtype():

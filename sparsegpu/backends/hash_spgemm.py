@@ -67,6 +67,10 @@ def _count_kernel(index_dtype, lanes: int, whole_block: bool) -> str:
     return _index_kernel("spgemm_hash_count", index_dtype, lanes, _flag(whole_block))
 
 
+def _sample_kernel(index_dtype, lanes: int, whole_block: bool) -> str:
+    return _index_kernel("spgemm_hash_sample", index_dtype, lanes, _flag(whole_block))
+
+
 def _fill_kernel(value_dtype, index_dtype, lanes: int, whole_block: bool) -> str:
     return name_expression("spgemm_hash_fill", value_dtype, index_dtype, lanes, _flag(whole_block))
 
@@ -88,7 +92,8 @@ HASH_FAMILY = register_family(
             for template in ("spgemm_hash_bounds", "spgemm_hash_classes", "spgemm_hash_bin")
         )
         + tuple(
-            _count_kernel(index, lanes, whole)
+            kernel(index, lanes, whole)
+            for kernel in (_count_kernel, _sample_kernel)
             for index in CXX_INDEX_TYPES
             for lanes, whole in GROUPS
         )
@@ -287,24 +292,65 @@ def hash_count(left, right, budget: Budget) -> int:
         budget.release(indptr)
 
 
-# The rule of a first product, fitted on the FIT set of benchmarks/spgemm_first.py (H100,
-# spgemm_first_h100.json; the held-out set took no part), against cupyx, the bar of issue 34:
-# hash rows for float64 products with at least HASH_MIN_PRODUCTS intermediate products
-# (estimated as nnz(L) x R's mean row length), at least HASH_MIN_ROW_PRODUCTS of them a row
-# on average, and no row over HASH_MAX_ROW_PRODUCTS (L's longest row x R's longest: every
-# row's table in shared memory); cuSPARSE ALG1 otherwise. On the fit set hash was faster
-# than cupyx only on the 2-D 5-point stencil 1000^2 in float64 (25.0M products, 25.0 a row:
-# 1.30 ms, cupyx 1.56); ALG1 was faster up to EX5's 13.4M products (hash 2.14 ms, cupyx 1.41)
-# and the 3-D 7-point stencil's 12.5M (1.81 ms, 0.96), so the threshold is their geometric
-# mean, 18M; in float32, whose narrower values speed ALG1 but not the hashing, cupyx took
-# 1.22 ms on that stencil, hash 1.34; R-MAT scale 15 (23.0M products, rows of up to 248,004)
-# needs tables beyond shared memory: hash 10.2 ms, cupyx 3.6. The rule takes hash only where
-# the fit set saw it win: rows of at least the stencil's 24 products on average (fewer
-# products a row leave the per-row costs of the two passes unpaid) and float64.
-HASH_MIN_PRODUCTS = 18_000_000
-HASH_MIN_ROW_PRODUCTS = 24
+# Rows of L whose products and distinct columns the rule counts (spread evenly over L)
+SAMPLE_ROWS = 1024
+
+
+def table_slots(need: int) -> int:
+    """The slots of a table for ``need`` keys: the kernels' ``table_class`` (a power of
+    two, at least 32)."""
+    return max(32, 1 << max(int(need) - 1, 0).bit_length())
+
+
+def sample_rows(n_rows: int) -> np.ndarray:
+    """The rows of L the rule samples: :data:`SAMPLE_ROWS` spread evenly (as the kernel
+    ``spgemm_hash_sample`` takes them)."""
+    count = min(n_rows, SAMPLE_ROWS)
+    return np.arange(count, dtype=np.int64) * (n_rows - 1) // max(count - 1, 1)
+
+
+def sampled_compression(left, right, bound: int) -> float:
+    """Products per entry of ``left @ right`` on the rows of :func:`sample_rows` (one
+    kernel counts their products and distinct columns; one host synchronisation): how
+    many products each entry of ``C`` sums, the work hash rows save over ALG1's sort of
+    every product. ``bound`` bounds a row's products; it is at most
+    :data:`HASH_MAX_ROW_PRODUCTS`, so every table fits in shared memory."""
+    cupy = _cuda.cupy_or_none()
+    m, index = left.shape[0], left.index_dtype
+    count = min(m, SAMPLE_ROWS)
+    slots = table_slots(min(bound, right.shape[1]))
+    launch = table_launch(slots, index.itemsize, count, _cuda.device_info())
+    totals = cupy.zeros(2, dtype=np.uint64)
+    arguments = (left.indptr, left.indices, right.indptr, right.indices, count, m, slots, totals)
+    name = _sample_kernel(index, launch.lanes, launch.whole_block)
+    _launch(name, launch.grid, launch.block, arguments, launch.shared_bytes)
+    entries, products = (int(v) for v in totals.get())
+    return products / entries if entries else 1.0
+
+
+# The rule of a first product, fitted on the FIT set of benchmarks/spgemm_first.py only
+# (H200, spgemm_first_fit_h200.json; the held-out sets took no part): hash rows for float32
+# and float64 products of at least HASH_MIN_PRODUCTS intermediate products (estimated as
+# nnz(L) x R's mean row length), at least HASH_MIN_ROW_PRODUCTS of them a row on average, no
+# row over HASH_MAX_ROW_PRODUCTS (L's longest row x R's longest: every row's table in shared
+# memory) and at least HASH_MIN_COMPRESSION products per entry of C on a sample of rows
+# (sampled_compression, read only where the rest holds); cuSPARSE ALG1 otherwise.
+# On the fit set hash rows beat cuSPARSE ALG1 called directly on one matrix, in both dtypes:
+# the 3-D 27-point stencil 40^3 (42.9M products, 670 a row, 5.9 products an entry; hash
+# 1.66 ms, ALG1 direct 4.43 in float64; 1.90 against 4.95 in float32). They lost on
+# every other: where products fold little (the tall A.T @ A, 19.2M products, 768 a row, 1.16
+# an entry: 1.40x slower; the 2-D 9-point stencil, 80.8M, 3.24 an entry: 1.27x), where rows
+# are short (the 5- and 7-point stencils: 25 and 48 a row), where rows need tables beyond
+# shared memory (R-MAT, PGPgiantcompo) and where there are few products (bcsstk13: 4.6M
+# products, 11.5 an entry, 2.9x slower). Each threshold is the geometric mean of the
+# nearest loss and the win: 4.6M and 42.9M products, 81 and 670 a row, 3.24 and 5.87 an
+# entry. (The first fit, on the H100 without the compression, took hash rows for the 2-D
+# 5-point stencils, which ALG1 wins once our path around it is as lean as cupyx's.)
+HASH_MIN_PRODUCTS = 14_000_000
+HASH_MIN_ROW_PRODUCTS = 230
+HASH_MIN_COMPRESSION = 4.4
 HASH_MAX_ROW_PRODUCTS = 16_384
-HASH_DTYPES = (np.dtype(np.float64),)
+HASH_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 class GpuSpgemm(CusparseSpgemm):
@@ -316,24 +362,28 @@ class GpuSpgemm(CusparseSpgemm):
         return (*super().algorithms(), HASH)
 
     def estimate(self, left, right) -> tuple[str, str]:
-        algorithm, products, per_row, bound = self._rule(left, right)
+        algorithm, products, per_row, bound, compression = self._rule(left, right)
         measures = (
             f"{left.dtype}, about {products:,} products, {per_row:.1f} a row on average, "
             f"at most {bound:,}"
         )
+        if compression is not None:
+            measures += f", {compression:.2f} an entry on {SAMPLE_ROWS:,} rows"
         if algorithm == HASH:
             return HASH, f"rule: {measures}: hash rows"
+        takes = " and ".join(map(str, HASH_DTYPES))
         return algorithm, (
-            f"rule: {measures}: cuSPARSE ALG1 (hash rows take float64 products of >= "
+            f"rule: {measures}: cuSPARSE ALG1 (hash rows take {takes} products of >= "
             f"{HASH_MIN_PRODUCTS:,} products, >= {HASH_MIN_ROW_PRODUCTS} a row on average, "
-            f"<= {HASH_MAX_ROW_PRODUCTS:,} a row)"
+            f"<= {HASH_MAX_ROW_PRODUCTS:,} a row, >= {HASH_MIN_COMPRESSION} an entry)"
         )
 
     def rule(self, left, right) -> str:
         return self._rule(left, right)[0]
 
-    def _rule(self, left, right) -> tuple[str, int, float, int]:
-        """``(algorithm, products, products a row, bound of a row's products)``."""
+    def _rule(self, left, right) -> tuple[str, int, float, int, float | None]:
+        """``(algorithm, products, products a row, bound of a row's products, products an
+        entry on a sample of rows or None where the rest decided)``."""
         # R's mean row length from its sizes (no pass over it)
         products = int(left.nnz * (right.nnz / right.shape[0] if right.shape[0] else 0.0))
         per_row = products / max(left.shape[0], 1)
@@ -342,8 +392,11 @@ class GpuSpgemm(CusparseSpgemm):
         bound = left.longest_row * right.longest_row
         if takes and bound > HASH_MAX_ROW_PRODUCTS:  # a recorded bound: the exact one
             bound = left.row_stats.max * right.row_stats.max
-        algorithm = HASH if takes and bound <= HASH_MAX_ROW_PRODUCTS else self.default_algorithm
-        return algorithm, products, per_row, bound
+        compression = None
+        if takes and bound <= HASH_MAX_ROW_PRODUCTS:
+            compression = sampled_compression(left, right, bound)
+        takes = compression is not None and compression >= HASH_MIN_COMPRESSION
+        return (HASH if takes else self.default_algorithm), products, per_row, bound, compression
 
     def _multiply(self, left, right, algorithm, sink: ResultSink):
         if algorithm == HASH:

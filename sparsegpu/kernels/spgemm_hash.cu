@@ -10,6 +10,8 @@
 // spgemm_hash_bin      rows listed class by class (order within a class arbitrary);
 // spgemm_hash_count    symbolic phase: a group of threads per row inserts the row's
 //                      column indices into a table and counts the distinct ones;
+// spgemm_hash_sample   the same count on rows of A spread evenly, summed with their
+//                      products (what the first product's rule reads);
 // spgemm_hash_fill     numeric phase: the same insertions summing a * b into the table's
 //                      values, then a bitonic sort of the table by column (the empty
 //                      slots, -1 as unsigned, sort last) and the row written in order.
@@ -276,6 +278,72 @@ __device__ __forceinline__ int table_slots(long long size, long long cap, int ha
 }
 
 // ---------------------------------------------------------------- symbolic phase
+// One row's distinct columns and products counted by its group in `keys` (s slots):
+// counted[0] and counted[1], in every thread of the group. `totals`: the block's shared
+// counters of a whole-block group.
+template <int LANES, bool WHOLE_BLOCK, typename Index>
+__device__ __forceinline__ void count_row(const Index* __restrict__ a_indptr,
+                                          const Index* __restrict__ a_indices,
+                                          const Index* __restrict__ b_indptr,
+                                          const Index* __restrict__ b_indices, Index row, int s,
+                                          Index* keys, int t, int group_threads, unsigned mask,
+                                          unsigned long long* totals,
+                                          unsigned long long* counted) {
+    for (int i = t; i < s; i += group_threads) {
+        keys[i] = Index(-1);
+    }
+    if (WHOLE_BLOCK && t == 0) {
+        totals[0] = 0;
+        totals[1] = 0;
+    }
+    group_sync<WHOLE_BLOCK>(mask);
+    unsigned int mine = 0;
+    unsigned int products = 0;
+    for_each_product<LANES, WHOLE_BLOCK>(
+        a_indptr[row], a_indptr[row + 1], a_indices, static_cast<const float*>(nullptr),
+        b_indptr, mask, [&](Index position, float) {
+            bool inserted;
+            find_or_insert(keys, s, __ldg(b_indices + position), inserted);
+            mine += inserted;
+            ++products;
+        });
+    mine = __reduce_add_sync(mask, mine);
+    products = __reduce_add_sync(mask, products);
+    if constexpr (WHOLE_BLOCK) {
+        if ((threadIdx.x & 31) == 0 && products) {
+            atomicAdd(&totals[0], static_cast<unsigned long long>(mine));
+            atomicAdd(&totals[1], static_cast<unsigned long long>(products));
+        }
+        __syncthreads();
+        counted[0] = totals[0];
+        counted[1] = totals[1];
+        __syncthreads();  // read before the next row's group resets them
+    } else {
+        counted[0] = mine;
+        counted[1] = products;
+    }
+}
+
+// The group, lane and table of the calling thread (dynamic shared memory, groups x slots
+// keys, or a block's slice of global_keys).
+template <int LANES, bool WHOLE_BLOCK, typename Index>
+struct Groups {
+    int group_threads, groups, group, t;
+    unsigned mask;
+    Index* keys;
+
+    __device__ __forceinline__ Groups(unsigned char* shared, int slots, Index* global_keys) {
+        group_threads = WHOLE_BLOCK ? static_cast<int>(blockDim.x) : LANES;
+        groups = static_cast<int>(blockDim.x) / group_threads;
+        group = static_cast<int>(threadIdx.x) / group_threads;
+        t = static_cast<int>(threadIdx.x) % group_threads;
+        mask = group_mask<LANES, WHOLE_BLOCK>();
+        keys = global_keys != nullptr
+                   ? global_keys + static_cast<long long>(blockIdx.x) * slots
+                   : reinterpret_cast<Index*>(shared) + static_cast<long long>(group) * slots;
+    }
+};
+
 // sizes[row]: the row's bound on entry, its number of entries on exit. `slots`: the table
 // of a group (shared memory: dynamic, groups x slots keys) or of a block (global_keys).
 template <typename Index, int LANES, bool WHOLE_BLOCK>
@@ -287,49 +355,50 @@ __global__ void spgemm_hash_count(const Index* __restrict__ a_indptr,
                                   long long n_cols, Index* __restrict__ sizes, int slots,
                                   Index* __restrict__ global_keys) {
     extern __shared__ __align__(16) unsigned char shared[];
-    __shared__ unsigned long long distinct;  // a whole-block group's count
-    const int group_threads = WHOLE_BLOCK ? static_cast<int>(blockDim.x) : LANES;
-    const int groups = static_cast<int>(blockDim.x) / group_threads;
-    const int group = static_cast<int>(threadIdx.x) / group_threads;
-    const int t = static_cast<int>(threadIdx.x) % group_threads;
-    const unsigned mask = group_mask<LANES, WHOLE_BLOCK>();
-    Index* keys = global_keys != nullptr
-                      ? global_keys + static_cast<long long>(blockIdx.x) * slots
-                      : reinterpret_cast<Index*>(shared) + static_cast<long long>(group) * slots;
-    for (long long r = static_cast<long long>(blockIdx.x) * groups + group; r < n_rows;
-         r += static_cast<long long>(gridDim.x) * groups) {
+    __shared__ unsigned long long totals[2];  // a whole-block group's counts
+    const Groups<LANES, WHOLE_BLOCK, Index> g(shared, slots, global_keys);
+    for (long long r = static_cast<long long>(blockIdx.x) * g.groups + g.group; r < n_rows;
+         r += static_cast<long long>(gridDim.x) * g.groups) {
         const Index row = rows[r];
-        const int s = table_slots(sizes[row], n_cols, 0);
-        for (int i = t; i < s; i += group_threads) {
-            keys[i] = Index(-1);
+        unsigned long long counted[2];
+        count_row<LANES, WHOLE_BLOCK>(a_indptr, a_indices, b_indptr, b_indices, row,
+                                      table_slots(sizes[row], n_cols, 0), g.keys, g.t,
+                                      g.group_threads, g.mask, totals, counted);
+        if (g.t == 0) {
+            sizes[row] = static_cast<Index>(counted[0]);
         }
-        if (WHOLE_BLOCK && t == 0) {
-            distinct = 0;
+        if constexpr (!WHOLE_BLOCK) {
+            __syncwarp(g.mask);
         }
-        group_sync<WHOLE_BLOCK>(mask);
-        unsigned int mine = 0;
-        for_each_product<LANES, WHOLE_BLOCK>(
-            a_indptr[row], a_indptr[row + 1], a_indices, static_cast<const float*>(nullptr),
-            b_indptr, mask, [&](Index position, float) {
-                bool inserted;
-                find_or_insert(keys, s, __ldg(b_indices + position), inserted);
-                mine += inserted;
-            });
-        mine = __reduce_add_sync(mask, mine);
-        if constexpr (WHOLE_BLOCK) {
-            if ((threadIdx.x & 31) == 0 && mine) {
-                atomicAdd(&distinct, static_cast<unsigned long long>(mine));
-            }
-            __syncthreads();
-            if (t == 0) {
-                sizes[row] = static_cast<Index>(distinct);
-            }
-            __syncthreads();
-        } else {
-            if (t == 0) {
-                sizes[row] = static_cast<Index>(mine);
-            }
-            __syncwarp(mask);
+    }
+}
+
+// The first product's rule: rows r (a_rows - 1) / (count - 1) of A (r < count: spread
+// evenly), their distinct columns and their products summed into totals[0] and totals[1].
+// Every table has `slots` slots in shared memory (at least each sampled row's products).
+template <typename Index, int LANES, bool WHOLE_BLOCK>
+__global__ void spgemm_hash_sample(const Index* __restrict__ a_indptr,
+                                   const Index* __restrict__ a_indices,
+                                   const Index* __restrict__ b_indptr,
+                                   const Index* __restrict__ b_indices, long long count,
+                                   long long a_rows, int slots,
+                                   unsigned long long* __restrict__ totals) {
+    extern __shared__ __align__(16) unsigned char shared[];
+    __shared__ unsigned long long block_totals[2];
+    const Groups<LANES, WHOLE_BLOCK, Index> g(shared, slots, static_cast<Index*>(nullptr));
+    for (long long r = static_cast<long long>(blockIdx.x) * g.groups + g.group; r < count;
+         r += static_cast<long long>(gridDim.x) * g.groups) {
+        const Index row = static_cast<Index>(count > 1 ? r * (a_rows - 1) / (count - 1) : 0);
+        unsigned long long counted[2];
+        count_row<LANES, WHOLE_BLOCK>(a_indptr, a_indices, b_indptr, b_indices, row, slots,
+                                      g.keys, g.t, g.group_threads, g.mask, block_totals,
+                                      counted);
+        if (g.t == 0 && counted[1]) {
+            atomicAdd(&totals[0], counted[0]);
+            atomicAdd(&totals[1], counted[1]);
+        }
+        if constexpr (!WHOLE_BLOCK) {
+            __syncwarp(g.mask);
         }
     }
 }
