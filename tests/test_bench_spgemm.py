@@ -118,3 +118,51 @@ def test_direct_cusparse_spgemm_agrees_with_scipy(script, dtype, index_dtype):
         (cupy.asnumpy(data), cupy.asnumpy(indices), cupy.asnumpy(indptr)), shape=(300, 250)
     )
     assert script.agree_with_scipy(ours, S @ T, dtype) is None
+
+
+LAYERS = ROOT / "benchmarks" / "spgemm_layers.py"
+
+
+@pytest.fixture(scope="module")
+def layers():
+    return load_script(LAYERS)
+
+
+def _fake_layers():
+    row = {"matrix": "fem", "form": "A@A", "dtype": "float64", "nnz": 10, "algorithm": "alg1"}
+    row["disagreements"] = {}
+    times = dict(op=1.0, spgemm=0.98, planning=0.96, driver=0.95, engine=0.94)
+    row.update({f"{k}_ms": v for k, v in times.items()}, cusparse_alg1_ms=0.9, cupyx_ms=1.05)
+    hashed = dict(row, matrix="stencil", algorithm="hash", cupyx_ms=4.0)
+    del hashed["cusparse_alg1_ms"]
+    return {"device": "NVIDIA H200", "cupy": "14", "repeat": 15, "rows": [row, hashed]}
+
+
+def test_layers_markdown_has_every_layer_and_the_ratio(layers, tmp_path):
+    text = layers.markdown(_fake_layers())
+    assert "| fem | A@A | float64 | alg1 | 1.000 | 0.980 | 0.960 | 0.950 | 0.940 | 0.900 |" in text
+    assert "| 1.050 | 1.05x |" in text
+    assert "| stencil | A@A | float64 | hash |" in text and "| — | 4.000 | 4.00x |" in text
+    source, md = tmp_path / "layers.json", tmp_path / "layers.md"
+    source.write_text(json.dumps(_fake_layers()))
+    assert layers.main(["--from-json", str(source), "--md", str(md)]) == 0
+    assert md.read_text() == text
+
+
+@pytest.mark.parametrize("form", ["A@A", "A.T@A"])
+def test_every_layer_computes_the_product(layers, form):
+    """Each layer the benchmark times computes the same product as cupyx (on the GPU)."""
+    from sparsegpu import _cuda
+    from sparsegpu.testing import no_gpu_reason, random_sparse
+
+    cupy = _cuda.cupy_or_none()
+    if cupy is None:
+        pytest.skip(no_gpu_reason())
+    import cupyx.scipy.sparse as cupyx_sparse
+
+    S = random_sparse((300, 200), density=0.05, seed=13, dtype=np.float64)
+    if form == "A@A":
+        S = random_sparse((300, 300), density=0.05, seed=13, dtype=np.float64)
+    row = layers.run_dtype("random", form, S, np.float64, 3, cupy, cupyx_sparse, lambda _: None)
+    assert row["disagreements"] == {}
+    assert {f"{k}_ms" for k in layers.LAYERS if k != "cusparse_alg1"} <= set(row)
