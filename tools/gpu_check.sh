@@ -8,6 +8,7 @@
 # else ./gpu-check); the last lines printed are one summary line per step.
 #
 #   tools/gpu_check.sh [--ranks "2 4"] [--only suite,scipy,distributed] [--workers 16]
+#                      [--distributed-tests "tests/distributed/test_x.py::test_y ..."]
 #
 # Run it from the repository root with the package importable (an editable install, or
 # PYTHONPATH=$PWD) and CuPy, pytest-xdist and mpi4py installed.
@@ -17,12 +18,14 @@ cd "$(dirname "$0")/.."
 ranks=""
 only="suite,scipy,distributed"
 workers=16
+distributed_tests="tests/distributed"
 while [ $# -gt 0 ]; do
   case "$1" in
     --ranks) ranks="$2"; shift 2 ;;
     --only) only="$2"; shift 2 ;;
     --workers) workers="$2"; shift 2 ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    --distributed-tests) distributed_tests="$2"; shift 2 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) echo "gpu_check: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -78,7 +81,7 @@ if wants distributed && [ -n "$ranks" ]; then
   fi
   for n in $ranks; do
     run "distributed_$n" "$RANKS_LIMIT" "$mpiexec" "${flags[@]}" -n "$n" \
-      "$python" -m pytest -q -p no:cacheprovider tests/distributed
+      "$python" -m pytest -q -p no:cacheprovider $distributed_tests
   done
 fi
 
