@@ -547,6 +547,21 @@ class _Channel:
 _CHANNELS = {}  # (world ranks of the group, device) -> _Channel
 
 
+def _end_capture(stream) -> None:
+    """End the CUDA graph capture in progress on ``stream``, if any (a solve captures its
+    iterations, and a rank's failure can come within them), dropping what it captured.
+
+    NCCL cannot abort a communicator whose calls a capture holds: ``ncclCommAbort`` waited
+    for them for good on every rank (2 x H200, NCCL 2.28). The capture's own end then
+    finds none in progress, and the solve reports its capture as failed and goes on to
+    the error."""
+    try:
+        if stream.is_capturing():
+            stream.end_capture()
+    except Exception:  # noqa: S110 - the abort that follows is what matters
+        pass
+
+
 def _members(ctx) -> tuple:
     MPI = _comm.mpi()
     world, group = MPI.COMM_WORLD.Get_group(), ctx.comm.Get_group()
@@ -642,10 +657,12 @@ class Nccl(Transport):
         end NCCL's traffic at once and drop the channel (the next matrix makes one); after
         a timeout, set the channel aside only if its work may still be queued
         (:meth:`_Channel.set_aside`), never aborting it."""
+        cupy = _cuda.cupy_or_none()
+        current = cupy.cuda.get_current_stream()
         if isinstance(error, TimeoutError):
-            cupy = _cuda.cupy_or_none()
-            self.channel.set_aside((self.stream, cupy.cuda.get_current_stream()))
+            self.channel.set_aside((self.stream, current))
             return
+        _end_capture(current)
         self.channel.abort()
 
     def halo(self, plan, dtype):

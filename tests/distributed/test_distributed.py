@@ -654,6 +654,48 @@ def test_a_timed_out_nccl_channel_is_set_aside_only_with_work_queued():
     assert Comm.aborted == 1 and not idle.alive
 
 
+@pytest.mark.parametrize("capturing", [True, False])
+def test_a_nccl_abort_first_ends_a_capture_in_progress(monkeypatch, capturing):
+    """A rank's failure can come within a solve's captured iterations; NCCL's abort waited
+    for good for the calls the capture held, so the transport ends the capture (dropping
+    it) before it aborts. After a timeout it does neither."""
+    import types
+
+    from sparsegpu import _cuda
+    from sparsegpu.distributed import _transport
+
+    events = []
+
+    class Stream:
+        done = True
+
+        def __init__(self):
+            self.capturing = capturing
+
+        def is_capturing(self):
+            return self.capturing
+
+        def end_capture(self):
+            events.append("end capture")
+            self.capturing = False
+
+    class Comm:
+        def abort(self):
+            events.append("abort")
+
+    current = Stream()
+    cupy = types.SimpleNamespace(cuda=types.SimpleNamespace(get_current_stream=lambda: current))
+    monkeypatch.setattr(_cuda, "cupy_or_none", lambda: cupy)
+    transport = object.__new__(_transport.Nccl)
+    transport.stream = Stream()
+    transport.channel = _transport._Channel(Comm(), transport.stream)
+    transport.abort(TimeoutError("a rank never came"))
+    assert events == [] and transport.channel.alive
+    transport.abort(sgd.RankError("rank 1 failed", [1]))
+    assert events == (["end capture", "abort"] if capturing else ["abort"])
+    assert not current.capturing and not transport.channel.alive
+
+
 def test_explain_on_one_rank_names_the_others_within_the_deadline(comm):
     """The docs' first example used to hang: ``explain()`` called on rank 0 only."""
     needs_ranks(comm, 2)
