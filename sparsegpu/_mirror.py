@@ -339,9 +339,10 @@ class DeviceMatrix:
         non-blocking stream right after a plan was made on the default one read the
         merge-path tile table before it was written (an illegal address on the H200)."""
         if self.xp is not np:
-            ready, self._ready = self._ready, None
-            if ready is not None:
-                ready.synchronize()
+            ready = self._ready
+            if ready is not None:  # cleared once passed: a thread that reads None after
+                ready.synchronize()  # that finds the work done
+                self._ready = None
             self.xp.cuda.get_current_stream().synchronize()
 
     def queued(self) -> DeviceMatrix:
