@@ -225,6 +225,20 @@ def test_the_rule_reads_a_recorded_bound_then_the_exact_rows(compression):
     assert algorithm == "alg1" and f"at most {10**12:,}" in reason
 
 
+def test_no_sample_where_its_tables_do_not_fit_in_shared_memory(monkeypatch):
+    """On a GPU of 99 KiB of shared memory a block, a table of 16,384 int64 keys does not
+    fit: the rule samples nothing (launches nothing) and keeps ALG1."""
+    small = DeviceInfo(0, "test", (8, 6), 84, 24 * 2**30, 6 * 2**20, 99 * 1024, 2**27, 512)
+    monkeypatch.setattr(_cuda, "device_info", lambda index=None: small)
+    monkeypatch.setattr(_cuda, "cupy_or_none", lambda: pytest.fail("nothing is launched"))
+    operand = _operand(100**3, 27 * 100**3, 27.0, 27)
+    operand.index_dtype = np.dtype(np.int64)
+    limit = hash_spgemm.HASH_MAX_ROW_PRODUCTS
+    assert hash_spgemm.sampled_compression(operand, operand, limit) is None
+    operand.longest_row = 128  # 16,384 products a row at most: the rule's limit
+    assert ENGINE.estimate(operand, operand)[0] == "alg1"
+
+
 @gpu
 @pytest.mark.parametrize("index_dtype", INDEX_DTYPES)
 @pytest.mark.parametrize("name", ["stencil27", "tall", "one_row", *MATRIX_NAMES])

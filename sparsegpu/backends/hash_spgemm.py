@@ -309,17 +309,21 @@ def sample_rows(n_rows: int) -> np.ndarray:
     return np.arange(count, dtype=np.int64) * (n_rows - 1) // max(count - 1, 1)
 
 
-def sampled_compression(left, right, bound: int) -> float:
+def sampled_compression(left, right, bound: int) -> float | None:
     """Products per entry of ``left @ right`` on the rows of :func:`sample_rows` (one
     kernel counts their products and distinct columns; one host synchronisation): how
     many products each entry of ``C`` sums, the work hash rows save over ALG1's sort of
-    every product. ``bound`` bounds a row's products; it is at most
-    :data:`HASH_MAX_ROW_PRODUCTS`, so every table fits in shared memory."""
-    cupy = _cuda.cupy_or_none()
+    every product. ``bound`` bounds a row's products (at most
+    :data:`HASH_MAX_ROW_PRODUCTS`). None, and nothing launched, where a table of that
+    many keys does not fit in this GPU's shared memory (int64 keys on a GPU of 99 KiB a
+    block): the sampling kernel keeps its tables there."""
     m, index = left.shape[0], left.index_dtype
     count = min(m, SAMPLE_ROWS)
     slots = table_slots(min(bound, right.shape[1]))
     launch = table_launch(slots, index.itemsize, count, _cuda.device_info())
+    if launch.global_slots:
+        return None
+    cupy = _cuda.cupy_or_none()
     totals = cupy.zeros(2, dtype=np.uint64)
     arguments = (left.indptr, left.indices, right.indptr, right.indices, count, m, slots, totals)
     name = _sample_kernel(index, launch.lanes, launch.whole_block)
@@ -334,7 +338,8 @@ def sampled_compression(left, right, bound: int) -> float:
 # nnz(L) x R's mean row length), at least HASH_MIN_ROW_PRODUCTS of them a row on average, no
 # row over HASH_MAX_ROW_PRODUCTS (L's longest row x R's longest: every row's table in shared
 # memory) and at least HASH_MIN_COMPRESSION products per entry of C on a sample of rows
-# (sampled_compression, read only where the rest holds); cuSPARSE ALG1 otherwise.
+# (sampled_compression, read only where the rest holds, and where its tables fit in shared
+# memory); cuSPARSE ALG1 otherwise.
 # On the fit set hash rows beat cuSPARSE ALG1 called directly on one matrix, in both dtypes:
 # the 3-D 27-point stencil 40^3 (42.9M products, 670 a row, 5.9 products an entry; hash
 # 1.66 ms, ALG1 direct 4.43 in float64; 1.90 against 4.95 in float32). They lost on
