@@ -26,7 +26,6 @@ to compare two trees, run it once with each on ``PYTHONPATH`` and ``--label``.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import pathlib
 import statistics
@@ -39,6 +38,9 @@ import scipy.sparse as sp
 import sparsegpu as sg
 from sparsegpu import _registry, _spmm
 from sparsegpu.backends import cusparse as cusparse_backend
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import _outputs  # noqa: E402
 
 # Few calls between synchronizations: more would fill the launch queue (about a thousand
 # launches), after which each call waits for the GPU and the loop times kernels, not host.
@@ -161,11 +163,7 @@ def _block_row(B, C, X, cupy, sync) -> dict:
 def _direct_spmm():
     """``DirectSpMM`` of ``benchmarks/spmm.py`` (beside this file): cuSPARSE SpMM as a C
     program calls it, as the ``A @ X`` benchmark compares with."""
-    path = pathlib.Path(__file__).with_name("spmm.py")
-    spec = importlib.util.spec_from_file_location("spmm_benchmark", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.DirectSpMM
+    return _outputs.sibling("spmm.py", "spmm_benchmark").DirectSpMM
 
 
 def main(argv=None) -> int:

@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import importlib.util
 import json
 import math
 import pathlib
@@ -64,6 +63,9 @@ from sparsegpu.backends import cusparse_spgemm, spgemm
 from sparsegpu.datasets import synthetic
 
 HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import _outputs  # noqa: E402
+
 # the Galerkin form, P.T @ A @ P (a suffix says which aggregation P is: see prolongation)
 GALERKIN = "P.T@A@P"
 # the bars of issue 34
@@ -72,12 +74,7 @@ SCIPY_BAR = 10.0
 
 
 def _fem_p1():
-    spec = importlib.util.spec_from_file_location(
-        "compressed_indices", HERE / "compressed_indices.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.fem_p1
+    return _outputs.sibling("compressed_indices.py", "compressed_indices").fem_p1
 
 
 def matrices(scale: str, xp) -> list:

@@ -28,7 +28,6 @@ Usage (on a GPU machine)::
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import pathlib
 import sys
@@ -42,13 +41,12 @@ from sparsegpu.backends import spgemm
 from sparsegpu.datasets import synthetic
 
 HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+import _outputs  # noqa: E402
 
 
 def _spgemm_benchmark():
-    spec = importlib.util.spec_from_file_location("spgemm_benchmark", HERE.parent / "spgemm.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return _outputs.sibling("spgemm.py", "spgemm_benchmark")
 
 
 def phases(n: int, dtype, repeat: int, cupy, cupyx_sparse) -> dict:

@@ -20,7 +20,6 @@ Usage (on a GPU machine)::
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 import pathlib
@@ -35,16 +34,14 @@ from sparsegpu.backends.csr_vector import nearby_threads_per_row
 from sparsegpu.datasets import synthetic
 
 HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+import _outputs  # noqa: E402
+
 BLOCKS = (128, 256, 512)
 
 
 def _auto_vs_cusparse():
-    spec = importlib.util.spec_from_file_location(
-        "auto_vs_cusparse", HERE.parent / "auto_vs_cusparse.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return _outputs.sibling("auto_vs_cusparse.py", "auto_vs_cusparse")
 
 
 def candidates(A, dtype) -> list:
