@@ -142,12 +142,13 @@ def level_in_force(explicit: str | None, matrix_level: str | None) -> str:
 # is not timed again (its one sample is what planning records).
 HOPELESS = 4
 # A planning sample is a loop of products (at most SAMPLE_PRODUCTS) streaming at least
-# SAMPLE_BYTES of matrix and vectors, about 100 us of the GPU's traffic: the host latency
-# of a sample's first call (5-30 us before its kernel starts, more on a slow host) is then a
-# small part of it, as it is in a solver's loop. With a tenth of that (one or two products
-# a sample on 20-60 MB matrices), planning on the H100 timed two merge-path shapes at 37.3
-# and 37.2 us whose products took 25.8 and 24.3 us in a loop, and kept the slower
-# (class_fit_h100_run2.json, 100k rows of ~25 with one of 6,000, float32).
+# SAMPLE_BYTES of matrix and vectors, about 100 us of the GPU's traffic, after one untimed
+# lead product (sparsegpu._timing). With a tenth of that and no lead product (one or two
+# products a sample on 20-60 MB matrices), planning on the H100 timed two merge-path shapes
+# at 37.3 and 37.2 us whose products took 25.8 and 24.3 us in a loop, and kept the slower
+# (class_fit_h100_run2.json, 100k rows of ~25 with one of 6,000, float32); on matrices over
+# SAMPLE_BYTES, whose samples are one product, the lead product is what keeps the first
+# one's launch latency out (lead_call_h100.json).
 SAMPLE_BYTES = 4e8
 SAMPLE_PRODUCTS = 20
 

@@ -1,6 +1,15 @@
 """How sparsegpu measures: CUDA-event timings (median of repeats after warm-up) and the
 byte count of a product, so every tool (bench, autotune, asv, probe) counts the same way.
 
+Every CUDA-event sample starts with one untimed lead call, queued just before the start
+event: while the GPU runs it, the host records the event and queues the first timed call,
+so a sample times its calls as they run one after another in a solver's loop. Without it a
+sample after a synchronisation also timed the first call's launch latency and its first
+run on cold caches: 4-11 us on products of 50-120 us (H100), by candidate, enough for
+planning to keep a block policy 10% slower than the untuned one
+(docs/benchmarks/results/lead_call_h100.md). A loop the host cannot keep up with is still
+timed at the host's pace.
+
 :func:`time_candidates` is the one timing harness of planning, the autotuner and
 ``sparsegpu bench``: a calibration sample of each candidate, then its samples, taken in
 alternation with the other candidates'.
@@ -73,7 +82,8 @@ def cuda_time(fn, *, warmup: int = 3, repeat: int = 20, inner: int = 1) -> Timin
         Timed samples; the result keeps them all (use ``median_ms``).
     inner : int
         Calls per sample, for work shorter than the event resolution; each sample is
-        the sample's time divided by ``inner``.
+        the sample's time divided by ``inner``. Each sample also makes one untimed lead
+        call before its start event (see the module docstring).
     """
     return cuda_time_interleaved({"fn": fn}, warmup=warmup, repeat=repeat, inner=inner)["fn"]
 
@@ -99,7 +109,9 @@ def _interleaved(fns: dict, warmup: int, repeat: int, inner, sample) -> dict:
     return {name: Timing(tuple(samples[name]), _inner_of(inner, name)) for name in names}
 
 
-def cuda_time_interleaved(fns: dict, *, warmup: int = 3, repeat: int = 20, inner: int = 1) -> dict:
+def cuda_time_interleaved(
+    fns: dict, *, warmup: int = 3, repeat: int = 20, inner: int = 1, lead: bool = True
+) -> dict:
     """Time several functions with CUDA events, in alternation: one sample of each, then
     the next of each, the order rotating every round.
 
@@ -107,7 +119,8 @@ def cuda_time_interleaved(fns: dict, *, warmup: int = 3, repeat: int = 20, inner
     shared machine) or a clock change of the GPU then falls on every function alike,
     where timing them one after another lets it fall on one of them only. Parameters as
     :func:`cuda_time`, for each function (``inner`` may also be a dict of each one's);
-    returns ``{name: Timing}`` in ``fns``' order.
+    returns ``{name: Timing}`` in ``fns``' order. ``lead=False`` leaves out each sample's
+    lead call (see the module docstring): to show what it changes, never to measure.
     """
     cupy = _cuda.cupy_or_none()
     if cupy is None:
@@ -116,6 +129,8 @@ def cuda_time_interleaved(fns: dict, *, warmup: int = 3, repeat: int = 20, inner
 
     def sample(fn, inner):
         start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+        if lead:
+            fn()  # untimed (see the module docstring)
         start.record(stream)
         for _ in range(inner):
             fn()

@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+import types
+
 import pytest
 
 from sparsegpu import _cuda, _timing
+
+
+def _fake_cuda(event_type, stream_type):
+    """A ``cupy.cuda`` of these events and streams; an event records its time as ``at``."""
+    return types.SimpleNamespace(
+        Event=event_type,
+        get_current_stream=stream_type,
+        get_elapsed_time=lambda start, stop: stop.at - start.at,
+    )
 
 
 class _FakeCupy:
@@ -26,14 +37,7 @@ class _FakeCupy:
             def synchronize(self):
                 fake.log.append("sync")
 
-        class Cuda:
-            pass
-
-        cuda = Cuda()
-        cuda.Event = Event
-        cuda.get_current_stream = lambda: Stream()
-        cuda.get_elapsed_time = lambda start, stop: stop.at - start.at
-        self.cuda = cuda
+        self.cuda = _fake_cuda(Event, Stream)
 
 
 @pytest.fixture
@@ -57,14 +61,16 @@ def test_each_function_gets_its_own_samples(fake_cupy):
     assert list(timings) == ["a", "b"]
     assert timings["a"].samples_ms == (1.0,) * 5  # each sample divided by inner
     assert timings["b"].median_ms == 3.0
-    assert fake_cupy.log.count("a") == 2 + 5 * 4 and fake_cupy.log.count("b") == 2 + 5 * 4
+    # warm-up, then per sample one lead call and the timed ones
+    assert fake_cupy.log.count("a") == 2 + 5 * 5 and fake_cupy.log.count("b") == 2 + 5 * 5
 
 
 def test_samples_alternate_and_the_order_rotates(fake_cupy):
     fns = {k: _work(fake_cupy, k, 1.0) for k in "abc"}
     _timing.cuda_time_interleaved(fns, warmup=1, repeat=3, inner=1)
     timed = fake_cupy.log[fake_cupy.log.index("sync") + 1 :]
-    assert timed == list("abc") + list("bca") + list("cab")
+    # each sample: its lead call, then its timed one
+    assert timed == [name for name in "abcbcacab" for _ in range(2)]
 
 
 def test_a_slow_stretch_falls_on_every_function(fake_cupy):
@@ -103,6 +109,60 @@ def test_without_a_gpu_it_says_so(monkeypatch):
 def test_one_function_alone_is_the_same_timer(fake_cupy):
     timing = _timing.cuda_time(_work(fake_cupy, "a", 2.0), warmup=1, repeat=3, inner=2)
     assert timing.samples_ms == (2.0, 2.0, 2.0)
-    assert fake_cupy.log == ["a", "sync"] + ["a"] * 6
+    assert fake_cupy.log == ["a", "sync"] + ["a"] * 9  # 3 samples of a lead and 2 timed
     host = _timing.host_time(lambda: None, warmup=0, repeat=4)
     assert len(host.samples_ms) == 4
+
+
+class _Timeline:
+    """One stream: the host issues launches (each costing it ``latency`` ms) and events;
+    the GPU runs them in order, each once it has arrived and the GPU is free. Times in
+    ms."""
+
+    def __init__(self, latency):
+        self.host = self.gpu = 0.0
+        self.latency = latency
+        self.queue = []  # (issued at, kernel ms or the event) not yet run
+        timeline = self
+
+        class Event:
+            def record(self, stream):
+                timeline.host += 0.001
+                timeline.queue.append((timeline.host, self))
+
+            def synchronize(self):
+                timeline.run()
+                timeline.host = max(timeline.host, self.at)
+
+        class Stream:
+            def synchronize(self):
+                timeline.run()
+                timeline.host = max(timeline.host, timeline.gpu)
+
+        self.cuda = _fake_cuda(Event, Stream)
+
+    def launch(self, ms):
+        self.host += self.latency
+        self.queue.append((self.host, ms))
+
+    def run(self):
+        for issued, what in self.queue:
+            self.gpu = max(self.gpu, issued)
+            if isinstance(what, float):
+                self.gpu += what
+            else:
+                what.at = self.gpu
+        self.queue = []
+
+
+@pytest.mark.parametrize("latency", [0.005, 0.02])
+def test_a_sample_leaves_the_first_launch_latency_out(monkeypatch, latency):
+    # one 0.08 ms product a sample, each launch 5-20 us of the host's time: without the
+    # lead call every sample after the synchronisation would read 0.08 + latency
+    timeline = _Timeline(latency)
+    monkeypatch.setattr(_cuda, "cupy_or_none", lambda: timeline)
+    timing = _timing.cuda_time(lambda: timeline.launch(0.08), warmup=1, repeat=5, inner=1)
+    assert timing.median_ms == pytest.approx(0.08)
+    # a loop the host cannot keep up with is timed at the host's pace
+    host_bound = _timing.cuda_time(lambda: timeline.launch(0.001), warmup=1, repeat=3, inner=10)
+    assert host_bound.median_ms == pytest.approx(latency, rel=0.05)
