@@ -9,7 +9,7 @@ import pytest
 import scipy.sparse as sp
 
 import sparsegpu as sg
-from sparsegpu import _cuda
+from sparsegpu import _cuda, _registry
 from sparsegpu._mirror import CUPY, HOST, DeviceMatrix
 from sparsegpu.backends import block
 from sparsegpu.backends.block import (
@@ -75,6 +75,12 @@ def random_bsr(shape_in_blocks, blocksize, dtype, index_dtype, seed, trim=(0, 0)
     return B, (full[0] - trim[0], full[1] - trim[1])
 
 
+def _padding(blocksize, padded: bool) -> tuple[int, int]:
+    """Rows and columns to cut from the last blocks: all but one of each (the most
+    padding a BSR shape can have), or none."""
+    return (blocksize[0] - 1, blocksize[1] - 1) if padded else (0, 0)
+
+
 # ------------------------------------------------------------------------------ CPU
 def test_policy_validates():
     assert BlockPolicy(128, 4).threads_per_block_row == 4
@@ -88,6 +94,8 @@ def test_policy_validates():
         BlockPolicy(256, 32, unroll=3)
     with pytest.raises(ValueError, match="max_registers=16"):
         BlockPolicy(256, 32, max_registers=16)
+    with pytest.raises(ValueError, match="whole_blocks=1"):
+        BlockPolicy(256, 8, whole_blocks=1)
     assert BlockPolicy(256, 32).compile_options() == ()
     assert BlockPolicy(256, 32, 8, 48).compile_options() == (
         "-DSPARSEGPU_UNROLL=8",
@@ -120,6 +128,44 @@ def test_every_block_shape_is_registered():
     assert "block_spmv<double, int, 3, 3, 32>" in names
     assert "block_count<int>" in names and "block_count<long long>" in names
     assert not block.supports_blocksize(9, 3) and block.supports_blocksize(8, 1)
+
+
+def test_whole_block_kernels_take_four_values_a_block():
+    names = set(FAMILY.instantiations)
+    for R, C in [(2, 2), (1, 4), (4, 1), (3, 3)]:
+        assert block.takes_whole_blocks(R, C)
+        for group in (1, 2, 4, 8, 16, 32):
+            name = block.kernel_name(np.complex64, np.int32, R, C, group, whole=True)
+            assert name in names and name.startswith("block_spmv_whole<")
+    assert not block.takes_whole_blocks(2, 3) and not block.takes_whole_blocks(2, 1)
+    assert "block_spmv_whole<double, int, 6, 6, 8>" not in names
+    # lanes for one trip of 4 blocks each: 27 blocks (3-D mesh) 8, 9 (2-D) 4, 1 block 1
+    assert [block.whole_group(m) for m in (27, 9, 1, 0, 500)] == [8, 4, 1, 1, 32]
+    assert block.whole_group(27, unroll=8) == 4
+    # blocks in flight: 256 bytes of values and x entries at most
+    assert block.whole_in_flight(2, 2, 8) == 4 and block.whole_in_flight(3, 3, 8) == 2
+    assert block.whole_in_flight(2, 2, 16) == 2 and block.whole_in_flight(2, 2, 4, unroll=8) == 8
+
+
+def test_whole_blocks_refused_where_the_kernel_cannot_read_them():
+    class Data:  # a layout's values: only the shape, dtype and address are read
+        def __init__(self, blocksize, ptr):
+            self.shape = (4, *blocksize)
+            self.dtype = np.dtype(np.float64)
+            self.data = type("Pointer", (), {"ptr": ptr})()
+
+    def layout(blocksize, ptr=4096):
+        R, C = blocksize
+        return block.BlockLayout(None, None, Data(blocksize, ptr), (R * 4, C * 4))
+
+    block._check_whole_blocks(layout((2, 2)))
+    block._check_whole_blocks(layout((3, 3), ptr=4096 + 8))  # 72-byte blocks: 8-byte loads
+    with pytest.raises(ValueError, match="blocks of 2x2, 1x4, 4x1, 3x3, not 2x3"):
+        block._check_whole_blocks(layout((2, 3)))
+    with pytest.raises(ValueError, match="multiple of 16 bytes"):
+        block._check_whole_blocks(layout((2, 2), ptr=4096 + 8))
+    with pytest.raises(ValueError, match="multiple of 8 bytes"):
+        block._check_whole_blocks(layout((3, 3), ptr=4096 + 4))
 
 
 def test_min_fill_is_where_the_layout_reads_the_byte_ratio():
@@ -185,16 +231,17 @@ def test_backend_unavailable_without_gpu_says_why():
 @pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=INDEX_IDS)
 @pytest.mark.parametrize("value_dtype", VALUE_DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize(
-    ("blocks", "trim"),
-    [((40, 30), (0, 0)), ((40, 30), (1, 1)), ((1, 50), (0, 0)), ((60, 1), (0, 0)),
-     ((7, 7), (0, 0)), ((0, 3), (0, 0))],
+    ("blocks", "padded"),
+    [((40, 30), False), ((40, 30), True), ((1, 50), False), ((60, 1), False),
+     ((7, 7), False), ((0, 3), False)],
     ids=["40x30", "40x30_padded", "one_block_row", "one_block_column", "7x7", "no_rows"],
 )  # fmt: skip
-def test_block_plan_matches_scipy(blocks, trim, value_dtype, index_dtype, blocksize):
+def test_block_plan_matches_scipy(blocks, padded, value_dtype, index_dtype, blocksize):
     cupy = _gpu()
-    B, shape = random_bsr(blocks, blocksize, value_dtype, index_dtype, seed=sum(blocksize))
-    if trim != (0, 0) and min(shape) <= 0:
-        pytest.skip("nothing left after the trim")
+    trim = _padding(blocksize, padded)
+    B, shape = random_bsr(
+        blocks, blocksize, value_dtype, index_dtype, seed=sum(blocksize), trim=trim
+    )
     plan = block_plan(cupy.asarray(B.indptr), cupy.asarray(B.indices), cupy.asarray(B.data), shape)
     S = B.tocsr()[: shape[0], : shape[1]]
     x = random_vector(shape[1], value_dtype, 1)
@@ -220,6 +267,84 @@ def test_block_plan_every_knob(policy):
     )
     x = random_vector(shape[1], np.float64, 1)
     assert_product_close(plan.matvec(cupy.asarray(x)), B @ x, np.float64, 120)
+
+
+@pytest.mark.parametrize(
+    "blocksize", [(2, 2), (1, 4), (4, 1), (3, 3)], ids=lambda s: f"{s[0]}x{s[1]}"
+)
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=INDEX_IDS)
+@pytest.mark.parametrize("value_dtype", VALUE_DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize(
+    "policy",
+    [BlockPolicy(128, 4, whole_blocks=True), BlockPolicy(256, 1, unroll=8, whole_blocks=True),
+     BlockPolicy(64, 32, unroll=2, whole_blocks=True)],
+    ids=["4_lanes", "1_lane_unroll8", "32_lanes_unroll2"],
+)  # fmt: skip
+@pytest.mark.parametrize(
+    ("blocks", "padded"), [((40, 30), False), ((40, 30), True), ((7, 60), False)],
+    ids=["40x30", "40x30_padded", "7x60"],
+)  # fmt: skip
+def test_whole_blocks_match_scipy(blocks, padded, policy, value_dtype, index_dtype, blocksize):
+    """Whole blocks per lane: every lane count, rows longer and shorter than a trip, rows
+    and columns of the last blocks past the shape."""
+    cupy = _gpu()
+    trim = _padding(blocksize, padded)
+    B, shape = random_bsr(blocks, blocksize, value_dtype, index_dtype, seed=11, trim=trim)
+    plan = block_plan(
+        cupy.asarray(B.indptr), cupy.asarray(B.indices), cupy.asarray(B.data), shape, policy
+    )
+    S = B.tocsr()[: shape[0], : shape[1]]
+    x = random_vector(shape[1], value_dtype, 1)
+    expected = S @ x
+    width = max(blocks[1], 1) * blocksize[1]
+    assert_product_close(plan.matvec(cupy.asarray(x)), expected, expected.dtype, width)
+
+
+def test_whole_blocks_on_a_csr_matrix_through_the_backend():
+    """``A.policy`` with whole blocks on a CSR matrix of 2 x 2 blocks (the layout the
+    backend builds), and planning timing the whole-block candidate."""
+    cupy = _gpu()
+    S = block_mesh(7, 2, seed=3, node_order="random")
+    A = sg.csr_matrix(S)
+    x = random_vector(S.shape[1], np.float64, 2)
+    policy = BlockPolicy(128, 8, whole_blocks=True)
+    y = sg.matvec(A, cupy.asarray(x), backend="block", policy=policy)
+    assert_product_close(y, S @ x, np.float64, 54)
+    choice = sg.choose(A, cupy.asarray(x))
+    timed = [m.policy for m in choice.measurements if m.backend == "block"]
+    assert any(p.whole_blocks for p in timed) and any(not p.whole_blocks for p in timed)
+    with pytest.raises(ValueError, match="not 6x6"):
+        sg.matvec(sg.csr_matrix(block_mesh(3, 6)), cupy.zeros(162), backend="block", policy=policy)
+    # 3 x 3 blocks too: whole blocks untuned, the tiles' untuned policy timed beside them
+    A3 = sg.csr_matrix(block_mesh(7, 3, seed=3))
+    choice = sg.choose(A3, cupy.asarray(random_vector(A3.shape[1], np.float64, 2)))
+    timed = [m.policy for m in choice.measurements if m.backend == "block"]
+    assert timed[0].whole_blocks and any(not p.whole_blocks for p in timed)
+    assert len({p.threads_per_block_row for p in timed if p.whole_blocks}) >= 2
+
+
+def test_whole_blocks_are_the_untuned_policy_where_the_values_are_aligned():
+    cupy = _gpu()
+    B, shape = random_bsr((30, 20), (2, 2), np.float32, np.int32, seed=4)
+    indptr, indices = cupy.asarray(B.indptr), cupy.asarray(B.indices)
+    plan = block_plan(indptr, indices, cupy.asarray(B.data), shape)
+    assert plan.policy.whole_blocks
+    # the same values one float past an aligned address: the vector loads cannot read them
+    raw = cupy.empty(B.data.size + 1, dtype=np.float32)
+    raw[1:] = cupy.asarray(B.data.ravel())
+    shifted = raw[1:].reshape(B.data.shape)
+    plan = block_plan(indptr, indices, shifted, shape)
+    assert not plan.policy.whole_blocks
+    x = random_vector(shape[1], np.float32, 1)
+    assert_product_close(plan.matvec(cupy.asarray(x)), B @ x, np.float32, 40)
+    with pytest.raises(ValueError, match="multiple of 16 bytes"):
+        block_plan(indptr, indices, shifted, shape, BlockPolicy(128, 4, whole_blocks=True))
+    backend = _registry.registered()["block"]
+    mirror = sg.csr_matrix(block_mesh(5, 2, seed=1))._sg_mirror(CUPY, np.dtype(np.float64))
+    untuned = backend.default_policy(mirror)
+    n_blocks, n_block_rows, _ = backend._blocks_and_block_rows(mirror)
+    assert untuned.whole_blocks
+    assert untuned.threads_per_block_row == block.whole_group(n_blocks / n_block_rows)
 
 
 def test_block_plan_refuses_bad_arrays():

@@ -4,7 +4,10 @@ A matrix from finite elements with several unknowns per mesh node stores its non
 small dense blocks. CSR reads one column index per nonzero (12 bytes a nonzero in float64
 with int32 indices); a layout of b x b blocks reads one per block (8.44 bytes a nonzero for
 full 3 x 3 blocks, 1.42x fewer). The kernel (``kernels/block.cu``) gives a group of lanes
-to each block row and reads the block row's values as one coalesced vector.
+to each block row and reads the block row's values as one coalesced vector, in tiles of
+whole blocks; or, for small blocks (2 x 2, 3 x 3), each block whole to one lane, read in as
+few loads as its size allows (``BlockPolicy.whole_blocks``, their untuned policy: a third of
+the tiles' loads for 2 x 2, and few shuffles on short block rows).
 
 Two ways in:
 
@@ -62,6 +65,15 @@ MAX_BYTE_RATIO = 0.9
 MIN_GROUP = 8
 # The kernel's launch bound (kernels/block.cu): threads per block.
 MAX_BLOCK_SIZE = 512
+# Block shapes the whole-block kernel (kernels/block.cu: a lane per block) is instantiated for.
+WHOLE_BLOCK_SHAPES = ((2, 2), (1, 4), (4, 1), (3, 3))
+# ... and those whose untuned policy it is: on the fit set of benchmarks/blocks.py (H100,
+# blocks_h100.json), whole blocks at whole_group's lanes against the tiles' untuned policy:
+# mesh_b2_n40 23.3 / 14.0 us against 24.9 / 15.9 (float64 / float32), mesh_b3_n30 21.3 /
+# 12.5 against 24.9 / 18.3.
+WHOLE_BY_DEFAULT = ((2, 2), (1, 4), (4, 1), (3, 3))
+# The kernel's bound on the values and x entries of the blocks a lane keeps in flight.
+WHOLE_IN_FLIGHT_BYTES = 256
 # Threads per block of the counting pass (a warp per row).
 COUNT_BLOCK = 256
 MAX_COUNT_BLOCKS = 1 << 16
@@ -87,6 +99,11 @@ class BlockPolicy(Policy):
         Register cap per thread (32..128, CUDA's ``__maxnreg__``) in place of the
         kernel's launch bound of 512 threads, which leaves the compiler up to 128: more
         warps in flight, at the price of spills.
+    whole_blocks : bool
+        Small blocks only (2 x 2, 1 x 4, 4 x 1, 3 x 3): each lane takes whole blocks, every
+        ``threads_per_block_row``-th of its block row, each read in as few loads as its
+        size allows (``block_spmv_whole``), ``unroll`` blocks in flight (at most 256 bytes
+        of their values and x entries), instead of tiles of values spread over the lanes.
 
     ``unroll`` and ``max_registers`` are compile-time macros of the kernel
     (``SPARSEGPU_UNROLL``, ``SPARSEGPU_MAX_REGISTERS``): a policy that changes them
@@ -97,10 +114,16 @@ class BlockPolicy(Policy):
     threads_per_block_row: int = 32
     unroll: int = field(default=4, metadata=SECONDARY)
     max_registers: int | None = field(default=None, metadata=SECONDARY)
+    whole_blocks: bool = False
 
     def __post_init__(self):
         super().__post_init__()
         check_block_size(self)
+        if not isinstance(self.whole_blocks, bool):
+            raise ValueError(
+                f"whole_blocks={self.whole_blocks!r} is not allowed for the block kernel; use "
+                "True or False"
+            )
         if self.block_size > MAX_BLOCK_SIZE:
             raise ValueError(
                 f"block_size={self.block_size} is not allowed for the block kernel; use a "
@@ -165,10 +188,35 @@ def default_group(rows: int, columns: int, mean_blocks: float) -> int:
     return max(group_widths(rows, columns), key=lambda g: (round(used(g), 3), g))
 
 
-def kernel_name(value_dtype, index_dtype, rows: int, columns: int, group: int) -> str:
+def kernel_name(
+    value_dtype, index_dtype, rows: int, columns: int, group: int, whole: bool = False
+) -> str:
     """The C++ name of one instantiation, e.g. ``block_spmv<double, int, 3, 3, 32>`` (3 x 3
-    blocks, 32 lanes per block row)."""
-    return name_expression("block_spmv", value_dtype, index_dtype, rows, columns, group)
+    blocks, 32 lanes per block row); ``whole``: ``block_spmv_whole``, whole blocks per
+    lane (the shapes of :data:`WHOLE_BLOCK_SHAPES`)."""
+    template = "block_spmv_whole" if whole else "block_spmv"
+    return name_expression(template, value_dtype, index_dtype, rows, columns, group)
+
+
+def takes_whole_blocks(rows: int, columns: int) -> bool:
+    """Whether ``block_spmv_whole`` (whole blocks per lane) is instantiated for the shape."""
+    return (rows, columns) in WHOLE_BLOCK_SHAPES
+
+
+def whole_in_flight(rows: int, columns: int, itemsize: int, unroll: int = 4) -> int:
+    """Blocks a lane of the whole-block kernel keeps in flight: ``unroll``, at most
+    :data:`WHOLE_IN_FLIGHT_BYTES` of their values and x entries (the kernel's rule): 4 for
+    2 x 2 blocks in float64, 2 for 3 x 3."""
+    per_block = (rows * columns + columns) * itemsize
+    return min(unroll, max(1, WHOLE_IN_FLIGHT_BYTES // per_block))
+
+
+def whole_group(mean_blocks: float, unroll: int = 4) -> int:
+    """Lanes per block row of the whole-block kernel: the fewest (a power of two up to 32)
+    whose one trip of ``unroll`` blocks each covers a block row of ``mean_blocks``: 8 for
+    a 3-D mesh's 27 blocks, 4 for a 2-D mesh's 9."""
+    need = max(1.0, mean_blocks) / unroll
+    return next((g for g in THREADS_PER_ROW_CHOICES if g >= need), THREADS_PER_ROW_CHOICES[-1])
 
 
 def supports_blocksize(rows: int, columns: int) -> bool:
@@ -443,7 +491,10 @@ class BlockPlan(KernelPlan):
         if not self.launches:
             return
         rows, columns = layout.blocksize
-        if policy.threads_per_block_row not in group_widths(rows, columns):
+        whole = policy.whole_blocks
+        if whole:
+            _check_whole_blocks(layout)
+        elif policy.threads_per_block_row not in group_widths(rows, columns):
             raise ValueError(
                 f"threads_per_block_row={policy.threads_per_block_row} is too few for "
                 f"{rows}x{columns} blocks; use one of {list(group_widths(rows, columns))}"
@@ -451,7 +502,7 @@ class BlockPlan(KernelPlan):
         group = policy.threads_per_block_row
         self.kernel = _compile.get_kernel(
             SOURCE,
-            kernel_name(matrix.dtype, layout.indices.dtype, rows, columns, group),
+            kernel_name(matrix.dtype, layout.indices.dtype, rows, columns, group, whole),
             policy.compile_options(),
         )
         n_block_rows = layout.indptr.shape[0] - 1
@@ -464,16 +515,71 @@ class BlockPlan(KernelPlan):
         )  # fmt: skip
 
 
-def _default_policy(n_blocks: int, n_block_rows: int, blocksize, kernel) -> BlockPolicy:
-    """Lanes per block row from the mean blocks per block row (:func:`default_group`);
-    block size from the occupancy API (``kernel(group)``: the compiled instantiation)."""
-    group = default_group(*blocksize, n_blocks / max(n_block_rows, 1))
+def _check_whole_blocks(layout: BlockLayout) -> None:
+    """Refuse ``whole_blocks`` for a layout the whole-block kernel cannot read: blocks of
+    other than four values, or values not aligned to one block's bytes (its vector
+    loads)."""
+    rows, columns = layout.blocksize
+    if not takes_whole_blocks(rows, columns):
+        raise ValueError(
+            "whole_blocks=True takes blocks of "
+            f"{', '.join(f'{r}x{c}' for r, c in WHOLE_BLOCK_SHAPES)}, "
+            f"not {rows}x{columns}; use whole_blocks=False"
+        )
+    alignment = _vector_alignment(layout.data.dtype, rows * columns)
+    if layout.data.data.ptr % alignment:
+        raise ValueError(
+            f"whole_blocks=True reads each block as a vector, but the block values start at "
+            f"an address that is not a multiple of {alignment} bytes; pass a copy of the "
+            "values (data.copy()) or use whole_blocks=False"
+        )
+
+
+def _default_policy(
+    n_blocks: int, n_block_rows: int, blocksize, value_dtype, index_dtype, whole: bool
+) -> BlockPolicy:
+    """The untuned policy: whole blocks per lane where ``whole`` (:func:`whole_group`'s
+    lanes), else tiles (:func:`default_group`'s lanes); lanes from the mean blocks per
+    block row, block size from the occupancy API on the compiled instantiation.
+
+    Which shapes read whole blocks by default, and the fit that chose them:
+    :data:`WHOLE_BY_DEFAULT`."""
+    mean = n_blocks / max(n_block_rows, 1)
+    if whole:
+        group = whole_group(mean, whole_in_flight(*blocksize, np.dtype(value_dtype).itemsize))
+    else:
+        group = default_group(*blocksize, mean)
     if n_block_rows == 0 or n_blocks == 0:
-        return BlockPolicy(threads_per_block_row=group, source="default")
+        return BlockPolicy(threads_per_block_row=group, whole_blocks=whole, source="default")
+    name = kernel_name(value_dtype, index_dtype, *blocksize, group, whole)
     block_size = occupancy.occupancy_block_size(
-        kernel(group), block_sizes=[b for b in occupancy.BLOCK_SIZES if b <= MAX_BLOCK_SIZE]
+        _compile.get_kernel(SOURCE, name),
+        block_sizes=[b for b in occupancy.BLOCK_SIZES if b <= MAX_BLOCK_SIZE],
     )
-    return BlockPolicy(block_size, group, source="occupancy")
+    return BlockPolicy(block_size, group, whole_blocks=whole, source="occupancy")
+
+
+def _whole_by_default(blocksize, data) -> bool:
+    """Whether the untuned policy reads whole blocks per lane: the shapes of
+    :data:`WHOLE_BY_DEFAULT`, with values the kernel can read (:func:`_reads_whole_blocks`)."""
+    return tuple(blocksize) in WHOLE_BY_DEFAULT and _reads_whole_blocks(blocksize, data)
+
+
+def _reads_whole_blocks(blocksize, data) -> bool:
+    """Whether the whole-block kernel can read these block values (``data``: the device
+    array of the blocks; None for a layout still to be built, which is aligned)."""
+    if not takes_whole_blocks(*blocksize):
+        return False
+    rows, columns = blocksize
+    return data is None or data.data.ptr % _vector_alignment(data.dtype, rows * columns) == 0
+
+
+def _vector_alignment(dtype, values: int) -> int:
+    """The alignment in bytes the whole-block kernel's loads of a block of ``values``
+    values need: the largest power of two up to 16 that divides the block's bytes
+    (``load_block`` in ``kernels/block.cu``)."""
+    nbytes = values * np.dtype(dtype).itemsize
+    return min(16, nbytes & -nbytes)
 
 
 def block_plan(indptr, indices, data, shape, policy: BlockPolicy | None = None) -> BlockPlan:
@@ -515,14 +621,13 @@ def block_plan(indptr, indices, data, shape, policy: BlockPolicy | None = None) 
     # not be whole blocks here)
     holder = DeviceBlockMatrix(layout.data, layout.indices, layout.indptr, layout.shape, CUPY)
     if policy is None:
-        rows, columns = layout.blocksize
-
-        def kernel(group):
-            name = kernel_name(layout.data.dtype, layout.indices.dtype, rows, columns, group)
-            return _compile.get_kernel(SOURCE, name)
-
         policy = _default_policy(
-            layout.data.shape[0], layout.indptr.shape[0] - 1, layout.blocksize, kernel
+            layout.data.shape[0],
+            layout.indptr.shape[0] - 1,
+            layout.blocksize,
+            layout.data.dtype,
+            layout.indices.dtype,
+            _whole_by_default(layout.blocksize, layout.data),
         )
     elif not isinstance(policy, BlockPolicy):
         raise TypeError(f"policy must be a BlockPolicy, got {type(policy).__name__}")
@@ -642,22 +747,33 @@ class BlockBackend(Backend):
         b = structure.size
         return structure.blocks[b], -(-matrix.shape[0] // b), (b, b)
 
-    def default_policy(self, matrix: DeviceMatrix) -> BlockPolicy:
-        """Lanes per block row from the mean blocks per block row
-        (:func:`default_group`); block size from the occupancy API."""
+    def _block_values(self, matrix: DeviceMatrix):
+        """A BSR mirror's block values; None for a CSR mirror (its layout, still to be
+        built, is aligned)."""
+        return matrix.data if _is_bsr(matrix) else None
+
+    def _whole_lanes(self, matrix: DeviceMatrix) -> int:
+        """:func:`whole_group`'s lanes for this matrix's blocks and dtype."""
         n_blocks, n_block_rows, blocksize = self._blocks_and_block_rows(matrix)
+        in_flight = whole_in_flight(*blocksize, matrix.dtype.itemsize)
+        return whole_group(n_blocks / max(n_block_rows, 1), in_flight)
 
-        def kernel(group):
-            name = kernel_name(matrix.dtype, matrix.index_dtype, *blocksize, group)
-            return _compile.get_kernel(SOURCE, name)
-
-        return _default_policy(n_blocks, n_block_rows, blocksize, kernel)
+    def default_policy(self, matrix: DeviceMatrix) -> BlockPolicy:
+        """Whole blocks per lane for blocks of four values, else tiles; lanes per block row
+        from the mean blocks per block row; block size from the occupancy API."""
+        n_blocks, n_block_rows, blocksize = self._blocks_and_block_rows(matrix)
+        whole = _whole_by_default(blocksize, self._block_values(matrix))
+        return _default_policy(
+            n_blocks, n_block_rows, blocksize, matrix.dtype, matrix.index_dtype, whole
+        )
 
     def candidates(self, matrix: DeviceMatrix) -> list[BlockPolicy]:
         """Block sizes 128 and 256 times every lanes per block row the block shape takes,
-        times 4 or 8 values in flight, uncapped or capped at 48 registers."""
+        times 4 or 8 values in flight, uncapped or capped at 48 registers; for the shapes
+        of :data:`WHOLE_BLOCK_SHAPES`, also whole blocks per lane at half, once, twice and
+        four times :func:`whole_group`'s lanes (up to 32), 4 or 8 blocks in flight."""
         untuned = self.default_policy(matrix)
-        _, _, blocksize = self._blocks_and_block_rows(matrix)
+        n_blocks, n_block_rows, blocksize = self._blocks_and_block_rows(matrix)
         out = [untuned] + [
             BlockPolicy(block_size, g, unroll, cap, source="candidate")
             for g in group_widths(*blocksize)
@@ -665,13 +781,33 @@ class BlockBackend(Backend):
             for unroll in (4, 8)
             for cap in (None, 48)
         ]
+        if _reads_whole_blocks(blocksize, self._block_values(matrix)):
+            g = self._whole_lanes(matrix)
+            out += [
+                BlockPolicy(block_size, lanes, unroll, whole_blocks=True, source="candidate")
+                for lanes in dict.fromkeys((max(1, g // 2), g, min(32, 2 * g), min(32, 4 * g)))
+                for block_size in (128, 256)
+                for unroll in (4, 8)
+            ]
         return list(dict.fromkeys(out))
 
     def planning_candidates(self, matrix: DeviceMatrix) -> list[BlockPolicy]:
-        """The untuned policy, with twice the values in flight, and with half the lanes
-        per block row where the block shape takes that (planning times the three)."""
+        """Whole blocks per lane (the untuned policy of 2 x 2 and 3 x 3 blocks): it, with
+        twice and four times the lanes (up to 32), and the tiles' untuned policy; on the dev
+        set's randomly numbered meshes twice the lanes ran 3-12% faster than the untuned
+        rule's. Tiles (the other shapes): the untuned policy, with twice the values in
+        flight, and with half the lanes per block row where the block shape takes that."""
         untuned = self.default_policy(matrix)
-        _, _, blocksize = self._blocks_and_block_rows(matrix)
+        n_blocks, n_block_rows, blocksize = self._blocks_and_block_rows(matrix)
+        if untuned.whole_blocks:
+            lanes = untuned.threads_per_block_row
+            wider = [
+                replace(untuned, threads_per_block_row=min(32, k * lanes), source="candidate")
+                for k in (2, 4)
+            ]
+            tiles = default_group(*blocksize, n_blocks / max(n_block_rows, 1))
+            out = [untuned, *wider, BlockPolicy(untuned.block_size, tiles, source="candidate")]
+            return list(dict.fromkeys(out))
         out = [untuned, replace(untuned, unroll=8, source="candidate")]
         half = untuned.threads_per_block_row // 2
         if half in group_widths(*blocksize):
@@ -698,6 +834,15 @@ FAMILY = _compile.register_family(
             for rows in BLOCK_DIMENSIONS
             for columns in BLOCK_DIMENSIONS
             for group in group_widths(rows, columns)
+        )
+        + tuple(
+            kernel_name(value, index, rows, columns, group, whole=True)
+            for value in CXX_VALUE_TYPES
+            for index in CXX_INDEX_TYPES
+            for rows in BLOCK_DIMENSIONS
+            for columns in BLOCK_DIMENSIONS
+            if takes_whole_blocks(rows, columns)
+            for group in THREADS_PER_ROW_CHOICES
         )
         + tuple(_count_kernel_name(index) for index in CXX_INDEX_TYPES),
     )

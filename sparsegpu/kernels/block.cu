@@ -61,6 +61,72 @@ __host__ __device__ constexpr int block_slots(int rc) {
 #define SPARSEGPU_BLOCK_BOUNDS __launch_bounds__(512, 1)
 #endif
 
+// The block rows a group of Group lanes takes, and where each starts and ends in the
+// blocks: the warp's 32 / Group groups take consecutive block rows, and all the grid's warps
+// step over the block rows together, the whole warp to the same step (the shuffles at a
+// block row's end need every lane). prefetch() loads the next step's extent at the start of
+// a step, so that its latency hides behind this one's work; next() moves to it.
+template <int Group, typename Offset, typename Index>
+struct BlockRowWalk {
+  static constexpr int groups_per_warp = 32 / Group;
+  const Index* indptr;
+  long long n_block_rows;
+  long long first;      // the warp's first block row of this step
+  long long block_row;  // this group's
+  long long stride;     // block rows from one step to the next
+  Offset start = 0, end = 0, next_start = 0, next_end = 0;
+
+  __device__ BlockRowWalk(const Index* __restrict__ block_pointers, long long block_rows)
+      : indptr(block_pointers), n_block_rows(block_rows) {
+    const long long warp = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+    const long long n_warps = (static_cast<long long>(gridDim.x) * blockDim.x) >> 5;
+    first = warp * groups_per_warp;
+    block_row = first + (threadIdx.x & 31) / Group;
+    stride = n_warps * groups_per_warp;
+    extent(block_row, start, end);
+  }
+  __device__ void extent(long long row, Offset& row_start, Offset& row_end) const {
+    row_start = 0;
+    row_end = 0;
+    if (row < n_block_rows) {
+      row_start = static_cast<Offset>(indptr[row]);
+      row_end = static_cast<Offset>(indptr[row + 1]);
+    }
+  }
+  __device__ bool more() const { return first < n_block_rows; }
+  __device__ void prefetch() { extent(block_row + stride, next_start, next_end); }
+  __device__ void next() {
+    first += stride;
+    block_row += stride;
+    start = next_start;
+    end = next_end;
+  }
+};
+
+// The end of a block row: each lane's R row sums added across its group of Group lanes with
+// warp shuffles (every lane of the warp takes part), then lane r % Group writes y's row r
+// of the block row (rows past n_rows, the padding of the last block row, are not written).
+template <typename Value, int R, int Group>
+__device__ __forceinline__ void reduce_and_write(Value (&rows)[R], int lane, long long block_row,
+                                                 long long n_block_rows, long long n_rows,
+                                                 Value* __restrict__ y) {
+  for (int offset = Group / 2; offset > 0; offset /= 2) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      rows[r] = add(rows[r], shuffle_xor(rows[r], offset, FULL_WARP, Group));
+    }
+  }
+  if (block_row < n_block_rows) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const long long row = block_row * R + r;
+      if (lane == r % Group && row < n_rows) {
+        y[row] = rows[r];
+      }
+    }
+  }
+}
+
 // Group: lanes per block row, a compile-time constant so that a tile's offsets are
 // immediates (with it at run time the compiler kept an address per slot and tile, and the
 // registers halved the warps in flight).
@@ -81,11 +147,9 @@ __global__ void SPARSEGPU_BLOCK_BOUNDS
   // host), 64-bit otherwise
   using Offset = typename BlockOffsetOf<Index>::type;
   constexpr int group = Group;
-  constexpr int groups_per_warp = 32 / Group;
   constexpr int per_tile = Group * SLOTS / RC;  // whole blocks in a tile
   constexpr int tile_values = per_tile * RC;
   const int lane = threadIdx.x & (Group - 1);
-  const int group_in_warp = (threadIdx.x & 31) / Group;
   // each slot's position lane + s * group in the tile: its block (-1: an idle slot) and its
   // column in that block
   int slot_block[SLOTS], slot_column[SLOTS];
@@ -95,25 +159,10 @@ __global__ void SPARSEGPU_BLOCK_BOUNDS
     slot_block[s] = position < tile_values ? position / RC : -1;
     slot_column[s] = position % C;  // RC is a multiple of C
   }
-  const long long warp_id = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-  const long long n_warps = (static_cast<long long>(gridDim.x) * blockDim.x) >> 5;
-  const long long stride = n_warps * groups_per_warp;
-  long long block_row = warp_id * groups_per_warp + group_in_warp;
-  Offset start = 0, end = 0;
-  if (block_row < n_block_rows) {
-    start = static_cast<Offset>(indptr[block_row]);
-    end = static_cast<Offset>(indptr[block_row + 1]);
-  }
-  // the whole warp steps through its block rows together (the shuffles need every lane)
-  for (long long first = warp_id * groups_per_warp; first < n_block_rows;
-       first += stride, block_row += stride) {
-    // the next block row's extent is loaded now, so its latency hides behind this one's
-    const long long next_row = block_row + stride;
-    Offset next_start = 0, next_end = 0;
-    if (next_row < n_block_rows) {
-      next_start = static_cast<Offset>(indptr[next_row]);
-      next_end = static_cast<Offset>(indptr[next_row + 1]);
-    }
+  BlockRowWalk<Group, Offset, Index> walk(indptr, n_block_rows);
+  for (; walk.more(); walk.next()) {
+    walk.prefetch();
+    const Offset start = walk.start, end = walk.end;
     Value sums[SLOTS];
 #pragma unroll
     for (int s = 0; s < SLOTS; ++s) {
@@ -161,23 +210,112 @@ __global__ void SPARSEGPU_BLOCK_BOUNDS
         rows[r] = add(rows[r], mine ? sums[s] : value_zero<Value>());
       }
     }
-    for (int offset = group / 2; offset > 0; offset /= 2) {
+    reduce_and_write<Value, R, Group>(rows, lane, walk.block_row, n_block_rows, n_rows, y);
+  }
+}
+
+// The R * C values of one block, evict-first (__ldcs), as 16-byte chunks where the block is
+// whole 16-byte chunks, as 8-byte ones where it is whole 8-byte ones, else value by value:
+// the blocks start at multiples of their size, so each chunk is aligned to its own size
+// (the host checks that the first block is aligned to 16 bytes, or to the block's size).
+template <typename Value, int RC>
+__device__ __forceinline__ void load_block(const Value* p, Value (&out)[RC]) {
+  constexpr int BYTES = RC * static_cast<int>(sizeof(Value));
+  if constexpr (BYTES % 16 == 0) {
+    const int4* src = reinterpret_cast<const int4*>(p);
+    int4 chunk[BYTES / 16];
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        rows[r] = add(rows[r], shuffle_xor(rows[r], offset, FULL_WARP, group));
-      }
+    for (int c = 0; c < BYTES / 16; ++c) {
+      chunk[c] = __ldcs(src + c);
     }
-    if (block_row < n_block_rows) {
+    memcpy(out, chunk, BYTES);
+  } else if constexpr (BYTES % 8 == 0) {
+    const int2* src = reinterpret_cast<const int2*>(p);
+    int2 chunk[BYTES / 8];
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const long long row = block_row * R + r;
-        if (lane == r % group && row < n_rows) {
-          y[row] = rows[r];
+    for (int c = 0; c < BYTES / 8; ++c) {
+      chunk[c] = __ldcs(src + c);
+    }
+    memcpy(out, chunk, BYTES);
+  } else {
+#pragma unroll
+    for (int v = 0; v < RC; ++v) {
+      out[v] = load_streaming(p + v);
+    }
+  }
+}
+
+// Whole blocks per lane, for small blocks (2 x 2, 1 x 4, 4 x 1, 3 x 3): each of the G lanes of
+// a block row takes every G-th block and reads it in as few loads as its size allows
+// (load_block: one 16-byte load for a 2 x 2 block in float32, two in float64; nine 8-byte
+// loads for 3 x 3 in float64), its block column and its C entries of x, and keeps R row
+// sums; the group then adds them with warp shuffles and lane r writes row r. A 2 x 2 block
+// costs a lane 4 loads (the tile kernel above: 3 a value, 12), and a short block row few
+// shuffles. UNROLL blocks in flight per lane per trip, at most 256 bytes of their values and
+// x entries. Work and traffic as the tile kernel's.
+template <typename Value, typename Index, int R, int C, int Group>
+__global__ void SPARSEGPU_BLOCK_BOUNDS
+    block_spmv_whole(const Index* __restrict__ indptr, const Index* __restrict__ indices,
+                     const Value* __restrict__ data, const Value* x, Value* __restrict__ y,
+                     long long n_block_rows, long long n_rows, long long n_cols) {
+  static_assert(R * C == 4 || R * C == 9, "whole blocks: 2 x 2, 1 x 4, 4 x 1 or 3 x 3");
+  static_assert(Group >= 1 && Group <= 32 && (Group & (Group - 1)) == 0,
+                "Group must be a power of two in 1..32");
+  constexpr int RC = R * C;
+  // blocks in flight per lane: SPARSEGPU_UNROLL, at most 256 bytes of values and x entries
+  // (3 x 3 in float64: 2; 2 x 2 in complex128: 2)
+  constexpr int PER_BLOCK = (RC + C) * static_cast<int>(sizeof(Value));
+  constexpr int MAX_IN_FLIGHT = 256 / PER_BLOCK > 1 ? 256 / PER_BLOCK : 1;
+  constexpr int UNROLL = SPARSEGPU_UNROLL < MAX_IN_FLIGHT ? SPARSEGPU_UNROLL : MAX_IN_FLIGHT;
+  using Offset = typename BlockOffsetOf<Index>::type;
+  const int lane = threadIdx.x & (Group - 1);
+  BlockRowWalk<Group, Offset, Index> walk(indptr, n_block_rows);
+  for (; walk.more(); walk.next()) {
+    walk.prefetch();
+    const Offset start = walk.start, end = walk.end;
+    Value rows[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      rows[r] = value_zero<Value>();
+    }
+    for (Offset trip = start + lane; trip < end; trip += UNROLL * Group) {
+      Value block[UNROLL][RC], x_value[UNROLL][C];
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) {
+        const Offset k = trip + u * Group;
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+          x_value[u][c] = value_zero<Value>();
+        }
+        if (k < end) {
+          // block column * C + c < 2^31 for int32 indices (checked on the host)
+          const Index column = __ldg(indices + k) * C;
+          load_block<Value, RC>(data + k * RC, block[u]);
+#pragma unroll
+          for (int c = 0; c < C; ++c) {
+            if (column + c < n_cols) {
+              x_value[u][c] = load_readonly(x + column + c);
+            }
+          }
+        } else {
+#pragma unroll
+          for (int v = 0; v < RC; ++v) {
+            block[u][v] = value_zero<Value>();
+          }
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+#pragma unroll
+          for (int c = 0; c < C; ++c) {
+            rows[r] = multiply_add(rows[r], block[u][r * C + c], x_value[u][c]);
+          }
         }
       }
     }
-    start = next_start;
-    end = next_end;
+    reduce_and_write<Value, R, Group>(rows, lane, walk.block_row, n_block_rows, n_rows, y);
   }
 }
 
