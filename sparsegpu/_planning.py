@@ -179,9 +179,10 @@ _measured_lock = threading.Lock()
 
 def fingerprint(mirror) -> tuple:
     """What two matrices must share for one's measured plan to serve the other: shape,
-    dtypes and every row statistic (a matrix with new values but the same pattern, as in
-    Newton or time-stepping codes, has the same fingerprint)."""
-    return (mirror.shape, str(mirror.dtype), str(mirror.index_dtype), mirror.stats)
+    dtypes, every row statistic and a BSR mirror's block shape (a matrix with new values but
+    the same pattern, as in Newton or time-stepping codes, has the same fingerprint)."""
+    blocks = tuple(mirror.blocksize) if mirror.format == "bsr" else None
+    return (mirror.shape, str(mirror.dtype), str(mirror.index_dtype), mirror.stats, blocks)
 
 
 def remembered(requested: str, mirror, operation: Operation = VECTOR) -> tuple[str, Any] | None:
@@ -474,7 +475,7 @@ def from_memory(operand: Operand, estimate: Choice) -> Choice | None:
     else:
         candidates = _select.gpu_candidates(estimate.value_dtype)
         chosen = next((b for b in candidates if b.name == name), None)
-    if chosen is None or not chosen.supports(mirror):
+    if chosen is None or not chosen.supports(mirror) or not chosen.policy_fits(mirror, policy):
         return None
     return Choice(
         name, policy, "measured on a matrix of the same fingerprint in this process",

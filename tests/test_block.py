@@ -323,6 +323,18 @@ def test_whole_blocks_on_a_csr_matrix_through_the_backend():
     assert len({p.threads_per_block_row for p in timed if p.whole_blocks}) >= 2
 
 
+def test_a_policy_fits_only_blocks_it_can_read():
+    """What planning asks before it reuses a policy measured on another matrix."""
+    _gpu()
+    backend = _registry.registered()["block"]
+    whole, tiles8 = BlockPolicy(128, 8, whole_blocks=True), BlockPolicy(128, 8)
+    for blocksize, fits in [((1, 1), (False, True)), ((2, 2), (True, True)),
+                            ((3, 3), (True, True)), ((6, 6), (False, False))]:  # fmt: skip
+        B, shape = random_bsr((6, 5), blocksize, np.float64, np.int32, seed=2)
+        mirror = sg.bsr_matrix(B)._sg_mirror(CUPY, np.dtype(np.float64))
+        assert (backend.policy_fits(mirror, whole), backend.policy_fits(mirror, tiles8)) == fits
+
+
 def test_whole_blocks_are_the_untuned_policy_where_the_values_are_aligned():
     cupy = _gpu()
     B, shape = random_bsr((30, 20), (2, 2), np.float32, np.int32, seed=4)

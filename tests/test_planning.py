@@ -454,3 +454,21 @@ def test_choose_plans_a_at_X_on_the_X_given(gpu):
     choice = sg.choose(A, X)
     assert choice.operation == _select.Operation("A @ X", 16, "F")
     assert sg.explain(A, X) == choice and sg.explain(A).level == "estimate"
+
+
+def test_a_bsr_fingerprint_holds_its_block_shape():
+    """A plan measured on blocks of one shape must not serve blocks of another (a policy
+    reading 2 x 2 blocks whole cannot read 1 x 1 ones): same shape, dtypes and row
+    statistics, other blocks, other fingerprint."""
+
+    class Mirror:
+        def __init__(self, fmt, blocksize=None):
+            self.shape, self.dtype, self.index_dtype = (8, 8), np.float64, np.int32
+            self.stats, self.format = ("the same row statistics",), fmt
+            if blocksize is not None:
+                self.blocksize = blocksize
+
+    two, one = Mirror("bsr", (2, 2)), Mirror("bsr", (1, 1))
+    assert _planning.fingerprint(two) != _planning.fingerprint(one)
+    assert _planning.fingerprint(two) == _planning.fingerprint(Mirror("bsr", (2, 2)))
+    assert _planning.fingerprint(Mirror("csr"))[-1] is None

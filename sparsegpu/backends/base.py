@@ -332,6 +332,11 @@ class Backend:
             and self.refuse_reason(matrix) is None
         )
 
+    def policy_fits(self, matrix: DeviceMatrix, policy: Policy) -> bool:
+        """True when a plan with ``policy`` can be made on this mirror (planning asks
+        before it reuses a policy measured on another matrix); every policy by default."""
+        return True
+
     def default_policy(self, matrix: DeviceMatrix) -> Policy:
         """The policy derived from the device and the matrix alone (occupancy, row lengths).
 

@@ -747,6 +747,14 @@ class BlockBackend(Backend):
         b = structure.size
         return structure.blocks[b], -(-matrix.shape[0] // b), (b, b)
 
+    def policy_fits(self, matrix: DeviceMatrix, policy: BlockPolicy) -> bool:
+        """Whole blocks only where the kernel reads this layout's blocks whole; tiles
+        only with lanes enough for one block."""
+        _, _, blocksize = self._blocks_and_block_rows(matrix)
+        if policy.whole_blocks:
+            return _reads_whole_blocks(blocksize, self._block_values(matrix))
+        return policy.threads_per_block_row in group_widths(*blocksize)
+
     def _block_values(self, matrix: DeviceMatrix):
         """A BSR mirror's block values; None for a CSR mirror (its layout, still to be
         built, is aligned)."""
