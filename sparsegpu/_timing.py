@@ -5,7 +5,7 @@ Every CUDA-event sample starts with one untimed lead call, queued just before th
 event: while the GPU runs it, the host records the event and queues the first timed call,
 so a sample times its calls as they run one after another in a solver's loop. Without it a
 sample after a synchronisation also timed the first call's launch latency and its first
-run on cold caches: 4-11 us on products of 50-120 us (H100), by candidate, enough for
+run on cold caches: 3-39 us on products of 50-150 us (H100), by candidate, enough for
 planning to keep a block policy 10% slower than the untuned one
 (docs/benchmarks/results/lead_call_h100.md). A loop the host cannot keep up with is still
 timed at the host's pace.
