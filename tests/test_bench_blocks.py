@@ -78,3 +78,12 @@ def test_planning_times_are_each_backends_fastest(script):
     assert script._fastest_by_backend(measured + [M("shuffle", 0.2)]) == {
         "block": 0.10, "shuffle": 0.2,
     }  # fmt: skip
+
+
+def test_a_faster_path_than_the_layout_is_no_missed_win(script):
+    # the layout beats CSR by 1.3x; auto picked delta16, faster still (a policy other than
+    # the screened one): not a miss. Had it picked a slower path, it would be one.
+    faster = fake_row(script, "b2", "fit", "float32", 2, 1.3, 1.0, 0.9, choice="delta16")
+    slower = fake_row(script, "b2", "fit", "float32", 2, 1.3, 1.0, 1.2, choice="shuffle")
+    assert script.summarize([faster])["auto_picks_block_where_it_wins"]
+    assert not script.summarize([faster, slower])["auto_picks_block_where_it_wins"]
