@@ -102,9 +102,9 @@ class _DeviceArray:
         self.size = int(np.prod(shape))
         self.itemsize = self.dtype.itemsize
         self.nbytes = self.size * self.itemsize
-        if ptr is None:
+        if ptr is None:  # 256-byte aligned, as CuPy's allocations (whatever ran before)
             ptr = _DeviceArray._next_address
-            _DeviceArray._next_address += max(self.nbytes, 1) + 512
+            _DeviceArray._next_address += -(-(max(self.nbytes, 1) + 512) // 256) * 256
         self.data = SimpleNamespace(ptr=ptr, mem=None)
         one = self.ndim < 2 or 1 in self.shape
         self._c_contiguous = order == "C" or one
