@@ -65,13 +65,12 @@ MAX_BYTE_RATIO = 0.9
 MIN_GROUP = 8
 # The kernel's launch bound (kernels/block.cu): threads per block.
 MAX_BLOCK_SIZE = 512
-# Block shapes the whole-block kernel (kernels/block.cu: a lane per block) is instantiated for.
-WHOLE_BLOCK_SHAPES = ((2, 2), (1, 4), (4, 1), (3, 3))
-# ... and those whose untuned policy it is: on the fit set of benchmarks/blocks.py (H100,
+# Block shapes the whole-block kernel (kernels/block.cu: a lane per block) is instantiated
+# for, and whose untuned policy it is: on the fit set of benchmarks/blocks.py (H100,
 # blocks_h100.json), whole blocks at whole_group's lanes against the tiles' untuned policy:
 # mesh_b2_n40 23.3 / 14.0 us against 24.9 / 15.9 (float64 / float32), mesh_b3_n30 21.3 /
 # 12.5 against 24.9 / 18.3.
-WHOLE_BY_DEFAULT = ((2, 2), (1, 4), (4, 1), (3, 3))
+WHOLE_BLOCK_SHAPES = ((2, 2), (1, 4), (4, 1), (3, 3))
 # The kernel's bound on the values and x entries of the blocks a lane keeps in flight.
 WHOLE_IN_FLIGHT_BYTES = 256
 # Threads per block of the counting pass (a warp per row).
@@ -516,9 +515,8 @@ class BlockPlan(KernelPlan):
 
 
 def _check_whole_blocks(layout: BlockLayout) -> None:
-    """Refuse ``whole_blocks`` for a layout the whole-block kernel cannot read: blocks of
-    other than four values, or values not aligned to one block's bytes (its vector
-    loads)."""
+    """Refuse ``whole_blocks`` for a layout the whole-block kernel cannot read: a shape
+    outside :data:`WHOLE_BLOCK_SHAPES`, or values not aligned for its loads of a block."""
     rows, columns = layout.blocksize
     if not takes_whole_blocks(rows, columns):
         raise ValueError(
@@ -538,17 +536,11 @@ def _check_whole_blocks(layout: BlockLayout) -> None:
 def _default_policy(
     n_blocks: int, n_block_rows: int, blocksize, value_dtype, index_dtype, whole: bool
 ) -> BlockPolicy:
-    """The untuned policy: whole blocks per lane where ``whole`` (:func:`whole_group`'s
-    lanes), else tiles (:func:`default_group`'s lanes); lanes from the mean blocks per
-    block row, block size from the occupancy API on the compiled instantiation.
-
-    Which shapes read whole blocks by default, and the fit that chose them:
-    :data:`WHOLE_BY_DEFAULT`."""
-    mean = n_blocks / max(n_block_rows, 1)
-    if whole:
-        group = whole_group(mean, whole_in_flight(*blocksize, np.dtype(value_dtype).itemsize))
-    else:
-        group = default_group(*blocksize, mean)
+    """The untuned policy: whole blocks per lane where ``whole`` (the shapes of
+    :data:`WHOLE_BLOCK_SHAPES`, with the fit that chose them), else tiles; lanes from the
+    mean blocks per block row (:func:`_lanes`), block size from the occupancy API on the
+    compiled instantiation."""
+    group = _lanes(n_blocks, n_block_rows, blocksize, np.dtype(value_dtype).itemsize, whole)
     if n_block_rows == 0 or n_blocks == 0:
         return BlockPolicy(threads_per_block_row=group, whole_blocks=whole, source="default")
     name = kernel_name(value_dtype, index_dtype, *blocksize, group, whole)
@@ -559,10 +551,13 @@ def _default_policy(
     return BlockPolicy(block_size, group, whole_blocks=whole, source="occupancy")
 
 
-def _whole_by_default(blocksize, data) -> bool:
-    """Whether the untuned policy reads whole blocks per lane: the shapes of
-    :data:`WHOLE_BY_DEFAULT`, with values the kernel can read (:func:`_reads_whole_blocks`)."""
-    return tuple(blocksize) in WHOLE_BY_DEFAULT and _reads_whole_blocks(blocksize, data)
+def _lanes(n_blocks: int, n_block_rows: int, blocksize, itemsize: int, whole: bool) -> int:
+    """The untuned lanes per block row: :func:`whole_group`'s for whole blocks (with the
+    blocks the kernel keeps in flight), else :func:`default_group`'s."""
+    mean = n_blocks / max(n_block_rows, 1)
+    if whole:
+        return whole_group(mean, whole_in_flight(*blocksize, itemsize))
+    return default_group(*blocksize, mean)
 
 
 def _reads_whole_blocks(blocksize, data) -> bool:
@@ -627,7 +622,7 @@ def block_plan(indptr, indices, data, shape, policy: BlockPolicy | None = None) 
             layout.blocksize,
             layout.data.dtype,
             layout.indices.dtype,
-            _whole_by_default(layout.blocksize, layout.data),
+            _reads_whole_blocks(layout.blocksize, layout.data),
         )
     elif not isinstance(policy, BlockPolicy):
         raise TypeError(f"policy must be a BlockPolicy, got {type(policy).__name__}")
@@ -760,17 +755,12 @@ class BlockBackend(Backend):
         built, is aligned)."""
         return matrix.data if _is_bsr(matrix) else None
 
-    def _whole_lanes(self, matrix: DeviceMatrix) -> int:
-        """:func:`whole_group`'s lanes for this matrix's blocks and dtype."""
-        n_blocks, n_block_rows, blocksize = self._blocks_and_block_rows(matrix)
-        in_flight = whole_in_flight(*blocksize, matrix.dtype.itemsize)
-        return whole_group(n_blocks / max(n_block_rows, 1), in_flight)
-
     def default_policy(self, matrix: DeviceMatrix) -> BlockPolicy:
-        """Whole blocks per lane for blocks of four values, else tiles; lanes per block row
-        from the mean blocks per block row; block size from the occupancy API."""
+        """Whole blocks per lane for the shapes of :data:`WHOLE_BLOCK_SHAPES`, else tiles;
+        lanes per block row from the mean blocks per block row; block size from the
+        occupancy API."""
         n_blocks, n_block_rows, blocksize = self._blocks_and_block_rows(matrix)
-        whole = _whole_by_default(blocksize, self._block_values(matrix))
+        whole = _reads_whole_blocks(blocksize, self._block_values(matrix))
         return _default_policy(
             n_blocks, n_block_rows, blocksize, matrix.dtype, matrix.index_dtype, whole
         )
@@ -782,6 +772,7 @@ class BlockBackend(Backend):
         four times :func:`whole_group`'s lanes (up to 32), 4 or 8 blocks in flight."""
         untuned = self.default_policy(matrix)
         n_blocks, n_block_rows, blocksize = self._blocks_and_block_rows(matrix)
+        itemsize = matrix.dtype.itemsize
         out = [untuned] + [
             BlockPolicy(block_size, g, unroll, cap, source="candidate")
             for g in group_widths(*blocksize)
@@ -790,7 +781,7 @@ class BlockBackend(Backend):
             for cap in (None, 48)
         ]
         if _reads_whole_blocks(blocksize, self._block_values(matrix)):
-            g = self._whole_lanes(matrix)
+            g = _lanes(n_blocks, n_block_rows, blocksize, itemsize, whole=True)
             out += [
                 BlockPolicy(block_size, lanes, unroll, whole_blocks=True, source="candidate")
                 for lanes in dict.fromkeys((max(1, g // 2), g, min(32, 2 * g), min(32, 4 * g)))
@@ -813,7 +804,7 @@ class BlockBackend(Backend):
                 replace(untuned, threads_per_block_row=min(32, k * lanes), source="candidate")
                 for k in (2, 4)
             ]
-            tiles = default_group(*blocksize, n_blocks / max(n_block_rows, 1))
+            tiles = _lanes(n_blocks, n_block_rows, blocksize, matrix.dtype.itemsize, False)
             out = [untuned, *wider, BlockPolicy(untuned.block_size, tiles, source="candidate")]
             return list(dict.fromkeys(out))
         out = [untuned, replace(untuned, unroll=8, source="candidate")]
