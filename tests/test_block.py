@@ -96,6 +96,11 @@ def test_policy_validates():
         BlockPolicy(256, 32, max_registers=16)
     with pytest.raises(ValueError, match="whole_blocks=1"):
         BlockPolicy(256, 8, whole_blocks=1)
+    with pytest.raises(ValueError, match="cache_blocks='yes'"):
+        BlockPolicy(256, 8, whole_blocks=True, cache_blocks="yes")
+    assert BlockPolicy(256, 8, whole_blocks=True, cache_blocks=True).compile_options() == (
+        "-DSPARSEGPU_BLOCK_CACHED",
+    )
     assert BlockPolicy(256, 32).compile_options() == ()
     assert BlockPolicy(256, 32, 8, 48).compile_options() == (
         "-DSPARSEGPU_UNROLL=8",
@@ -277,8 +282,9 @@ def test_block_plan_every_knob(policy):
 @pytest.mark.parametrize(
     "policy",
     [BlockPolicy(128, 4, whole_blocks=True), BlockPolicy(256, 1, unroll=8, whole_blocks=True),
-     BlockPolicy(64, 32, unroll=2, whole_blocks=True)],
-    ids=["4_lanes", "1_lane_unroll8", "32_lanes_unroll2"],
+     BlockPolicy(64, 32, unroll=2, whole_blocks=True),
+     BlockPolicy(128, 8, whole_blocks=True, cache_blocks=True)],
+    ids=["4_lanes", "1_lane_unroll8", "32_lanes_unroll2", "8_lanes_cached"],
 )  # fmt: skip
 @pytest.mark.parametrize(
     ("blocks", "padded"), [((40, 30), False), ((40, 30), True), ((7, 60), False)],

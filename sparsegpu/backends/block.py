@@ -103,6 +103,10 @@ class BlockPolicy(Policy):
         ``threads_per_block_row``-th of its block row, each read in as few loads as its
         size allows (``block_spmv_whole``), ``unroll`` blocks in flight (at most 256 bytes
         of their values and x entries), instead of tiles of values spread over the lanes.
+    cache_blocks : bool
+        Whole blocks only: read the blocks through L1 (``__ldg``) instead of evict-first
+        (``__ldcs``): a block of several loads per lane has its lines read by several
+        successive loads of the warp. A compile-time macro (``SPARSEGPU_BLOCK_CACHED``).
 
     ``unroll`` and ``max_registers`` are compile-time macros of the kernel
     (``SPARSEGPU_UNROLL``, ``SPARSEGPU_MAX_REGISTERS``): a policy that changes them
@@ -114,15 +118,17 @@ class BlockPolicy(Policy):
     unroll: int = field(default=4, metadata=SECONDARY)
     max_registers: int | None = field(default=None, metadata=SECONDARY)
     whole_blocks: bool = False
+    cache_blocks: bool = field(default=False, metadata=SECONDARY)
 
     def __post_init__(self):
         super().__post_init__()
         check_block_size(self)
-        if not isinstance(self.whole_blocks, bool):
-            raise ValueError(
-                f"whole_blocks={self.whole_blocks!r} is not allowed for the block kernel; use "
-                "True or False"
-            )
+        for name in ("whole_blocks", "cache_blocks"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(
+                    f"{name}={getattr(self, name)!r} is not allowed for the block kernel; use "
+                    "True or False"
+                )
         if self.block_size > MAX_BLOCK_SIZE:
             raise ValueError(
                 f"block_size={self.block_size} is not allowed for the block kernel; use a "
@@ -146,6 +152,8 @@ class BlockPolicy(Policy):
             options += (f"-DSPARSEGPU_UNROLL={self.unroll}",)
         if self.max_registers is not None:
             options += (f"-DSPARSEGPU_MAX_REGISTERS={self.max_registers}",)
+        if self.cache_blocks:
+            options += ("-DSPARSEGPU_BLOCK_CACHED",)
         return options
 
 
@@ -769,7 +777,8 @@ class BlockBackend(Backend):
         """Block sizes 128 and 256 times every lanes per block row the block shape takes,
         times 4 or 8 values in flight, uncapped or capped at 48 registers; for the shapes
         of :data:`WHOLE_BLOCK_SHAPES`, also whole blocks per lane at half, once, twice and
-        four times :func:`whole_group`'s lanes (up to 32), 4 or 8 blocks in flight."""
+        four times :func:`whole_group`'s lanes (up to 32), 4 or 8 blocks in flight, read
+        evict-first or through L1."""
         untuned = self.default_policy(matrix)
         n_blocks, n_block_rows, blocksize = self._blocks_and_block_rows(matrix)
         itemsize = matrix.dtype.itemsize
@@ -783,10 +792,18 @@ class BlockBackend(Backend):
         if _reads_whole_blocks(blocksize, self._block_values(matrix)):
             g = _lanes(n_blocks, n_block_rows, blocksize, itemsize, whole=True)
             out += [
-                BlockPolicy(block_size, lanes, unroll, whole_blocks=True, source="candidate")
+                BlockPolicy(
+                    block_size,
+                    lanes,
+                    unroll,
+                    whole_blocks=True,
+                    cache_blocks=cached,
+                    source="candidate",
+                )
                 for lanes in dict.fromkeys((max(1, g // 2), g, min(32, 2 * g), min(32, 4 * g)))
                 for block_size in (128, 256)
                 for unroll in (4, 8)
+                for cached in (False, True)
             ]
         return list(dict.fromkeys(out))
 

@@ -218,6 +218,18 @@ __global__ void SPARSEGPU_BLOCK_BOUNDS
 // whole 16-byte chunks, as 8-byte ones where it is whole 8-byte ones, else value by value:
 // the blocks start at multiples of their size, so each chunk is aligned to its own size
 // (the host checks that the first block is aligned to 16 bytes, or to the block's size).
+// SPARSEGPU_BLOCK_CACHED (BlockPolicy.cache_blocks): load through L1 (__ldg) instead: a block
+// of several loads per lane has each of its L1 lines read by several successive loads of the
+// warp (3 x 3 in float64: nine 8-byte loads at a 72-byte lane stride), which evict-first
+// may make fetch again from L2.
+#ifdef SPARSEGPU_BLOCK_CACHED
+#define SPARSEGPU_BLOCK_LOAD __ldg
+constexpr int BLOCK_HINT = HINT_READONLY;
+#else
+#define SPARSEGPU_BLOCK_LOAD __ldcs
+constexpr int BLOCK_HINT = HINT_STREAMING;
+#endif
+
 template <typename Value, int RC>
 __device__ __forceinline__ void load_block(const Value* p, Value (&out)[RC]) {
   constexpr int BYTES = RC * static_cast<int>(sizeof(Value));
@@ -226,7 +238,7 @@ __device__ __forceinline__ void load_block(const Value* p, Value (&out)[RC]) {
     int4 chunk[BYTES / 16];
 #pragma unroll
     for (int c = 0; c < BYTES / 16; ++c) {
-      chunk[c] = __ldcs(src + c);
+      chunk[c] = SPARSEGPU_BLOCK_LOAD(src + c);
     }
     memcpy(out, chunk, BYTES);
   } else if constexpr (BYTES % 8 == 0) {
@@ -234,13 +246,13 @@ __device__ __forceinline__ void load_block(const Value* p, Value (&out)[RC]) {
     int2 chunk[BYTES / 8];
 #pragma unroll
     for (int c = 0; c < BYTES / 8; ++c) {
-      chunk[c] = __ldcs(src + c);
+      chunk[c] = SPARSEGPU_BLOCK_LOAD(src + c);
     }
     memcpy(out, chunk, BYTES);
   } else {
 #pragma unroll
     for (int v = 0; v < RC; ++v) {
-      out[v] = load_streaming(p + v);
+      out[v] = load_hinted<BLOCK_HINT>(p + v);
     }
   }
 }
