@@ -222,6 +222,11 @@ __global__ void SPARSEGPU_BLOCK_BOUNDS
 // of several loads per lane has each of its L1 lines read by several successive loads of the
 // warp (3 x 3 in float64: nine 8-byte loads at a 72-byte lane stride), which evict-first
 // may make fetch again from L2.
+// Bytes of block values and x entries a lane of the whole-block kernel keeps in flight.
+#ifndef SPARSEGPU_WHOLE_BYTES
+#define SPARSEGPU_WHOLE_BYTES 256
+#endif
+
 #ifdef SPARSEGPU_BLOCK_CACHED
 #define SPARSEGPU_BLOCK_LOAD __ldg
 constexpr int BLOCK_HINT = HINT_READONLY;
@@ -274,10 +279,11 @@ __global__ void SPARSEGPU_BLOCK_BOUNDS
   static_assert(Group >= 1 && Group <= 32 && (Group & (Group - 1)) == 0,
                 "Group must be a power of two in 1..32");
   constexpr int RC = R * C;
-  // blocks in flight per lane: SPARSEGPU_UNROLL, at most 256 bytes of values and x entries
-  // (3 x 3 in float64: 2; 2 x 2 in complex128: 2)
+  // blocks in flight per lane: SPARSEGPU_UNROLL, at most SPARSEGPU_WHOLE_BYTES (256) bytes of
+  // values and x entries (3 x 3 in float64: 2; 2 x 2 in complex128: 2)
   constexpr int PER_BLOCK = (RC + C) * static_cast<int>(sizeof(Value));
-  constexpr int MAX_IN_FLIGHT = 256 / PER_BLOCK > 1 ? 256 / PER_BLOCK : 1;
+  constexpr int MAX_IN_FLIGHT =
+      SPARSEGPU_WHOLE_BYTES / PER_BLOCK > 1 ? SPARSEGPU_WHOLE_BYTES / PER_BLOCK : 1;
   constexpr int UNROLL = SPARSEGPU_UNROLL < MAX_IN_FLIGHT ? SPARSEGPU_UNROLL : MAX_IN_FLIGHT;
   using Offset = typename BlockOffsetOf<Index>::type;
   const int lane = threadIdx.x & (Group - 1);
