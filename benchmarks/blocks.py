@@ -64,6 +64,13 @@ dense b x b block per coupling, b = 2, 3, 6 unknowns per node):
     run once, after whole blocks became the untuned policy of 3 x 3 blocks (from the fit
     set) and planning took four times the untuned lanes too (the 2-D 3 x 3 meshes, at
     1.24x in float64, were why): other 2-D and 3-D meshes again.
+``dev2``
+    2-D 3 x 3 meshes in natural and random order, first run in session 21's sweep of the
+    whole-block kernel's knobs (``experiments/whole_block_sweep.py``), which chose from
+    them (and the fit and dev sets) to have planning also time blocks read through L1.
+``heldout5``
+    run once, after that change: 2-D 3 x 3 meshes (three in natural order, the class
+    that stood at 1.24x in float64, one random), a 3-D 3 x 3 and a 2-D 2 x 2 mesh.
 ``negative``
     matrices without aligned blocks, where ``auto`` must not pick the layout: a 3-unknown
     mesh with its unknowns (not its nodes) numbered at random, the 27-point stencil, and
@@ -172,6 +179,16 @@ def matrices(scale: str) -> list:
          lambda: mesh(620, 3, dimensions=2, seed=52, node_order="random")),
         ("heldout4", "mesh_b2_n58", 2, lambda: mesh(58, 2, seed=53)),
         ("heldout4", "mesh_b3_n52_random", 3, lambda: mesh(52, 3, seed=54, node_order="random")),
+        ("dev2", "mesh2d_b3_n680", 3, lambda: mesh(680, 3, dimensions=2, seed=61)),
+        ("dev2", "mesh2d_b3_n640_random", 3,
+         lambda: mesh(640, 3, dimensions=2, seed=62, node_order="random")),
+        ("heldout5", "mesh2d_b3_n660", 3, lambda: mesh(660, 3, dimensions=2, seed=71)),
+        ("heldout5", "mesh2d_b3_n720", 3, lambda: mesh(720, 3, dimensions=2, seed=72)),
+        ("heldout5", "mesh2d_b3_n780", 3, lambda: mesh(780, 3, dimensions=2, seed=73)),
+        ("heldout5", "mesh2d_b3_n580_random", 3,
+         lambda: mesh(580, 3, dimensions=2, seed=74, node_order="random")),
+        ("heldout5", "mesh_b3_n42", 3, lambda: mesh(42, 3, seed=75)),
+        ("heldout5", "mesh2d_b2_n850", 2, lambda: mesh(850, 2, dimensions=2, seed=76)),
         ("negative", "mesh_b3_n30_unknowns_random", 0,
          lambda: synthetic.permuted(mesh(30, 3, seed=14), seed=5)),
         ("negative", "stencil3d_27pt_100", 0, lambda: synthetic.stencil_3d(100, points=27)),
@@ -356,7 +373,7 @@ def _final(S, times, calls, x, y, cupy) -> dict:
     return row
 
 
-CLAIM_SETS = ("dev", "heldout", "heldout2", "heldout3", "heldout4")
+CLAIM_SETS = ("dev", "dev2", "heldout", "heldout2", "heldout3", "heldout4", "heldout5")
 
 
 def _fastest_by_backend(measurements) -> dict:
@@ -481,7 +498,8 @@ def plot(result, path) -> None:
     labels = [f"{r['matrix']}\n{r['dtype']}" for r in rows]
     colors = {
         "fit": "tab:gray", "dev": "tab:cyan", "heldout": "tab:blue", "heldout2": "tab:green",
-        "heldout3": "tab:olive", "heldout4": "tab:brown", "negative": "tab:purple",
+        "heldout3": "tab:olive", "heldout4": "tab:brown", "dev2": "tab:pink",
+        "heldout5": "tab:red", "negative": "tab:purple",
     }  # fmt: skip
     ax.bar(range(len(rows)), [r["ratio_auto"] for r in rows],
            color=[colors[r["set"]] for r in rows])  # fmt: skip
@@ -491,8 +509,8 @@ def plot(result, path) -> None:
     ax.set_xticks(range(len(rows)), labels, rotation=60, ha="right", fontsize=7)
     ax.set_ylabel("best CSR path / auto (time)")
     ax.set_title(
-        f"auto on block-structured matrices ({result['device']}; grey fit, cyan dev, blue "
-        "held out, green, olive and brown held out later, purple no blocks)"
+        f"auto on block-structured matrices ({result['device']}; grey fit, cyan and pink dev, "
+        "blue held out, green, olive, brown and red held out later, purple no blocks)"
     )
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -506,7 +524,7 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--sets",
         help="comma-separated sets to run (fit, dev, heldout, heldout2, heldout3, heldout4, "
-        "negative)",
+        "dev2, heldout5, negative)",
     )
     _outputs.add_output_arguments(parser)
     args = parser.parse_args(argv)

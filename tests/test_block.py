@@ -327,6 +327,13 @@ def test_whole_blocks_on_a_csr_matrix_through_the_backend():
     timed = [m.policy for m in choice.measurements if m.backend == "block"]
     assert timed[0].whole_blocks and any(not p.whole_blocks for p in timed)
     assert len({p.threads_per_block_row for p in timed if p.whole_blocks}) >= 2
+    # blocks of several loads a lane are also read through L1; a 2 x 2 float32 block is
+    # one 16-byte load, read evict-first only
+    assert {p.cache_blocks for p in timed if p.whole_blocks} == {False, True}
+    A2 = sg.csr_matrix(block_mesh(7, 2, seed=3).astype(np.float32))
+    choice = sg.choose(A2, cupy.asarray(random_vector(A2.shape[1], np.float32, 2)))
+    timed = [m.policy for m in choice.measurements if m.backend == "block"]
+    assert any(p.whole_blocks for p in timed) and not any(p.cache_blocks for p in timed)
 
 
 def test_a_policy_fits_only_blocks_it_can_read():
