@@ -214,52 +214,28 @@ __global__ void SPARSEGPU_BLOCK_BOUNDS
   }
 }
 
-// The R * C values of one block, evict-first (__ldcs), as 16-byte chunks where the block is
-// whole 16-byte chunks, as 8-byte ones where it is whole 8-byte ones, else value by value:
-// the blocks start at multiples of their size, so each chunk is aligned to its own size
-// (the host checks that the first block is aligned to 16 bytes, or to the block's size).
-// SPARSEGPU_BLOCK_CACHED (BlockPolicy.cache_blocks): load through L1 (__ldg) instead: a block
-// of several loads per lane has each of its L1 lines read by several successive loads of the
-// warp (3 x 3 in float64: nine 8-byte loads at a 72-byte lane stride), which evict-first
-// may make fetch again from L2.
 // Bytes of block values and x entries a lane of the whole-block kernel keeps in flight.
 #ifndef SPARSEGPU_WHOLE_BYTES
 #define SPARSEGPU_WHOLE_BYTES 256
 #endif
 
+// The R * C values of one block (load_chunks: 16-byte chunks where the block is whole
+// 16-byte chunks, 8-byte ones where it is whole 8-byte ones, else value by value; the blocks
+// start at multiples of their size, so each chunk is aligned to its own size, and the host
+// checks that the first block is aligned to 16 bytes, or to the block's size), evict-first
+// (__ldcs). SPARSEGPU_BLOCK_CACHED (BlockPolicy.cache_blocks): through L1 (__ldg) instead: a
+// block of several loads per lane has each of its L1 lines read by several successive
+// loads of the warp (3 x 3 in float64: nine 8-byte loads at a 72-byte lane stride), which
+// evict-first may make fetch again from L2.
 #ifdef SPARSEGPU_BLOCK_CACHED
-#define SPARSEGPU_BLOCK_LOAD __ldg
 constexpr int BLOCK_HINT = HINT_READONLY;
 #else
-#define SPARSEGPU_BLOCK_LOAD __ldcs
 constexpr int BLOCK_HINT = HINT_STREAMING;
 #endif
 
 template <typename Value, int RC>
 __device__ __forceinline__ void load_block(const Value* p, Value (&out)[RC]) {
-  constexpr int BYTES = RC * static_cast<int>(sizeof(Value));
-  if constexpr (BYTES % 16 == 0) {
-    const int4* src = reinterpret_cast<const int4*>(p);
-    int4 chunk[BYTES / 16];
-#pragma unroll
-    for (int c = 0; c < BYTES / 16; ++c) {
-      chunk[c] = SPARSEGPU_BLOCK_LOAD(src + c);
-    }
-    memcpy(out, chunk, BYTES);
-  } else if constexpr (BYTES % 8 == 0) {
-    const int2* src = reinterpret_cast<const int2*>(p);
-    int2 chunk[BYTES / 8];
-#pragma unroll
-    for (int c = 0; c < BYTES / 8; ++c) {
-      chunk[c] = SPARSEGPU_BLOCK_LOAD(src + c);
-    }
-    memcpy(out, chunk, BYTES);
-  } else {
-#pragma unroll
-    for (int v = 0; v < RC; ++v) {
-      out[v] = load_hinted<BLOCK_HINT>(p + v);
-    }
-  }
+  load_chunks<BLOCK_HINT>(p, out);
 }
 
 // Whole blocks per lane, for small blocks (2 x 2, 1 x 4, 4 x 1, 3 x 3): each of the G lanes of

@@ -144,9 +144,11 @@ constexpr int LOAD_READONLY = 2;  // __ldg: the read-only data cache
 //   load_streaming  __ldcs: evict-first in L1 and L2, for what a product reads once (the
 //                   matrix's values and indices), so that it does not push x out
 //   load_coherent   __ldcg: L2 only, for values other blocks of the same launch wrote
+// and HINT_PLAIN, an ordinary load (the compiler's choice).
 constexpr int HINT_READONLY = 0;
 constexpr int HINT_STREAMING = 1;
 constexpr int HINT_COHERENT = 2;
+constexpr int HINT_PLAIN = 3;
 
 template <int Hint, typename T>
 __device__ __forceinline__ T load_hinted(const T* p) {
@@ -154,8 +156,10 @@ __device__ __forceinline__ T load_hinted(const T* p) {
     return __ldg(p);
   } else if constexpr (Hint == HINT_STREAMING) {
     return __ldcs(p);
-  } else {
+  } else if constexpr (Hint == HINT_COHERENT) {
     return __ldcg(p);
+  } else {
+    return *p;
   }
 }
 template <int Hint>
@@ -218,25 +222,44 @@ __device__ __forceinline__ Value load_x(const Value* x, cudaTextureObject_t text
   }
 }
 
+// N consecutive values from an address aligned to the largest power of two (at most 16
+// bytes) that divides their size, in as few loads as that allows: 16-byte loads where they
+// are whole 16-byte chunks, 8-byte ones where they are whole 8-byte chunks, else value by
+// value, each load with the cache hint Hint (HINT_*). A 3 x 3 float64 block: nine 8-byte
+// loads; four int32 indices: one 16-byte load.
+template <int Hint, typename T, int N>
+__device__ __forceinline__ void load_chunks(const T* p, T (&out)[N]) {
+  constexpr int BYTES = N * static_cast<int>(sizeof(T));
+  if constexpr (BYTES % 16 == 0) {
+    const int4* src = reinterpret_cast<const int4*>(p);
+    int4 chunk[BYTES / 16];
+#pragma unroll
+    for (int c = 0; c < BYTES / 16; ++c) {
+      chunk[c] = load_hinted<Hint>(src + c);
+    }
+    memcpy(out, chunk, BYTES);
+  } else if constexpr (BYTES % 8 == 0) {
+    const int2* src = reinterpret_cast<const int2*>(p);
+    int2 chunk[BYTES / 8];
+#pragma unroll
+    for (int c = 0; c < BYTES / 8; ++c) {
+      chunk[c] = load_hinted<Hint>(src + c);
+    }
+    memcpy(out, chunk, BYTES);
+  } else {
+#pragma unroll
+    for (int v = 0; v < N; ++v) {
+      out[v] = load_hinted<Hint>(p + v);
+    }
+  }
+}
+
 // Four consecutive entries from an address aligned to their size (4 * sizeof(T), at least 8
 // bytes) as 8- or 16-byte loads: one int2 of uint16 column offsets, one int4 of int32
 // indices or floats, two of int64 or doubles, up to four of complex128. Streaming: evict-first
-// (__ldcs), as load_streaming.
+// (__ldcs), as load_streaming; else ordinary loads.
 template <bool Streaming, typename T>
 __device__ __forceinline__ void load_quad(const T* p, T (&out)[4]) {
   static_assert((4 * sizeof(T)) % 8 == 0, "a quad is whole 8-byte chunks");
-  if constexpr ((4 * sizeof(T)) % 16 == 0) {
-    constexpr int CHUNKS = 4 * sizeof(T) / 16;
-    const int4* src = reinterpret_cast<const int4*>(p);
-    int4 chunk[CHUNKS];
-#pragma unroll
-    for (int c = 0; c < CHUNKS; ++c) {
-      chunk[c] = Streaming ? __ldcs(src + c) : src[c];
-    }
-    memcpy(out, chunk, sizeof(chunk));
-  } else {
-    const int2* src = reinterpret_cast<const int2*>(p);
-    const int2 chunk = Streaming ? __ldcs(src) : *src;
-    memcpy(out, &chunk, sizeof(chunk));
-  }
+  load_chunks<Streaming ? HINT_STREAMING : HINT_PLAIN>(p, out);
 }
