@@ -98,6 +98,8 @@ def test_policy_validates():
         BlockPolicy(256, 8, whole_blocks=1)
     with pytest.raises(ValueError, match="cache_blocks='yes'"):
         BlockPolicy(256, 8, whole_blocks=True, cache_blocks="yes")
+    with pytest.raises(ValueError, match="cache_blocks=True is not allowed with whole_blocks"):
+        BlockPolicy(256, 8, cache_blocks=True)
     assert BlockPolicy(256, 8, whole_blocks=True, cache_blocks=True).compile_options() == (
         "-DSPARSEGPU_BLOCK_CACHED",
     )

@@ -71,7 +71,8 @@ MAX_BLOCK_SIZE = 512
 # mesh_b2_n40 23.3 / 14.0 us against 24.9 / 15.9 (float64 / float32), mesh_b3_n30 21.3 /
 # 12.5 against 24.9 / 18.3.
 WHOLE_BLOCK_SHAPES = ((2, 2), (1, 4), (4, 1), (3, 3))
-# The kernel's bound on the values and x entries of the blocks a lane keeps in flight.
+# The kernel's bound on the values and x entries of the blocks a lane keeps in flight
+# (SPARSEGPU_WHOLE_BYTES's default in kernels/block.cu).
 WHOLE_IN_FLIGHT_BYTES = 256
 # Threads per block of the counting pass (a warp per row).
 COUNT_BLOCK = 256
@@ -129,6 +130,12 @@ class BlockPolicy(Policy):
                     f"{name}={getattr(self, name)!r} is not allowed for the block kernel; use "
                     "True or False"
                 )
+        if self.cache_blocks and not self.whole_blocks:
+            raise ValueError(
+                "cache_blocks=True is not allowed with whole_blocks=False: only the whole-block "
+                "kernel reads its blocks through L1; set whole_blocks=True too, or leave "
+                "cache_blocks False"
+            )
         if self.block_size > MAX_BLOCK_SIZE:
             raise ValueError(
                 f"block_size={self.block_size} is not allowed for the block kernel; use a "
