@@ -575,6 +575,14 @@ def _lanes(n_blocks: int, n_block_rows: int, blocksize, itemsize: int, whole: bo
     return default_group(*blocksize, mean)
 
 
+def _cache_may_help(blocksize, itemsize: int) -> bool:
+    """Whether reading whole blocks of this shape through L1 (``cache_blocks``) is worth
+    timing: where a block takes a lane more than one 16-byte load, its L1 lines are read by
+    several successive loads of the warp; a one-load block gains nothing from L1."""
+    rows, columns = blocksize
+    return rows * columns * itemsize > 16
+
+
 def _reads_whole_blocks(blocksize, data) -> bool:
     """Whether the whole-block kernel can read these block values (``data``: the device
     array of the blocks; None for a layout still to be built, which is aligned)."""
@@ -785,7 +793,7 @@ class BlockBackend(Backend):
         times 4 or 8 values in flight, uncapped or capped at 48 registers; for the shapes
         of :data:`WHOLE_BLOCK_SHAPES`, also whole blocks per lane at half, once, twice and
         four times :func:`whole_group`'s lanes (up to 32), 4 or 8 blocks in flight, read
-        evict-first or through L1."""
+        evict-first or, where that may help (:func:`_cache_may_help`), through L1."""
         untuned = self.default_policy(matrix)
         n_blocks, n_block_rows, blocksize = self._blocks_and_block_rows(matrix)
         itemsize = matrix.dtype.itemsize
@@ -810,7 +818,7 @@ class BlockBackend(Backend):
                 for lanes in dict.fromkeys((max(1, g // 2), g, min(32, 2 * g), min(32, 4 * g)))
                 for block_size in (128, 256)
                 for unroll in (4, 8)
-                for cached in (False, True)
+                for cached in ((False, True) if _cache_may_help(blocksize, itemsize) else (False,))
             ]
         return list(dict.fromkeys(out))
 
@@ -833,7 +841,7 @@ class BlockBackend(Backend):
                 for k in (2, 4)
             ]
             cached = []
-            if blocksize[0] * blocksize[1] * matrix.dtype.itemsize > 16:
+            if _cache_may_help(blocksize, matrix.dtype.itemsize):
                 cached = [
                     replace(p, cache_blocks=True, source="candidate") for p in (untuned, wider[0])
                 ]
