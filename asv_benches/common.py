@@ -9,12 +9,17 @@ from __future__ import annotations
 import numpy as np
 
 import sparsegpu
-from sparsegpu import _cuda, bench
+from sparsegpu import bench
 from sparsegpu.datasets import synthetic
+from sparsegpu.device import _cuda
 
 # Registered backends, auto's choice, and CuPy's own product: the reference every backend
 # is held to.
-CONTENDERS = [*sparsegpu._registry.registered(), sparsegpu._registry.AUTO, bench.REFERENCE_NAME]
+CONTENDERS = [
+    *sparsegpu.engine._registry.registered(),
+    sparsegpu.engine._registry.AUTO,
+    bench.REFERENCE_NAME,
+]
 DTYPES = ["float32", "float64"]
 
 # One matrix per row-length class. GPU sizes: 5-8 million nonzeros, 80-100 MB a product

@@ -12,7 +12,7 @@ import statistics
 import numpy as np
 
 from sparsegpu import bench
-from sparsegpu._timing import gb_per_s, spmv_bytes
+from sparsegpu.measure._timing import gb_per_s, spmv_bytes
 
 from . import common
 

@@ -9,8 +9,8 @@ import numpy as np
 import scipy.sparse.linalg
 
 import sparsegpu
-from sparsegpu import _cuda
 from sparsegpu.datasets import synthetic
+from sparsegpu.device import _cuda
 from sparsegpu.testing import random_vector
 
 from . import common
@@ -67,7 +67,7 @@ class SparsegpuCG:
             self.A.backend = backend
         except sparsegpu.BackendUnavailableError as exc:
             raise NotImplementedError(str(exc).splitlines()[0]) from None
-        xp = sparsegpu._planning.plan_for(self.A, np.float64).matrix.xp
+        xp = sparsegpu.engine._planning.plan_for(self.A, np.float64).matrix.xp
         self.b = random_vector(self.A.shape[0], np.float64, seed=0, xp=xp)
         self.keyword = _tolerance_keyword(self.cg)
 

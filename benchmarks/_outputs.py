@@ -12,7 +12,9 @@ import json
 import pathlib
 
 import sparsegpu as sg
-from sparsegpu import _console, _cuda, probe
+from sparsegpu import _console
+from sparsegpu.device import _cuda
+from sparsegpu.measure import probe
 
 HERE = pathlib.Path(__file__).resolve().parent
 

@@ -57,9 +57,12 @@ import numpy as np
 import scipy.io
 
 import sparsegpu as sg
-from sparsegpu import _console, _cuda, _planning, _registry, _select, _timing, probe
+from sparsegpu import _console
 from sparsegpu.backends import cusparse as cusparse_backend
 from sparsegpu.datasets import synthetic
+from sparsegpu.device import _cuda
+from sparsegpu.engine import _planning, _registry, _select
+from sparsegpu.measure import _timing, probe
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import _outputs  # noqa: E402

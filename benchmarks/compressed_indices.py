@@ -57,10 +57,13 @@ import numpy as np
 import scipy.sparse as sp
 
 import sparsegpu as sg
-from sparsegpu import _console, _cuda, _registry, _timing, datasets
-from sparsegpu._mirror import CUPY, PlanKey
+from sparsegpu import _console, datasets
 from sparsegpu.backends import delta16
 from sparsegpu.datasets import synthetic
+from sparsegpu.device import _cuda
+from sparsegpu.device._mirror import CUPY, PlanKey
+from sparsegpu.engine import _registry
+from sparsegpu.measure import _timing
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))

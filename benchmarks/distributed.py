@@ -31,8 +31,8 @@ import numpy as np
 
 import sparsegpu as sg
 import sparsegpu.distributed as sgd
-from sparsegpu import _cuda
 from sparsegpu.datasets.synthetic import stencil_3d
+from sparsegpu.device import _cuda
 from sparsegpu.distributed import _bench
 
 
@@ -56,7 +56,7 @@ def main(argv=None) -> int:
     if rank == 0:
         if args.matrix:
             S = sg.datasets.load(args.matrix) if args.matrix in sg.datasets.names() else (
-                sg.suitesparse.load(args.matrix, progress=False)
+                sg.io.suitesparse.load(args.matrix, progress=False)
             )  # fmt: skip
             name = args.matrix
         else:

@@ -12,7 +12,7 @@ Run under ``mpiexec -n P`` with one GPU a rank (issue 32's table: P = 4). On sub
 * **the distributed matrix** on P ranks (``transport`` auto: NCCL where each rank has a
   GPU): ``A @ x``, the halo exchange alone, one CG iteration measured the same way, the
   CG solve, and the answers checked against one GPU's: the product to the dtype's
-  tolerance (``sparsegpu._oracle.tolerance``), the solve's iterations and solution.
+  tolerance (``sparsegpu.measure._oracle.tolerance``), the solve's iterations and solution.
 
 Matrices: the 7-point Poisson stencil on ``--n``^3 (strong scaling), on grids growing
 with P so that each rank holds about ``--weak-rows`` rows (weak scaling), and the
@@ -43,10 +43,12 @@ import numpy as np
 
 import sparsegpu as sg
 import sparsegpu.distributed as sgd
-from sparsegpu import _cuda, _oracle, _planning, _registry, _timing
 from sparsegpu.datasets import synthetic
+from sparsegpu.device import _cuda
 from sparsegpu.distributed import _bench
+from sparsegpu.engine import _planning, _registry
 from sparsegpu.linalg import _graphs
+from sparsegpu.measure import _oracle, _timing
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from auto_vs_cusparse import MIN_CALLS, DirectSpMV  # noqa: E402

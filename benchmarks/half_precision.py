@@ -20,7 +20,7 @@ float64 product of the float32 values.
 
 "speedup" is float32's best time (every candidate above, delta16 included) over the 16-bit
 dtype's best; "speedup vs plain" divides by float32's best plain time instead. Each
-candidate's answer is checked (:class:`sparsegpu._oracle.Oracle`, against the float64
+candidate's answer is checked (:class:`sparsegpu.measure._oracle.Oracle`, against the float64
 product of the rounded values) before it is timed. The error of the fastest candidate is
 reported against the float64 product of the float64 matrix and x (``err_*``: what a user
 who rounds a float64 problem loses) and against the float64 product of the rounded
@@ -48,11 +48,14 @@ import sys
 import numpy as np
 
 import sparsegpu as sg
-from sparsegpu import _console, _cuda, _registry, _timing
-from sparsegpu._dtypes import BFLOAT16, is_half
-from sparsegpu._mirror import CUPY, PlanKey
-from sparsegpu._oracle import Oracle
+from sparsegpu import _console
 from sparsegpu.datasets import synthetic
+from sparsegpu.device import _cuda
+from sparsegpu.device._dtypes import BFLOAT16, is_half
+from sparsegpu.device._mirror import CUPY, PlanKey
+from sparsegpu.engine import _registry
+from sparsegpu.measure import _timing
+from sparsegpu.measure._oracle import Oracle
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))

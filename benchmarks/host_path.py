@@ -48,7 +48,7 @@ class _MemoryPointer:
         self.mem, self.ptr = mem, mem.ptr
 
 
-class ndarray:  # noqa: N801 (CuPy's name: sparsegpu._cuda.is_cupy_array looks for it)
+class ndarray:  # noqa: N801 (CuPy's name: sparsegpu.device._cuda.is_cupy_array looks for it)
     """A CuPy array as a product reads it: shape, dtype, sizes, contiguity attributes and a
     pointer to memory (array -> pointer -> memory, as CuPy's; result buffers count the
     references along that chain)."""
@@ -132,9 +132,9 @@ def install_standin() -> types.ModuleType:
 
 def plans(cupy) -> dict:
     """``{name: plan}`` on one stand-in mirror of ``N_ROWS`` rows, float64."""
-    from sparsegpu import _launch, _mirror, _spmm
-    from sparsegpu.backends import cusparse
+    from sparsegpu.backends import _spmm, cusparse
     from sparsegpu.backends.csr_vector import CsrVectorPolicy, KernelPlan
+    from sparsegpu.device import _launch, _mirror
 
     kernel = types.SimpleNamespace(ptr=1)
     _spmm.get_kernel = lambda source, name, *options: kernel  # nothing to compile
@@ -165,7 +165,8 @@ def plans(cupy) -> dict:
 
 def put_in_cache(A, plan, x) -> None:
     """Make ``plan`` the one ``A``'s products with an operand like ``x`` run."""
-    from sparsegpu import _mirror, _planning, _registry, _select
+    from sparsegpu.device import _mirror
+    from sparsegpu.engine import _planning, _registry, _select
 
     key = _mirror.ChoiceKey(
         _select.AUTO, x.dtype, None, None, A._sg_policy, A._sg_planning,

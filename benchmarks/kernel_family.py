@@ -30,11 +30,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import sparsegpu as sg  # noqa: E402
-from sparsegpu import _console, _cuda, _planning, _registry, _timing, probe  # noqa: E402
+from sparsegpu import _console  # noqa: E402
 from sparsegpu.backends.csr_vector import CsrVectorPolicy  # noqa: E402
 from sparsegpu.backends.policy import THREADS_PER_ROW_CHOICES  # noqa: E402
 from sparsegpu.backends.swcache import SoftwareCachePolicy  # noqa: E402
 from sparsegpu.datasets import synthetic  # noqa: E402
+from sparsegpu.device import _cuda  # noqa: E402
+from sparsegpu.engine import _planning, _registry  # noqa: E402
+from sparsegpu.measure import _timing, probe  # noqa: E402
 from sparsegpu.testing import assert_product_close, random_vector, tolerance  # noqa: E402
 
 KERNEL_BACKENDS = ("vector", "texture", "readonly", "shuffle", "swcache")
@@ -45,7 +48,7 @@ DEFAULT_OUTPUT = ROOT / "docs" / "benchmarks" / "results" / "kernel_family_h200.
 
 
 def copy_bandwidth(nbytes: int = 2**31) -> dict:
-    """``sparsegpu.probe``'s device-to-device copy, in this run: GB/s counting bytes read
+    """``sparsegpu.measure.probe``'s device-to-device copy, in this run: GB/s counting bytes read
     plus bytes written (the 100% of every "% of copy")."""
     copied, median_ms, gbs = probe.measure_copy(nbytes)
     return {"bytes": copied, "median_ms": median_ms, "gb_per_s": gbs}

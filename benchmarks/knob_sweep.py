@@ -30,11 +30,13 @@ import time
 import numpy as np
 
 import sparsegpu as sg
-from sparsegpu import _cuda, _planning, _registry, _timing, probe
 from sparsegpu.backends.csr_vector import CsrVectorPolicy
 from sparsegpu.backends.cusparse import CusparsePolicy
 from sparsegpu.backends.merge_path import MERGE_PATH_SHAPES, MergePathPolicy
 from sparsegpu.datasets import synthetic
+from sparsegpu.device import _cuda
+from sparsegpu.engine import _planning, _registry
+from sparsegpu.measure import _timing, probe
 
 GATHER_SOURCE = r"""
 template <typename V, typename I>

@@ -41,9 +41,12 @@ import sys
 import numpy as np
 
 import sparsegpu as sg
-from sparsegpu import _compile, _console, _cuda, _registry, _timing
+from sparsegpu import _console
 from sparsegpu.backends import merge_path
 from sparsegpu.datasets import synthetic
+from sparsegpu.device import _compile, _cuda
+from sparsegpu.engine import _registry
+from sparsegpu.measure import _timing
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from auto_vs_cusparse import MIN_CALLS, DirectSpMV  # noqa: E402

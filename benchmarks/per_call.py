@@ -10,7 +10,7 @@ without synchronizing inside the loop (calls queue on the stream), median of rep
   ``A @ x`` (900 x 900, about 4,000 nonzeros);
 - where ``auto``'s time goes (``pieces``): CuPy's own floor (``cupy.cuda.get_current_stream``,
   allocating y, one bare ``cuLaunchKernel`` of the plan's kernel), taking back a dropped
-  result (``sparsegpu._result_buffers``) against allocating one, and the plan's
+  result (``sparsegpu.device._result_buffers``) against allocating one, and the plan's
   matvec with and without ``out=`` and the whole ``A @ x``;
 - the ``cusparse`` backend's ``A @ x`` against the bare ``cusparseSpMV`` call it makes;
 - ``A @ X`` (``blocks``: k = 2, 8, 32, X in C and in Fortran order) beside ``A @ x`` on the
@@ -36,8 +36,9 @@ import numpy as np
 import scipy.sparse as sp
 
 import sparsegpu as sg
-from sparsegpu import _registry, _spmm
+from sparsegpu.backends import _spmm
 from sparsegpu.backends import cusparse as cusparse_backend
+from sparsegpu.engine import _registry
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import _outputs  # noqa: E402
@@ -67,7 +68,7 @@ def per_call_us(fn, sync=None, calls=CALLS, repeats=REPEATS) -> float:
 
 def pieces(B, x, cupy, sync) -> dict:
     """Host microseconds of each step of ``auto``'s ``A @ x`` on ``B``, and of CuPy's floor."""
-    plan = sg._planning.plan_for(B, np.float64)
+    plan = sg.engine._planning.plan_for(B, np.float64)
     out = {"backend": type(plan).__name__}
     y = cupy.empty(B.shape[0])
     out["get_current_stream_us"] = per_call_us(cupy.cuda.get_current_stream, sync)
@@ -99,7 +100,7 @@ def cusparse_pieces(B, x, cupy, sync) -> dict:
     """Host microseconds of the ``cusparse`` backend's ``A @ x`` against the one
     ``cusparseSpMV`` call it makes (same handle, descriptors and workspace): the part of a
     call that is cuSPARSE's own."""
-    plan = sg._planning.plan_for(B, np.float64, backend="cusparse")
+    plan = sg.engine._planning.plan_for(B, np.float64, backend="cusparse")
     y = cupy.empty(B.shape[0])
     plan.matvec(x, out=y)  # makes the descriptors of x and y
     stream_ptr = cupy.cuda.get_current_stream().ptr
@@ -146,7 +147,7 @@ def _block_row(B, C, X, cupy, sync) -> dict:
     cusparse backend's."""
     Y = cupy.empty((B.shape[0], X.shape[1]), order="F" if _spmm.is_fortran(X) else "C")
     choice = sg.choose(B, X)
-    plan = sg._planning.plan_for(B, np.float64, x=X)
+    plan = sg.engine._planning.plan_for(B, np.float64, x=X)
     row = {"auto_backend": choice.backend, "auto_policy": repr(choice.policy)}
     row["auto_us"] = per_call_us(lambda: B @ X, sync)
     row["auto_out_us"] = per_call_us(lambda: sg.matvec(B, X, out=Y), sync)
@@ -201,7 +202,7 @@ def main(argv=None) -> int:
             B = sg.csr_matrix(S)
             B.backend = status.name
             result["gpu"][f"{status.name}_us"] = per_call_us(lambda B=B: B @ x, sync)
-            plan = sg._planning.plan_for(B, np.float64)
+            plan = sg.engine._planning.plan_for(B, np.float64)
             result["gpu"][f"{status.name}_plan_only_us"] = per_call_us(
                 lambda plan=plan: plan.matvec(x), sync
             )

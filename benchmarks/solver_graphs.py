@@ -62,8 +62,10 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spl
 
 import sparsegpu as sg
-from sparsegpu import _reorder, _staging, _timing
+from sparsegpu.classes import _reorder
 from sparsegpu.datasets.synthetic import stencil_3d
+from sparsegpu.device import _staging
+from sparsegpu.measure import _timing
 
 
 def timed(fn, cupy, repeat=1):
@@ -590,7 +592,7 @@ def main(argv=None) -> int:
     parser.add_argument("--rule-solves", type=int, default=10)
     parser.add_argument("--sections", default="graphs,others,gmres,reorder,reorder_rule,numpy_path")
     args = parser.parse_args(argv)
-    from sparsegpu import _cuda
+    from sparsegpu.device import _cuda
 
     cupy = _cuda.cupy_or_none()
     if cupy is None:

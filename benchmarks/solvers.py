@@ -39,10 +39,11 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spl
 
 import sparsegpu as sg
-from sparsegpu import _cuda, _planning, _registry
 from sparsegpu._console import console, progress
-from sparsegpu._timing import cuda_time, gb_per_s, matrix_spmv_bytes
 from sparsegpu.datasets.synthetic import power_law, stencil_3d
+from sparsegpu.device import _cuda
+from sparsegpu.engine import _planning, _registry
+from sparsegpu.measure._timing import cuda_time, gb_per_s, matrix_spmv_bytes
 
 _CHOSEN_BACKENDS: list[str] = []
 

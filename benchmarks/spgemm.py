@@ -56,11 +56,13 @@ import scipy
 import scipy.sparse as sp
 
 import sparsegpu as sg
-from sparsegpu import _cuda, _mirror, _sparse_product, _timing
-from sparsegpu._oracle import tolerance
 from sparsegpu.backends import cusparse as cusparse_backend
 from sparsegpu.backends import cusparse_spgemm, spgemm
 from sparsegpu.datasets import synthetic
+from sparsegpu.device import _cuda, _mirror
+from sparsegpu.engine import _sparse_product
+from sparsegpu.measure import _timing
+from sparsegpu.measure._oracle import tolerance
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))

@@ -48,9 +48,11 @@ import scipy
 import scipy.sparse as sp
 
 import sparsegpu as sg
-from sparsegpu import _sparse_product, _timing, datasets
+from sparsegpu import datasets
 from sparsegpu.backends import spgemm
 from sparsegpu.datasets import synthetic
+from sparsegpu.engine import _sparse_product
+from sparsegpu.measure import _timing
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))

@@ -39,8 +39,9 @@ import sys
 import numpy as np
 
 import sparsegpu as sg
-from sparsegpu import _planning, _sparse_product, _timing
 from sparsegpu.backends import spgemm
+from sparsegpu.engine import _planning, _sparse_product
+from sparsegpu.measure import _timing
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))

@@ -59,9 +59,12 @@ import numpy as np
 import scipy.io
 
 import sparsegpu as sg
-from sparsegpu import _cuda, _registry, _spmm, _timing
+from sparsegpu.backends import _spmm
 from sparsegpu.backends import cusparse as cusparse_backend
 from sparsegpu.datasets import synthetic
+from sparsegpu.device import _cuda
+from sparsegpu.engine import _registry
+from sparsegpu.measure import _timing
 
 DEFAULT_MATRICES = importlib.resources.files("sparsegpu.datasets") / "data"
 SETS = ("fit", "heldout")
@@ -231,7 +234,7 @@ def bench_one(name, A, Acx, X, cupy, torch, set_label) -> dict:
     planning_wall_ms = (time.perf_counter() - start) * 1e3
     check(A @ X, "auto")
     fns["auto"] = lambda: A @ X
-    plan = sg._planning.plan_for(A, dtype, x=X)
+    plan = sg.engine._planning.plan_for(A, dtype, x=X)
     Y_plan = cupy.empty(reference.shape, dtype=dtype, order="F" if fortran else "C")
     check(plan.matmat(X, out=Y_plan), "auto's plan")
     fns["auto_plan"] = lambda: plan.matmat(X, out=Y_plan)

@@ -24,27 +24,38 @@ Command line
 True
 """
 
-from . import datasets, io, linalg, suitesparse
-from ._construct import block_diag, bmat, diags, eye, hstack, identity, kron, random, vstack
-from ._matrix import bsr_array as bsr_array  # public; kept out of __all__ (see there)
-from ._matrix import bsr_matrix as bsr_matrix
-from ._matrix import csc_array as csc_array
-from ._matrix import csc_matrix as csc_matrix
-from ._matrix import csr_array as csr_array
-from ._matrix import csr_matrix as csr_matrix
-from ._matrix import matvec
-from ._planning import choose, plan, planning
-from ._products import explain, galerkin_product, spgemm
-from ._registry import (
+from . import datasets, io, linalg
+from ._version import __version__
+from .classes._construct import (
+    block_diag,
+    bmat,
+    diags,
+    eye,
+    hstack,
+    identity,
+    kron,
+    random,
+    vstack,
+)
+from .classes._matrix import bsr_array as bsr_array  # public; kept out of __all__ (see there)
+from .classes._matrix import bsr_matrix as bsr_matrix
+from .classes._matrix import csc_array as csc_array
+from .classes._matrix import csc_matrix as csc_matrix
+from .classes._matrix import csr_array as csr_array
+from .classes._matrix import csr_matrix as csr_matrix
+from .classes._matrix import matvec
+from .classes._products import explain, galerkin_product, spgemm
+from .classes._reorder import reorder
+from .engine._planning import choose, plan, planning
+from .engine._registry import (
     BackendStatus,
     BackendUnavailableError,
     backends,
     register_backend,
     unregister_backend,
 )
-from ._reorder import reorder
-from ._select import use_backend
-from ._version import __version__
+from .engine._select import use_backend
+from .io import suitesparse
 from .tuning.autotune import AutotuneReport, autotune
 
 # What help(sparsegpu) documents in full: not the six matrix classes, whose help repeats

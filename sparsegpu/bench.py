@@ -5,8 +5,8 @@ policy (the tuning cache's winner once tuned) and ``auto`` the plan it would pic
 answer is checked against the scipy oracle (computed in double precision), and only then
 timed: CUDA events on the GPU, ``time.perf_counter`` on the host, the median of the
 repeats. Each row reports the median time, GB/s of the bytes a product must move
-(:func:`sparsegpu._timing.spmv_bytes`), the percentage of the device's copy bandwidth
-(:func:`sparsegpu.probe.copy_bandwidth`) and the speed-up over cuSPARSE measured in the
+(:func:`sparsegpu.measure._timing.spmv_bytes`), the percentage of the device's copy bandwidth
+(:func:`sparsegpu.measure.probe.copy_bandwidth`) and the speed-up over cuSPARSE measured in the
 same run (the ``cusparse`` backend when it is registered, else CuPy's
 ``cupyx.scipy.sparse`` product, reported as ``cupyx``).
 
@@ -31,13 +31,15 @@ import numpy as np
 import scipy
 import scipy.sparse as sp
 
-from . import _cuda, _planning, _registry, suitesparse
-from ._dtypes import HALF_DTYPES, is_half
-from ._oracle import Oracle, random_vector
-from ._timing import gb_per_s, spmv_bytes, time_candidates
 from ._version import __version__
 from .backends.policy import format_knobs
 from .datasets import synthetic
+from .device import _cuda
+from .device._dtypes import HALF_DTYPES, is_half
+from .engine import _planning, _registry
+from .io import suitesparse
+from .measure._oracle import Oracle, random_vector
+from .measure._timing import gb_per_s, spmv_bytes, time_candidates
 
 SCHEMA = "sparsegpu-bench/1"
 # the 16-bit floats too (sums in float32); bfloat16 where ml_dtypes is installed
@@ -425,7 +427,7 @@ def _machine(gpu: bool) -> dict:
         "gpu": None,
     }
     if gpu:
-        from .probe import device_record
+        from .measure.probe import device_record
 
         machine["gpu"] = device_record()
     return machine
@@ -434,7 +436,7 @@ def _machine(gpu: bool) -> dict:
 def _peak(gpu: bool) -> tuple[float | None, str | None]:
     if not gpu:
         return None, None
-    from . import probe
+    from .measure import probe
 
     return probe.copy_bandwidth(), "sparsegpu probe: device-to-device copy (read + write)"
 

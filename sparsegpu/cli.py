@@ -49,10 +49,10 @@ def expected_errors() -> tuple[type[BaseException], ...]:
     """The library's errors that mean "this machine or this input cannot do that", not a
     bug: no network or file (OSError, DownloadError included), no GPU, no memory, a bad
     benchmark request, an unusable tuning cache. Commands end on them with one line."""
-    from ._registry import BackendUnavailableError
-    from ._tuning_store import TuningCacheError
     from .bench import BenchError
-    from .probe import NoGPUError
+    from .engine._registry import BackendUnavailableError
+    from .engine._tuning_store import TuningCacheError
+    from .measure.probe import NoGPUError
 
     return (OSError, MemoryError, BackendUnavailableError, BenchError, NoGPUError, TuningCacheError)
 

@@ -20,11 +20,6 @@ from collections import Counter
 import numpy as np
 import scipy.sparse as sp
 
-from . import _cuda
-from ._dtypes import HALF_DTYPES, is_half
-from ._mirror import DeviceMatrix, Residence
-from ._oracle import random_values, random_vector, tolerance
-from ._registry import register_backend
 from .backends.base import Backend, Plan
 from .backends.scipy_reference import ScipyBackend, ScipyPlan
 from .backends.spgemm import (
@@ -34,6 +29,11 @@ from .backends.spgemm import (
     register_engine,
     row_products,
 )
+from .device import _cuda
+from .device._dtypes import HALF_DTYPES, is_half
+from .device._mirror import DeviceMatrix, Residence
+from .engine._registry import register_backend
+from .measure._oracle import random_values, random_vector, tolerance
 
 
 def no_gpu_reason() -> str:

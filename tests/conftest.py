@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 import sparsegpu as sg
-from sparsegpu import _cuda, suitesparse
+from sparsegpu.device import _cuda
+from sparsegpu.io import suitesparse
 from sparsegpu.testing import no_gpu_reason, register_host_copy
 
 from .collection_server import CollectionServer
@@ -61,7 +62,7 @@ register_host_copy()
 
 # the backends of the CSR classes' products (cusparse_bsr reads the BSR classes' mirrors:
 # tests/test_bsr.py)
-_REGISTERED = sg._registry.registered()
+_REGISTERED = sg.engine._registry.registered()
 BACKEND_NAMES = [b.name for b in sg.backends() if "csr" in _REGISTERED[b.name].formats]
 GPU_BACKEND_NAMES = [
     name for name, b in _REGISTERED.items() if b.residence.name == "cupy" and "csr" in b.formats
@@ -84,7 +85,7 @@ def _forget_measured_plans():
     """Plans measured for a fingerprint are process-wide: one test's must not decide the
     next test's choice."""
     yield
-    from sparsegpu import _planning
+    from sparsegpu.engine import _planning
 
     _planning.forget_measurements()
     _planning.forget_sparse_plans()
@@ -94,7 +95,7 @@ def _forget_measured_plans():
 def _isolated_tuning_cache(tmp_path_factory, monkeypatch):
     """Tests never read or write the user's tuning cache: each gets an empty one, and the
     package's shipped defaults read as empty (tests of them pass their path explicitly)."""
-    from sparsegpu import _tuning_store as cache
+    from sparsegpu.engine import _tuning_store as cache
 
     # a fresh path, not created: the cache makes its directory when it first writes, and
     # making ~30,000 directories (one per test, most of them skips) cost minutes

@@ -10,8 +10,8 @@ import pytest
 import scipy.sparse as sp
 
 import sparsegpu as sg
-from sparsegpu import _registry, _select
-from sparsegpu._mirror import RowLengthStats
+from sparsegpu.device._mirror import RowLengthStats
+from sparsegpu.engine import _registry, _select
 from sparsegpu.testing import (
     CountingBackend,
     HostCopyBackend,
@@ -108,7 +108,7 @@ def test_row_stats_are_the_stats_without_the_spread(name):
     (stats), and becomes stats itself once stats is known."""
     from dataclasses import replace
 
-    from sparsegpu._mirror import HOST, DeviceMatrix
+    from sparsegpu.device._mirror import HOST, DeviceMatrix
 
     A = awkward_matrices(np.float64, np.int32, seed=3)[name]
     fresh = DeviceMatrix.from_host(A.data, A.indices, A.indptr, A.shape, HOST)

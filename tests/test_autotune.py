@@ -13,9 +13,14 @@ import pytest
 import scipy.sparse as sp
 
 import sparsegpu as sg
-from sparsegpu import _planning, _registry
-from sparsegpu._timing import host_time
-from sparsegpu._tuning_store import TuningCache, TuningCacheError, TuningCacheWarning, host_context
+from sparsegpu.engine import _planning, _registry
+from sparsegpu.engine._tuning_store import (
+    TuningCache,
+    TuningCacheError,
+    TuningCacheWarning,
+    host_context,
+)
+from sparsegpu.measure._timing import host_time
 from sparsegpu.testing import HOST_COPY
 from sparsegpu.tuning import CsrVectorPolicy
 from sparsegpu.tuning import autotune as autotune_mod

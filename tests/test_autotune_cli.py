@@ -15,12 +15,14 @@ import scipy.io
 import scipy.sparse as sp
 
 import sparsegpu as sg
-from sparsegpu import _cuda, _select, cli
+from sparsegpu import cli
 from sparsegpu._console import console
-from sparsegpu._mirror import RowLengthStats
-from sparsegpu._tuning_store import TuningCache
 from sparsegpu.commands import autotune as autotune_command
 from sparsegpu.commands import autotune as command
+from sparsegpu.device import _cuda
+from sparsegpu.device._mirror import RowLengthStats
+from sparsegpu.engine import _select
+from sparsegpu.engine._tuning_store import TuningCache
 from sparsegpu.tuning.plot import block_size_series, reference_lines
 from tests.tuning_backends import CANDIDATES, ScriptedTimer, SweepBackend
 
@@ -114,7 +116,7 @@ def test_suitesparse_names_are_loaded_through_sparsegpu_suitesparse(sweep, capsy
     def load(name, progress=True):
         return sp.random(50, 50, density=0.2, random_state=0, format="csr")
 
-    monkeypatch.setattr("sparsegpu.suitesparse.load", load)
+    monkeypatch.setattr("sparsegpu.io.suitesparse.load", load)
     assert run_cli("HB/fake", "--backends", "sweep-cli", "--repeat", "2", "--json") == 0
     [report] = json.loads(capsys.readouterr().out)
     assert report["matrix"] == "HB/fake" and report["shape"] == [50, 50]

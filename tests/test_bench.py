@@ -15,10 +15,10 @@ import scipy.sparse as sp
 
 import sparsegpu as sg
 from sparsegpu import bench, cli
-from sparsegpu._mirror import HOST
 from sparsegpu.backends.base import Backend
 from sparsegpu.backends.scipy_reference import ScipyBackend, ScipyPlan
 from sparsegpu.datasets import synthetic
+from sparsegpu.device._mirror import HOST
 
 from .test_planning import _counted
 
@@ -128,12 +128,12 @@ def test_auto_is_timed_as_planned_by_measurement(monkeypatch):
     """bench times the plan a matrix's second product gets (issue 33: it timed the
     estimate), and reports what planning cost apart. GPU backends played by host-copy
     stand-ins: the rules pick merge_path for this matrix, the measurement cusparse."""
-    from sparsegpu import _select
+    from sparsegpu.engine import _select
 
     stand_ins = [_counted("merge_path", delay_s=2e-3), _counted("cusparse")]
     monkeypatch.setattr(_select, "gpu_candidates", lambda value_dtype, policy_type=None: stand_ins)
     monkeypatch.delenv("SPARSEGPU_PLANNING", raising=False)
-    sg._registry.invalidate_choices()
+    sg.engine._registry.invalidate_choices()
     assert sg.explain(sg.csr_matrix(synthetic.stencil_2d(64))).backend == "merge_path"
     report = bench.run(["stencil2d_64"], backends=["auto"], repeat=2)
     (row,) = report.results

@@ -35,7 +35,7 @@ def test_small_matrices_build_with_seeded_random_values(script):
 
 
 def test_candidates_take_only_backends_that_take_16_bit_values(script):
-    backend = sg._registry.registered()["merge_path"]
+    backend = sg.engine._registry.registered()["merge_path"]
     assert np.dtype(np.float16) not in backend.value_dtypes
 
 

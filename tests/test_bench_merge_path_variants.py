@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sparsegpu import _cuda
+from sparsegpu.device import _cuda
 
 from .scripts import load_script
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sparsegpu import _cuda
 from sparsegpu.datasets import synthetic
+from sparsegpu.device import _cuda
 
 from .scripts import load_script
 
@@ -241,9 +241,9 @@ def test_bench_one_with_cpu_stand_ins(script, monkeypatch):
 
     import sparsegpu as sg
 
-    if sg._cuda.unavailable_reason() is None:
+    if sg.device._cuda.unavailable_reason() is None:
         pytest.skip("CPU stand-ins for cupy: with a GPU, auto computes on it (the real run)")
-    from sparsegpu._mirror import HOST
+    from sparsegpu.device._mirror import HOST
 
     class FakeRegistry:
         @staticmethod

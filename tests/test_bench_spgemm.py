@@ -95,9 +95,9 @@ def test_from_json_writes_markdown_without_a_gpu(script, tmp_path):
 def test_direct_cusparse_spgemm_agrees_with_scipy(script, dtype, index_dtype):
     """The benchmark's cuSPARSE-called-directly column (the baseline every SpGEMM claim is
     measured against) computes the product scipy does."""
-    from sparsegpu import _cuda
-    from sparsegpu._mirror import CUPY
     from sparsegpu.backends import spgemm
+    from sparsegpu.device import _cuda
+    from sparsegpu.device._mirror import CUPY
     from sparsegpu.testing import no_gpu_reason, random_sparse
 
     if _cuda.cupy_or_none() is None:
@@ -152,7 +152,7 @@ def test_layers_markdown_has_every_layer_and_the_ratio(layers, tmp_path):
 @pytest.mark.parametrize("form", ["A@A", "A.T@A"])
 def test_every_layer_computes_the_product(layers, form):
     """Each layer the benchmark times computes the same product as cupyx (on the GPU)."""
-    from sparsegpu import _cuda
+    from sparsegpu.device import _cuda
     from sparsegpu.testing import no_gpu_reason, random_sparse
 
     cupy = _cuda.cupy_or_none()

@@ -9,8 +9,6 @@ import pytest
 import scipy.sparse as sp
 
 import sparsegpu as sg
-from sparsegpu import _cuda, _registry
-from sparsegpu._mirror import CUPY, HOST, DeviceMatrix
 from sparsegpu.backends import block
 from sparsegpu.backends.block import (
     BLOCK_DIMENSIONS,
@@ -25,6 +23,9 @@ from sparsegpu.backends.block import (
     min_fill,
 )
 from sparsegpu.datasets import block_mesh
+from sparsegpu.device import _cuda
+from sparsegpu.device._mirror import CUPY, HOST, DeviceMatrix
+from sparsegpu.engine import _registry
 from sparsegpu.testing import (
     INDEX_DTYPES,
     VALUE_DTYPES,

@@ -14,9 +14,10 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 import sparsegpu as sg
-from sparsegpu import _cuda, _registry
-from sparsegpu._block_mirror import DeviceBlockMatrix
-from sparsegpu._mirror import HOST
+from sparsegpu.device import _cuda
+from sparsegpu.device._block_mirror import DeviceBlockMatrix
+from sparsegpu.device._mirror import HOST
+from sparsegpu.engine import _registry
 from sparsegpu.testing import (
     INDEX_DTYPES,
     VALUE_DTYPES,

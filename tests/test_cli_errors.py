@@ -8,8 +8,12 @@ import types
 
 import pytest
 
-from sparsegpu import _cuda, _registry, bench, cli, probe, suitesparse
-from sparsegpu._tuning_store import TuningCacheError
+from sparsegpu import bench, cli
+from sparsegpu.device import _cuda
+from sparsegpu.engine import _registry
+from sparsegpu.engine._tuning_store import TuningCacheError
+from sparsegpu.io import suitesparse
+from sparsegpu.measure import probe
 
 needs_no_gpu = pytest.mark.skipif(
     _cuda.unavailable_reason() is None, reason="a GPU is usable here; this is the no-GPU path"

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from sparsegpu import datasets, suitesparse
+from sparsegpu import datasets
 from sparsegpu.cli import main
+from sparsegpu.io import suitesparse
 
 
 def test_fetch_prints_the_paths(server, tmp_path, capsys):

@@ -78,9 +78,9 @@ def test_one_plan_serves_every_call(cupy, planning):
     A.planning = planning
     xs = [random_vector(A.shape[1], np.float64, seed=s) for s in range(5)]
     ys = [A @ cupy.asarray(x) for x in xs[:2]]  # under "measure" the second product plans
-    plan = sg._planning.plan_for(A)  # (ALG1 or ALG2, whichever measured faster)
+    plan = sg.engine._planning.plan_for(A)  # (ALG1 or ALG2, whichever measured faster)
     ys += [A @ cupy.asarray(x) for x in xs[2:]]  # descriptors re-pointed at each x and y
-    assert sg._planning.plan_for(A) is plan
+    assert sg.engine._planning.plan_for(A) is plan
     for x, y in zip(xs, ys, strict=True):
         assert_product_close(y, sp.csr_matrix(A) @ x, np.float64, _max_row(A))
 
@@ -108,7 +108,7 @@ def test_more_buffers_than_the_descriptor_table_keeps(cupy):
     # each x and y at a new address until the table evicts, then the first ones again:
     # a descriptor never points at another buffer's memory
     A = _matrix("power_law", np.float64, np.int32)
-    plan = sg._planning.plan_for(A, backend="cusparse", policy=CusparsePolicy("csr_alg1"))
+    plan = sg.engine._planning.plan_for(A, backend="cusparse", policy=CusparsePolicy("csr_alg1"))
     assert isinstance(plan, CusparsePlan)
     n = DENSE_DESCRIPTORS + 8
     xs = [cupy.asarray(random_vector(A.shape[1], np.float64, seed=s)) for s in range(n)]
@@ -161,6 +161,6 @@ def test_unknown_algorithm_is_refused():
 
 
 def test_candidates_cover_every_algorithm():
-    backend = sg._registry.registered()["cusparse"]
+    backend = sg.engine._registry.registered()["cusparse"]
     algorithms = {p.algorithm for p in backend.candidates(None)}
     assert algorithms == set(CUSPARSE_ALGORITHMS)

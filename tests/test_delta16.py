@@ -8,7 +8,6 @@ import pytest
 import scipy.sparse as sp
 
 import sparsegpu as sg
-from sparsegpu._mirror import CUPY
 from sparsegpu.backends import delta16
 from sparsegpu.backends.delta16 import (
     CHUNK_ROWS,
@@ -18,6 +17,7 @@ from sparsegpu.backends.delta16 import (
     chunk_table,
     compressed_columns,
 )
+from sparsegpu.device._mirror import CUPY
 from sparsegpu.testing import (
     HALF_VALUE_DTYPES,
     INDEX_DTYPES,
@@ -113,7 +113,7 @@ def test_listed_with_its_reason_and_every_instantiation_registered():
 
 
 def test_rules_alone_never_pick_it():
-    backend = sg._registry.registered()["delta16"]
+    backend = sg.engine._registry.registered()["delta16"]
     assert backend.estimated is False and backend.planned is True
     A = sg.csr_matrix(sg.datasets.synthetic.stencil_2d(40))
     with sg.planning("estimate"):
@@ -183,7 +183,7 @@ def test_same_bits_as_the_shuffle_kernel_of_the_same_shape(cupy, dtype):
 
 def test_refuses_scattered_columns_and_says_why(cupy):
     A = sg.csr_matrix(scattered())
-    backend = sg._registry.registered()["delta16"]
+    backend = sg.engine._registry.registered()["delta16"]
     assert not backend.supports(_mirror(A))
     assert "delta16.columns" not in _mirror(A).formats  # refused on the chunk table alone
     with pytest.raises(ValueError, match=r"only 0% of its .* too scattered for 16-bit"):

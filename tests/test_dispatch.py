@@ -9,8 +9,8 @@ import pytest
 import scipy.sparse as sp
 
 import sparsegpu as sg
-from sparsegpu import _select
 from sparsegpu.backends.base import Backend
+from sparsegpu.engine import _select
 from sparsegpu.testing import CountingBackend
 
 
@@ -65,7 +65,7 @@ def test_precedence_explicit_over_matrix_over_scope_over_env(counters, matrix, m
 
 def test_auto_without_gpu_is_scipy(matrix, monkeypatch):
     monkeypatch.delenv("SPARSEGPU_BACKEND", raising=False)
-    if sg._cuda.unavailable_reason() is None:
+    if sg.device._cuda.unavailable_reason() is None:
         pytest.skip("a GPU is usable here: auto picks a GPU backend")
     assert _select.select(matrix._sg_operand(), np.float64).backend == "scipy"
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sparsegpu import bench, probe
+from sparsegpu import bench
+from sparsegpu.measure import probe
 
 from .scripts import load_script
 

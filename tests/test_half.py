@@ -14,8 +14,8 @@ import pytest
 import scipy.sparse as sp
 
 import sparsegpu as sg
-from sparsegpu._dtypes import BFLOAT16, FLOAT16, HALF_DTYPES
-from sparsegpu._oracle import Oracle
+from sparsegpu.device._dtypes import BFLOAT16, FLOAT16, HALF_DTYPES
+from sparsegpu.measure._oracle import Oracle
 from sparsegpu.testing import INDEX_DTYPES, awkward_matrices, random_vector
 from tests.conftest import BACKEND_NAMES, GPU_BACKEND_NAMES, skip_unless_available
 from tests.test_delta16 import mixed_chunks
@@ -25,7 +25,7 @@ INDEX_IDS = [np.dtype(d).name for d in INDEX_DTYPES]
 
 
 def _takes(backend: str, dtype) -> bool:
-    return np.dtype(dtype) in sg._registry.registered()[backend].value_dtypes
+    return np.dtype(dtype) in sg.engine._registry.registered()[backend].value_dtypes
 
 
 @pytest.fixture(scope="module")
@@ -172,7 +172,7 @@ def test_awkward_matrices_match_the_float64_reference(
     A = sg.csr_matrix(S)
     A.backend = backend
     gpu = backend in GPU_BACKEND_NAMES
-    xp = sg._cuda.cupy_or_none() if gpu else np
+    xp = sg.device._cuda.cupy_or_none() if gpu else np
     n = S.shape[0] if form == "transpose" else S.shape[1]
     k = int(form.split("_")[1]) if form.startswith("multivector") else None
     x_host = random_vector(n * (k or 1), half, seed=5).reshape((n, k) if k else (n,))
@@ -214,7 +214,7 @@ def test_auto_plans_among_the_backends_that_take_it(cupy, half):
     A = sg.csr_matrix(S, dtype=half)
     x = cupy.asarray(random_vector(S.shape[1], half, seed=9))
     choice = sg.choose(A, x)
-    assert np.dtype(half) in sg._registry.registered()[choice.backend].value_dtypes
+    assert np.dtype(half) in sg.engine._registry.registered()[choice.backend].value_dtypes
     timed = {m.backend for m in choice.measurements}
     assert timed and all(_takes(name, half) for name in timed)
     assert "delta16" in timed

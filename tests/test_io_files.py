@@ -10,8 +10,8 @@ import pytest
 import scipy.sparse as sp
 
 import sparsegpu as sg
-from sparsegpu import suitesparse
-from sparsegpu._tuning_store import TunedEntry, TuningCache, TuningContext
+from sparsegpu.engine._tuning_store import TunedEntry, TuningCache, TuningContext
+from sparsegpu.io import suitesparse
 
 
 @pytest.fixture(params=[0o022, 0o027, 0o002], ids=["022", "027", "002"])

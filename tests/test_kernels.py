@@ -15,14 +15,16 @@ import pytest
 import scipy.sparse as sp
 
 import sparsegpu as sg
-from sparsegpu import _compile, _planning, _registry, datasets
-from sparsegpu import _occupancy as occupancy
-from sparsegpu._dtypes import HALF_DTYPES
-from sparsegpu._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES, name_expression
+from sparsegpu import datasets
 from sparsegpu.backends import csr_vector, swcache
 from sparsegpu.backends.csr_vector import CsrVectorPolicy
 from sparsegpu.backends.policy import THREADS_PER_ROW_CHOICES
 from sparsegpu.backends.swcache import SoftwareCachePolicy
+from sparsegpu.device import _compile
+from sparsegpu.device import _occupancy as occupancy
+from sparsegpu.device._dtypes import HALF_DTYPES
+from sparsegpu.device._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES, name_expression
+from sparsegpu.engine import _planning, _registry
 from sparsegpu.testing import assert_product_close, awkward_matrices, random_vector
 
 KERNEL_BACKENDS = ("vector", "texture", "readonly", "shuffle", "swcache")
@@ -191,7 +193,7 @@ def test_check_kernels_parses_ptxas_and_flags_spills():
 def test_check_kernels_compiles_every_elementwise_source():
     """The solvers' fused CuPy kernels are compiled by the CI check too (issue 33: none
     of them was): one unit per value type holds every source that runs on it."""
-    from sparsegpu import _compile
+    from sparsegpu.device import _compile
 
     from .scripts import load_script
 
@@ -338,7 +340,7 @@ def test_launch_knob_variants(cupy, backend_name, unroll, stream_matrix, vector_
 
 @pytest.mark.gpu
 def test_vector_loads_refuse_a_misaligned_array(cupy):
-    from sparsegpu._mirror import CUPY, DeviceMatrix
+    from sparsegpu.device._mirror import CUPY, DeviceMatrix
 
     A = awkward_matrices(np.float32, np.int32)["random_200x150"]
     shifted = cupy.asarray(np.concatenate([[0], A.data]).astype(np.float32))[1:]  # 4 bytes in
@@ -396,7 +398,7 @@ def test_plan_rejects_wrong_x(cupy, backend_name):
 
 @pytest.mark.gpu
 def test_texture_refuses_x_beyond_the_1d_linear_limit(cupy):
-    from sparsegpu import _cuda
+    from sparsegpu.device import _cuda
 
     limit = _cuda.device_info().max_texture_1d_linear
     n_cols = limit + 1

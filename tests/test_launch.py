@@ -1,4 +1,4 @@
-"""sparsegpu._launch on the CPU: the type map, and what a launch packs into its argument
+"""sparsegpu.device._launch on the CPU: the type map, and what a launch packs into its argument
 slots (the driver is replaced by a recorder; the GPU suite runs the real launches)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import types
 import numpy as np
 import pytest
 
-from sparsegpu import _launch
+from sparsegpu.device import _launch
 
 
 class _Pointer:

@@ -41,7 +41,7 @@ CUSPARSE_REASON = (
 def assert_captured(used, backend_name):
     """Graphs were used, or (cuSPARSE, texture: not capturable) the solve fell back to the
     plain loop and said why."""
-    if sg._registry.registered()[backend_name].capturable:
+    if sg.engine._registry.registered()[backend_name].capturable:
         assert used.graphs, used.graphs_reason
     else:
         assert not used.graphs, used.graphs_reason
@@ -197,7 +197,7 @@ def test_lsqr_reorders_a_square_matrix(backend_name):
 
 
 def test_the_permutation_is_made_once_per_matrix(backend_name, monkeypatch):
-    from sparsegpu import _reorder
+    from sparsegpu.classes import _reorder
     from sparsegpu.linalg import _options
 
     A = ours(scrambled(hpd(np.float64)), backend_name)
@@ -220,7 +220,7 @@ def test_the_permutation_is_made_once_per_matrix(backend_name, monkeypatch):
 
 @pytest.mark.parametrize("solver", SOLVERS)
 def test_hermitian_solvers_order_without_symmetrizing(solver, monkeypatch):
-    from sparsegpu import _reorder
+    from sparsegpu.classes import _reorder
 
     S = scrambled(hpd(np.float64))
     S.sort_indices()
@@ -242,7 +242,7 @@ def test_hermitian_solvers_order_without_symmetrizing(solver, monkeypatch):
 @pytest.mark.parametrize("dtype", [np.float32, np.complex128], ids=["float32", "complex128"])
 @pytest.mark.parametrize("kind", ["mesh", "empty-rows"])
 def test_large_matrices_are_permuted_on_the_device(cupy, monkeypatch, kind, dtype, index_dtype):
-    from sparsegpu import _reorder
+    from sparsegpu.classes import _reorder
     from sparsegpu.testing import random_sparse
 
     if kind == "mesh":
@@ -301,7 +301,7 @@ def test_graphs_accepted_everywhere_same_answer(solver, graphs, backend_name, xp
 
 
 def test_graphs_ignored_on_the_host(backend_name):
-    if sg._registry.registered()[backend_name].residence.xp is not np:
+    if sg.engine._registry.registered()[backend_name].residence.xp is not np:
         pytest.skip("a GPU backend: graphs apply")
     S = hpd(np.float64)
     sg.linalg.cg(ours(S, backend_name), rhs(S.shape[0], np.float64), graphs=True)
@@ -488,8 +488,8 @@ def test_gmres_per_iteration_callback_runs_without_graphs(gpu_backend_name, cupy
 def test_multi_dot_rows_are_bitwise_the_dot_of_each_row(cupy, dtype, n):
     """kernels/dot.cu: multi_dot_partial/final give each row the sum dot_partial/final give
     it alone (GMRES's Gram-Schmidt relies on the one fixed order of additions)."""
-    from sparsegpu._compile import get_kernel
-    from sparsegpu._launch import KernelLaunch, name_expression
+    from sparsegpu.device._compile import get_kernel
+    from sparsegpu.device._launch import KernelLaunch, name_expression
     from sparsegpu.linalg._vector import DOT_BLOCK, DOT_MAX_BLOCKS, _Dot
 
     rng = np.random.default_rng(n)
@@ -656,7 +656,7 @@ def test_bicgstab_counts_the_iterations_scipy_runs():
 def test_a_backend_that_cannot_be_captured_is_said(host_graphs, monkeypatch):
     """A's plan on a backend without capture (cuSPARSE on a GPU): the plain loop, and why."""
     host_graphs(ReplayOnHost)
-    backend = sg._registry.registered()["host-copy"]
+    backend = sg.engine._registry.registered()["host-copy"]
     monkeypatch.setattr(backend, "capturable", False)
     S = hpd(np.float64)
     b = rhs(S.shape[0], np.float64)
@@ -682,7 +682,7 @@ def test_cusparse_reason_names_cupys_refusal():
     ok = SimpleNamespace(backend="merge_path", capturable=True)
     assert _options.backend_refusal((("", ok), ("M ", None))) is None
     assert _options.backend_refusal((("", cusparse),)) == CUSPARSE_REASON
-    assert not sg._registry.registered()["cusparse"].capturable
+    assert not sg.engine._registry.registered()["cusparse"].capturable
 
 
 @pytest.mark.parametrize("graphs", [False, "auto"])
@@ -727,7 +727,7 @@ def test_lsqr_blocks_give_the_plain_answer(host_graphs, block_class, options, it
 
 def test_lsqr_says_when_its_matrix_cannot_be_captured(host_graphs, monkeypatch):
     host_graphs(ReplayOnHost)
-    monkeypatch.setattr(sg._registry.registered()["host-copy"], "capturable", False)
+    monkeypatch.setattr(sg.engine._registry.registered()["host-copy"], "capturable", False)
     S, b = lsqr_problem(np.float64)
     want = sg.linalg.lsqr(ours(S, "scipy"), b)
     got = sg.linalg.lsqr(ours(S, "host-copy"), b)

@@ -32,7 +32,7 @@ def _matrix(n=40, m=30, seed=0, dtype=np.float64):
 
 
 def _plan_and_module(A, backend):
-    plan = sg._planning.plan_for(A, A.dtype, backend=backend)
+    plan = sg.engine._planning.plan_for(A, A.dtype, backend=backend)
     return plan, plan.matrix.xp
 
 

@@ -8,8 +8,6 @@ import scipy.sparse as sp
 
 import sparsegpu as sg
 import sparsegpu.tuning
-from sparsegpu import _registry
-from sparsegpu._tuning_store import TunedEntry
 from sparsegpu.backends import canonical_name
 from sparsegpu.backends.merge_path import (
     FAMILY,
@@ -19,6 +17,8 @@ from sparsegpu.backends.merge_path import (
     longest_run,
     tile_coordinates,
 )
+from sparsegpu.engine import _registry
+from sparsegpu.engine._tuning_store import TunedEntry
 from sparsegpu.testing import (
     INDEX_DTYPES,
     VALUE_DTYPES,
@@ -176,7 +176,7 @@ def test_arrow_rows_spanning_hundreds_of_tiles_are_summed_by_warps(cupy, dtype, 
     rng = np.random.default_rng(11)
     A = sg.csr_matrix(from_row_lengths(lengths, 200_000, dtype, index_dtype, rng))
     policy = MergePathPolicy(block_size=shape[0], nnz_per_thread=shape[1])
-    plan = sg._planning.plan_for(A, dtype, backend="merge_path", policy=policy)
+    plan = sg.engine._planning.plan_for(A, dtype, backend="merge_path", policy=policy)
     assert plan.longest_carry_run > 32 and not plan.fused_fixup
     x = random_vector(A.shape[1], dtype, seed=12)
     xd = cupy.asarray(x)

@@ -353,7 +353,7 @@ def test_a_collected_holder_never_waits_for_the_mirror_lock():
     could deadlock against a thread holding it. The release is queued instead."""
     import gc
 
-    from sparsegpu import _host_buffers
+    from sparsegpu.device import _host_buffers
 
     A = _fresh(seed=9)
     sg.matvec(A, np.ones(A.shape[1]), backend="host-copy")

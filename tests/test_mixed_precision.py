@@ -9,8 +9,13 @@ import pytest
 import scipy.sparse as sp
 
 import sparsegpu as sg
-from sparsegpu import _planning
-from sparsegpu.testing import INDEX_DTYPES, assert_product_close, awkward_matrices, random_vector
+from sparsegpu.engine import _planning
+from sparsegpu.testing import (
+    INDEX_DTYPES,
+    assert_product_close,
+    awkward_matrices,
+    random_vector,
+)
 
 MIXED_BACKENDS = ["vector", "readonly", "shuffle", "delta16", "cusparse"]
 
@@ -59,8 +64,8 @@ def test_values_stay_narrow_and_the_answer_is_the_wide_one(cupy, backend, index_
     A.mixed_precision = True
     A.backend = backend
     if backend == "delta16" and S.nnz:
-        mirror = A._sg_mirror(sg._mirror.CUPY, narrow)
-        if not sg._registry.registered()["delta16"].supports(mirror):
+        mirror = A._sg_mirror(sg.device._mirror.CUPY, narrow)
+        if not sg.engine._registry.registered()["delta16"].supports(mirror):
             pytest.skip("delta16 refuses this matrix (scattered columns)")
     x = random_vector(S.shape[1], wide, seed=4)
     y = A @ cupy.asarray(x)
@@ -158,7 +163,7 @@ def test_same_bits_as_the_widened_kernel_of_the_same_shape(cupy, backend):
     S = sg.datasets.synthetic.stencil_2d(60, points=9, dtype=np.float32)
     S.data = np.random.default_rng(8).uniform(-1, 1, S.nnz).astype(np.float32)
     x = cupy.asarray(random_vector(S.shape[1], np.float64, seed=9))
-    policy = sg._registry.registered()[backend].policy_type(256, 4)
+    policy = sg.engine._registry.registered()[backend].policy_type(256, 4)
     widened = sg.matvec(sg.csr_matrix(S), x, backend=backend, policy=policy)
     A = sg.csr_matrix(S)
     A.mixed_precision = True
@@ -187,7 +192,7 @@ def test_auto_plans_among_the_backends_that_compute_it(cupy):
     timed = {m.backend for m in choice.measurements if m.ms is not None}
     assert {"shuffle", "delta16", "cusparse"} <= timed
     pair = (np.dtype(np.float32), np.dtype(np.float64))
-    assert all(pair in sg._registry.registered()[name].mixed_pairs for name in timed)
+    assert all(pair in sg.engine._registry.registered()[name].mixed_pairs for name in timed)
     assert all(m.agreed for m in choice.measurements if m.ms is not None)
     assert sg.explain(A, np.float64) == choice
     # the products run what planning chose, on the float32 values

@@ -12,8 +12,13 @@ import pytest
 import scipy.sparse as sp
 
 import sparsegpu as sg
-from sparsegpu import _planning, _select
-from sparsegpu.testing import CountingBackend, HostCopyBackend, assert_product_close, random_vector
+from sparsegpu.engine import _planning, _select
+from sparsegpu.testing import (
+    CountingBackend,
+    HostCopyBackend,
+    assert_product_close,
+    random_vector,
+)
 from sparsegpu.tuning import CsrVectorPolicy, NoPolicy
 
 
@@ -66,7 +71,7 @@ def gpu(monkeypatch):
             _select, "gpu_candidates", lambda value_dtype, policy_type=None: list(backends)
         )
         monkeypatch.delenv("SPARSEGPU_PLANNING", raising=False)
-        sg._registry.invalidate_choices()
+        sg.engine._registry.invalidate_choices()
         return backends
 
     return install
@@ -256,7 +261,7 @@ def test_a_policy_given_means_no_measurement(gpu):
 
 
 def test_plan_without_a_gpu_returns_the_estimate():
-    if sg._cuda.unavailable_reason() is None:
+    if sg.device._cuda.unavailable_reason() is None:
         pytest.skip("a GPU is usable here")
     choice = sg.choose(_matrix(seed=7), np.ones(300))
     assert choice.backend == "scipy" and choice.level == "estimate"
@@ -408,7 +413,7 @@ def test_planning_times_a_planned_backends_other_policies(gpu, monkeypatch):
 def test_merge_path_has_every_tile_shape_planned():
     from sparsegpu.backends import merge_path
 
-    backend = sg._registry.registered()["merge_path"]
+    backend = sg.engine._registry.registered()["merge_path"]
     shapes = [(p.block_size, p.nnz_per_thread) for p in backend.planned_policies(None)]
     assert shapes == list(merge_path.MERGE_PATH_SHAPES)
 

@@ -6,7 +6,9 @@ import json
 
 import pytest
 
-from sparsegpu import _cuda, cli, probe
+from sparsegpu import cli
+from sparsegpu.device import _cuda
+from sparsegpu.measure import probe
 
 DEVICE = {
     "name": "Test GPU 9000",

@@ -13,7 +13,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 import sparsegpu as sg
-from sparsegpu import _cuda
+from sparsegpu.device import _cuda
 from sparsegpu.testing import (
     INDEX_DTYPES,
     VALUE_DTYPES,
@@ -183,7 +183,7 @@ def test_mixed_dtypes_follow_scipy(backend, a_dtype, x_dtype):
     x = random_vector(S.shape[1], np.complex128 if np.dtype(x_dtype).kind == "c" else np.float64)
     x = (x * 10).astype(x_dtype)
     expected = S @ x
-    backend_obj = sg._registry.registered()[backend]
+    backend_obj = sg.engine._registry.registered()[backend]
     if np.dtype(expected.dtype) not in backend_obj.value_dtypes:
         with pytest.raises(TypeError, match="supports"):
             sg.matvec(A, x, backend=backend)

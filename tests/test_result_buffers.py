@@ -1,4 +1,4 @@
-"""Result vectors and blocks taken back by a plan (sparsegpu._result_buffers).
+"""Result vectors and blocks taken back by a plan (sparsegpu.device._result_buffers).
 
 On the CPU against a stand-in CuPy whose arrays have CuPy's shape (array -> pointer ->
 memory); on the GPU through ``A @ x`` and ``A @ X`` with real CuPy arrays, where every
@@ -15,7 +15,7 @@ import pytest
 import scipy.sparse as sp
 
 import sparsegpu as sg
-from sparsegpu import _result_buffers as rb
+from sparsegpu.device import _result_buffers as rb
 
 
 class _Memory:

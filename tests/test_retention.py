@@ -15,7 +15,8 @@ import pytest
 import scipy.sparse as sp
 
 import sparsegpu as sg
-from sparsegpu import _construct, _dispatch
+from sparsegpu.classes import _construct
+from sparsegpu.engine import _dispatch
 from sparsegpu.tuning import CsrVectorPolicy
 
 KINDS = {"matrix": (sg.csr_matrix, sp.csr_matrix), "array": (sg.csr_array, sp.csr_array)}

@@ -30,7 +30,7 @@ TOL = "rtol" if "rtol" in inspect.signature(spl.cg).parameters else "tol"
 def counting(request):
     """A CountingBackend around each registered backend, registered under a test name."""
     skip_unless_available(request.param)
-    inner = sg._registry.registered()[request.param]
+    inner = sg.engine._registry.registered()[request.param]
     backend = CountingBackend(inner, name=f"counting-{request.param}")
     sg.register_backend(backend, replace=True)
     yield backend

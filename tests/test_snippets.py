@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from sparsegpu import _cuda
+from sparsegpu.device import _cuda
 from sparsegpu.testing import no_gpu_reason
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -19,9 +19,10 @@ import pytest
 import scipy.sparse as sp
 
 import sparsegpu as sg
-from sparsegpu import _cuda, _planning, _sparse_product
-from sparsegpu._mirror import DeviceMemoryError
 from sparsegpu.backends import spgemm
+from sparsegpu.device import _cuda
+from sparsegpu.device._mirror import DeviceMemoryError
+from sparsegpu.engine import _planning, _sparse_product
 from sparsegpu.testing import (
     INDEX_DTYPES,
     VALUE_DTYPES,
@@ -624,7 +625,7 @@ def test_the_reuse_plan_recomputes_values_only_for_the_same_patterns(engine, mon
     A = _on(engine, S)
 
     def timing(fn, **kwargs):  # the harness's timer: the reuse plan's products are fastest
-        from sparsegpu._timing import Timing
+        from sparsegpu.measure._timing import Timing
 
         fn()
         candidate = fn.args[0].func  # _discard(run, ...): run_once, or a reuse plan's compute
@@ -666,7 +667,7 @@ def test_explain_of_a_sparse_product_on_the_host():
     A.backend = "scipy"
     plan = sg.explain(A, A)
     assert plan.algorithm == "scipy" and "host" in str(plan)
-    assert isinstance(sg.explain(A), sg._select.Choice)
+    assert isinstance(sg.explain(A), sg.engine._select.Choice)
 
 
 def test_a_refused_allocation_is_not_counted_in_the_peak():

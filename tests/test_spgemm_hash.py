@@ -14,11 +14,11 @@ import pytest
 import scipy.sparse as sp
 
 import sparsegpu as sg
-from sparsegpu import _cuda, _mirror
-from sparsegpu._cuda import DeviceInfo
 from sparsegpu.backends import hash_spgemm, spgemm
 from sparsegpu.backends.hash_spgemm import HASH, GpuSpgemm, table_launch
 from sparsegpu.backends.spgemm import Budget, ResultSink
+from sparsegpu.device import _cuda, _mirror
+from sparsegpu.device._cuda import DeviceInfo
 from sparsegpu.testing import (
     INDEX_DTYPES,
     VALUE_DTYPES,
@@ -157,7 +157,7 @@ def test_launch_shapes_keep_tables_within_shared_memory():
 
 def _operand(n_rows, nnz, mean, longest, dtype=np.float64):
     """What the rule reads of an operand: its dtype, rows, nonzeros and row lengths."""
-    from sparsegpu._mirror import RowLengthStats
+    from sparsegpu.device._mirror import RowLengthStats
 
     stats = RowLengthStats(n_rows, n_rows, nnz, mean, 0.0, 0, longest, 0)
     fields = {"nnz": nnz, "row_stats": stats, "longest_row": longest}

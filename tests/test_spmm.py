@@ -12,11 +12,11 @@ import pytest
 import scipy.sparse as sp
 
 import sparsegpu as sg
-from sparsegpu import _registry, _spmm
-from sparsegpu._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES
-from sparsegpu._mirror import DeviceMatrix, Residence
-from sparsegpu.backends import merge_path
+from sparsegpu.backends import _spmm, merge_path
 from sparsegpu.backends.base import Plan
+from sparsegpu.device._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES
+from sparsegpu.device._mirror import DeviceMatrix, Residence
+from sparsegpu.engine import _registry
 from sparsegpu.testing import (
     INDEX_DTYPES,
     VALUE_DTYPES,
@@ -224,7 +224,7 @@ def test_an_spmm_launch_is_made_once_per_k_order_and_alignment():
 @pytest.mark.parametrize("dtype", VALUE_DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("matrix_name", MATRIX_NAMES)
 def test_matmat_matches_scipy(backend_name, matrix_name, dtype, index_dtype, k, order):
-    xp = sg._cuda.cupy_or_none() if backend_name in GPU_BACKENDS else np
+    xp = sg.device._cuda.cupy_or_none() if backend_name in GPU_BACKENDS else np
     S = awkward_matrices(dtype, index_dtype, seed=1)[matrix_name]
     X = _dense(S.shape[1], k, dtype, order, seed=k)
     A = sg.csr_matrix(S)
@@ -328,7 +328,7 @@ def _candidates(backend_name, S, dtype, k, order):
     backend = _registry.get_backend(backend_name)
     A = sg.csr_matrix(S)
     mirror = A._sg_mirror(backend.residence, dtype)
-    policies = backend.matmat_candidates(mirror, sg._select.k_bucket(k), order)
+    policies = backend.matmat_candidates(mirror, sg.engine._select.k_bucket(k), order)
     if not policies:
         pytest.skip(f"{backend_name} has no A @ X candidates of its own for {order} order")
     return A, policies

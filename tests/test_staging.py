@@ -12,8 +12,8 @@ import pytest
 import scipy.sparse as sp
 import scipy.sparse.linalg as spl
 
-from sparsegpu import _staging
 from sparsegpu.datasets.synthetic import stencil_2d
+from sparsegpu.device import _staging
 from sparsegpu.testing import assert_product_close
 
 from .test_linalg import TOL, hpd, ours, rhs

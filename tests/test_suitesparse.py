@@ -1,4 +1,4 @@
-"""sparsegpu.suitesparse against a local stand-in for the collection (127.0.0.1 only):
+"""sparsegpu.io.suitesparse against a local stand-in for the collection (127.0.0.1 only):
 the index, search, fetch (progress, verification, safe extraction, locking), the binary
 cache, offline use, and every failure leaving the cache as it was."""
 
@@ -15,8 +15,7 @@ import numpy as np
 import pytest
 
 import sparsegpu as sg
-from sparsegpu import suitesparse
-from sparsegpu.io import _archive
+from sparsegpu.io import _archive, suitesparse
 
 from .collection_server import index_text
 

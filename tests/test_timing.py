@@ -1,4 +1,4 @@
-"""sparsegpu._timing on the CPU: the interleaved CUDA-event timer, with a fake CuPy."""
+"""sparsegpu.measure._timing on the CPU: the interleaved CUDA-event timer, with a fake CuPy."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import types
 
 import pytest
 
-from sparsegpu import _cuda, _timing
+from sparsegpu.device import _cuda
+from sparsegpu.measure import _timing
 
 
 def _fake_cuda(event_type, stream_type):

@@ -11,11 +11,11 @@ import pytest
 import scipy.sparse as sp
 
 import sparsegpu as sg
-from sparsegpu import _mirror
+from sparsegpu.device import _mirror
 
 COPYING_BACKENDS = ["host-copy"] + [
     name
-    for name, b in sg._registry.registered().items()
+    for name, b in sg.engine._registry.registered().items()
     if b.residence.name == "cupy" and "csr" in b.formats  # these tests multiply CSR matrices
 ]
 

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 import sparsegpu as sg
-from sparsegpu import _planning, _select
-from sparsegpu import _tuning_store as cache_mod
-from sparsegpu._tuning_store import (
+from sparsegpu.engine import _planning, _select
+from sparsegpu.engine import _tuning_store as cache_mod
+from sparsegpu.engine._tuning_store import (
     CACHE_FILE,
     TunedEntry,
     TuningCache,
@@ -488,7 +488,7 @@ def test_shipped_defaults_file_has_the_real_schema():
     import importlib.resources
 
     with importlib.resources.as_file(
-        importlib.resources.files("sparsegpu") / "data" / "tuning_defaults.json"
+        importlib.resources.files("sparsegpu.engine") / "tuning_defaults.json"
     ) as path:
         shipped = TuningCache(defaults=path).shipped()
     assert shipped["sm_90"], "the H200 autotune winners ship as sm_90 defaults"
@@ -501,14 +501,14 @@ def _shipped_entries():
     import importlib.resources
 
     with importlib.resources.as_file(
-        importlib.resources.files("sparsegpu") / "data" / "tuning_defaults.json"
+        importlib.resources.files("sparsegpu.engine") / "tuning_defaults.json"
     ) as path:
         return {a: dict(es) for a, es in TuningCache(defaults=path).shipped().items()}
 
 
 def test_shipped_bfloat16_entries_are_skipped_without_ml_dtypes(monkeypatch):
     """A plain install (no ml_dtypes) keeps every other shipped entry (issue 33)."""
-    from sparsegpu import _dtypes
+    from sparsegpu.device import _dtypes
 
     if _dtypes.BFLOAT16 is None:
         pytest.skip("ml_dtypes is not installed: the comparison needs both worlds")
@@ -525,7 +525,7 @@ def test_shipped_bfloat16_entries_are_skipped_without_ml_dtypes(monkeypatch):
 
 
 def test_user_cache_entries_in_bfloat16_are_skipped_without_ml_dtypes(cache, monkeypatch):
-    from sparsegpu import _dtypes
+    from sparsegpu.device import _dtypes
 
     cache.record(CONTEXT, [entry(), entry(value_dtype="bfloat16", row_class="short")])
     monkeypatch.setattr(cache_mod, "_read_memo", {})

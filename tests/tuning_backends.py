@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from sparsegpu._timing import Timing
 from sparsegpu.backends.base import FLOAT_AND_COMPLEX, Backend, Plan
+from sparsegpu.measure._timing import Timing
 from sparsegpu.testing import HOST_COPY
 from sparsegpu.tuning import CsrVectorPolicy
 

@@ -4,7 +4,7 @@
    (the same CSR result as ours) on generated coordinate files of at least 100 MB: real
    and complex, general and symmetric. Same process, the three readers in alternation,
    best of ``--repeat`` wall times each; sparsegpu's result is checked equal to scipy's.
-2. With ``--cache``: ``sparsegpu.suitesparse.load`` of a matrix served as a collection
+2. With ``--cache``: ``sparsegpu.io.suitesparse.load`` of a matrix served as a collection
    archive from a local HTTP server: the first load (download, extract, parse, write the
    binary copy) against the second (the binary copy only).
 
@@ -129,15 +129,15 @@ def measure_cache(work: Path, repeat: int) -> dict:
     with tarfile.open(site / "bench.tar.gz", "w:gz", compresslevel=1) as tar:
         tar.add(mtx, arcname="bench/bench.mtx")
     httpd = serve(work / "site")
-    os.environ[sg.suitesparse.URL_ENV] = f"http://127.0.0.1:{httpd.server_address[1]}"
+    os.environ[sg.io.suitesparse.URL_ENV] = f"http://127.0.0.1:{httpd.server_address[1]}"
     cache = work / "cache"
     start = time.perf_counter()
-    sg.suitesparse.fetch("Bench/bench", data_dir=cache, progress=False)
+    sg.io.suitesparse.fetch("Bench/bench", data_dir=cache, progress=False)
     fetch_s = time.perf_counter() - start
     start = time.perf_counter()
-    first = sg.suitesparse.load("Bench/bench", data_dir=cache)
+    first = sg.io.suitesparse.load("Bench/bench", data_dir=cache)
     first_load_s = time.perf_counter() - start
-    cached_s = best_of(repeat, lambda: sg.suitesparse.load("Bench/bench", data_dir=cache))
+    cached_s = best_of(repeat, lambda: sg.io.suitesparse.load("Bench/bench", data_dir=cache))
     httpd.shutdown()
     if first.nnz != A.nnz:
         raise AssertionError("the cached load lost entries")

@@ -1,9 +1,9 @@
 """Compile every CUDA source sparsegpu may run with nvcc; fail on errors and spills.
 
-For each kernel family (``sparsegpu._compile.FAMILIES``, filled as the backend modules
+For each kernel family (``sparsegpu.device._compile.FAMILIES``, filled as the backend modules
 import), a generated translation unit includes the family's ``.cu`` file and takes the
 address of every instantiation, so nvcc compiles exactly what sparsegpu may launch. The
-solvers' fused elementwise kernels (``sparsegpu._compile.ELEMENTWISE``: what
+solvers' fused elementwise kernels (``sparsegpu.device._compile.ELEMENTWISE``: what
 ``cupy.ElementwiseKernel`` takes) are compiled the way CuPy compiles them, one kernel per
 value type they run on (``T`` float and double, or their complex types from thrust, of
 which CuPy's are a copy), in a kernel of our own around the operation. ``-Xptxas -v``
@@ -39,7 +39,7 @@ def families():
     import pkgutil
 
     import sparsegpu
-    from sparsegpu import _compile
+    from sparsegpu.device import _compile
 
     for module in pkgutil.walk_packages(sparsegpu.__path__, "sparsegpu."):
         if not module.name.endswith("__main__"):  # that one runs the command line
@@ -49,7 +49,7 @@ def families():
 
 def elementwise_sources() -> list:
     """Every registered elementwise source with its value kinds ("f", "c", "fc")."""
-    from sparsegpu import _compile
+    from sparsegpu.device import _compile
 
     families()  # imports every module: they register their sources too
     return list(_compile.ELEMENTWISE)

@@ -33,11 +33,11 @@ def main() -> int:
     os.environ["SPARSEGPU_CACHE_DIR"] = tempfile.mkdtemp()  # no user cache: only what ships
 
     import sparsegpu as sg
-    from sparsegpu import _select, _tuning_store
     from sparsegpu.datasets import synthetic
+    from sparsegpu.engine import _select, _tuning_store
 
     raw = json.loads(
-        (importlib.resources.files("sparsegpu") / "data" / _tuning_store.DEFAULTS_FILE).read_text(
+        (importlib.resources.files("sparsegpu.engine") / _tuning_store.DEFAULTS_FILE).read_text(
             encoding="utf-8"
         )
     )["devices"]["sm_90"]
@@ -63,10 +63,10 @@ def main() -> int:
     )
     _select.current_context = lambda residence: h200  # this machine may have no GPU
     A = sg.csr_matrix(synthetic.stencil_2d(64))
-    mirror = A._sg_mirror(sg._registry.get_backend("scipy").residence, A.dtype)
+    mirror = A._sg_mirror(sg.engine._registry.get_backend("scipy").residence, A.dtype)
     row_class = _select.row_class(mirror.stats)
     used = 0
-    for backend in sg._registry.registered().values():
+    for backend in sg.engine._registry.registered().values():
         entry = loaded.get((backend.name, "float64", "int32", row_class))
         if entry is None or backend.residence.name != "cupy":
             continue

@@ -1,5 +1,5 @@
 """Merge the entries of a tuning cache (``sparsegpu autotune`` output) into the shipped
-defaults, ``sparsegpu/data/tuning_defaults.json``, under each entry's architecture.
+defaults, ``sparsegpu/engine/tuning_defaults.json``, under each entry's architecture.
 
 Entries replace shipped ones with the same key (backend, value dtype, index dtype, row
 class); the others stay. Run after ``sparsegpu autotune`` on the reference GPU of an
@@ -18,14 +18,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sparsegpu import _tuning_store as tuning_cache  # noqa: E402
+from sparsegpu.engine import _tuning_store as tuning_cache  # noqa: E402
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("cache_file", type=Path, help="a sparsegpu tuning cache (tuning.json)")
     parser.add_argument(
-        "--defaults", type=Path, default=ROOT / "sparsegpu" / "data" / "tuning_defaults.json"
+        "--defaults", type=Path, default=ROOT / "sparsegpu" / "engine" / "tuning_defaults.json"
     )
     args = parser.parse_args(argv)
     raw = json.loads(args.cache_file.read_text())

@@ -35,10 +35,12 @@ import sys
 import numpy as np
 
 import sparsegpu as sg
-from sparsegpu import _cuda, _sparse_product, _timing
-from sparsegpu._mirror import CUPY
 from sparsegpu.backends import spgemm
 from sparsegpu.datasets import synthetic
+from sparsegpu.device import _cuda
+from sparsegpu.device._mirror import CUPY
+from sparsegpu.engine import _sparse_product
+from sparsegpu.measure import _timing
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))

@@ -2,7 +2,7 @@
 
 Planning times each candidate in samples of ``inner`` products (one product on matrices
 over ``_planning.SAMPLE_BYTES``), each sample after a synchronisation. Without the lead
-call (``sparsegpu._timing``) the first product's launch latency falls inside the sample:
+call (``sparsegpu.measure._timing``) the first product's launch latency falls inside the sample:
 on ``mesh_b2_n56_random`` (H200, float64) planning measured the block layout's default
 policy at 88.1 us and an 8-lane one at 87.2 us, and kept the 8-lane one, where back to back
 they run at 69.5 and 76.7 us. For each matrix and dtype and each of planning's candidates
@@ -40,9 +40,12 @@ import sys
 import numpy as np
 
 import sparsegpu as sg
-from sparsegpu import _cuda, _planning, _registry, _timing, datasets
-from sparsegpu._mirror import PlanKey
+from sparsegpu import datasets
 from sparsegpu.datasets import synthetic
+from sparsegpu.device import _cuda
+from sparsegpu.device._mirror import PlanKey
+from sparsegpu.engine import _planning, _registry
+from sparsegpu.measure import _timing
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 import _outputs  # noqa: E402

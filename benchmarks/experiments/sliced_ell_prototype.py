@@ -39,8 +39,9 @@ import numpy as np
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 
-from sparsegpu import _registry, _timing  # noqa: E402
-from sparsegpu._mirror import CUPY, PlanKey  # noqa: E402
+from sparsegpu.device._mirror import CUPY, PlanKey  # noqa: E402
+from sparsegpu.engine import _registry  # noqa: E402
+from sparsegpu.measure import _timing  # noqa: E402
 from tests.scripts import load_script  # noqa: E402
 
 THREADS_PER_ROW = (1, 2, 4, 8)

@@ -24,8 +24,8 @@ import time
 import numpy as np
 
 import sparsegpu as sg
-from sparsegpu import _dispatch, _planning, _registry
 from sparsegpu.datasets import synthetic
+from sparsegpu.engine import _dispatch, _planning, _registry
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 import _outputs  # noqa: E402

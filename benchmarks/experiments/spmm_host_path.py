@@ -40,9 +40,10 @@ import time
 import numpy as np
 
 import sparsegpu as sg
-from sparsegpu import _planning, _registry, datasets
+from sparsegpu import datasets
 from sparsegpu.backends import cusparse as cusparse_backend
 from sparsegpu.datasets import synthetic
+from sparsegpu.engine import _planning, _registry
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 import _outputs  # noqa: E402

@@ -29,9 +29,11 @@ import sys
 import numpy as np
 
 import sparsegpu as sg
-from sparsegpu import _cuda, _planning, _registry, _select, _timing
 from sparsegpu.backends.csr_vector import nearby_threads_per_row
 from sparsegpu.datasets import synthetic
+from sparsegpu.device import _cuda
+from sparsegpu.engine import _planning, _registry, _select
+from sparsegpu.measure import _timing
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))

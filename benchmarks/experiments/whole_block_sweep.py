@@ -37,10 +37,10 @@ import sys
 import numpy as np
 
 import sparsegpu as sg
-from sparsegpu import _timing
-from sparsegpu._mirror import CUPY, PlanKey
 from sparsegpu.backends import block
 from sparsegpu.datasets import synthetic
+from sparsegpu.device._mirror import CUPY, PlanKey
+from sparsegpu.measure import _timing
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 import _outputs  # noqa: E402

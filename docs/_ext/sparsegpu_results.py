@@ -29,8 +29,9 @@ from docutils.statemachine import StringList
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
-from sparsegpu import bench, probe
+from sparsegpu import bench
 from sparsegpu.backends.policy import format_knobs
+from sparsegpu.measure import probe
 
 logger = logging.getLogger(__name__)
 PLOT_FOLDER = "_generated"

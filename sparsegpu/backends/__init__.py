@@ -1,6 +1,6 @@
 """Backend modules: each declares a ``BACKENDS`` list of :class:`~.base.Backend` objects.
 
-The registry (:mod:`sparsegpu._registry`) loads the modules named in ``BUILTIN_MODULES``
+The registry (:mod:`sparsegpu.engine._registry`) loads the modules named in ``BUILTIN_MODULES``
 in this order; the order is also the order of ``sparsegpu.backends()``.
 """
 

@@ -2,18 +2,19 @@
 
 A backend is a small object: its name, where its mirror lives, which dtypes it takes,
 whether it is usable here, its default policy, and ``plan``, which turns a validated
-:class:`~sparsegpu._mirror.DeviceMatrix` and a policy into an immutable :class:`Plan`.
-Choosing among backends is selection's (:mod:`sparsegpu._select`) and planning's
-(:mod:`sparsegpu._planning`); the registry (:mod:`sparsegpu._registry`) holds them by name.
+:class:`~sparsegpu.device._mirror.DeviceMatrix` and a policy into an immutable :class:`Plan`.
+Choosing among backends is selection's (:mod:`sparsegpu.engine._select`) and planning's
+(:mod:`sparsegpu.engine._planning`); the registry (:mod:`sparsegpu.engine._registry`) holds
+them by name.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .._mirror import CUPY, DeviceMatrix, Residence
-from .._result_buffers import BlockResults, ResultBuffers
-from .._spmm import RowSplitSpmm, is_fortran, spmm_supports
+from ..device._mirror import CUPY, DeviceMatrix, Residence
+from ..device._result_buffers import BlockResults, ResultBuffers
+from ._spmm import RowSplitSpmm, is_fortran, spmm_supports
 from .policy import Policy
 
 FLOAT_AND_COMPLEX = tuple(
@@ -149,7 +150,7 @@ class Plan:
     def matmat(self, X, out=None):
         """``A @ X`` for a 2-D X of shape (n_cols, k), C- or Fortran-contiguous; ``out``, when
         given, is (n_rows, k) in X's memory order (a new one is made in that order, or a
-        small one its caller dropped is taken back: :mod:`sparsegpu._result_buffers`)."""
+        small one its caller dropped is taken back: :mod:`sparsegpu.device._result_buffers`)."""
         if (
             self._on_device
             and type(X) is self._array_type
@@ -173,7 +174,7 @@ class Plan:
         """Fill ``Y`` with ``A @ X`` (both checked, in one memory order).
 
         Default: on the GPU, from ``SPMM_MIN_COLUMNS`` columns on, the row-split SpMM
-        kernel that reads A once for all k columns (:mod:`sparsegpu._spmm`, its shape from
+        kernel that reads A once for all k columns (:mod:`sparsegpu.backends._spmm`, its shape from
         :meth:`_spmm_shape`); below that, on the host, for the 16-bit floats (which
         that kernel is not instantiated for) and in mixed precision (it reads X in the
         values' dtype), one matvec per column.
@@ -271,9 +272,9 @@ class Backend:
         first, x, y and the sums in the second: ``A.mixed_precision``); its ``plan`` then
         takes ``vector_dtype``.
     formats : tuple of str
-        The mirror formats its plans read: ``"csr"`` (:class:`~sparsegpu._mirror.DeviceMatrix`,
-        the CSR classes' mirrors) and/or ``"bsr"``
-        (:class:`~sparsegpu._block_mirror.DeviceBlockMatrix`, the BSR classes').
+        The mirror formats its plans read: ``"csr"``
+        (:class:`~sparsegpu.device._mirror.DeviceMatrix`, the CSR classes' mirrors) and/or ``"bsr"``
+        (:class:`~sparsegpu.device._block_mirror.DeviceBlockMatrix`, the BSR classes').
     """
 
     name: str = ""
@@ -290,8 +291,8 @@ class Backend:
 
     def unavailable_reason(self) -> str | None:
         """Why this backend cannot run here (no GPU, no library), or None; in a few words
-        when the GPU is the reason (:func:`sparsegpu._cuda.backend_reason`)."""
-        from .. import _cuda
+        when the GPU is the reason (:func:`sparsegpu.device._cuda.backend_reason`)."""
+        from ..device import _cuda
 
         return _cuda.backend_reason()
 
@@ -341,7 +342,7 @@ class Backend:
         """The policy derived from the device and the matrix alone (occupancy, row lengths).
 
         Tuned policies are not looked up here: the tuning store sits above the backends and
-        is consulted by selection (:func:`sparsegpu._select.default_policy`).
+        is consulted by selection (:func:`sparsegpu.engine._select.default_policy`).
         """
         return self.policy_type(source="default")
 

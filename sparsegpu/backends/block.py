@@ -36,11 +36,11 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import scipy.sparse as sp
 
-from .. import _compile, _cuda
-from .. import _occupancy as occupancy
-from .._block_mirror import DeviceBlockMatrix
-from .._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES, KernelLaunch, name_expression
-from .._mirror import CUPY, DeviceMatrix, is_out_of_memory, memory_error
+from ..device import _compile, _cuda
+from ..device import _occupancy as occupancy
+from ..device._block_mirror import DeviceBlockMatrix
+from ..device._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES, KernelLaunch, name_expression
+from ..device._mirror import CUPY, DeviceMatrix, is_out_of_memory, memory_error
 from .base import FLOAT_AND_COMPLEX, Backend
 from .csr_vector import KernelPlan
 from .policy import (

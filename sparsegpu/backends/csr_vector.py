@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import _compile, _cuda
-from .. import _occupancy as occupancy
-from .._dtypes import HALF_DTYPES, MIXED_PARTNERS, accumulator_itemsize
-from .._launch import (
+from ..device import _compile, _cuda
+from ..device import _occupancy as occupancy
+from ..device._dtypes import HALF_DTYPES, MIXED_PARTNERS, accumulator_itemsize
+from ..device._launch import (
     CXX_HALF_TYPES,
     CXX_INDEX_TYPES,
     CXX_VALUE_TYPES,
@@ -26,9 +26,9 @@ from .._launch import (
     mixed_name_expression,
     name_expression,
 )
-from .._mirror import DeviceMatrix
-from .._spmm import BLOCK_SIZE as SPMM_BLOCK_SIZE
-from .._spmm import column_lanes, nonzero_lanes_for, spmm_supports
+from ..device._mirror import DeviceMatrix
+from ._spmm import BLOCK_SIZE as SPMM_BLOCK_SIZE
+from ._spmm import column_lanes, nonzero_lanes_for, spmm_supports
 from .base import FLOAT_AND_COMPLEX, Backend, Plan
 from .policy import THREADS_PER_ROW_CHOICES, UnrolledRowPolicy
 

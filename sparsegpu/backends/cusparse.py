@@ -28,9 +28,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import _cuda
-from .._dtypes import BFLOAT16, FLOAT16, HALF_DTYPES, MIXED_PARTNERS
-from .._mirror import DeviceMatrix
+from ..device import _cuda
+from ..device._dtypes import BFLOAT16, FLOAT16, HALF_DTYPES, MIXED_PARTNERS
+from ..device._mirror import DeviceMatrix
 from .base import FLOAT_AND_COMPLEX, Backend, Plan
 from .policy import Policy
 from .spgemm import canonical

@@ -31,7 +31,7 @@ import ctypes
 import functools
 from dataclasses import dataclass
 
-from .._block_mirror import DeviceBlockMatrix
+from ..device._block_mirror import DeviceBlockMatrix
 from .base import FLOAT_AND_COMPLEX, INT32_AND_INT64, Backend, Plan
 from .cusparse import (
     CUDA_DATA_TYPE,

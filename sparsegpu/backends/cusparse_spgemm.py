@@ -29,8 +29,8 @@ import threading
 
 import numpy as np
 
-from .. import _cuda
-from .._mirror import DeviceMatrix
+from ..device import _cuda
+from ..device._mirror import DeviceMatrix
 from .cusparse import (
     CUDA_DATA_TYPE,
     INDEX_BASE_ZERO,

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import _compile, _cuda
-from .._dtypes import HALF_DTYPES, MIXED_PARTNERS
-from .._launch import (
+from ..device import _compile, _cuda
+from ..device._dtypes import HALF_DTYPES, MIXED_PARTNERS
+from ..device._launch import (
     CXX_HALF_TYPES,
     CXX_INDEX_TYPES,
     CXX_VALUE_TYPES,
@@ -37,7 +37,7 @@ from .._launch import (
     mixed_name_expression,
     name_expression,
 )
-from .._mirror import DeviceMatrix, is_out_of_memory, memory_error
+from ..device._mirror import DeviceMatrix, is_out_of_memory, memory_error
 from .base import FLOAT_AND_COMPLEX
 from .csr_vector import KernelPlan, RowGroupBackend
 from .policy import THREADS_PER_ROW_CHOICES, UnrolledRowPolicy

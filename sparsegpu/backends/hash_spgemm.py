@@ -30,9 +30,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import _cuda
-from .._compile import KernelFamily, get_kernel, register_family
-from .._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES, KernelLaunch, name_expression
+from ..device import _cuda
+from ..device._compile import KernelFamily, get_kernel, register_family
+from ..device._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES, KernelLaunch, name_expression
 from .cusparse_spgemm import CusparseSpgemm
 from .spgemm import Budget, DoesNotFit, ResultSink
 

@@ -24,10 +24,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import _compile, _cuda
-from .._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES, KernelLaunch, name_expression
-from .._mirror import DeviceMatrix
-from .._spmm import SpmmLaunches, column_lanes, spmm_supports
+from ..device import _compile, _cuda
+from ..device._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES, KernelLaunch, name_expression
+from ..device._mirror import DeviceMatrix
+from ._spmm import SpmmLaunches, column_lanes, spmm_supports
 from .base import Backend, Plan
 from .policy import Policy, as_int, check_block_size
 

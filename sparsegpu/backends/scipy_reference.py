@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from .._dtypes import HALF_DTYPES, half_result_dtype, is_half
-from .._mirror import HOST, DeviceMatrix
+from ..device._dtypes import HALF_DTYPES, half_result_dtype, is_half
+from ..device._mirror import HOST, DeviceMatrix
 from .base import INT32_AND_INT64, Backend, Plan
 from .policy import Policy
 

@@ -14,7 +14,7 @@ scipy computes) keeps scipy's product.
 3. where none fits, in row blocks of ``L`` balanced by their intermediate products: a
    first pass counts each block's nonzeros, the result is allocated once, and a second
    pass writes each block into it (a block that still does not fit is halved);
-4. a result that cannot fit at all raises :class:`~sparsegpu._mirror.DeviceMemoryError`
+4. a result that cannot fit at all raises :class:`~sparsegpu.device._mirror.DeviceMemoryError`
    (a MemoryError) with the bytes it needs and the bytes free, before anything big is
    allocated; the operands and the process stay usable.
 
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import _cuda
-from .._mirror import (
+from ..device import _cuda
+from ..device._mirror import (
     DeviceMatrix,
     DeviceMemoryError,
     device_free_bytes,

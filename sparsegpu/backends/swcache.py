@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import _compile
-from .. import _occupancy as occupancy
-from .._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES, name_expression
-from .._mirror import DeviceMatrix
+from ..device import _compile
+from ..device import _occupancy as occupancy
+from ..device._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES, name_expression
+from ..device._mirror import DeviceMatrix
 from .base import Backend
 from .csr_vector import KernelPlan, nearby_threads_per_row
 from .policy import THREADS_PER_ROW_CHOICES, RowGroupPolicy, check_int_choice
@@ -133,7 +133,7 @@ class SoftwareCacheBackend(Backend):
 
         Shapes whose shared memory a block cannot get on this device are left out.
         """
-        from .. import _cuda
+        from ..device import _cuda
 
         untuned = self.default_policy(matrix)
         limit = _cuda.device_info().shared_memory_per_block_optin

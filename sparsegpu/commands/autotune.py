@@ -19,11 +19,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import _registry
 from .._console import console, progress, table
 from ..backends import canonical_name
 from ..backends.policy import format_knobs
 from ..cli import CommandError, require_matplotlib
+from ..engine import _registry
 
 HELP = "tune every backend's launch policy on this GPU and remember the winners"
 
@@ -147,8 +147,8 @@ def _check_options(args) -> None:
         flag = "--show" if args.show else "--clear"
         raise CommandError(f"{flag} takes no MATRIX; run it on its own")
     if args.dtypes:
-        from .._dtypes import HALF_DTYPES
         from ..backends.base import FLOAT_AND_COMPLEX
+        from ..device._dtypes import HALF_DTYPES
 
         tunable = FLOAT_AND_COMPLEX + HALF_DTYPES
         for name in args.dtypes:
@@ -169,7 +169,7 @@ def _check_options(args) -> None:
 
 
 def _cache(args):
-    from .._tuning_store import TuningCache, TuningCacheError
+    from ..engine._tuning_store import TuningCache, TuningCacheError
 
     try:
         return TuningCache(args.cache_dir) if args.cache_dir else TuningCache()
@@ -211,7 +211,8 @@ def _workload(args):
     synthetic or bundled name, SuiteSparse ``Group/Name``); none given: the default suite.
     """
     if args.matrices:
-        from .. import _cuda, bench
+        from .. import bench
+        from ..device import _cuda
 
         try:
             sources = bench.resolve_matrices(args.matrices, gpu=_cuda.cupy_or_none() is not None)

@@ -6,10 +6,11 @@ import argparse
 import json
 from pathlib import Path
 
-from .. import _cuda, bench
+from .. import bench
 from .._console import console, group_by_reason, progress, table
 from ..backends import canonical_name
 from ..cli import CommandError, positive_int, require_matplotlib
+from ..device import _cuda
 
 HELP = "time every available backend and cuSPARSE on matrices: ms, GB/s, share of peak, speed-up"
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .. import suitesparse
 from ..cli import CommandError
+from ..io import suitesparse
 
 HELP = "download SuiteSparse matrices (Group/Name) into the local cache"
 

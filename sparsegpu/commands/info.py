@@ -9,9 +9,11 @@ import platform
 import numpy as np
 import scipy
 
-from .. import __version__, _cuda, _registry, _select
+from .. import __version__
 from .._console import console, group_by_reason, table
 from ..cli import CommandError
+from ..device import _cuda
+from ..engine import _registry, _select
 
 HELP = "show versions, GPUs and backends; or, given matrices, their shape and row lengths"
 
@@ -43,8 +45,8 @@ def _names_a_file(target: str) -> bool:
 
 def _open_matrix(target: str, data_dir):
     """(matrix, header path) for a file, a bundled dataset or a cached SuiteSparse name."""
-    from .. import datasets, suitesparse
-    from ..io import mmread
+    from .. import datasets
+    from ..io import mmread, suitesparse
 
     if os.path.exists(target):
         return mmread(target), target
@@ -74,8 +76,8 @@ def describe(target: str, data_dir=None) -> dict:
     """Shape, nnz, field, symmetry, row-length statistics and block structure (the b x b
     blocks, b = 2..8, whose layout reads the fewest bytes, and their fill) of one matrix,
     as plain data."""
-    from .._mirror import RowLengthStats
     from ..backends.block import host_block_structure
+    from ..device._mirror import RowLengthStats
     from ..io import mminfo
 
     try:

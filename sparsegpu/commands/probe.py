@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from .. import probe
 from .._console import console, progress, table
 from ..cli import CommandError, positive_int, require_matplotlib
+from ..measure import probe
 
 HELP = "measure the GPU's memory bandwidth (copy, misaligned offset, stride); cached per device"
 

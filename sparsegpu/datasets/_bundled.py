@@ -88,7 +88,7 @@ def _resolve(name: str) -> str:
         return by_lower[short]
     raise ValueError(
         f"no bundled matrix named {name!r}; bundled: {', '.join(names())} "
-        "(sparsegpu.suitesparse.load fetches any other from the collection)"
+        "(sparsegpu.io.suitesparse.load fetches any other from the collection)"
     )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._matrix import csr_matrix
+from ..classes._matrix import csr_matrix
 
 
 def _to_host(a):

@@ -31,7 +31,15 @@ from ._comm import ENV_TIMEOUT, RankError
 from ._exchange import HaloPlan
 from ._io import load, mmread
 from ._matrix import DistributedReport, RankReport, csr_matrix
-from ._model import NETWORK, CostEstimate, Fit, cost_model, fit_cost_model, predict, stencil_halo
+from ._model import (
+    NETWORK,
+    CostEstimate,
+    Fit,
+    cost_model,
+    fit_cost_model,
+    predict,
+    stencil_halo,
+)
 from ._partition import PARTITIONS, balanced_offsets
 from ._transport import ENV_TRANSPORT, TRANSPORTS
 from ._vector import DistributedVector, Layout

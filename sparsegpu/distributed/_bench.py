@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from .. import _cuda
+from ..device import _cuda
 from . import _comm
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 
-from .. import datasets, io, suitesparse
+from .. import datasets, io
+from ..io import suitesparse
 from ._matrix import csr_matrix
 
 
@@ -47,7 +48,7 @@ def load(name, comm=None, *, root=0, row_offsets=None, partition="rows", transpo
          backend=None, timeout=None, download=True):  # fmt: skip
     """A matrix of the SuiteSparse collection, loaded on ``root`` and distributed by rows.
 
-    ``name`` is ``"Group/Name"`` or a bare name (:func:`sparsegpu.suitesparse.load`;
+    ``name`` is ``"Group/Name"`` or a bare name (:func:`sparsegpu.io.suitesparse.load`;
     fetched on ``root`` if not cached and ``download``), or a bundled matrix's name.
     Other parameters and errors as :func:`mmread`.
     """

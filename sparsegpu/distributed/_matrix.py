@@ -8,9 +8,10 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from .. import _cuda, _planning, _select
-from .._matrix import csr_matrix as _local_csr
-from .._oracle import random_vector
+from ..classes._matrix import csr_matrix as _local_csr
+from ..device import _cuda
+from ..engine import _planning, _select
+from ..measure._oracle import random_vector
 from . import _comm, _transport
 from ._comm import SETUP_TAG
 from ._exchange import make_plan

@@ -152,7 +152,7 @@ class DistributedSystem:
 
 def _probe(layout, dtype):
     """A seeded random vector of ``layout``'s block (planning by measurement times on it)."""
-    from .._oracle import random_vector
+    from ..measure._oracle import random_vector
 
     return random_vector(layout.n_local, dtype, seed=layout.rank, xp=layout.xp)
 

@@ -26,7 +26,7 @@ import warnings
 
 import numpy as np
 
-from .. import _cuda
+from ..device import _cuda
 from . import _comm
 from ._comm import HALO_TAG
 

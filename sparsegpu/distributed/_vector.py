@@ -6,7 +6,7 @@ import numbers
 
 import numpy as np
 
-from .. import _cuda
+from ..device import _cuda
 from . import _comm
 
 

@@ -31,9 +31,9 @@ import numpy as np
 import scipy.io
 import scipy.sparse as sp
 
-from .._cuda import to_host
 from .._files import create_beside
-from .._matrix import csr_array, csr_matrix
+from ..classes._matrix import csr_array, csr_matrix
+from ..device._cuda import to_host
 from ._body import check_body
 from ._header import MMInfo, bad_file, check_memory, read_header
 

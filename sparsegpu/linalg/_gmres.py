@@ -19,8 +19,8 @@ import math
 
 import numpy as np
 
-from .._compile import KernelFamily, get_kernel, register_family
-from .._launch import CXX_VALUE_TYPES, KernelLaunch, name_expression
+from ..device._compile import KernelFamily, get_kernel, register_family
+from ..device._launch import CXX_VALUE_TYPES, KernelLaunch, name_expression
 from . import _graphs
 from . import _options as options
 from ._krylov import (

@@ -19,7 +19,7 @@ import gc
 import threading
 from contextlib import contextmanager
 
-from .. import _cuda
+from ..device import _cuda
 
 _streams = threading.local()
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import _cuda, _planning
-from .._matrix import _SparseGPUMixin
-from .._oracle import random_vector
+from ..classes._matrix import _SparseGPUMixin
+from ..device import _cuda
+from ..engine import _planning
+from ..measure._oracle import random_vector
 
 
 def array_module(a):

@@ -17,10 +17,11 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spl
 
-from .. import _cuda, _reorder
-from .._matrix import _SparseGPUMixin
-from .._mirror import RowLengthStats
-from .._select import SCATTERED_SPREAD
+from ..classes import _reorder
+from ..classes._matrix import _SparseGPUMixin
+from ..device import _cuda
+from ..device._mirror import RowLengthStats
+from ..engine._select import SCATTERED_SPREAD
 
 REORDERS = ("rcm", None, "auto")
 

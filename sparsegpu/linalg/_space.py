@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._matrix import _SparseGPUMixin
+from ..classes._matrix import _SparseGPUMixin
 from . import _options as options
 from ._operator import System
 

@@ -14,14 +14,14 @@ import functools
 
 import numpy as np
 
-from .._compile import (
+from ..device._compile import (
     ElementwiseSource,
     KernelFamily,
     get_kernel,
     register_elementwise,
     register_family,
 )
-from .._launch import CXX_VALUE_TYPES, KernelLaunch, name_expression
+from ..device._launch import CXX_VALUE_TYPES, KernelLaunch, name_expression
 
 
 def _real_expression(kind: str, name: str) -> str:

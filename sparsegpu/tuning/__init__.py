@@ -4,17 +4,10 @@ Every policy class is re-exported here; each is defined beside its kernel, in it
 module.
 
 :func:`sparsegpu.autotune` lives in :mod:`sparsegpu.tuning.autotune`. The cache it writes
-(:class:`TuningCache`) is a plain store below selection (``sparsegpu._tuning_store``),
+(:class:`TuningCache`) is a plain store below selection (``sparsegpu.engine._tuning_store``),
 re-exported here.
 """
 
-from .._tuning_store import (
-    TunedEntry,
-    TuningCache,
-    TuningCacheError,
-    TuningCacheWarning,
-    TuningContext,
-)
 from ..backends.block import BlockPolicy
 from ..backends.csr_vector import CsrVectorPolicy
 from ..backends.cusparse import CusparsePolicy
@@ -24,6 +17,13 @@ from ..backends.merge_path import MergePathPolicy
 from ..backends.policy import Policy, RowGroupPolicy, UnrolledRowPolicy
 from ..backends.scipy_reference import NoPolicy
 from ..backends.swcache import SoftwareCachePolicy
+from ..engine._tuning_store import (
+    TunedEntry,
+    TuningCache,
+    TuningCacheError,
+    TuningCacheWarning,
+    TuningContext,
+)
 
 __all__ = [
     "BlockPolicy",

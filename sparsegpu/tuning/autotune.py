@@ -6,8 +6,8 @@ each candidate's answer against scipy (the oracle) before and after timing it, t
 correct ones (CUDA events for GPU backends: warm-up, then the median of repeats; the
 block-size sweep of G-DEP's K20 tuning of the CSR vector kernel, "Kepler explained, part
 2", G-DEP high-speed computing notes no. 25), and writes each backend's winner to the
-tuning store (:mod:`sparsegpu._tuning_store`). The autotuner only writes it: selection
-(:func:`sparsegpu._select.default_policy`, and ``auto``) consults it.
+tuning store (:mod:`sparsegpu.engine._tuning_store`). The autotuner only writes it: selection
+(:func:`sparsegpu.engine._select.default_policy`, and ``auto``) consults it.
 A wrong or failing candidate is reported and never cached.
 """
 
@@ -23,13 +23,14 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import scipy.sparse as sp
 
-from .. import _cuda, _registry, _select
-from .._dtypes import HALF_DTYPES
-from .._matrix import _SparseGPUMixin, csr_matrix
-from .._mirror import RowLengthStats
-from .._oracle import Oracle
-from .._timing import cuda_time, gb_per_s, host_time, matrix_spmv_bytes, time_candidates
-from .._tuning_store import (
+from ..backends.base import FLOAT_AND_COMPLEX, INT32_AND_INT64
+from ..backends.policy import Policy
+from ..classes._matrix import _SparseGPUMixin, csr_matrix
+from ..device import _cuda
+from ..device._dtypes import HALF_DTYPES
+from ..device._mirror import RowLengthStats
+from ..engine import _registry, _select
+from ..engine._tuning_store import (
     TunedEntry,
     TuningCache,
     TuningCacheError,
@@ -38,8 +39,14 @@ from .._tuning_store import (
     default_cache,
     now_iso,
 )
-from ..backends.base import FLOAT_AND_COMPLEX, INT32_AND_INT64
-from ..backends.policy import Policy
+from ..measure._oracle import Oracle
+from ..measure._timing import (
+    cuda_time,
+    gb_per_s,
+    host_time,
+    matrix_spmv_bytes,
+    time_candidates,
+)
 
 ORACLE = "scipy"
 
@@ -530,8 +537,8 @@ def autotune(
         each candidate.
     timer : callable, optional
         ``timer(fn, warmup=, repeat=, inner=) -> Timing`` in milliseconds; default CUDA
-        events (:func:`sparsegpu._timing.cuda_time`) for GPU backends and
-        :func:`sparsegpu._timing.host_time` for host ones.
+        events (:func:`sparsegpu.measure._timing.cuda_time`) for GPU backends and
+        :func:`sparsegpu.measure._timing.host_time` for host ones.
     cache : TuningCache, optional
         Where winners go; default the user's cache (``SPARSEGPU_CACHE_DIR`` overrides).
     save : bool

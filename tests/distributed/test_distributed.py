@@ -22,9 +22,13 @@ MPI = pytest.importorskip("mpi4py.MPI")
 
 import sparsegpu as sg  # noqa: E402
 import sparsegpu.distributed as sgd  # noqa: E402
-from sparsegpu import _cuda  # noqa: E402
 from sparsegpu.datasets.synthetic import permuted, stencil_2d  # noqa: E402
-from sparsegpu.testing import assert_product_close, awkward_matrices, random_vector  # noqa: E402
+from sparsegpu.device import _cuda  # noqa: E402
+from sparsegpu.testing import (  # noqa: E402
+    assert_product_close,
+    awkward_matrices,
+    random_vector,
+)
 
 DTYPES = [np.float32, np.float64, np.complex128]
 INDEX_DTYPES = [np.int32, np.int64]
@@ -661,7 +665,7 @@ def test_a_nccl_abort_first_ends_a_capture_in_progress(monkeypatch, capturing):
     it) before it aborts. After a timeout it does neither."""
     import types
 
-    from sparsegpu import _cuda
+    from sparsegpu.device import _cuda
     from sparsegpu.distributed import _transport
 
     events = []

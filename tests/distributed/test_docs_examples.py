@@ -13,7 +13,7 @@ from ..test_snippets import ROOT, markdown_snippets, rst_snippets, run
 
 pytest.importorskip("mpi4py.MPI")
 
-from sparsegpu import _cuda  # noqa: E402
+from sparsegpu.device import _cuda  # noqa: E402
 
 
 def _readme_blocks():

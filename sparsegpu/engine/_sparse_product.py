@@ -18,13 +18,14 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from . import _cuda, _planning
-from ._mirror import CUPY, DeviceMatrix
+from ..backends import spgemm
+from ..backends.hash_spgemm import GpuSpgemm
+from ..device import _cuda
+from ..device._mirror import CUPY, DeviceMatrix
+from . import _planning
 from ._planning import SpgemmPlan, level_in_force
 from ._registry import AUTO, get_backend
 from ._select import name_in_force, result_dtype
-from .backends import spgemm
-from .backends.hash_spgemm import GpuSpgemm
 
 
 def where(A, B):
@@ -159,7 +160,7 @@ def _with_operands_index_dtype(A, product: DeviceMatrix, left, right) -> DeviceM
 
 
 def explain(A, B) -> SpgemmPlan:
-    """How ``A @ B`` runs now: :class:`~sparsegpu._planning.SpgemmPlan`."""
+    """How ``A @ B`` runs now: :class:`~sparsegpu.engine._planning.SpgemmPlan`."""
     if not _sparse_2d(B):
         raise TypeError(f"B must be a 2-D sparse matrix, got {type(B).__name__}")
     level = level_in_force(None, A._sg_planning)

@@ -1,6 +1,6 @@
 """The store of tuned entries (the tuning cache): the autotuner's winners per device, on disk.
 
-Plain data below selection: :mod:`sparsegpu._select` reads it (a store is passed in), the
+Plain data below selection: :mod:`sparsegpu.engine._select` reads it (a store is passed in), the
 autotuner (:mod:`sparsegpu.tuning.autotune`) writes it; it imports neither.
 
 Where
@@ -13,7 +13,7 @@ Keyed by
     found (they stay in the file for the setup that made them).
 Entries
     one :class:`TunedEntry` per backend, value dtype, index dtype and row-length class
-    (:func:`sparsegpu._select.row_class`), each carrying the time and GB/s
+    (:func:`sparsegpu.engine._select.row_class`), each carrying the time and GB/s
     it was chosen for (CUB style: a tuned number carries its score).
 Safety
     Writes go to a temporary file in the same directory and are renamed over the cache
@@ -23,7 +23,7 @@ Safety
     rebuilt; it is never fatal. A file of a newer format version (a newer sparsegpu's) is
     left alone: reported once, read as empty and never written over.
 Lookup order
-    user cache, then the defaults shipped in ``sparsegpu/data/tuning_defaults.json`` (keyed
+    user cache, then the defaults shipped in ``sparsegpu/engine/tuning_defaults.json`` (keyed
     by architecture, e.g. ``"sm_90"``), then the backend's untuned policy.
 
 The document (``schema`` 1)::
@@ -50,11 +50,11 @@ from pathlib import Path
 
 import numpy as np
 
-from . import _cuda
-from ._dtypes import lacks_dtype
-from ._files import ENV_CACHE_DIR, cache_dir, create_beside
-from ._version import __version__
-from .backends import ALIASES, POLICY_ALIASES
+from .._files import ENV_CACHE_DIR, cache_dir, create_beside
+from .._version import __version__
+from ..backends import ALIASES, POLICY_ALIASES
+from ..device import _cuda
+from ..device._dtypes import lacks_dtype
 
 CACHE_FORMAT = "sparsegpu-tuning-cache"
 DEFAULTS_FORMAT = "sparsegpu-tuning-defaults"
@@ -147,7 +147,7 @@ def kernel_sources_digest(root=None) -> str:
 
 @functools.cache
 def _package_kernel_digest() -> str:
-    from ._compile import kernel_dir
+    from ..device._compile import kernel_dir
 
     try:
         root = kernel_dir()
@@ -546,7 +546,7 @@ class TuningCache:
             if self._defaults is not None:
                 text = self._defaults.read_text(encoding="utf-8")
             else:
-                text = (importlib.resources.files("sparsegpu") / "data" / DEFAULTS_FILE).read_text(
+                text = (importlib.resources.files("sparsegpu.engine") / DEFAULTS_FILE).read_text(
                     encoding="utf-8"
                 )
             parsed = _parse_defaults(text)

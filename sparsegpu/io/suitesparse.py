@@ -1,8 +1,8 @@
 """The SuiteSparse Matrix Collection: its index, a download cache, and loading in one line.
 
 >>> import sparsegpu as sg
->>> A = sg.suitesparse.load("HB/bcsstk13")  # doctest: +SKIP
->>> small_graphs = sg.suitesparse.search(kind="graph", nnz=(0, 1000), limit=3)  # doctest: +SKIP
+>>> A = sg.io.suitesparse.load("HB/bcsstk13")  # doctest: +SKIP
+>>> small_graphs = sg.io.suitesparse.search(kind="graph", nnz=(0, 1000), limit=3)  # doctest: +SKIP
 >>> [m.full_name for m in small_graphs]  # doctest: +SKIP
 
 Where things live
@@ -49,12 +49,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ._files import cache_dir as _cache_root
-from ._files import create_beside
-from ._matrix import csr_array, csr_matrix
-from ._version import __version__
-from .io import mmread
-from .io._archive import safe_extract
+from .._files import cache_dir as _cache_root
+from .._files import create_beside
+from .._version import __version__
+from ..classes._matrix import csr_array, csr_matrix
+from . import mmread
+from ._archive import safe_extract
 
 DEFAULT_URL = "https://sparse.tamu.edu"
 URL_ENV = "SPARSEGPU_SUITESPARSE_URL"
@@ -388,7 +388,7 @@ def resolve(name: str, *, data_dir=None) -> tuple[str, str]:
     if not candidates:
         raise ValueError(
             f"no matrix named {text!r} in the collection; search with "
-            "sparsegpu.suitesparse.search(name=...)"
+            "sparsegpu.io.suitesparse.search(name=...)"
         )
     raise ValueError(f"{text!r} is ambiguous: {', '.join(candidates)}; give 'Group/Name'")
 
@@ -423,7 +423,7 @@ def _disk_full(exc: OSError) -> bool:
 
 # ----------------------------------------------------------------------- download
 def _progress_bar(label: str, total: int | None):
-    from ._console import progress
+    from .._console import progress
 
     bar = progress(transient=True, transfer=True)
     return bar, bar.add_task(label, total=total)
@@ -451,7 +451,7 @@ def _download(url: str, destination: Path, label: str, progress: bool) -> int:
         if exc.code == 404:
             raise DownloadError(
                 f"{url}: HTTP 404 Not Found; is the name right? Search the collection with "
-                "sparsegpu.suitesparse.search(name=...)"
+                "sparsegpu.io.suitesparse.search(name=...)"
             ) from None
         raise DownloadError(f"{url}: HTTP {exc.code} {exc.reason}; try again later") from None
     except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
@@ -608,7 +608,7 @@ def fetch(name: str, *, data_dir=None, refresh: bool = False, progress: bool = T
 def _bundled_name(name: str) -> str | None:
     """``"Group/Name"`` of a matrix shipped with sparsegpu (``sparsegpu.datasets``) that
     ``name`` (``"Group/Name"`` or a bare name) names, or None."""
-    from .datasets import _bundled
+    from ..datasets import _bundled
 
     try:
         return _bundled.info(name).collection_name
@@ -619,7 +619,7 @@ def _bundled_name(name: str) -> str | None:
 def _copy_bundled(name: str, folder: Path) -> Path:
     """The bundled copy of ``name`` ("Group/Name") as ``folder/<Name>.mtx``: the
     collection's own file, without its archive's auxiliary files."""
-    from .datasets import _bundled
+    from ..datasets import _bundled
 
     folder.mkdir()
     with (

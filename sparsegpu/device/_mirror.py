@@ -228,7 +228,7 @@ class DeviceMatrix:
         (looked up once by selection; None until then).
     format : str
         ``"csr"``: the storage format backends read (``Backend.formats``); the BSR
-        mirror (:class:`sparsegpu._block_mirror.DeviceBlockMatrix`) says ``"bsr"``.
+        mirror (:class:`sparsegpu.device._block_mirror.DeviceBlockMatrix`) says ``"bsr"``.
     """
 
     format = "csr"

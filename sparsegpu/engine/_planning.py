@@ -1,13 +1,13 @@
 """Planning: what each product runs, decided by estimate or by measurement, and kept.
 
 Dispatch asks here once per matrix, operation and request (:func:`decide`); planning asks
-selection (:mod:`sparsegpu._select`) for the estimate and the candidates, times the
+selection (:mod:`sparsegpu.engine._select`) for the estimate and the candidates, times the
 candidates on the product's real operands with the one timing harness
-(:func:`sparsegpu._timing.time_candidates`), checks their answers with the one answer
-check (:class:`sparsegpu._oracle.AnswerCheck`) and keeps the fastest. Like FFTW's
+(:func:`sparsegpu.measure._timing.time_candidates`), checks their answers with the one answer
+check (:class:`sparsegpu.measure._oracle.AnswerCheck`) and keeps the fastest. Like FFTW's
 ``FFTW_ESTIMATE``/``FFTW_MEASURE`` and cuDNN's benchmark mode.
 
-Operations (:class:`~sparsegpu._select.Operation`)
+Operations (:class:`~sparsegpu.engine._select.Operation`)
     ``A @ x`` (one vector; ``A @ X`` with one column is the same), ``A @ X`` per bucket of
     X's column count, X's memory order and the dtype, and the products of ``A.T`` (a CSC
     view whose mirror is the transpose, built once on the device: planned as products of
@@ -61,9 +61,16 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import _cuda, _registry, _select, _timing
-from ._mirror import ChoiceKey, DeviceMatrix, DeviceMemoryError, PlanKey
-from ._oracle import AnswerCheck, tolerance
+from ..backends import spgemm
+from ..backends._spmm import is_fortran
+from ..backends.base import Plan
+from ..backends.spgemm import Budget, DoesNotFit, Outcome, Refused
+from ..device import _cuda
+from ..device._mirror import ChoiceKey, DeviceMatrix, DeviceMemoryError, PlanKey
+from ..device._staging import to_residence
+from ..measure import _timing
+from ..measure._oracle import AnswerCheck, tolerance
+from . import _registry, _select
 from ._registry import AUTO, registered
 from ._select import (
     VECTOR,
@@ -79,11 +86,6 @@ from ._select import (
     result_dtype,
     select,
 )
-from ._spmm import is_fortran
-from ._staging import to_residence
-from .backends import spgemm
-from .backends.base import Plan
-from .backends.spgemm import Budget, DoesNotFit, Outcome, Refused
 
 PLANNING_ENV_VAR = "SPARSEGPU_PLANNING"
 LEVELS = ("estimate", "measure", "exhaustive")
@@ -143,7 +145,7 @@ def level_in_force(explicit: str | None, matrix_level: str | None) -> str:
 HOPELESS = 4
 # A planning sample is a loop of products (at most SAMPLE_PRODUCTS) streaming at least
 # SAMPLE_BYTES of matrix and vectors, about 100 us of the GPU's traffic, after one untimed
-# lead product (sparsegpu._timing). With a tenth of that and no lead product (one or two
+# lead product (sparsegpu.measure._timing). With a tenth of that and no lead product (one or two
 # products a sample on 20-60 MB matrices), planning on the H100 timed two merge-path shapes
 # at 37.3 and 37.2 us whose products took 25.8 and 24.3 us in a loop, and kept the slower
 # (class_fit_h100_run2.json, 100k rows of ~25 with one of 6,000, float32); on matrices over
@@ -357,8 +359,9 @@ def measure(operand: Operand, x, estimate: Choice, level: str, *, store=None, ca
     streaming ``SAMPLE_BYTES``, at most ``SAMPLE_PRODUCTS`` of them) and, unless it is
     over ``HOPELESS`` times the fastest so far, a warm-up product and five samples taken in
     alternation with the other candidates', so that the host's drift falls on all of them
-    alike (:func:`sparsegpu._timing.time_candidates`). A vector kernel on an arrow matrix's dense
-    rows runs 200 times cuSPARSE: its repeats alone would cost hundreds of milliseconds.
+    alike (:func:`sparsegpu.measure._timing.time_candidates`). A vector kernel on an arrow
+    matrix's dense rows runs 200 times cuSPARSE: its repeats alone would cost hundreds of
+    milliseconds.
     ``capturable``: only backends whose products a CUDA graph can hold (a solver about to
     capture its iterations).
     """

@@ -1,6 +1,6 @@
 """The registry: every backend by name, whether it can run here, and why not.
 
-Below selection (:mod:`sparsegpu._select`), above the backend families
+Below selection (:mod:`sparsegpu.engine._select`), above the backend families
 (:mod:`sparsegpu.backends`). The built-in families are listed in
 ``sparsegpu.backends.BUILTIN_MODULES`` and loaded on first use; plugins and tests add their
 own with :func:`register_backend`.
@@ -12,9 +12,9 @@ import importlib
 import threading
 from dataclasses import dataclass
 
-from . import _cuda
-from .backends import BUILTIN_MODULES, canonical_name
-from .backends.base import Backend
+from ..backends import BUILTIN_MODULES, canonical_name
+from ..backends.base import Backend
+from ..device import _cuda
 
 AUTO = "auto"
 
@@ -45,7 +45,7 @@ def _load_builtins() -> None:
         if _loaded:
             return
         for module in BUILTIN_MODULES:
-            mod = importlib.import_module(f".backends.{module}", __package__)
+            mod = importlib.import_module(f"..backends.{module}", __package__)
             for backend in mod.BACKENDS:
                 _registry.setdefault(backend.name, backend)
         _loaded = True

@@ -1,7 +1,7 @@
 """Validated copies of a BSR matrix's arrays where a backend computes (block mirrors).
 
 A :class:`DeviceBlockMatrix` is to ``sparsegpu.bsr_matrix`` what
-:class:`~sparsegpu._mirror.DeviceMatrix` is to the CSR classes: its block row pointers,
+:class:`~sparsegpu.device._mirror.DeviceMatrix` is to the CSR classes: its block row pointers,
 block column indices and blocks (``data`` of shape ``(n_blocks, R, C)``, each block
 row-major as scipy stores it), in one array module and value dtype, validated once when
 it is made, so that no invalid block index ever reaches a kernel. Its ``format`` is
@@ -13,14 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _cuda
-from ._mirror import (
-    CUPY,
-    DeviceMatrix,
-    Residence,
-    RowLengthStats,
-    _validate,
-    upload_arrays,
-)
+from ._mirror import CUPY, DeviceMatrix, Residence, RowLengthStats, _validate, upload_arrays
 
 _INDEX_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
 
@@ -40,7 +33,7 @@ class DeviceBlockMatrix(DeviceMatrix):
     shape : tuple of int
         In scalar rows and columns (multiples of R and C).
 
-    Everything else is :class:`~sparsegpu._mirror.DeviceMatrix`'s; ``nnz`` counts the
+    Everything else is :class:`~sparsegpu.device._mirror.DeviceMatrix`'s; ``nnz`` counts the
     stored values (``n_blocks * R * C``), as scipy's ``bsr_matrix.nnz`` does.
     """
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _cuda
-from ._dtypes import eps, is_half
+from ..device import _cuda
+from ..device._dtypes import eps, is_half
 
 
 def random_values(rng, n, dtype):

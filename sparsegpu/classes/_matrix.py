@@ -3,7 +3,7 @@
 ``sparsegpu.csr_matrix`` / ``csr_array`` (and the ``csc`` classes that ``A.T`` returns)
 are scipy classes in every respect but one: their products (``A @ x``, ``A.dot``,
 ``A * x`` for matrices, ``x @ A``, ``A.T @ x``, ``A.H @ x``, LinearOperator matvecs) go
-through :mod:`sparsegpu._dispatch` to the chosen backend. scipy's template method stays
+through :mod:`sparsegpu.engine._dispatch` to the chosen backend. scipy's template method stays
 in charge of argument handling (``_matmul_dispatch``); we override its hooks.
 
 Never stale
@@ -20,7 +20,7 @@ Results kept on the device
 --------------------------
 A sparse product of GPU operands (``A @ B``) returns a matrix whose device copy is its
 mirror and whose host arrays are made when the host first reads one of them
-(:mod:`sparsegpu._pending`): ``A @ B @ C``, ``C @ x`` and a solve with ``C`` never copy it
+(:mod:`sparsegpu.device._pending`): ``A @ B @ C``, ``C @ x`` and a solve with ``C`` never copy it
 to the host. Its shape, dtype, nnz and transposes need no host arrays either.
 """
 
@@ -32,10 +32,10 @@ import weakref
 import numpy as np
 import scipy.sparse as sp
 
-from . import _cuda, _dispatch, _planning, _registry, _sparse_product
-from ._block_mirror import DeviceBlockMatrix
-from ._dtypes import is_half
-from ._host_buffers import (
+from ..device import _cuda
+from ..device._block_mirror import DeviceBlockMatrix
+from ..device._dtypes import is_half
+from ..device._host_buffers import (
     ARRAY_NAMES,
     MIRROR_LOCK,
     apply_forgotten,
@@ -50,9 +50,10 @@ from ._host_buffers import (
     same_memory,
     unhold,
 )
-from ._mirror import DeviceMatrix, MatrixCache, MirrorKey, Residence
-from ._pending import PendingArrays
-from ._select import Operand
+from ..device._mirror import DeviceMatrix, MatrixCache, MirrorKey, Residence
+from ..device._pending import PendingArrays
+from ..engine import _dispatch, _planning, _registry, _sparse_product
+from ..engine._select import Operand
 from ._write_through import write_through
 
 
@@ -224,7 +225,7 @@ class _SparseGPUMixin:
 
     @policy.setter
     def policy(self, policy):
-        from .backends.policy import Policy
+        from ..backends.policy import Policy
 
         if policy is not None and not isinstance(policy, Policy):
             raise TypeError(f"policy must be a sparsegpu Policy or None, got {policy!r}")

@@ -13,7 +13,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import reverse_cuthill_mckee
 
-from . import _cuda
+from ..device import _cuda
 from ._matrix import _SparseGPUMixin
 
 METHODS = ("rcm",)

@@ -1,6 +1,6 @@
 """Sparse products with options: ``sg.spgemm``, ``sg.galerkin_product`` and ``sg.explain``.
 
-``A @ B`` already runs on the GPU for sparsegpu operands (:mod:`sparsegpu._sparse_product`);
+``A @ B`` already runs on the GPU for sparsegpu operands (:mod:`sparsegpu.engine._sparse_product`);
 these functions add what an operator cannot take: the algorithm, a memory limit, the
 planning level, and the Galerkin triple product without a transpose on the host.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import scipy.sparse as sp
 
-from . import _planning, _sparse_product
+from ..engine import _planning, _sparse_product
 from ._matrix import _SparseGPUMixin, csr_array, csr_matrix
 
 
@@ -109,8 +109,8 @@ def explain(A, other=None):
     A : sparsegpu matrix
     other : dtype, array or sparse matrix, optional
         The dtype of ``x`` (default ``A.dtype``) or an ``x`` / ``X``: returns the
-        ``Choice`` of ``A @ x`` (see :func:`sparsegpu._planning.explain`). A sparse matrix
-        ``B``: returns the :class:`~sparsegpu._planning.SpgemmPlan` of ``A @ B``: the
+        ``Choice`` of ``A @ x`` (see :func:`sparsegpu.engine._planning.explain`). A sparse matrix
+        ``B``: returns the :class:`~sparsegpu.engine._planning.SpgemmPlan` of ``A @ B``: the
         algorithm, the planning level that chose it, what planning measured (time and
         peak device memory of each candidate) and the last product's peak device memory.
 

@@ -2,7 +2,7 @@
 
 A matrix whose mirror copies its arrays (a GPU upload, a cast, a transpose) holds the
 buffers behind them read-only, so an in-place write (``A.data[0] = 1``) is refused by numpy
-or goes through :mod:`sparsegpu._write_through` instead of leaving the copy stale. This
+or goes through :mod:`sparsegpu.classes._write_through` instead of leaving the copy stale. This
 module is the process-wide registry of those holds: which matrices hold which buffer, and
 which arrays sparsegpu itself made read-only (only those are made writable again). Before
 an upload, :func:`own_arrays` replaces any array something else can reach by a private copy.

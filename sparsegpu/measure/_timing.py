@@ -25,7 +25,7 @@ import statistics
 import time
 from dataclasses import dataclass
 
-from . import _cuda
+from ..device import _cuda
 
 # A sample is a loop of products at least this long when the caller leaves the loop's
 # length to the harness (CUDA events resolve about 0.5 us; a launch's latency on an idle
@@ -229,7 +229,7 @@ def spmv_bytes(n_rows: int, n_cols: int, nnz: int, value_itemsize: int, index_it
 
 
 def matrix_spmv_bytes(matrix) -> int:
-    """:func:`spmv_bytes` for a mirror (:class:`~sparsegpu._mirror.DeviceMatrix`)."""
+    """:func:`spmv_bytes` for a mirror (:class:`~sparsegpu.device._mirror.DeviceMatrix`)."""
     n_rows, n_cols = matrix.shape
     return spmv_bytes(
         n_rows, n_cols, matrix.nnz, matrix.dtype.itemsize, matrix.index_dtype.itemsize

@@ -18,11 +18,11 @@ Policy
     own default (occupancy, row lengths). A policy of another family than the backend's
     is a TypeError; under ``auto`` a policy restricts the choice to its family.
 
-What :func:`select` gives is the *estimate*. Planning (:mod:`sparsegpu._planning`) sits
+What :func:`select` gives is the *estimate*. Planning (:mod:`sparsegpu.engine._planning`) sits
 above: it asks here for the estimate and for the candidates (:func:`gpu_candidates`),
 times them, and keeps the fastest; selection never imports planning.
 
-The tuning store (:mod:`sparsegpu._tuning_store`) is plain data passed in here; nothing
+The tuning store (:mod:`sparsegpu.engine._tuning_store`) is plain data passed in here; nothing
 registers itself into selection.
 """
 
@@ -39,8 +39,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import _cuda, _registry, _tuning_store
-from ._dtypes import MIXED_PARTNERS, half_result_dtype, is_half
+from ..backends.base import Backend
+from ..device import _cuda
+from ..device._dtypes import MIXED_PARTNERS, half_result_dtype, is_half
+from . import _registry, _tuning_store
 from ._registry import AUTO, get_backend, registered
 from ._tuning_store import (
     ROW_CLASSES,
@@ -49,7 +51,6 @@ from ._tuning_store import (
     TuningCacheWarning,
     current_context,
 )
-from .backends.base import Backend
 
 ENV_VAR = "SPARSEGPU_BACKEND"
 

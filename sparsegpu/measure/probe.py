@@ -27,11 +27,11 @@ from pathlib import Path
 
 import numpy as np
 
-from . import _cuda
-from ._compile import KernelFamily, get_kernel, register_family
-from ._launch import KernelLaunch, name_expression
+from .._version import __version__
+from ..device import _cuda
+from ..device._compile import KernelFamily, get_kernel, register_family
+from ..device._launch import KernelLaunch, name_expression
 from ._timing import cuda_time, gb_per_s
-from ._version import __version__
 
 SCHEMA = "sparsegpu-probe/1"
 CACHE_ENV_VAR = "SPARSEGPU_CACHE_DIR"

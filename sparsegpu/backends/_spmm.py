@@ -9,9 +9,9 @@ backend without an SpMM of its own runs them with the shape of :func:`launch_sha
 
 from __future__ import annotations
 
-from ._compile import KernelFamily, get_kernel, register_family
-from ._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES, KernelLaunch, name_expression
-from ._occupancy import threads_per_row_for
+from ..device._compile import KernelFamily, get_kernel, register_family
+from ..device._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES, KernelLaunch, name_expression
+from ..device._occupancy import threads_per_row_for
 
 _POWERS_OF_TWO = (1, 2, 4, 8, 16, 32)
 BLOCK_SIZE = 256
@@ -74,7 +74,7 @@ def column_lanes(value_dtype, k: int, fortran: bool = False) -> int:
 
 def nonzero_lanes_for(mean_row_length: float, lanes_left: int) -> int:
     """Lanes splitting a row's nonzeros: the matvec kernels' rule (about half the mean
-    row length, :func:`sparsegpu._occupancy.threads_per_row_for`) within what the column
+    row length, :func:`sparsegpu.device._occupancy.threads_per_row_for`) within what the column
     lanes leave of a warp."""
     return threads_per_row_for(mean_row_length, limit=lanes_left)
 

@@ -1,7 +1,7 @@
 """Dispatch: one product moved to where its backend computes, and run there.
 
 :func:`product` takes ``A @ x`` from the scipy classes, asks planning
-(:mod:`sparsegpu._planning`) once per matrix, operation, x dtype and request which plan
+(:mod:`sparsegpu.engine._planning`) once per matrix, operation, x dtype and request which plan
 to run, moves x there and the result back into x's array module. Nothing here chooses:
 the choice and its reasons are selection's and planning's.
 """
@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _cuda, _registry
-from ._mirror import ChoiceKey, DeviceMemoryError, is_out_of_memory, memory_error
+from ..device import _cuda
+from ..device._mirror import ChoiceKey, DeviceMemoryError, is_out_of_memory, memory_error
+from ..device._staging import from_residence, to_residence
+from . import _registry
 from ._planning import decide, measure_now, order_of
 from ._select import AUTO, VECTOR, env_backend, matmat_operation, scoped_backend
-from ._staging import from_residence, to_residence
 
 
 def product(matrix_obj, x, *, backend: str | None = None, policy=None, out=None, planning=None):
