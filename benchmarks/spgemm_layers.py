@@ -7,7 +7,7 @@ rule's algorithm from scratch, a first product's work):
 - ``op``: ``A @ B`` on sparsegpu matrices (dispatch, planning, driver, engine, the result
   wrapped as a matrix kept on the device);
 - ``spgemm``: ``sg.spgemm(A, B, algorithm=...)`` with the rule's algorithm;
-- ``planning``: ``_planning.multiply_sparse`` on the CSR mirrors;
+- ``planning``: ``_sparse_planning.multiply_sparse`` on the CSR mirrors;
 - ``driver``: ``backends.spgemm.multiply`` (budget, index dtype, whole or in blocks);
 - ``engine``: the engine's ``multiply`` into a result sink;
 - ``cusparse_alg1``: cuSPARSE SpGEMM ALG1 called directly (``benchmarks/spgemm.py``'s),
@@ -40,7 +40,7 @@ import numpy as np
 
 import sparsegpu as sg
 from sparsegpu.backends import spgemm
-from sparsegpu.engine import _planning, _sparse_product
+from sparsegpu.engine import _sparse_planning, _sparse_product
 from sparsegpu.measure import _timing
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -74,7 +74,7 @@ def layer_fns(form, S, dtype, cupyx_sparse) -> tuple[dict, str]:
     fns = {
         "op": lambda: left @ right,
         "spgemm": lambda: sg.spgemm(left, right, algorithm=algorithm),
-        "planning": lambda: _planning.multiply_sparse(L, R, engine, level="estimate"),
+        "planning": lambda: _sparse_planning.multiply_sparse(L, R, engine, level="estimate"),
         "driver": lambda: spgemm.multiply(engine, L, R, algorithm, spgemm.Budget(L.xp))[0],
         "engine": engine_only,
     }

@@ -85,10 +85,10 @@ def _forget_measured_plans():
     """Plans measured for a fingerprint are process-wide: one test's must not decide the
     next test's choice."""
     yield
-    from sparsegpu.engine import _planning
+    from sparsegpu.engine import _planning, _sparse_planning
 
     _planning.forget_measurements()
-    _planning.forget_sparse_plans()
+    _sparse_planning.forget_sparse_plans()
 
 
 @pytest.fixture(autouse=True)

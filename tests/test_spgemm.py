@@ -22,7 +22,7 @@ import sparsegpu as sg
 from sparsegpu.backends import spgemm
 from sparsegpu.device import _cuda
 from sparsegpu.device._mirror import DeviceMemoryError
-from sparsegpu.engine import _planning, _sparse_product
+from sparsegpu.engine import _sparse_planning, _sparse_product
 from sparsegpu.testing import (
     INDEX_DTYPES,
     VALUE_DTYPES,
@@ -325,7 +325,7 @@ def test_a_widened_result_keeps_what_is_known_of_its_rows(engine):
     S = random_sparse((40, 40), 0.15, 15, np.float64)
     A = _on(engine, S)
     residence = _sparse_product.where(A, A)[1]
-    C = _planning.multiply_sparse(
+    C = _sparse_planning.multiply_sparse(
         *_sparse_product.operands(A, A, residence, np.float64),
         _sparse_product.where(A, A)[0],
         level="estimate",
@@ -631,8 +631,8 @@ def test_the_reuse_plan_recomputes_values_only_for_the_same_patterns(engine, mon
         candidate = fn.args[0].func  # _discard(run, ...): run_once, or a reuse plan's compute
         return Timing((1.0 if getattr(candidate, "__name__", "") == "compute" else 5.0,))
 
-    monkeypatch.setattr(_planning._timing, "host_time", timing)
-    monkeypatch.setattr(_planning._timing, "cuda_time", timing)
+    monkeypatch.setattr(_sparse_planning._timing, "host_time", timing)
+    monkeypatch.setattr(_sparse_planning._timing, "cuda_time", timing)
     A @ A
     A @ A
     assert sg.explain(A, A).algorithm == "reuse"
@@ -685,17 +685,19 @@ def test_a_refused_allocation_is_not_counted_in_the_peak():
 
 
 def test_reuse_plans_are_kept_within_their_count_and_memory(engine, monkeypatch):
-    monkeypatch.setattr(_planning, "REUSE_PLANS", 2)
+    monkeypatch.setattr(_sparse_planning, "REUSE_PLANS", 2)
     plans = []
     for seed in range(4):
         A = _on(engine, random_sparse((50, 50), 0.1, 30 + seed, np.float64))
-        pair = _planning._pair(*_sparse_product.operands(A, A, *_sparse_product.where(A, A)[1:3]))
+        pair = _sparse_planning._pair(
+            *_sparse_product.operands(A, A, *_sparse_product.where(A, A)[1:3])
+        )
         pair.reuse = type("Plan", (), {"held_bytes": 10})()
         plans.append(pair)
-        _planning._drop_reuse_plans(_planning.REUSE_PLANS)
+        _sparse_planning._drop_reuse_plans(_sparse_planning.REUSE_PLANS)
     assert [p.reuse is not None for p in plans] == [False, False, True, True]
-    monkeypatch.setattr(_planning, "_reuse_memory_cap", lambda: 15)
-    assert _planning._drop_reuse_plans(2) == 1
+    monkeypatch.setattr(_sparse_planning, "_reuse_memory_cap", lambda: 15)
+    assert _sparse_planning._drop_reuse_plans(2) == 1
     assert [p.reuse is not None for p in plans] == [False, False, False, True]
 
 

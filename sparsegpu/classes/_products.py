@@ -109,9 +109,9 @@ def explain(A, other=None):
     A : sparsegpu matrix
     other : dtype, array or sparse matrix, optional
         The dtype of ``x`` (default ``A.dtype``) or an ``x`` / ``X``: returns the
-        ``Choice`` of ``A @ x`` (see :func:`sparsegpu.engine._planning.explain`). A sparse matrix
-        ``B``: returns the :class:`~sparsegpu.engine._planning.SpgemmPlan` of ``A @ B``: the
-        algorithm, the planning level that chose it, what planning measured (time and
+        ``Choice`` of ``A @ x`` (see :func:`sparsegpu.engine._planning.explain`). A sparse
+        matrix ``B``: returns the :class:`~sparsegpu.engine._sparse_planning.SpgemmPlan` of
+        ``A @ B``: the algorithm, the planning level that chose it, what planning measured (time and
         peak device memory of each candidate) and the last product's peak device memory.
 
     Examples

@@ -22,10 +22,11 @@ from ..backends import spgemm
 from ..backends.hash_spgemm import GpuSpgemm
 from ..device import _cuda
 from ..device._mirror import CUPY, DeviceMatrix
-from . import _planning
-from ._planning import SpgemmPlan, level_in_force
+from . import _sparse_planning
+from ._planning import level_in_force
 from ._registry import AUTO, get_backend
 from ._select import name_in_force, result_dtype
+from ._sparse_planning import SpgemmPlan
 
 
 def where(A, B):
@@ -128,7 +129,7 @@ def product(
     engine, residence, value_dtype = found
     left, right = operands(A, B, residence, value_dtype, as_csr)
     level = level_in_force(planning, A._sg_planning)
-    product = _planning.multiply_sparse(
+    product = _sparse_planning.multiply_sparse(
         left, right, engine, level=level, algorithm=algorithm, memory_limit=memory_limit
     )
     return _with_operands_index_dtype(A, product, left, right)
@@ -144,9 +145,9 @@ def galerkin(A, P) -> DeviceMatrix | None:
     engine, residence, value_dtype = found
     level = level_in_force(None, A._sg_planning)
     left, right = _csr(A, residence, value_dtype), _csr(P, residence, value_dtype)
-    AP = _planning.multiply_sparse(left, right, engine, level=level)
+    AP = _sparse_planning.multiply_sparse(left, right, engine, level=level)
     PT = _csr(P, residence, value_dtype, transpose=True)
-    product = _planning.multiply_sparse(PT, AP, engine, level=level)
+    product = _sparse_planning.multiply_sparse(PT, AP, engine, level=level)
     return _with_operands_index_dtype(A, product, left, right)
 
 
@@ -160,7 +161,7 @@ def _with_operands_index_dtype(A, product: DeviceMatrix, left, right) -> DeviceM
 
 
 def explain(A, B) -> SpgemmPlan:
-    """How ``A @ B`` runs now: :class:`~sparsegpu.engine._planning.SpgemmPlan`."""
+    """How ``A @ B`` runs now: :class:`~sparsegpu.engine._sparse_planning.SpgemmPlan`."""
     if not _sparse_2d(B):
         raise TypeError(f"B must be a 2-D sparse matrix, got {type(B).__name__}")
     level = level_in_force(None, A._sg_planning)
@@ -175,7 +176,7 @@ def explain(A, B) -> SpgemmPlan:
     if engine is None:
         return SpgemmPlan("scipy", level, f"scipy on the host: {reason}")
     left, right = operands(A, B, residence, value_dtype)
-    return _planning.explain_sparse(left, right, engine, level=level)
+    return _sparse_planning.explain_sparse(left, right, engine, level=level)
 
 
 def check_operands(A, B) -> None:
