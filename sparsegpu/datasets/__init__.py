@@ -7,7 +7,7 @@ arrow-like rows, R-MAT graphs, meshes of dense node blocks, randomly renumbered 
 and 3-D meshes, vectorized and seeded (see :mod:`.synthetic`).
 """
 
-from ._bundled import DatasetInfo, info, load, names, path
+from ..io._bundled import DatasetInfo, info, load, names, path
 from .synthetic import (
     arrow,
     block_mesh,

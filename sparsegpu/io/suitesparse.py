@@ -608,7 +608,7 @@ def fetch(name: str, *, data_dir=None, refresh: bool = False, progress: bool = T
 def _bundled_name(name: str) -> str | None:
     """``"Group/Name"`` of a matrix shipped with sparsegpu (``sparsegpu.datasets``) that
     ``name`` (``"Group/Name"`` or a bare name) names, or None."""
-    from ..datasets import _bundled
+    from . import _bundled
 
     try:
         return _bundled.info(name).collection_name
@@ -619,7 +619,7 @@ def _bundled_name(name: str) -> str | None:
 def _copy_bundled(name: str, folder: Path) -> Path:
     """The bundled copy of ``name`` ("Group/Name") as ``folder/<Name>.mtx``: the
     collection's own file, without its archive's auxiliary files."""
-    from ..datasets import _bundled
+    from . import _bundled
 
     folder.mkdir()
     with (

@@ -1,8 +1,10 @@
 """Small real matrices from the SuiteSparse collection, shipped inside the package.
 
 The files are the collection's own (gzipped Matrix Market), under CC-BY 4.0: the
-attribution is ``data/README.md`` beside them (Davis & Hu, ACM TOMS 38(1), 2011;
-https://sparse.tamu.edu).
+attribution is ``sparsegpu/datasets/data/README.md`` beside them (Davis & Hu, ACM TOMS
+38(1), 2011; https://sparse.tamu.edu). They are package data of :mod:`sparsegpu.datasets`,
+which offers them to users; their catalog and reader live here, beside the collection's
+own loader (:mod:`sparsegpu.io.suitesparse`), which uses them offline.
 """
 
 from __future__ import annotations
@@ -105,7 +107,7 @@ def info(name: str) -> DatasetInfo:
 
 def path(name: str) -> Path:
     """The bundled ``.mtx.gz`` file of ``name`` (read it with :func:`sparsegpu.io.mmread`)."""
-    resource = importlib.resources.files(__package__) / "data" / f"{_resolve(name)}.mtx.gz"
+    resource = importlib.resources.files("sparsegpu.datasets") / "data" / f"{_resolve(name)}.mtx.gz"
     return Path(str(resource))
 
 
@@ -126,6 +128,6 @@ def load(name: str, *, array: bool = False):
     >>> A.shape, A.nnz
     ((2003, 2003), 83883)
     """
-    from ..io import mmread
+    from ._matrix_market import mmread
 
     return mmread(path(name), array=array)
