@@ -61,7 +61,7 @@ from sparsegpu import _console
 from sparsegpu.backends import cusparse as cusparse_backend
 from sparsegpu.datasets import synthetic
 from sparsegpu.device import _cuda
-from sparsegpu.engine import _planning, _registry, _select
+from sparsegpu.engine import _planning, _registry, _rules
 from sparsegpu.measure import _timing, probe
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
@@ -330,7 +330,7 @@ def bench_one(name, build, dtype, cupy, cupyx_sparse, copy_gbs, set_label="heldo
         "nnz": int(mirror.nnz),
         "row_mean": stats.mean,
         "row_max": stats.max,
-        "row_class": _select.row_class(stats),
+        "row_class": _rules.row_class(stats),
         "bytes": nbytes,
         "calls_per_sample": inner,
         "auto_backend": choice.backend,

@@ -11,7 +11,7 @@ import scipy.sparse as sp
 
 import sparsegpu as sg
 from sparsegpu.device._mirror import RowLengthStats
-from sparsegpu.engine import _registry, _select
+from sparsegpu.engine import _registry, _rules, _select
 from sparsegpu.testing import (
     CountingBackend,
     HostCopyBackend,
@@ -54,7 +54,7 @@ EMPTY = RowLengthStats(10, 10, 0, 0.0, 0.0, 0, 0, 10)
     ],
 )
 def test_rule_picks_by_row_lengths(stats, usable, expected):
-    name, reason = _select.auto_rule(stats, usable)
+    name, reason = _rules.auto_rule(stats, usable)
     assert name == expected
     assert reason
 
@@ -67,7 +67,7 @@ SCATTERED = RowLengthStats(1_000_000, 1_000_000, 16_000_000, 16.0, 0.0, 16, 16, 
     [(["shuffle", "merge_path", "cusparse"], "merge_path"), (["shuffle", "cusparse"], "cusparse")],
 )
 def test_scattered_columns_go_to_the_gather_friendly_kernels(usable, expected):
-    name, reason = _select.auto_rule(SCATTERED, usable)
+    name, reason = _rules.auto_rule(SCATTERED, usable)
     assert name == expected
     assert "scattered columns (mean distance from the diagonal 0.33" in reason
 
@@ -81,14 +81,14 @@ def test_column_spread_tells_a_stencil_from_random_columns():
 
     stencil = _column_stats(synthetic.stencil_3d(20, points=27))
     # rows reach n^2 + n + 1 = 421 columns either side of the diagonal of 8,000
-    assert stencil.column_spread <= 421 / 8000 and _select.row_class(stencil) == "medium"
+    assert stencil.column_spread <= 421 / 8000 and _rules.row_class(stencil) == "medium"
     random_rows = _column_stats(synthetic.uniform_random(20_000, 16, seed=1))
     # the first and last of 16 uniform columns: E|u - 1/17| + E|u - 16/17| over 2, about 0.44
     assert random_rows.column_spread == pytest.approx(0.44, abs=0.03)
-    assert _select.row_class(random_rows) == "scattered"
+    assert _rules.row_class(random_rows) == "scattered"
     # long rows keep their class: a row-per-warp kernel hides its gathers behind the row
     long_rows = _column_stats(synthetic.uniform_random(500, 2000, n_cols=4000, seed=1))
-    assert long_rows.column_spread > 0.1 and _select.row_class(long_rows) == "long"
+    assert long_rows.column_spread > 0.1 and _rules.row_class(long_rows) == "long"
 
 
 @pytest.mark.parametrize("name", list(awkward_matrices()))
@@ -123,7 +123,7 @@ def test_row_stats_are_the_stats_without_the_spread(name):
 
 def test_imbalance_threshold_is_strict():
     at_threshold = _stats(10.0, 20.0, 0, 80, n_rows=1_000_000)  # max exactly 8 x mean
-    assert _select.auto_rule(at_threshold, ["cusparse", "merge_path"])[0] == "cusparse"
+    assert _rules.auto_rule(at_threshold, ["cusparse", "merge_path"])[0] == "cusparse"
 
 
 class _FakeGpu(HostCopyBackend):
@@ -147,7 +147,7 @@ def fake_gpu(monkeypatch):
             _select, "gpu_candidates", lambda value_dtype, policy_type=None: list(backends)
         )
         # the awkward matrices are all small; the row-length rules are what is tested here
-        monkeypatch.setattr(_select, "SMALL_ITEMS", 0)
+        monkeypatch.setattr(_rules, "SMALL_ITEMS", 0)
         monkeypatch.setenv("SPARSEGPU_PLANNING", "estimate")  # the rules, not measurements
         _registry.invalidate_choices()
         return backends
@@ -277,9 +277,9 @@ def test_tuning_lookups_do_not_decide_small_latency_bound_products(fake_gpu, mon
     fake_gpu(_FakeGpu("merge_path"), _FakeGpu("cusparse"))
     _store_says(monkeypatch, "cusparse")
     A = _awkward("random_200x150")
-    monkeypatch.setattr(_select, "SMALL_ITEMS", 10**9)  # A is small: the rule decides
+    monkeypatch.setattr(_rules, "SMALL_ITEMS", 10**9)  # A is small: the rule decides
     assert sg.explain(A, np.float64).backend == "merge_path"
-    monkeypatch.setattr(_select, "SMALL_ITEMS", 0)  # A is large: the lookup decides
+    monkeypatch.setattr(_rules, "SMALL_ITEMS", 0)  # A is large: the lookup decides
     _registry.invalidate_choices()
     B = _awkward("random_200x150")
     assert sg.explain(B, np.float64).backend == "cusparse"

@@ -21,7 +21,7 @@ from sparsegpu.commands import autotune as autotune_command
 from sparsegpu.commands import autotune as command
 from sparsegpu.device import _cuda
 from sparsegpu.device._mirror import RowLengthStats
-from sparsegpu.engine import _select
+from sparsegpu.engine import _rules
 from sparsegpu.engine._tuning_store import TuningCache
 from sparsegpu.tuning.plot import block_size_series, reference_lines
 from tests.tuning_backends import CANDIDATES, ScriptedTimer, SweepBackend
@@ -246,7 +246,7 @@ def test_default_suite_covers_its_row_class(name):
     row_class, factory = command.default_suite("small")[name]
     A = factory()
     stats = RowLengthStats.from_indptr(A.indptr, A.shape[1], np, indices=A.indices)
-    assert _select.row_class(stats) == row_class
+    assert _rules.row_class(stats) == row_class
 
 
 def test_default_suite_has_one_matrix_per_row_class():

@@ -12,7 +12,7 @@ import pytest
 import scipy.sparse as sp
 
 import sparsegpu as sg
-from sparsegpu.engine import _planning, _select
+from sparsegpu.engine import _choice, _planning, _select
 from sparsegpu.testing import (
     CountingBackend,
     HostCopyBackend,
@@ -438,7 +438,7 @@ def test_a_at_X_is_planned_per_k_bucket_and_order(gpu):
         assert_product_close(A @ X, S @ X, np.float64, 50)
     choice = sg.explain(A, X)
     assert choice.level == "measure" and choice.backend == "cusparse"
-    assert choice.operation == _select.Operation("A @ X", 8, "C")
+    assert choice.operation == _choice.Operation("A @ X", 8, "C")
     assert "A @ X (k = 5..8, C order)" in str(choice)
     assert sg.explain(A, X[:, :7]).level == "measure"  # the same bucket
     assert sg.explain(A, X[:, :3].copy()).level == "estimate"  # k = 3..4: not yet
@@ -457,7 +457,7 @@ def test_choose_plans_a_at_X_on_the_X_given(gpu):
     A = _matrix(seed=13)
     X = np.asfortranarray(np.random.default_rng(13).uniform(-1, 1, (A.shape[1], 16)))
     choice = sg.choose(A, X)
-    assert choice.operation == _select.Operation("A @ X", 16, "F")
+    assert choice.operation == _choice.Operation("A @ X", 16, "F")
     assert sg.explain(A, X) == choice and sg.explain(A).level == "estimate"
 
 

@@ -667,7 +667,7 @@ def test_explain_of_a_sparse_product_on_the_host():
     A.backend = "scipy"
     plan = sg.explain(A, A)
     assert plan.algorithm == "scipy" and "host" in str(plan)
-    assert isinstance(sg.explain(A), sg.engine._select.Choice)
+    assert isinstance(sg.explain(A), sg.engine._choice.Choice)
 
 
 def test_a_refused_allocation_is_not_counted_in_the_peak():

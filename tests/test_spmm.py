@@ -328,7 +328,7 @@ def _candidates(backend_name, S, dtype, k, order):
     backend = _registry.get_backend(backend_name)
     A = sg.csr_matrix(S)
     mirror = A._sg_mirror(backend.residence, dtype)
-    policies = backend.matmat_candidates(mirror, sg.engine._select.k_bucket(k), order)
+    policies = backend.matmat_candidates(mirror, sg.engine._choice.k_bucket(k), order)
     if not policies:
         pytest.skip(f"{backend_name} has no A @ X candidates of its own for {order} order")
     return A, policies

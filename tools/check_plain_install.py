@@ -34,7 +34,7 @@ def main() -> int:
 
     import sparsegpu as sg
     from sparsegpu.datasets import synthetic
-    from sparsegpu.engine import _select, _tuning_store
+    from sparsegpu.engine import _rules, _select, _tuning_store
 
     raw = json.loads(
         (importlib.resources.files("sparsegpu.engine") / _tuning_store.DEFAULTS_FILE).read_text(
@@ -64,7 +64,7 @@ def main() -> int:
     _select.current_context = lambda residence: h200  # this machine may have no GPU
     A = sg.csr_matrix(synthetic.stencil_2d(64))
     mirror = A._sg_mirror(sg.engine._registry.get_backend("scipy").residence, A.dtype)
-    row_class = _select.row_class(mirror.stats)
+    row_class = _rules.row_class(mirror.stats)
     used = 0
     for backend in sg.engine._registry.registered().values():
         entry = loaded.get((backend.name, "float64", "int32", row_class))

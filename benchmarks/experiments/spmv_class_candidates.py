@@ -32,7 +32,7 @@ import sparsegpu as sg
 from sparsegpu.backends.csr_vector import nearby_threads_per_row
 from sparsegpu.datasets import synthetic
 from sparsegpu.device import _cuda
-from sparsegpu.engine import _planning, _registry, _select
+from sparsegpu.engine import _planning, _registry, _rules, _select
 from sparsegpu.measure import _timing
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -129,7 +129,7 @@ def bench(name, host, dtype, cupy, cupyx_sparse, avc) -> dict:
         "nnz": int(mirror.nnz),
         "row_mean": stats.mean,
         "row_max": stats.max,
-        "row_class": _select.row_class(stats),
+        "row_class": _rules.row_class(stats),
         "column_spread": stats.column_spread,
         "calls_per_sample": inner,
         "auto_backend": choice.backend,

@@ -330,7 +330,7 @@ class CsrVectorBackend(RowGroupBackend):
         # replaces is not allowed in a capture (cudaErrorCapturedEvent on the H200)
         self.capturable = load_path != LOAD_TEXTURE
         # planning "measure" times the shuffle member: within 3% of the best of the family
-        # on every regular class on the H200 (see _select.AUTO_PREFERENCE)
+        # on every regular class on the H200 (see _rules.AUTO_PREFERENCE)
         self.planned = name == "shuffle"
         # 16-bit floats (float32 sums): every member but the texture one, whose fetches
         # have no 16-bit channel here

@@ -53,7 +53,7 @@ from ..device._host_buffers import (
 from ..device._mirror import DeviceMatrix, MatrixCache, MirrorKey, Residence
 from ..device._pending import PendingArrays
 from ..engine import _dispatch, _planning, _registry, _sparse_product
-from ..engine._select import Operand
+from ..engine._choice import Operand
 from ._write_through import write_through
 
 

@@ -13,7 +13,7 @@ from .. import __version__
 from .._console import console, group_by_reason, table
 from ..cli import CommandError
 from ..device import _cuda
-from ..engine import _registry, _select
+from ..engine import _registry, _rules
 
 HELP = "show versions, GPUs and backends; or, given matrices, their shape and row lengths"
 
@@ -105,7 +105,7 @@ def describe(target: str, data_dir=None) -> dict:
             "empty_rows": stats.empty_rows,
             "imbalance": stats.imbalance,
             "column_spread": stats.column_spread,
-            "row_class": _select.row_class(stats),
+            "row_class": _rules.row_class(stats),
         },
         "blocks": {
             "size": blocks.size,

@@ -14,8 +14,9 @@ from ..device import _cuda
 from ..device._mirror import ChoiceKey, DeviceMemoryError, is_out_of_memory, memory_error
 from ..device._staging import from_residence, to_residence
 from . import _registry
+from ._choice import VECTOR, matmat_operation
 from ._planning import decide, measure_now, order_of
-from ._select import AUTO, VECTOR, env_backend, matmat_operation, scoped_backend
+from ._select import name_in_force
 
 
 def product(matrix_obj, x, *, backend: str | None = None, policy=None, out=None, planning=None):
@@ -53,7 +54,7 @@ def _product(matrix_obj, x, backend, policy, out, planning=None):
             return _one_column(matrix_obj, x, backend, policy, out, planning)
         order = order_of(x)
         operation = matmat_operation(x.shape[1], order)
-    name = backend or matrix_obj._sg_backend or scoped_backend() or env_backend() or AUTO
+    name = name_in_force(backend, matrix_obj._sg_backend)
     # A plain tuple finds the ChoiceKey it equals (same hash): cheaper per call to build.
     key = (
         name,

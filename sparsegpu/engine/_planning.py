@@ -7,7 +7,7 @@ candidates on the product's real operands with the one timing harness
 check (:class:`sparsegpu.measure._oracle.AnswerCheck`) and keeps the fastest. Like FFTW's
 ``FFTW_ESTIMATE``/``FFTW_MEASURE`` and cuDNN's benchmark mode.
 
-Operations (:class:`~sparsegpu.engine._select.Operation`)
+Operations (:class:`~sparsegpu.engine._choice.Operation`)
     ``A @ x`` (one vector; ``A @ X`` with one column is the same), ``A @ X`` per bucket of
     X's column count, X's memory order and the dtype, and the products of ``A.T`` (a CSC
     view whose mirror is the transpose, built once on the device: planned as products of
@@ -49,16 +49,11 @@ from ..device._staging import to_residence
 from ..measure import _timing
 from ..measure._oracle import AnswerCheck, tolerance
 from . import _registry, _select
+from ._choice import VECTOR, Choice, Operand, Operation, Request, matmat_operation
 from ._registry import AUTO, registered
 from ._select import (
-    VECTOR,
-    Choice,
-    Operand,
-    Operation,
-    Request,
     auto_estimate,
     default_policy,
-    matmat_operation,
     mixed_storage,
     name_in_force,
     result_dtype,

@@ -28,22 +28,22 @@ registers itself into selection.
 
 from __future__ import annotations
 
-import functools
 import os
 import warnings
-from collections.abc import Callable
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
 from ..backends.base import Backend
 from ..device import _cuda
 from ..device._dtypes import MIXED_PARTNERS, half_result_dtype, is_half
-from . import _registry, _tuning_store
+from . import _registry, _rules, _tuning_store
+from ._choice import VECTOR, Choice, Operand, Operation, Request
 from ._registry import AUTO, get_backend, registered
+from ._rules import AUTO_PREFERENCE, LONG_ROW, auto_rule, matmat_rule, row_class
 from ._tuning_store import (
     ROW_CLASSES,
     TuningCache,
@@ -125,344 +125,7 @@ def result_dtype(a_dtype, x_dtype) -> np.dtype:
     return np.result_type(a_dtype, x_dtype)
 
 
-# ---------------------------------------------------------------------- row classes
-# Irregular rows: the rule follows Ginkgo's CSR strategy choice ("load_balance" when the
-# longest row is far above the mean): with max > 8 x mean (and std > mean) a row-per-
-# (sub)warp kernel leaves most threads of a warp idle while one row finishes.
-IRREGULAR_IMBALANCE = 8.0
-# Column spread above which rows of short or medium length count as ``scattered``: their
-# x reads are gathers from all over x (a random graph), not neighbours of the diagonal (a
-# mesh or stencil): uniform random 16 per row, spread 0.44; 3-D 27-point stencil 150^3, 0.007.
-SCATTERED_SPREAD = 0.1
-# Mean row lengths that separate short, medium and long rows (the sub-warp sizes that fit:
-# under 8 a row is a few lanes' work, from 64 on a whole warp per row).
-SHORT_ROWS = 8
-LONG_ROWS = 64
-
-
-def row_class(stats) -> str:
-    """The row class of a matrix: the tuning store's key and the rules' first question.
-
-    ``empty`` (no nonzeros), ``irregular`` (max row more than ``IRREGULAR_IMBALANCE`` x the
-    mean and std above the mean: power-law-like), ``scattered`` (mean below ``LONG_ROWS``
-    and a column spread above ``SCATTERED_SPREAD``: the x reads are random gathers), else by
-    mean row length: ``short`` (< ``SHORT_ROWS``), ``medium`` (< ``LONG_ROWS``) or ``long``.
-
-    Parameters
-    ----------
-    stats : RowLengthStats
-    """
-    if stats.nnz == 0:
-        return "empty"
-    if stats.imbalance > IRREGULAR_IMBALANCE and stats.std > stats.mean:
-        return "irregular"
-    if stats.mean < LONG_ROWS and stats.column_spread > SCATTERED_SPREAD:
-        return "scattered"
-    if stats.mean < SHORT_ROWS:
-        return "short"
-    if stats.mean < LONG_ROWS:
-        return "medium"
-    return "long"
-
-
-# --------------------------------------------------------------------------- rules
-# Order of preference of ``auto`` on regular rows when no tuning entry decides: on the
-# H200 the tuned shuffle kernel was within 3% of the best backend on every regular class
-# and 1.4-2.1x cuSPARSE (autotune_h200.json: 5-point 3715 vs 2126 GB/s, 27-point 3535 vs
-# 2600, 400 per row 3023 vs 1413); the merge-path kernel beat cuSPARSE there too; the
-# texture path and the software cache trail, so they come last.
-AUTO_PREFERENCE = ("shuffle", "vector", "readonly", "merge_path", "cusparse", "texture", "swcache")
-# A single row longer than this is split across blocks by the merge-path kernel even when
-# the mean is high enough to hide it (one row-per-block kernel would run it on one SM).
-LONG_ROW = 1 << 16
-_AUTO_IRREGULAR = ("merge_path",)
-# Up to this many merge items (rows + nonzeros) a product is latency-bound: the merge-path
-# kernel is then one launch (its last block adds the carries), cheaper on host and device
-# than cuSPARSE's SpMV call (H200, bundled SuiteSparse matrices: 11-16 us a product against
-# 15-27 us for raw cuSPARSE with descriptors reused; auto_vs_cusparse_h200.json).
-SMALL_ITEMS = 1_000_000
-_AUTO_SMALL = ("merge_path",)
-# Short or medium rows whose columns are scattered over x are bound by one 32-byte L2
-# sector per gather whatever the kernel: on the H200 (knob_sweep_h200.jsonl, uniform
-# 4M x 16) cuSPARSE and the merge-path kernel run within 1% of each other and 25% above a
-# kernel that only gathers, while the tuned row-per-sub-warp kernel trails by 5% in
-# float64. Without a tuning entry: merge path.
-_AUTO_SCATTERED = ("merge_path", "cusparse")
-
-
-def auto_rule(stats, usable_names) -> tuple[str, str]:
-    """The rules of ``auto``: (backend name, reason) from row-length statistics.
-
-    Parameters
-    ----------
-    stats : RowLengthStats
-        Of the matrix (computed once per mirror, on the device).
-    usable_names : list of str
-        Backends that take this matrix and dtype, in preference order (not empty).
-    """
-    if stats.n_rows + stats.nnz <= SMALL_ITEMS:
-        for name in _AUTO_SMALL:
-            if name in usable_names:
-                return name, (
-                    f"small ({stats.n_rows + stats.nnz:,} rows + nonzeros <= {SMALL_ITEMS:,}): "
-                    "latency-bound, and the merge-path kernel is a single launch"
-                )
-    cls = row_class(stats)
-    if cls == "irregular" or (stats.nnz > 0 and stats.max > LONG_ROW):
-        for name in _AUTO_IRREGULAR:
-            if name in usable_names:
-                return name, (
-                    f"irregular rows (max {stats.max} > {IRREGULAR_IMBALANCE:g} x mean "
-                    f"{stats.mean:.1f} with std > mean, or a row over {LONG_ROW:,}): "
-                    "the load-balanced merge-path kernel keeps every thread busy"
-                )
-    if cls == "scattered":
-        for name in _AUTO_SCATTERED:
-            if name in usable_names:
-                return name, (
-                    f"scattered columns (mean distance from the diagonal "
-                    f"{stats.column_spread:.2f} of the columns, over {SCATTERED_SPREAD:g}) on "
-                    f"rows of {stats.mean:.1f} on average: x reads are random gathers, and the "
-                    "merge-path kernel keeps the most of them in flight"
-                )
-    return usable_names[0], (
-        f"regular rows (max/mean {stats.imbalance:.1f}): first usable of the preference "
-        f"order {', '.join(AUTO_PREFERENCE)}"
-    )
-
-
-# A @ X (several right-hand sides): power-law rows go to the merge-path SpMM, whose equal
-# runs of merge items keep every team busy where one hub row held a whole group of the
-# row-split kernel for 25 times cuSPARSE's time (H100, R-MAT scale 17, k = 2..128; the
-# issue-34 fit run); otherwise the vector family's row-split SpMM, its lanes across X's
-# columns reading 16 bytes of each X row at a time (1.3-3.1x cuSPARSE's best algorithm on
-# the fit stencils). Planning then times both, cuSPARSE's SpMM algorithms and the
-# row-split kernel's other shapes.
-_MATMAT_IRREGULAR = ("merge_path",)
-_MATMAT_REGULAR = ("shuffle", "vector", "readonly")
-
-
-def matmat_rule(stats, usable_names, operation) -> tuple[str, str]:
-    """The rules of ``auto`` for ``A @ X``: (backend name, reason) from row-length
-    statistics and the operation (:class:`Operation`: X's column bucket and order).
-
-    Parameters
-    ----------
-    stats : RowLengthStats
-    usable_names : list of str
-        Backends that take this matrix and dtype, in preference order (not empty).
-    operation : Operation
-    """
-    irregular = stats.nnz > 0 and (row_class(stats) == "irregular" or stats.max > LONG_ROW)
-    if irregular:
-        for name in _MATMAT_IRREGULAR:
-            if name in usable_names:
-                return name, (
-                    f"{operation}: irregular rows (max {stats.max}, mean {stats.mean:.1f}): the "
-                    "merge-path SpMM gives every team of lanes the same number of merge items"
-                )
-    for name in _MATMAT_REGULAR:
-        if name in usable_names:
-            return name, (
-                f"{operation}: the row-split SpMM, lanes across X's columns (16 bytes of each "
-                "X row at a time) and k-wide sums, reading A once"
-            )
-    return usable_names[0], f"{operation}: first usable backend ({usable_names[0]})"
-
-
-# -------------------------------------------------------------------------- choices
-class Request(NamedTuple):
-    """What the caller asked of one product: a backend name and a policy, either unset."""
-
-    backend: str | None = None
-    policy: Any = None
-    planning: str | None = None
-
-
 _NO_REQUEST = Request()
-
-
-@dataclass(frozen=True)
-class Operand:
-    """A matrix as selection and planning see it, handed down by dispatch.
-
-    Selection never calls up into the matrix: what it reads of one is here.
-
-    Attributes
-    ----------
-    dtype, index_dtype : numpy.dtype
-        Of the values and of the indices (the wider of ``indices`` and ``indptr``).
-    backend, policy, planning : str, Policy, str or None
-        ``A.backend``, ``A.policy`` and ``A.planning``.
-    mixed : bool
-        ``A.mixed_precision``.
-    mirror : callable
-        ``mirror(residence, value_dtype) -> DeviceMatrix``: the validated mirror where a
-        backend computes (made once, on first request).
-    cache : callable
-        ``cache() -> MatrixCache``: where the matrix keeps its choices (planning's).
-    format : str
-        The format of its mirrors (``"csr"``, or ``"bsr"`` for the BSR classes): a backend
-        named for it must list it in ``Backend.formats``.
-    """
-
-    dtype: np.dtype
-    index_dtype: np.dtype
-    backend: str | None = None
-    policy: Any = None
-    planning: str | None = None
-    mixed: bool = False
-    mirror: Callable = field(default=None, repr=False, compare=False)
-    cache: Callable = field(default=None, repr=False, compare=False)
-    format: str = "csr"
-
-
-# Columns of X are rounded up to a power of two for planning (a plan measured with k = 24
-# serves k = 17..32); past this many, one bucket.
-LARGEST_BUCKET = 256
-
-
-def k_bucket(k: int) -> int:
-    """The bucket of ``k`` columns: the power of two at least ``k``, at most
-    ``LARGEST_BUCKET`` (which stands for every k over half of it)."""
-    bucket = 1
-    while bucket < k and bucket < LARGEST_BUCKET:
-        bucket *= 2
-    return bucket
-
-
-class Operation(NamedTuple):
-    """The product a choice is for.
-
-    ``kind`` is ``"A @ x"`` (one vector: ``A @ x``, ``A.T @ x``, and ``A @ X`` with one
-    column) or ``"A @ X"`` (several right-hand sides: ``columns`` is the bucket of X's k
-    columns, :func:`k_bucket`, and ``order`` X's memory order, ``"C"`` or ``"F"``). A
-    product on ``A.T`` is one on the transpose's own mirror, so it is planned the same way.
-    New kinds (sparse x sparse) add their own values of ``kind``.
-    """
-
-    kind: str = "A @ x"
-    columns: int = 1
-    order: str = "C"
-
-    def __str__(self) -> str:
-        if self.kind != "A @ X":
-            return self.kind
-        if self.columns >= LARGEST_BUCKET:
-            k = f"k > {LARGEST_BUCKET // 2}"
-        elif self.columns <= 2:
-            k = f"k = {self.columns}"
-        else:
-            k = f"k = {self.columns // 2 + 1}..{self.columns}"
-        return f"A @ X ({k}, {self.order} order)"
-
-
-VECTOR = Operation()
-
-
-@functools.lru_cache(maxsize=1024)
-def matmat_operation(k: int, order: str) -> Operation:
-    """The operation of ``A @ X`` for an X of ``k`` columns in memory order ``order``
-    (one column is ``A @ x``); made once per k and order (each product asks)."""
-    return VECTOR if k == 1 else Operation("A @ X", k_bucket(k), order)
-
-
-@dataclass(frozen=True)
-class Choice:
-    """The backend and policy of one product, and why (what :func:`explain` shows).
-
-    Attributes
-    ----------
-    backend : str
-        The backend's name.
-    policy : Policy
-        Its launch policy.
-    reason : str
-        Why this backend: the name asked for, or the rule or measurement of ``auto``.
-    stats : RowLengthStats or None
-        The row statistics the rules looked at (None where no rule ran).
-    value_dtype : numpy.dtype
-        The dtype the product computes in.
-    requested : str
-        The backend name in force (``"auto"`` or a backend's).
-    override : str or None
-        For :func:`explain`: a note when products of the matrix use another name now.
-    level : str
-        The planning level that decided: ``"estimate"`` (rules, a tuned entry, or the name
-        asked for), ``"measure"`` or ``"exhaustive"`` (timed on the real operands).
-    measurements : tuple of Measurement
-        What planning timed (empty for an estimate).
-    planning_ms : float or None
-        Wall milliseconds the planning took (None for an estimate).
-    storage_dtype : numpy.dtype or None
-        The dtype the matrix's values stay in on the device when it is not
-        ``value_dtype`` (mixed precision, ``A.mixed_precision``); None otherwise.
-    implementation : Backend
-        The backend object itself (what dispatch makes the plan with).
-    operation : Operation
-        The product this choice is for.
-    structure : tuple of str
-        What planning's backends found in the matrix's structure (``block``: its block
-        size and fill, or why it was not timed); empty for an estimate.
-    """
-
-    backend: str
-    policy: Any
-    reason: str
-    stats: Any
-    value_dtype: np.dtype
-    requested: str = AUTO
-    override: str | None = None
-    level: str = "estimate"
-    measurements: tuple = ()
-    planning_ms: float | None = None
-    storage_dtype: np.dtype | None = None
-    implementation: Any = field(default=None, repr=False, compare=False)
-    operation: Operation = VECTOR
-    structure: tuple = ()
-
-    @property
-    def row_class(self) -> str | None:
-        return None if self.stats is None else row_class(self.stats)
-
-    def __str__(self) -> str:
-        lines = [
-            f"{self.requested} -> backend {self.backend!r} with {self.policy!r}",
-            f"  why: {self.reason}",
-        ]
-        if self.operation != VECTOR:
-            lines.insert(1, f"  product: {self.operation}")
-        s = self.stats
-        if s is not None:
-            lines.append(
-                f"  rows: {s.n_rows:,} x {s.n_cols:,}, nnz {s.nnz:,}; row length mean "
-                f"{s.mean:.1f}, std {s.std:.1f}, min {s.min}, max {s.max}, empty rows "
-                f"{s.empty_rows:,}; imbalance (max/mean) {s.imbalance:.1f}, column spread "
-                f"{s.column_spread:.3f}, class {row_class(s)!r}"
-            )
-        lines.append(f"  value dtype: {self.value_dtype}")
-        if self.storage_dtype is not None:
-            lines.append(
-                f"  mixed precision: the values stay {self.storage_dtype} on the device "
-                f"(A.mixed_precision), x, y and the sums are {self.value_dtype}"
-            )
-        lines.append(
-            f"  planning: {self.level}"
-            + (
-                f" ({self.planning_ms:.1f} ms, {len(self.measurements)} candidates timed on the "
-                "real operands)"
-                if self.planning_ms is not None
-                else ""
-            )
-        )
-        for m in self.measurements:
-            lines.append(f"    {m}")
-        lines.extend(f"  structure: {note}" for note in self.structure)
-        if self.override is not None:
-            lines.append(f"  note: {self.override}")
-        return "\n".join(lines)
-
-    __repr__ = __str__
 
 
 def gpu_candidates(value_dtype: np.dtype, policy_type=None) -> list[Backend]:
@@ -514,7 +177,7 @@ def _auto(
     # Tuning entries are measured on large matrices (GB/s); a small product is
     # latency-bound and follows the small-matrix rule (H200, bundled float64 matrices:
     # the tuned shuffle kernel 12.6 us, the merge-path kernel 9.2; auto_vs_cusparse_h200).
-    if stats.n_rows + stats.nnz > SMALL_ITEMS:
+    if stats.n_rows + stats.nnz > _rules.SMALL_ITEMS:
         name = tuned_winner(mirror, value_dtype, names, store)
         if name is not None:
             return usable[names.index(name)], "measured fastest (tuning cache)", stats

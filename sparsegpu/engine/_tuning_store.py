@@ -13,7 +13,7 @@ Keyed by
     found (they stay in the file for the setup that made them).
 Entries
     one :class:`TunedEntry` per backend, value dtype, index dtype and row-length class
-    (:func:`sparsegpu.engine._select.row_class`), each carrying the time and GB/s
+    (:func:`sparsegpu.engine._rules.row_class`), each carrying the time and GB/s
     it was chosen for (CUB style: a tuned number carries its score).
 Safety
     Writes go to a temporary file in the same directory and are renamed over the cache

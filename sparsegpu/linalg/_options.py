@@ -21,7 +21,7 @@ from ..classes import _reorder
 from ..classes._matrix import _SparseGPUMixin
 from ..device import _cuda
 from ..device._mirror import RowLengthStats
-from ..engine._select import SCATTERED_SPREAD
+from ..engine._rules import SCATTERED_SPREAD
 
 REORDERS = ("rcm", None, "auto")
 

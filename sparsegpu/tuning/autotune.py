@@ -29,7 +29,7 @@ from ..classes._matrix import _SparseGPUMixin, csr_matrix
 from ..device import _cuda
 from ..device._dtypes import HALF_DTYPES
 from ..device._mirror import RowLengthStats
-from ..engine import _registry, _select
+from ..engine import _registry, _rules, _select
 from ..engine._tuning_store import (
     TunedEntry,
     TuningCache,
@@ -587,7 +587,7 @@ def autotune(
     label = name or f"{matrix.shape[0]}x{matrix.shape[1]}, {matrix.nnz:,} nnz"
 
     host_csr = sp.csr_matrix(matrix)
-    row_class = _select.row_class(
+    row_class = _rules.row_class(
         RowLengthStats.from_indptr(host_csr.indptr, matrix.shape[1], np, indices=host_csr.indices)
     )
     results: list[CandidateResult] = []
