@@ -144,7 +144,9 @@ def fake_gpu(monkeypatch):
 
     def install(*backends):
         monkeypatch.setattr(
-            _select, "gpu_candidates", lambda value_dtype, policy_type=None: list(backends)
+            _select,
+            "gpu_candidates",
+            lambda value_dtype, policy_type=None, storage=None: list(backends),
         )
         # the awkward matrices are all small; the row-length rules are what is tested here
         monkeypatch.setattr(_rules, "SMALL_ITEMS", 0)
@@ -222,7 +224,7 @@ def test_explain_notes_an_override(fake_gpu):
 
 
 def test_explain_without_gpu_says_scipy_and_why(monkeypatch):
-    monkeypatch.setattr(_select, "gpu_candidates", lambda dtype, family=None: [])
+    monkeypatch.setattr(_select, "gpu_candidates", lambda dtype, family=None, storage=None: [])
     choice = sg.explain(_awkward("random_200x150"))
     assert choice.backend == "scipy"
     assert choice.stats is None

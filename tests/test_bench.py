@@ -131,7 +131,9 @@ def test_auto_is_timed_as_planned_by_measurement(monkeypatch):
     from sparsegpu.engine import _select
 
     stand_ins = [_counted("merge_path", delay_s=2e-3), _counted("cusparse")]
-    monkeypatch.setattr(_select, "gpu_candidates", lambda value_dtype, policy_type=None: stand_ins)
+    monkeypatch.setattr(
+        _select, "gpu_candidates", lambda value_dtype, policy_type=None, storage=None: stand_ins
+    )
     monkeypatch.delenv("SPARSEGPU_PLANNING", raising=False)
     sg.engine._registry.invalidate_choices()
     assert sg.explain(sg.csr_matrix(synthetic.stencil_2d(64))).backend == "merge_path"

@@ -68,7 +68,9 @@ def gpu(monkeypatch):
 
     def install(*backends):
         monkeypatch.setattr(
-            _select, "gpu_candidates", lambda value_dtype, policy_type=None: list(backends)
+            _select,
+            "gpu_candidates",
+            lambda value_dtype, policy_type=None, storage=None: list(backends),
         )
         monkeypatch.delenv("SPARSEGPU_PLANNING", raising=False)
         sg.engine._registry.invalidate_choices()

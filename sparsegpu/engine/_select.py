@@ -32,7 +32,6 @@ import os
 import warnings
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -128,16 +127,21 @@ def result_dtype(a_dtype, x_dtype) -> np.dtype:
 _NO_REQUEST = Request()
 
 
-def gpu_candidates(value_dtype: np.dtype, policy_type=None) -> list[Backend]:
-    """Usable GPU backends that take this value dtype (and policy family), in order of
-    preference."""
+def gpu_candidates(value_dtype: np.dtype, policy_type=None, storage=None) -> list[Backend]:
+    """Usable GPU backends that compute in this value dtype (with ``storage``: that keep
+    ``storage`` values and compute in ``value_dtype``, mixed precision), of this policy
+    family where one is given, in order of preference."""
     if _cuda.unavailable_reason() is not None:
         return []
     found = [
         b
         for b in registered().values()
         if b.residence.name == "cupy"
-        and value_dtype in b.value_dtypes
+        and (
+            value_dtype in b.value_dtypes
+            if storage is None
+            else (storage, value_dtype) in b.mixed_pairs
+        )
         and (policy_type is None or b.policy_type is policy_type)
         and b.unavailable_reason() is None
     ]
@@ -146,13 +150,22 @@ def gpu_candidates(value_dtype: np.dtype, policy_type=None) -> list[Backend]:
 
 
 def _auto(
-    operand: Operand, value_dtype: np.dtype, policy, store, operation: Operation = VECTOR
+    operand: Operand,
+    value_dtype: np.dtype,
+    policy,
+    store,
+    operation: Operation = VECTOR,
+    storage: np.dtype | None = None,
 ) -> tuple[Backend, str, Any]:
     """(backend, reason, stats or None) of ``auto`` for this matrix, value dtype and
-    operation."""
-    candidates = gpu_candidates(value_dtype, type(policy) if policy is not None else None)
+    operation (``storage``: the dtype its values stay in, mixed precision)."""
+    candidates = gpu_candidates(value_dtype, type(policy) if policy is not None else None, storage)
     if policy is None:  # a backend that only planning picks (unless its policy is given)
         candidates = [b for b in candidates if b.estimated]
+    mirror = operand.mirror(candidates[0].residence, storage or value_dtype) if candidates else None
+    usable = [b for b in candidates if b.supports(mirror)]
+    if storage is not None:
+        return _mixed_rule(usable, mirror, storage, value_dtype, policy)
     if not candidates:
         if policy is not None and _cuda.unavailable_reason() is None:
             raise TypeError(
@@ -165,8 +178,6 @@ def _auto(
             else f"no GPU backend computes in {value_dtype}"
         )
         return registered()["scipy"], reason + "; the scipy CPU reference computes", None
-    mirror = operand.mirror(candidates[0].residence, value_dtype)
-    usable = [b for b in candidates if b.supports(mirror)]
     if not usable:
         return registered()["scipy"], "no GPU backend accepts this matrix", None
     stats = mirror.stats
@@ -183,6 +194,27 @@ def _auto(
             return usable[names.index(name)], "measured fastest (tuning cache)", stats
     name, reason = auto_rule(stats, names)
     return usable[names.index(name)], reason, stats
+
+
+def _mixed_rule(usable, mirror, storage, value_dtype, policy) -> tuple[Backend, str, Any]:
+    """``auto``'s backend for a mixed-precision product among the GPU backends that
+    compute the pair (``A.mixed_precision``): the rules, but cuSPARSE for irregular rows
+    (merge_path has no mixed precision)."""
+    if not usable:
+        raise TypeError(
+            f"A.mixed_precision is set but no usable GPU backend computes {storage} "
+            f"values with {value_dtype} vectors"
+            + (f" under a {type(policy).__name__}" if policy is not None else "")
+            + "; set A.mixed_precision = False"
+        )
+    names = [b.name for b in usable]
+    stats = mirror.stats
+    if (row_class(stats) == "irregular" or stats.max > LONG_ROW) and "cusparse" in names:
+        picked, rule = "cusparse", "irregular rows: cuSPARSE (merge_path has no mixed precision)"
+    else:
+        picked, rule = auto_rule(stats, names)
+    reason = f"mixed precision ({storage} values, {value_dtype} sums); {rule}"
+    return usable[names.index(picked)], reason, stats
 
 
 def select(
@@ -219,32 +251,28 @@ def select(
     value_dtype = result_dtype(operand.dtype, x_dtype)
     name = name_in_force(request.backend, operand.backend)
     policy = request.policy if request.policy is not None else operand.policy
-    storage = mixed_storage(operand, value_dtype)
-    if storage is not None:
-        mixed = _select_mixed(operand, name, storage, value_dtype, policy, request, store)
-        if mixed is not None:
-            return _with_operation(mixed, operation)
+    storage = _mixing(operand, name, value_dtype)
     if name == AUTO:
-        backend, reason, stats = _auto(operand, value_dtype, policy, store, operation)
+        backend, reason, stats = _auto(operand, value_dtype, policy, store, operation, storage)
         if policy is not None and backend.residence.name == "host":
             reason += f"; the {type(policy).__name__} has no effect there"
             policy = None
     else:
         backend = get_backend(name)
         _check_format(backend, operand)
-        backend.check_dtypes(value_dtype, operand.index_dtype)
         reason, stats = f"asked for by name ({_named_by(request, operand)})", None
+        if storage is not None:
+            _check_mixed_pair(backend, storage, value_dtype)
+            reason += ", mixed precision"
+        backend.check_dtypes(storage or value_dtype, operand.index_dtype)
     _check_policy_type(backend, policy, request)
     if policy is None:
-        policy = default_policy(backend, operand.mirror(backend.residence, value_dtype), store)
+        mirror = operand.mirror(backend.residence, storage or value_dtype)
+        policy = default_policy(backend, mirror, store)
     return Choice(
         backend.name, policy, reason, stats, value_dtype, name,
-        implementation=backend, operation=operation,
+        storage_dtype=storage, implementation=backend, operation=operation,
     )  # fmt: skip
-
-
-def _with_operation(choice: Choice, operation: Operation) -> Choice:
-    return choice if choice.operation == operation else replace(choice, operation=operation)
 
 
 def auto_estimate(
@@ -306,70 +334,29 @@ def mixed_storage(operand: Operand, value_dtype) -> np.dtype | None:
     return storage if MIXED_PARTNERS.get(storage) == value_dtype else None
 
 
-def _select_mixed(
-    operand: Operand, name, storage, value_dtype, policy, request, store
-) -> Choice | None:
-    """The choice of a mixed-precision product: a GPU backend that computes the pair, or
-    None where there is nothing to mix (no GPU, the host backend named: scipy widens the
+def _mixing(operand: Operand, name: str, value_dtype) -> np.dtype | None:
+    """The dtype the values stay in if this product mixes precisions, else None: with
+    ``A.mixed_precision`` set and a product in the wide partner of A's dtype, unless
+    nothing can mix (no GPU under ``auto``, or the host backend named: scipy widens the
     values itself)."""
-    pair = (storage, value_dtype)
-    stats = None
+    storage = mixed_storage(operand, value_dtype)
+    if storage is None:
+        return None
     if name == AUTO:
-        if _cuda.unavailable_reason() is not None:
-            return None
-        rank = {n: i for i, n in enumerate(AUTO_PREFERENCE)}
-        found = sorted(
-            (
-                b
-                for b in registered().values()
-                if pair in b.mixed_pairs
-                and b.unavailable_reason() is None
-                and (b.estimated if policy is None else isinstance(policy, b.policy_type))
-            ),
-            key=lambda b: rank.get(b.name, len(rank)),
+        return None if _cuda.unavailable_reason() is not None else storage
+    return None if get_backend(name).residence.name == "host" else storage
+
+
+def _check_mixed_pair(backend, storage, value_dtype) -> None:
+    """Refuse a backend named for a mixed-precision product it does not compute."""
+    if (storage, value_dtype) not in backend.mixed_pairs:
+        takers = [b.name for b in registered().values() if (storage, value_dtype) in b.mixed_pairs]
+        raise TypeError(
+            f"backend {backend.name!r} does not compute {storage} values with "
+            f"{value_dtype} vectors (A.mixed_precision is set); use "
+            f"{' or '.join(repr(t) for t in takers) or 'another backend'} or 'auto', "
+            "or set A.mixed_precision = False"
         )
-        mirror = operand.mirror(found[0].residence, storage) if found else None
-        usable = [b for b in found if b.supports(mirror)]
-        if not usable:
-            raise TypeError(
-                f"A.mixed_precision is set but no usable GPU backend computes {storage} "
-                f"values with {value_dtype} vectors"
-                + (f" under a {type(policy).__name__}" if policy is not None else "")
-                + "; set A.mixed_precision = False"
-            )
-        names = [b.name for b in usable]
-        stats = mirror.stats
-        if (row_class(stats) == "irregular" or stats.max > LONG_ROW) and "cusparse" in names:
-            picked, rule = (
-                "cusparse",
-                "irregular rows: cuSPARSE (merge_path has no mixed precision)",
-            )
-        else:
-            picked, rule = auto_rule(stats, names)
-        backend = usable[names.index(picked)]
-        reason = f"mixed precision ({storage} values, {value_dtype} sums); {rule}"
-    else:
-        backend = get_backend(name)
-        if backend.residence.name == "host":
-            return None
-        _check_format(backend, operand)
-        if pair not in backend.mixed_pairs:
-            takers = [b.name for b in registered().values() if pair in b.mixed_pairs]
-            raise TypeError(
-                f"backend {backend.name!r} does not compute {storage} values with "
-                f"{value_dtype} vectors (A.mixed_precision is set); use "
-                f"{' or '.join(repr(t) for t in takers) or 'another backend'} or 'auto', "
-                "or set A.mixed_precision = False"
-            )
-        backend.check_dtypes(storage, operand.index_dtype)
-        reason = f"asked for by name ({_named_by(request, operand)}), mixed precision"
-    _check_policy_type(backend, policy, request)
-    if policy is None:
-        policy = default_policy(backend, operand.mirror(backend.residence, storage), store)
-    return Choice(
-        backend.name, policy, reason, stats, value_dtype, name,
-        storage_dtype=storage, implementation=backend,
-    )  # fmt: skip
 
 
 # -------------------------------------------------------------- the tuning store
