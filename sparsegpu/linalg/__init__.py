@@ -5,6 +5,8 @@ plan is chosen once per solve; every product is ``plan.matvec`` on device arrays
 LinearOperator, or any matrix with ``@``, and right-hand sides as CuPy arrays (solved on
 the GPU, result on the GPU) or NumPy arrays (solved where the matrix's backend computes;
 the result comes back as NumPy). See each solver for how often it synchronises.
+``amg`` builds a smoothed-aggregation multigrid hierarchy that every solver takes as
+``M=`` (``sparsegpu.linalg.multigrid``).
 
 >>> import numpy as np, sparsegpu as sg
 >>> from sparsegpu.datasets.synthetic import stencil_3d
@@ -18,5 +20,16 @@ from ._gmres import gmres
 from ._krylov import bicgstab, cg, minres
 from ._lsqr import lsqr
 from ._options import SolveInfo, last_solve_info
+from .multigrid import AMGHierarchy, amg
 
-__all__ = ["SolveInfo", "bicgstab", "cg", "gmres", "last_solve_info", "lsqr", "minres"]
+__all__ = [
+    "AMGHierarchy",
+    "SolveInfo",
+    "amg",
+    "bicgstab",
+    "cg",
+    "gmres",
+    "last_solve_info",
+    "lsqr",
+    "minres",
+]

@@ -59,6 +59,9 @@ def _zero_rhs(system, ordering, info_out):
 def _finish(system, ordering, info_out, x, info):
     """``(x, info)`` in the caller's numbering and module, the solve recorded (and, in a
     distributed space, its end agreed on by every rank)."""
+    describe = getattr(system.M, "describe", None)
+    if callable(describe):  # a multigrid hierarchy says what it was and how it ran
+        info_out.preconditioner = describe(info_out.graphs)
     options.record(info_out)
     system.space.finish()
     return ordering.back(system.result(x)), info

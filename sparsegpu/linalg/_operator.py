@@ -184,9 +184,14 @@ def _generic_operator(A, b_dtype, b_xp) -> Operator:
 
 def as_operator(A, b_dtype, b_xp, what: str = "A", capturable=False) -> Operator:
     """The operator of ``A`` for a right-hand side of ``b_dtype`` living in ``b_xp``
-    (``capturable``: auto plans among the backends a CUDA graph can hold)."""
+    (``capturable``: auto plans among the backends a CUDA graph can hold). An object with
+    a ``_solver_operator(b_dtype, b_xp, capturable)`` method (``AMGHierarchy``) makes its
+    own."""
     if A is None:
         raise TypeError(f"{what} is None; pass a matrix or an operator")
+    solver_operator = getattr(A, "_solver_operator", None)
+    if callable(solver_operator):  # a preconditioner of sparsegpu's own (multigrid)
+        return solver_operator(b_dtype, b_xp, capturable)
     if isinstance(A, _SparseGPUMixin):
         if A.ndim != 2:
             raise ValueError(f"{what} must be 2-D, got shape {A.shape}")

@@ -50,6 +50,9 @@ class SolveInfo:
     ordering_estimate_s : float or None
         ``reorder="auto"`` on scattered columns: the ordering's estimated cost
         (:func:`ordering_estimate_s`).
+    preconditioner : str
+        What the preconditioner was, where it says (a multigrid hierarchy: its levels,
+        complexities, set-up time and whether its cycle ran inside the graphs); "" else.
     """
 
     solver: str
@@ -61,6 +64,7 @@ class SolveInfo:
     iterations: int | None = None
     unordered_s: float | None = None
     ordering_estimate_s: float | None = None
+    preconditioner: str = ""
     # (the matrix's cache, the solve's start): this solve's time counts as spent unordered
     _rent: Any = field(default=None, init=False, repr=False, compare=False)
 
@@ -111,9 +115,9 @@ def graph_refusal(graphs, on_device: bool, callback, M_capturable: bool) -> str 
         return "callback given: iterations run one at a time so that it sees every x"
     if not M_capturable:
         return (
-            "the preconditioner M is not a sparsegpu matrix (its products may allocate, which "
-            "a graph cannot hold); pass M as a sparsegpu matrix (e.g. sg.diags(1 / d)) to "
-            "capture it"
+            "the preconditioner M is not a sparsegpu matrix or multigrid hierarchy on the GPU "
+            "(its products may allocate, which a graph cannot hold); pass M as a sparsegpu "
+            "matrix (e.g. sg.diags(1 / d)) or sg.linalg.amg(A) to capture it"
         )
     return None
 

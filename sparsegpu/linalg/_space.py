@@ -42,8 +42,11 @@ class ArraySpace:
 
     def captures(self, operator) -> bool:
         """Whether products with ``operator`` can go into a graph (a sparsegpu matrix: its
-        plan writes into a given ``out`` without allocating)."""
-        return isinstance(operator, _SparseGPUMixin)
+        plan writes into a given ``out`` without allocating), or a preconditioner that
+        says it can be (``_sg_capturable``: a multigrid cycle on the GPU)."""
+        return isinstance(operator, _SparseGPUMixin) or bool(
+            getattr(operator, "_sg_capturable", False)
+        )
 
     def capture_refusal(self, A) -> str | None:
         """Why A's products cannot be captured (None: they can, backend permitting)."""

@@ -1,0 +1,170 @@
+"""Strength of connection, aggregation and the tentative prolongator, as array code.
+
+Every function here takes CSR arrays in one array module ``xp`` (numpy or cupy) and
+returns arrays in it: the same code runs on the host and on the GPU, with no loop over
+rows or aggregates (a loop over rounds of the independent-set search, a handful of them,
+is the only one).
+
+* :func:`symmetric_strength`: PyAMG's ``('symmetric', {'theta': theta})``, the node graph
+  of ``|a_ij| >= theta sqrt(|a_ii a_jj|)``; for block matrices (``blocksize`` unknowns a
+  node) on the blocks' Frobenius norms, as PyAMG amalgamates a BSR matrix.
+* :func:`mis2_aggregate`: aggregates grown around a distance-2 maximal independent set
+  (MIS-2) of the strength graph, found in parallel rounds with random priorities (Bell,
+  Dalton and Olson, "Exposing fine-grained parallelism in algebraic multigrid methods",
+  SIAM J. Sci. Comput. 2012): every root takes its neighbours, then every node left joins
+  an aggregate next to it. Nodes without strong neighbours stay out of every aggregate
+  (a zero row of the prolongator), as in PyAMG's standard aggregation.
+* :func:`tentative_prolongator`: the near-null space ``B`` restricted to each aggregate and
+  orthonormalised there (PyAMG's ``fit_candidates``), here from the eigendecomposition of
+  each aggregate's k x k Gram matrix, batched; the coarse near-null space comes with it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def row_ids(indptr, xp):
+    """The row of every stored entry."""
+    n = int(indptr.shape[0]) - 1
+    lengths = xp.diff(indptr)
+    return xp.repeat(xp.arange(n, dtype=indptr.dtype), lengths.astype(np.int64))
+
+
+def diagonal(indptr, indices, data, xp):
+    """The diagonal of a square canonical CSR matrix (zeros where none is stored)."""
+    n = int(indptr.shape[0]) - 1
+    rows = row_ids(indptr, xp)
+    on = indices == rows
+    d = xp.zeros(n, dtype=data.dtype)
+    d[rows[on]] = data[on]
+    return d
+
+
+def _csr_from_mask(indptr, indices, rows, keep, n, xp):
+    """The CSR pattern of the entries ``keep`` selects."""
+    counts = xp.bincount(rows[keep], minlength=n)
+    pointer = xp.zeros(n + 1, dtype=indptr.dtype)
+    pointer[1:] = xp.cumsum(counts)
+    return pointer, indices[keep]
+
+
+def symmetric_strength(indptr, indices, data, theta: float, blocksize: int, xp):
+    """The strength graph ``(indptr, indices)`` of nodes (``blocksize`` unknowns each),
+    without its diagonal: the pairs with ``|a_ij| >= theta * sqrt(|a_ii| |a_jj|)``."""
+    rows = row_ids(indptr, xp)
+    values = xp.abs(data)
+    cols = indices
+    n = (int(indptr.shape[0]) - 1) // blocksize
+    if blocksize > 1:
+        # amalgamate: one entry per pair of nodes, its block's Frobenius norm
+        node_rows, node_cols = rows // blocksize, cols // blocksize
+        key = node_rows.astype(np.int64) * n + node_cols
+        pairs, inverse = xp.unique(key, return_inverse=True)
+        squares = xp.zeros(pairs.shape[0], dtype=values.dtype)
+        xp.add.at(squares, inverse.ravel(), values * values)
+        rows = (pairs // n).astype(indptr.dtype)
+        cols = (pairs % n).astype(indices.dtype)
+        values = xp.sqrt(squares)
+        indptr = xp.zeros(n + 1, dtype=indptr.dtype)
+        indptr[1:] = xp.cumsum(xp.bincount(rows, minlength=n))
+    on = cols == rows
+    d = xp.zeros(n, dtype=values.dtype)
+    d[rows[on]] = values[on]
+    keep = ~on
+    if theta > 0:
+        keep &= values * values >= (theta * theta) * d[rows] * d[cols]
+    return _csr_from_mask(indptr, cols, rows, keep, n, xp)
+
+
+def _spread_max(key, rows, cols, xp):
+    """``max(key[i], max over neighbours j of key[j])`` for every node i."""
+    out = key.copy()
+    xp.maximum.at(out, rows, key[cols])
+    return out
+
+
+def mis2_aggregate(indptr, indices, xp, seed: int = 0):
+    """Aggregates of the strength graph ``(indptr, indices)`` (symmetric, no diagonal).
+
+    Returns
+    -------
+    aggregate : array of int64, one per node
+        The node's aggregate (0..count-1), or -1 for a node with no strong neighbour.
+    count : int
+    """
+    n = int(indptr.shape[0]) - 1
+    rows = row_ids(indptr, xp)
+    cols = indices
+    isolated = xp.bincount(rows, minlength=n) == 0
+    # priorities: a random permutation (distinct keys), 0 once out, n + 1 once a root
+    priority = np.random.default_rng(seed).permutation(n).astype(np.int64) + 1
+    key = xp.where(isolated, 0, xp.asarray(priority))
+    root_key = n + 1
+    while True:
+        undecided = (key > 0) & (key < root_key)
+        if not bool(undecided.any()):
+            break
+        near = _spread_max(_spread_max(key, rows, cols, xp), rows, cols, xp)
+        key = xp.where(undecided & (near == key), root_key, key)
+        key = xp.where(undecided & (near == root_key) & (key != root_key), 0, key)
+    roots = key == root_key
+    count = int(roots.sum())
+    aggregate = xp.where(roots, xp.cumsum(roots) - 1, -1).astype(np.int64)
+    # the roots' neighbours (one root within distance 1: roots are 3 apart), then the rest
+    aggregate = _spread_max(aggregate, rows, cols, xp)
+    second = _spread_max(aggregate, rows, cols, xp)
+    aggregate = xp.where(aggregate >= 0, aggregate, second)
+    aggregate = xp.where(isolated, -1, aggregate)
+    left = (aggregate < 0) & ~isolated  # only on a graph that is not symmetric
+    extra = int(left.sum())
+    if extra:
+        aggregate = xp.where(left, count + xp.cumsum(left) - 1, aggregate)
+        count += extra
+    return aggregate, count
+
+
+def tentative_prolongator(aggregate, count: int, B, blocksize: int, xp):
+    """The tentative prolongator T (CSR arrays) and the coarse near-null space.
+
+    ``B`` (n x k, ``blocksize`` rows a node) restricted to each aggregate is written
+    ``B_a = Q_a R_a`` with orthonormal columns ``Q_a`` (columns of a rank-deficient
+    aggregate left zero); T holds the Q_a (k columns an aggregate), the coarse B the R_a.
+
+    Returns
+    -------
+    (indptr, indices, data), shape, coarse_B
+    """
+    n, k = B.shape
+    dof_aggregate = xp.repeat(aggregate, blocksize)
+    assigned = dof_aggregate >= 0
+    target = xp.where(assigned, dof_aggregate, 0)
+    gram = xp.zeros((count, k, k), dtype=B.dtype)
+    for p in range(k):
+        for q in range(p, k):
+            column = xp.zeros(count, dtype=B.dtype)
+            xp.add.at(column, target, xp.where(assigned, B[:, p].conj() * B[:, q], 0))
+            gram[:, p, q] = column
+            gram[:, q, p] = column.conj()
+    if k == 1:
+        norm = xp.sqrt(gram[:, 0, 0].real)
+        positive = norm > 0
+        scale = xp.where(positive, 1 / xp.where(positive, norm, 1), 0)
+        Q = B * scale[target][:, None]
+        coarse = norm.astype(B.dtype).reshape(count, 1)
+    else:
+        values, vectors = xp.linalg.eigh(gram)
+        largest = values.max(axis=1, keepdims=True)
+        kept = values > 1e-10 * xp.maximum(largest, np.finfo(np.float64).tiny)
+        root = xp.sqrt(xp.where(kept, values, 0))
+        inverse_root = xp.where(kept, 1 / xp.where(kept, root, 1), 0)
+        # Q_i = B_i V diag(1/sqrt(lambda)); R_a = diag(sqrt(lambda)) V^H
+        basis = vectors * inverse_root[:, None, :]
+        Q = xp.einsum("ij,ijk->ik", B, basis[target])
+        coarse = (root[:, :, None] * vectors.conj().transpose(0, 2, 1)).reshape(count * k, k)
+    lengths = xp.where(assigned, k, 0)
+    indptr = xp.zeros(n + 1, dtype=np.int32 if count * k < 2**31 and n * k < 2**31 else np.int64)
+    indptr[1:] = xp.cumsum(lengths)
+    columns = (dof_aggregate[assigned][:, None] * k + xp.arange(k)).ravel()
+    data = Q[assigned].ravel()
+    return (indptr, columns.astype(indptr.dtype), data), (n, count * k), coarse

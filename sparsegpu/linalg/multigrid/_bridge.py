@@ -1,0 +1,94 @@
+"""The private sparsegpu pieces multigrid needs, all in one place.
+
+Everything else in this package goes through public names (``sparsegpu as sg``) and the
+solvers' own modules (``linalg._operator``); only here does it reach into the core: where a
+matrix computes, its canonical CSR arrays there, and a sparsegpu matrix made from device
+arrays without a trip through the host.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import sparsegpu as sg
+
+from ... import _cuda
+from ..._matrix import _SparseGPUMixin
+from ..._mirror import CUPY, DeviceMatrix
+from .._operator import Operator, as_operator
+
+__all__ = [
+    "Operator",
+    "as_operator",
+    "canonical",
+    "csr_arrays",
+    "cupy_or_none",
+    "is_device_array",
+    "is_sparsegpu",
+    "matrix_from_arrays",
+    "transpose",
+    "where_computes",
+]
+
+
+def cupy_or_none():
+    """CuPy when a GPU is usable here, else None."""
+    return _cuda.cupy_or_none()
+
+
+def is_device_array(a) -> bool:
+    return _cuda.is_cupy_array(a)
+
+
+def is_sparsegpu(A) -> bool:
+    return isinstance(A, _SparseGPUMixin)
+
+
+def where_computes(A):
+    """numpy or cupy: where the products of the sparsegpu matrix ``A`` run (its plan's
+    module: a GPU backend's, or the host for ``scipy``)."""
+    return as_operator(A, A.dtype, np).xp
+
+
+def canonical(A):
+    """``A`` as a sparsegpu CSR matrix with sorted indices and no duplicates (a copy
+    only when it has to change)."""
+    if not isinstance(A, _SparseGPUMixin):
+        A = sg.csr_matrix(A)
+    elif A.format != "csr":
+        A = A.tocsr()
+    if not A.has_canonical_format:
+        A = A.copy()
+        A.sum_duplicates()
+    return A
+
+
+def csr_arrays(A, xp):
+    """``(indptr, indices, data)`` of the canonical CSR matrix ``A`` in ``xp`` (the
+    device mirror's arrays on the GPU: uploaded once, shared with A's products)."""
+    if xp is np:
+        return A.indptr, A.indices, A.data
+    mirror = A._sg_mirror(CUPY, A.dtype)
+    return mirror.indptr, mirror.indices, mirror.data
+
+
+def matrix_from_arrays(indptr, indices, data, shape, like):
+    """A sparsegpu CSR matrix of these canonical CSR arrays (in numpy or cupy), with
+    ``like``'s backend choice; on the GPU it stays there (host arrays made on first read)."""
+    shape = (int(shape[0]), int(shape[1]))
+    if not _cuda.is_cupy_array(data):
+        matrix = sg.csr_matrix((data, indices, indptr), shape=shape)
+        return like._sg_inherit(matrix)
+    index_dtype = indptr.dtype
+    stored = DeviceMatrix(data, indices.astype(index_dtype, copy=False), indptr, shape, CUPY)
+    return sg.csr_matrix._sg_on_device(stored, shape, like)
+
+
+def transpose(P):
+    """``P.T`` as its own CSR matrix (transposed where P lives, kept on the device)."""
+    xp = where_computes(P)
+    if xp is np:
+        return P._sg_inherit(sg.csr_matrix(P.T.tocsr()))
+    mirror = P._sg_mirror(CUPY, P.dtype).transpose()
+    shape = (P.shape[1], P.shape[0])
+    return sg.csr_matrix._sg_on_device(mirror, shape, P)

@@ -1,0 +1,252 @@
+"""Building a smoothed-aggregation hierarchy level by level, on the host or the GPU.
+
+:func:`coarsen` makes one level's coarse operator from its matrix (strength, MIS-2
+aggregates, tentative prolongator, Jacobi-smoothed prolongator, Galerkin product);
+:func:`prepare_smoother` the level's smoother data; :func:`coarse_inverse` the dense
+inverse at the bottom. The products are sparsegpu's: ``sg.spgemm`` and
+``sg.galerkin_product``, which plan once per pair of patterns, so :func:`recompute` (new
+values on the same pattern) runs the same products on kept plans.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+import sparsegpu as sg
+
+from . import _aggregation as agg
+from ._bridge import csr_arrays, matrix_from_arrays, transpose
+from ._smoothing import chebyshev_coefficients, spectral_radius
+
+#: Largest coarsest level solved densely (its inverse is a dense n x n product).
+MAX_DENSE = 8192
+
+
+@dataclass
+class Level:
+    """One level: its matrix, the transfers to the next, what re-set-up keeps.
+
+    Attributes
+    ----------
+    A : sparsegpu CSR matrix
+    P, R : sparsegpu CSR matrices or None
+        Prolongation to this level from the next and restriction to it (None: coarsest).
+    T : sparsegpu CSR matrix or None
+        The tentative prolongator (kept: the aggregation re-set-up reuses).
+    aggregates : array or None
+        Each node's aggregate (-1: none).
+    B : array
+        The near-null space on this level.
+    blocksize : int
+        Unknowns a node.
+    rho : float
+        The spectral-radius estimate of ``D^-1 A``.
+    """
+
+    A: Any
+    B: Any = None
+    blocksize: int = 1
+    P: Any = None
+    R: Any = None
+    T: Any = None
+    aggregates: Any = None
+    rho: float = 0.0
+    smoother_diagonal: Any = None
+    jacobi_weight: float = 1.0
+    chebyshev: list = field(default_factory=list)
+
+
+class Clock:
+    """Seconds per set-up phase (the device synchronised at each phase's end, so the
+    time is the phase's own)."""
+
+    def __init__(self, xp):
+        self.xp = xp
+        self.phases: dict[str, float] = {}
+
+    def phase(self, name: str, started: float) -> float:
+        if self.xp is not np:
+            self.xp.cuda.get_current_stream().synchronize()
+        now = time.perf_counter()
+        self.phases[name] = self.phases.get(name, 0.0) + now - started
+        return now
+
+
+def check_values(data, xp, what: str) -> None:
+    finite = xp.isfinite(data)
+    if not bool(finite.all()):
+        where = int(xp.argmin(finite))
+        raise ValueError(
+            f"amg: {what} has a non-finite value ({data[where].item()!r} at stored entry "
+            f"{where}); multigrid needs finite values"
+        )
+
+
+def diagonal_of(A, xp):
+    indptr, indices, data = csr_arrays(A, xp)
+    d = agg.diagonal(indptr, indices, data, xp)
+    zero = d == 0
+    if bool(zero.any()):
+        row = int(xp.argmax(zero))
+        raise ValueError(
+            f"amg: the matrix ({A.shape[0]} rows) has a zero (or missing) diagonal entry "
+            f"at row {row}; smoothed aggregation needs a nonzero diagonal (drop empty rows "
+            "and columns, or add a shift)"
+        )
+    return d
+
+
+def estimate_rho(A, d, xp, seed: int) -> float:
+    return spectral_radius(A, 1 / xp.sqrt(xp.abs(d)), xp, seed=seed)
+
+
+def smoothed_prolongator(A, T, d, rho, omega, xp):
+    """``P = (I - omega / rho D^-1 A) T``, one SpGEMM with A's pattern."""
+    if omega is None:
+        return T
+    indptr, indices, data = csr_arrays(A, xp)
+    rows = agg.row_ids(indptr, xp)
+    values = (-(omega / rho)) * data / d[rows]
+    values = values + (indices == rows)
+    S = matrix_from_arrays(indptr, indices, values, A.shape, A)
+    return sg.spgemm(S, T)
+
+
+def coarsen(level: Level, theta: float, omega, seed: int, clock: Clock, xp):
+    """Strength, aggregates, T, P, R: ``(coarse level, this level's diagonal)``, or None
+    when nothing coarsens."""
+    started = time.perf_counter()
+    A = level.A
+    indptr, indices, data = csr_arrays(A, xp)
+    graph = agg.symmetric_strength(indptr, indices, data, theta, level.blocksize, xp)
+    started = clock.phase("strength", started)
+    aggregates, count = agg.mis2_aggregate(*graph, xp, seed=seed)
+    started = clock.phase("aggregation", started)
+    k = level.B.shape[1]
+    nodes = A.shape[0] // level.blocksize
+    if count == 0 or count * k >= A.shape[0] or count >= nodes:
+        return None
+    t_arrays, t_shape, coarse_B = agg.tentative_prolongator(
+        aggregates, count, level.B, level.blocksize, xp
+    )
+    T = matrix_from_arrays(*t_arrays, t_shape, A)
+    level.T, level.aggregates = T, aggregates
+    started = clock.phase("tentative", started)
+    coarse = Level(A=None, B=coarse_B, blocksize=k)
+    d = recompute(level, coarse, omega, seed, clock, xp, started)
+    return coarse, d
+
+
+def recompute(level: Level, coarse: Level, omega, seed: int, clock: Clock, xp, started=None):
+    """The values of P, R and the coarse matrix from the level's matrix (T kept)."""
+    started = started or time.perf_counter()
+    d = diagonal_of(level.A, xp)
+    level.rho = estimate_rho(level.A, d, xp, seed)
+    started = clock.phase("spectral radius", started)
+    if level.T is not None:
+        level.P = smoothed_prolongator(level.A, level.T, d, level.rho, omega, xp)
+        level.R = transpose(level.P)
+        started = clock.phase("prolongator", started)
+    if level.R is not None and level.T is None:  # a PyAMG hierarchy's own P and R
+        coarse.A = sg.spgemm(level.R, sg.spgemm(level.A, level.P))
+    else:
+        coarse.A = sg.galerkin_product(level.A, level.P)
+    clock.phase("galerkin", started)
+    return d
+
+
+def prepare_smoother(level: Level, pre, post, d, xp) -> None:
+    """The level's smoother diagonal and coefficients (from ``rho``)."""
+    names = {pre[0], post[0]}
+    if len(names) > 1 and "l1_jacobi" in names:
+        raise ValueError("amg: l1_jacobi cannot be combined with another smoother")
+    if "l1_jacobi" in names:
+        indptr, indices, data = csr_arrays(level.A, xp)
+        sums = xp.zeros(level.A.shape[0], dtype=xp.abs(data[:1]).dtype)
+        xp.add.at(sums, agg.row_ids(indptr, xp), xp.abs(data))
+        level.smoother_diagonal = 1 / sums
+        return
+    level.smoother_diagonal = 1 / d
+    for name, options in (pre, post):
+        if name == "jacobi":
+            level.jacobi_weight = options["omega"] / level.rho
+        else:
+            level.chebyshev = chebyshev_coefficients(
+                options["degree"],
+                options["lower_bound"] * level.rho,
+                options["upper_bound"] * level.rho,
+            )
+
+
+def _dense(A, xp):
+    indptr, indices, data = csr_arrays(A, xp)
+    dense = xp.zeros(A.shape, dtype=data.dtype)
+    dense[agg.row_ids(indptr, xp), indices] = data
+    return dense
+
+
+def coarse_inverse(A, solver: str, xp):
+    """The coarsest matrix's inverse as a dense sparsegpu matrix (its product is the
+    coarse solve: a plan like any other, so a graph can hold it)."""
+    n = A.shape[0]
+    if n > MAX_DENSE:
+        raise ValueError(
+            f"amg: the coarsest level has {n} rows, too many for a dense solve (at most "
+            f"{MAX_DENSE}); raise max_levels or lower max_coarse"
+        )
+    dense = _dense(A, xp)
+    inverse = None
+    if solver in ("auto", "cholesky"):
+        inverse = _cholesky_inverse(dense, xp)
+        if inverse is None and solver == "cholesky":
+            raise ValueError(
+                f"amg: the coarsest level ({n} rows) is not positive definite, so Cholesky "
+                "fails; use coarse_solver='lu' (or 'auto') for an indefinite A"
+            )
+    if inverse is None and solver == "pinv":
+        inverse = xp.linalg.pinv(dense)
+    elif inverse is None:
+        try:
+            inverse = xp.linalg.inv(dense)
+        except np.linalg.LinAlgError:
+            inverse = None
+    _check_inverse(dense, inverse, solver, xp)
+    indptr = xp.arange(0, n * n + 1, n, dtype=np.int32 if n * n < 2**31 else np.int64)
+    indices = xp.tile(xp.arange(n, dtype=indptr.dtype), n)
+    return matrix_from_arrays(indptr, indices, inverse.ravel(), (n, n), A)
+
+
+def _cholesky_inverse(dense, xp):
+    try:
+        lower = xp.linalg.cholesky(dense)
+    except np.linalg.LinAlgError:
+        return None
+    if not bool(xp.isfinite(lower).all()):  # CuPy answers NaN instead of raising
+        return None
+    lower_inverse = xp.linalg.inv(lower)
+    return lower_inverse.conj().T @ lower_inverse
+
+
+def _check_inverse(dense, inverse, solver: str, xp) -> None:
+    n = dense.shape[0]
+    singular = inverse is None or not bool(xp.isfinite(inverse).all())
+    if not singular and solver != "pinv":
+        norm_1 = float(xp.abs(dense).sum(axis=0).max())
+        inverse_1 = float(xp.abs(inverse).sum(axis=0).max())
+        singular = norm_1 * inverse_1 > 1e-2 / np.finfo(dense.dtype).eps
+        condition = norm_1 * inverse_1
+    if singular:
+        estimate = (
+            ""
+            if inverse is None or not bool(xp.isfinite(inverse).all())
+            else (f" (condition number about {condition:.2g})")
+        )
+        raise ValueError(
+            f"amg: the coarsest level ({n} rows) is singular{estimate}: A is likely "
+            "singular itself (a pure Neumann problem?) or B misses its null space; pass "
+            "coarse_solver='pinv' for a consistent singular system"
+        )

@@ -1,0 +1,200 @@
+"""Smoothers and spectral-radius estimates of a multigrid level, on the host or the GPU.
+
+A smoother step is a product with the level's matrix (its plan, into a buffer made at
+set-up) and one fused elementwise kernel reading the scalars it needs from its arguments:
+nothing allocates and nothing reads back to the host, so a V-cycle of them can be captured
+into the solver's CUDA graph. The kernels are data (``ElementwiseSource``), registered for
+the CI compile check like the solvers' own; on NumPy the same steps are plain expressions.
+
+* weighted Jacobi, ``x += omega / rho * D^-1 (b - A x)`` with ``omega = 4/3`` and ``rho``
+  the spectral radius of ``D^-1 A`` (PyAMG's ``('jacobi', {'omega': 4/3})`` with its
+  ``withrho`` scaling);
+* l1-Jacobi, ``D_l1 = diag(|a_ii| + sum_j!=i |a_ij|)``, weight 1 (no estimate needed:
+  convergent for any symmetric positive definite A, Baker, Falgout, Kolev, Yang 2011);
+* Chebyshev of ``degree`` in ``D^-1 A`` on ``[lower * rho, upper * rho]`` (PyAMG's names:
+  ``lower_bound``, ``upper_bound``), the three-term recurrence of Saad's
+  "Iterative methods for sparse linear systems", algorithm 12.1.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import scipy.linalg
+
+from ..._compile import ElementwiseSource, register_elementwise
+
+_SOURCES = (
+    # x = c D^-1 b: the first step from x = 0
+    ElementwiseSource(
+        "T b, T dinv, float64 c", "T x", "x = (T)c * dinv * b;", "sparsegpu_amg_scaled"
+    ),  # fmt: skip
+    # x += c D^-1 (b - A x)
+    ElementwiseSource(
+        "T b, T ax, T dinv, float64 c",
+        "T x",
+        "x += (T)c * dinv * (b - ax);",
+        "sparsegpu_amg_jacobi",
+    ),  # fmt: skip
+    # r = b - A x
+    ElementwiseSource("T b, T ax", "T r", "r = b - ax;", "sparsegpu_amg_residual"),
+    # x += y (the coarse correction)
+    ElementwiseSource("T y", "T x", "x += y;", "sparsegpu_amg_add"),
+    # d = c D^-1 b, x = d: Chebyshev's first step from x = 0
+    ElementwiseSource(
+        "T b, T dinv, float64 c",
+        "T d, T x",
+        "d = (T)c * dinv * b; x = d;",
+        "sparsegpu_amg_chebyshev_start",
+    ),  # fmt: skip
+    # d = a d + c D^-1 (b - A x), x += d
+    ElementwiseSource(
+        "T b, T ax, T dinv, float64 a, float64 c",
+        "T d, T x",
+        "d = (T)a * d + (T)c * dinv * (b - ax); x += d;",
+        "sparsegpu_amg_chebyshev",
+    ),
+)
+register_elementwise("fc", *_SOURCES)
+
+
+@functools.cache
+def _kernels():
+    return {source.name.removeprefix("sparsegpu_amg_"): source.kernel() for source in _SOURCES}
+
+
+class Steps:
+    """The elementwise steps of a cycle in one array module (fused kernels on CuPy)."""
+
+    def __init__(self, xp):
+        self.xp = xp
+        self._k = _kernels() if xp is not np else None
+
+    def scaled(self, b, dinv, c, x):
+        if self._k:
+            return self._k["scaled"](b, dinv, float(c), x)
+        np.multiply(dinv, b, out=x)
+        x *= c
+
+    def jacobi(self, b, ax, dinv, c, x):
+        if self._k:
+            return self._k["jacobi"](b, ax, dinv, float(c), x)
+        x += c * dinv * (b - ax)
+
+    def residual(self, b, ax, r):
+        if self._k:
+            return self._k["residual"](b, ax, r)
+        np.subtract(b, ax, out=r)
+
+    def add(self, y, x):
+        if self._k:
+            return self._k["add"](y, x)
+        x += y
+
+    def chebyshev_start(self, b, dinv, c, d, x):
+        if self._k:
+            return self._k["chebyshev_start"](b, dinv, float(c), d, x)
+        np.multiply(dinv, b, out=d)
+        d *= c
+        x[...] = d
+
+    def chebyshev(self, b, ax, dinv, a, c, d, x):
+        if self._k:
+            return self._k["chebyshev"](b, ax, dinv, float(a), float(c), d, x)
+        d *= a
+        d += c * dinv * (b - ax)
+        x += d
+
+
+SMOOTHERS = ("jacobi", "l1_jacobi", "chebyshev")
+DEFAULTS = {
+    "jacobi": {"omega": 4.0 / 3.0, "iterations": 1},
+    "l1_jacobi": {"iterations": 1},
+    "chebyshev": {"degree": 3, "lower_bound": 0.1, "upper_bound": 1.1},
+}
+
+
+def normalise_smoother(what: str, value):
+    """``(name, options)`` of a smoother given as a name or PyAMG's ``(name, {...})``."""
+    name, given = (value, {}) if isinstance(value, str) else (None, None)
+    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], dict):
+        name, given = value
+    if name not in SMOOTHERS:
+        raise ValueError(
+            f"{what} must be one of {SMOOTHERS} or (name, {{options}}), got {value!r}; "
+            "Gauss-Seidel and its block forms are sequential and not offered on the GPU"
+        )
+    unknown = set(given) - set(DEFAULTS[name])
+    if unknown:
+        raise ValueError(
+            f"{what} {name!r}: unknown options {sorted(unknown)}; it takes {sorted(DEFAULTS[name])}"
+        )
+    options = {**DEFAULTS[name], **given}
+    for key, number in options.items():
+        if key in ("iterations", "degree"):
+            if isinstance(number, bool) or not isinstance(number, (int, np.integer)) or number < 1:
+                raise ValueError(f"{what} {name!r}: {key} must be an integer >= 1, got {number!r}")
+        elif not (np.isscalar(number) and np.isfinite(number) and number > 0):
+            raise ValueError(f"{what} {name!r}: {key} must be a finite number > 0, got {number!r}")
+    if name == "chebyshev" and options["lower_bound"] >= options["upper_bound"]:
+        raise ValueError(
+            f"{what} 'chebyshev': lower_bound {options['lower_bound']} must be below "
+            f"upper_bound {options['upper_bound']}"
+        )
+    return name, options
+
+
+def l1_row_sums(indptr, indices, data, rows, xp):
+    """``sum_j |a_ij|`` per row (the diagonal included): l1-Jacobi's diagonal."""
+    n = int(indptr.shape[0]) - 1
+    sums = xp.zeros(n, dtype=np.abs(data[:0]).dtype if xp is np else xp.abs(data[:0]).dtype)
+    xp.add.at(sums, rows, xp.abs(data))
+    return sums
+
+
+def spectral_radius(A, d_inv_sqrt, xp, steps: int = 15, seed: int = 0) -> float:
+    """The largest eigenvalue of ``D^-1 A`` for a Hermitian A with a positive diagonal:
+    ``steps`` Lanczos steps on ``D^-1/2 A D^-1/2`` kept on the device, then the largest
+    Ritz value (the one host read). Ritz values approach the extremes from inside, so
+    this is a slight under-estimate, as PyAMG's."""
+    n = A.shape[0]
+    steps = max(1, min(steps, n))
+    rng = np.random.default_rng(seed)
+    v = xp.asarray(rng.standard_normal(n)).astype(d_inv_sqrt.dtype)
+    v /= xp.linalg.norm(v)
+    previous = xp.zeros_like(v)
+    beta = xp.zeros((), dtype=np.float64)
+    alphas, betas = [], []
+    for _ in range(steps):
+        w = d_inv_sqrt * (A @ (d_inv_sqrt * v))
+        alpha = xp.real(xp.vdot(v, w))
+        w = w - alpha * v - beta * previous
+        beta = xp.linalg.norm(w)
+        alphas.append(alpha)
+        betas.append(beta)
+        previous = v
+        v = w / xp.where(beta > 0, beta, 1)
+    alphas = np.asarray([float(a) for a in xp.stack(alphas).tolist()])
+    betas = np.asarray(xp.stack(betas).tolist(), dtype=np.float64)
+    # a zero beta ends the Krylov space: the Ritz values so far are exact
+    stop = int(np.argmax(betas <= 1e-14 * max(1.0, abs(alphas).max()))) + 1
+    if not (betas <= 1e-14 * max(1.0, abs(alphas).max())).any():
+        stop = steps
+    ritz = scipy.linalg.eigvalsh_tridiagonal(alphas[:stop], betas[: stop - 1])
+    return float(ritz.max())
+
+
+def chebyshev_coefficients(degree: int, low: float, high: float):
+    """``[(a_k, c_k)]`` of the recurrence ``d = a_k d + c_k D^-1 r``, ``x += d``: Chebyshev
+    iteration on the interval ``[low, high]`` of ``D^-1 A``'s spectrum; the first step's
+    ``a`` is 0."""
+    theta, delta = (high + low) / 2, (high - low) / 2
+    sigma = theta / delta
+    rho = 1 / sigma
+    steps = [(0.0, 1 / theta)]
+    for _ in range(degree - 1):
+        rho_next = 1 / (2 * sigma - rho)
+        steps.append((rho_next * rho, 2 * rho_next / delta))
+        rho = rho_next
+    return steps
