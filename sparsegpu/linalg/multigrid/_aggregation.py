@@ -25,10 +25,13 @@ import numpy as np
 
 
 def row_ids(indptr, xp):
-    """The row of every stored entry."""
+    """The row of every stored entry (on the GPU by a binary search of each entry in
+    indptr: CuPy's ``repeat`` takes its counts from the host)."""
     n = int(indptr.shape[0]) - 1
-    lengths = xp.diff(indptr)
-    return xp.repeat(xp.arange(n, dtype=indptr.dtype), lengths.astype(np.int64))
+    if xp is np:
+        return np.repeat(np.arange(n, dtype=indptr.dtype), np.diff(indptr))
+    entries = xp.arange(int(indptr[-1]), dtype=indptr.dtype)
+    return (xp.searchsorted(indptr, entries, side="right") - 1).astype(indptr.dtype)
 
 
 def diagonal(indptr, indices, data, xp):
@@ -78,7 +81,8 @@ def symmetric_strength(indptr, indices, data, theta: float, blocksize: int, xp):
 
 
 def _spread_max(key, rows, cols, xp):
-    """``max(key[i], max over neighbours j of key[j])`` for every node i."""
+    """``max(key[i], max over neighbours j of key[j])`` for every node i (unsigned keys:
+    CuPy's scatter-max takes uint64, not int64)."""
     out = key.copy()
     xp.maximum.at(out, rows, key[cols])
     return out
@@ -98,24 +102,25 @@ def mis2_aggregate(indptr, indices, xp, seed: int = 0):
     cols = indices
     isolated = xp.bincount(rows, minlength=n) == 0
     # priorities: a random permutation (distinct keys), 0 once out, n + 1 once a root
-    priority = np.random.default_rng(seed).permutation(n).astype(np.int64) + 1
-    key = xp.where(isolated, 0, xp.asarray(priority))
-    root_key = n + 1
+    priority = xp.random.RandomState(seed).permutation(n).astype(np.uint64) + np.uint64(1)
+    key = xp.where(isolated, np.uint64(0), priority)
+    root_key = np.uint64(n + 1)
     while True:
         undecided = (key > 0) & (key < root_key)
         if not bool(undecided.any()):
             break
         near = _spread_max(_spread_max(key, rows, cols, xp), rows, cols, xp)
         key = xp.where(undecided & (near == key), root_key, key)
-        key = xp.where(undecided & (near == root_key) & (key != root_key), 0, key)
+        key = xp.where(undecided & (near == root_key) & (key != root_key), np.uint64(0), key)
     roots = key == root_key
     count = int(roots.sum())
-    aggregate = xp.where(roots, xp.cumsum(roots) - 1, -1).astype(np.int64)
-    # the roots' neighbours (one root within distance 1: roots are 3 apart), then the rest
-    aggregate = _spread_max(aggregate, rows, cols, xp)
-    second = _spread_max(aggregate, rows, cols, xp)
-    aggregate = xp.where(aggregate >= 0, aggregate, second)
-    aggregate = xp.where(isolated, -1, aggregate)
+    # aggregate numbers shifted by one (0: none yet): the roots', then their neighbours'
+    # (one root within distance 1: roots are 3 apart), then the rest join a neighbour's
+    shifted = xp.where(roots, xp.cumsum(roots), 0).astype(np.uint64)
+    shifted = _spread_max(shifted, rows, cols, xp)
+    second = _spread_max(shifted, rows, cols, xp)
+    shifted = xp.where(shifted > 0, shifted, second)
+    aggregate = xp.where(isolated, -1, shifted.astype(np.int64) - 1)
     left = (aggregate < 0) & ~isolated  # only on a graph that is not symmetric
     extra = int(left.sum())
     if extra:

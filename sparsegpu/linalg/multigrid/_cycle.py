@@ -57,11 +57,12 @@ class Cycle:
             for i, level in enumerate(levels)
         ]  # fmt: skip
         self.steps = Steps(xp)
-        self.refusal = None
-        for work in self.work:
-            for op in work.operators():
-                if op.backend is not None and not op.capturable and self.refusal is None:
-                    self.refusal = f"backend {op.backend!r} of a level's products"
+        # the first level product a graph cannot hold (its backend), or None
+        self.refusal = next(
+            (op.backend for work in self.work for op in work.operators()
+             if op.backend is not None and not op.capturable),
+            None,
+        )  # fmt: skip
         self.capturable = capturable and xp is not np and self.refusal is None
 
     def apply(self, b, out):
@@ -123,8 +124,10 @@ class CycleOperator(Operator):
                 x = cycle.xp.ascontiguousarray(x, dtype=cycle.dtype)
             return cycle.apply(x, out)
 
+        # a level planned on a backend a graph cannot hold is named as the solvers name
+        # their own (``_options.backend_refusal``)
         super().__init__(hierarchy.shape, cycle.dtype, cycle.xp, matvec, matvec,
-                         capturable=cycle.capturable)  # fmt: skip
+                         backend=cycle.refusal, capturable=cycle.capturable)  # fmt: skip
         self.hierarchy, self.cycle = hierarchy, cycle
 
     def describe(self, captured: bool) -> str:
@@ -132,6 +135,6 @@ class CycleOperator(Operator):
             "its V-cycle ran inside the solver's CUDA graphs"
             if captured
             else "its V-cycle ran uncaptured"
-            + (f" ({self.cycle.refusal} cannot be captured)" if self.cycle.refusal else "")
+            + (f" (backend {self.cycle.refusal!r} of a level)" if self.cycle.refusal else "")
         )
         return f"{self.hierarchy.summary()}; {where}"

@@ -19,7 +19,7 @@ import numpy as np
 import sparsegpu as sg
 
 from . import _aggregation as agg
-from ._bridge import csr_arrays, matrix_from_arrays, transpose
+from ._bridge import as_operator, csr_arrays, matrix_from_arrays, transpose
 from ._smoothing import chebyshev_coefficients, spectral_radius
 
 #: Largest coarsest level solved densely (its inverse is a dense n x n product).
@@ -101,7 +101,10 @@ def diagonal_of(A, xp):
 
 
 def estimate_rho(A, d, xp, seed: int) -> float:
-    return spectral_radius(A, 1 / xp.sqrt(xp.abs(d)), xp, seed=seed)
+    """rho(D^-1 A) by Lanczos on A's plan (bound once: no dispatch, and no planning by
+    measurement, for these few products)."""
+    product = as_operator(A, A.dtype, xp)
+    return spectral_radius(product.matvec, A.shape[0], 1 / xp.sqrt(xp.abs(d)), xp, seed=seed)
 
 
 def smoothed_prolongator(A, T, d, rho, omega, xp):

@@ -145,29 +145,19 @@ def normalise_smoother(what: str, value):
     return name, options
 
 
-def l1_row_sums(indptr, indices, data, rows, xp):
-    """``sum_j |a_ij|`` per row (the diagonal included): l1-Jacobi's diagonal."""
-    n = int(indptr.shape[0]) - 1
-    sums = xp.zeros(n, dtype=np.abs(data[:0]).dtype if xp is np else xp.abs(data[:0]).dtype)
-    xp.add.at(sums, rows, xp.abs(data))
-    return sums
-
-
-def spectral_radius(A, d_inv_sqrt, xp, steps: int = 15, seed: int = 0) -> float:
-    """The largest eigenvalue of ``D^-1 A`` for a Hermitian A with a positive diagonal:
-    ``steps`` Lanczos steps on ``D^-1/2 A D^-1/2`` kept on the device, then the largest
-    Ritz value (the one host read). Ritz values approach the extremes from inside, so
-    this is a slight under-estimate, as PyAMG's."""
-    n = A.shape[0]
+def spectral_radius(matvec, n: int, d_inv_sqrt, xp, steps: int = 15, seed: int = 0) -> float:
+    """The largest eigenvalue of ``D^-1 A`` for a Hermitian A (``matvec``: its product)
+    with a positive diagonal: ``steps`` Lanczos steps on ``D^-1/2 A D^-1/2`` kept on the
+    device, then the largest Ritz value (the one host read). Ritz values approach the
+    extremes from inside, so this is a slight under-estimate, as PyAMG's."""
     steps = max(1, min(steps, n))
-    rng = np.random.default_rng(seed)
-    v = xp.asarray(rng.standard_normal(n)).astype(d_inv_sqrt.dtype)
+    v = xp.random.RandomState(seed).standard_normal(n).astype(d_inv_sqrt.dtype)
     v /= xp.linalg.norm(v)
     previous = xp.zeros_like(v)
     beta = xp.zeros((), dtype=np.float64)
     alphas, betas = [], []
     for _ in range(steps):
-        w = d_inv_sqrt * (A @ (d_inv_sqrt * v))
+        w = d_inv_sqrt * matvec(d_inv_sqrt * v)
         alpha = xp.real(xp.vdot(v, w))
         w = w - alpha * v - beta * previous
         beta = xp.linalg.norm(w)
@@ -175,12 +165,11 @@ def spectral_radius(A, d_inv_sqrt, xp, steps: int = 15, seed: int = 0) -> float:
         betas.append(beta)
         previous = v
         v = w / xp.where(beta > 0, beta, 1)
-    alphas = np.asarray([float(a) for a in xp.stack(alphas).tolist()])
-    betas = np.asarray(xp.stack(betas).tolist(), dtype=np.float64)
+    # the one host read: both recurrences' coefficients together
+    alphas, betas = np.asarray(xp.stack(alphas + betas).tolist(), dtype=np.float64).reshape(2, -1)
     # a zero beta ends the Krylov space: the Ritz values so far are exact
-    stop = int(np.argmax(betas <= 1e-14 * max(1.0, abs(alphas).max()))) + 1
-    if not (betas <= 1e-14 * max(1.0, abs(alphas).max())).any():
-        stop = steps
+    ended = betas <= 1e-14 * max(1.0, float(np.abs(alphas).max()))
+    stop = int(np.argmax(ended)) + 1 if ended.any() else steps
     ritz = scipy.linalg.eigvalsh_tridiagonal(alphas[:stop], betas[: stop - 1])
     return float(ritz.max())
 
