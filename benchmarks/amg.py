@@ -40,6 +40,7 @@ import numpy as np
 import scipy.sparse as sp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _outputs  # noqa: E402
 
 RTOL = 1e-8
 # (class, size): size is the grid side (cells per side for elasticity)
@@ -307,6 +308,8 @@ def summarize(rows) -> dict:
     """The bars of issue 46 per row: speed-ups, iteration and set-up ratios."""
     out = {}
     for row in rows:
+        if "error" in row:
+            continue
         amg, jac, theirs = row["amg_cg"], row["jacobi_cg"], row.get("pyamg")
         entry = {
             "speedup_over_jacobi_cg": jac["seconds"] / amg["seconds"],
@@ -407,15 +410,11 @@ def main(argv=None) -> int:
         default=160,
         help="wall seconds from the start after which PyAMG runs are cut",
     )
-    parser.add_argument("--out", help="JSON result file")
-    parser.add_argument("--md", help="markdown table file")
-    parser.add_argument("--plot", help="PNG plot (needs matplotlib)")
-    parser.add_argument("--from-json", help="redraw --md/--plot from an earlier result")
+    _outputs.add_output_arguments(parser)
     args = parser.parse_args(argv)
     if args.from_json:
-        result = json.loads(Path(args.from_json).read_text())
-        result["summary"] = summarize([r for r in result["results"] if "error" not in r])
-        return _write(result, args)
+        _outputs.redraw(args.from_json, args, summarize, markdown, plot)
+        return 0
     problems = [p for p in SETS[args.set]
                 if not args.problems or p[0] in args.problems.split(",")]  # fmt: skip
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # one core a PyAMG worker
@@ -430,12 +429,11 @@ def main(argv=None) -> int:
                     pyamg_run, (name, size, args.set, args.pyamg_maxiter)
                 )
     deadline = time.perf_counter() + args.pyamg_seconds
-    from _outputs import gpu_header
-
     import sparsegpu as sg
 
     on_gpu = _device() is not np
-    result = gpu_header("issue 46 multigrid") if on_gpu else {"device": "host", "results": []}
+    result = _outputs.gpu_header("issue 46 multigrid") if on_gpu else {"device": "host"}
+    result.setdefault("results", [])
     result.update({"set": args.set, "rtol": RTOL, "command": " ".join(sys.argv)})
     warm_up()
     for name, size in problems:
@@ -468,26 +466,15 @@ def main(argv=None) -> int:
         "PyAMG ran on the host CPU in parallel worker processes (one a problem, one "
         "thread each) while the GPU measured"
     )
-    result["summary"] = summarize([r for r in result["results"] if "error" not in r])
-    return _write(result, args)
+    result["summary"] = summarize(result["results"])
+    _outputs.write_outputs(result, args, markdown, plot)
+    return 0
 
 
 def _partial(result, args) -> None:
     """The JSON so far (a run cut short keeps what it measured)."""
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1, default=str) + "\n")
-
-
-def _write(result, args) -> int:
-    if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=1, default=str) + "\n")
-    text = markdown(result)
-    if args.md:
-        Path(args.md).write_text(text)
-    if args.plot:
-        plot(result, args.plot)
-    print(text)
-    return 0
 
 
 if __name__ == "__main__":

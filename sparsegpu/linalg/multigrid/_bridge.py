@@ -2,8 +2,8 @@
 
 Everything else in this package goes through public names (``sparsegpu as sg``) and the
 solvers' own modules (``linalg._operator``); only here does it reach into the core: where a
-matrix computes, its canonical CSR arrays there, and a sparsegpu matrix made from device
-arrays without a trip through the host.
+matrix computes, its canonical CSR arrays there, a sparsegpu matrix made from device
+arrays without a trip through the host, and the registry of elementwise kernel sources.
 """
 
 from __future__ import annotations
@@ -13,11 +13,13 @@ import numpy as np
 import sparsegpu as sg
 
 from ... import _cuda
+from ..._compile import ElementwiseSource, register_elementwise
 from ..._matrix import _SparseGPUMixin
 from ..._mirror import CUPY, DeviceMatrix
 from .._operator import Operator, as_operator
 
 __all__ = [
+    "ElementwiseSource",
     "Operator",
     "as_operator",
     "canonical",
@@ -26,6 +28,7 @@ __all__ = [
     "is_device_array",
     "is_sparsegpu",
     "matrix_from_arrays",
+    "register_elementwise",
     "transpose",
     "where_computes",
 ]

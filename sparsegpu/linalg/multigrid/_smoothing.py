@@ -23,7 +23,7 @@ import functools
 import numpy as np
 import scipy.linalg
 
-from ..._compile import ElementwiseSource, register_elementwise
+from ._bridge import ElementwiseSource, register_elementwise
 
 _SOURCES = (
     # x = c D^-1 b: the first step from x = 0

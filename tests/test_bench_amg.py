@@ -1,0 +1,61 @@
+"""benchmarks/amg.py on the CPU: its problems, one measured row, the summary and the
+redraw from the committed H200 result (the benchmark itself runs on a GPU)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from .scripts import ROOT, load_script
+
+pytest.importorskip("pyamg")
+RESULT = ROOT / "docs" / "benchmarks" / "results" / "amg_h200.json"
+
+
+@pytest.fixture(scope="module")
+def script():
+    return load_script(Path("benchmarks") / "amg.py")
+
+
+@pytest.mark.parametrize(
+    "name, size, rows",
+    [("poisson3d", 5, 125), ("anisotropic2d", 9, 81), ("jumping3d", 10, 1000),
+     ("elasticity3d", 3, 3 * 3 * 16)],
+)  # fmt: skip
+def test_problems_are_symmetric_positive_definite(script, name, size, rows):
+    A, B = script.make_problem(name, size, "fit")
+    dense = A.toarray()
+    assert A.shape == (rows, rows)
+    assert np.allclose(dense, dense.T, rtol=1e-12, atol=1e-9 * abs(dense).max())
+    assert np.linalg.eigvalsh(dense).min() > 0
+    if name == "elasticity3d":
+        assert A.format == "bsr" and B.shape == (rows, 6)
+
+
+def test_jumping_coefficients_differ_between_sets(script):
+    fit, _ = script.make_problem("jumping3d", 16, "fit")
+    heldout, _ = script.make_problem("jumping3d", 16, "heldout")
+    assert abs(fit - heldout).max() > 0
+
+
+def test_one_row_on_the_host(script):
+    A, B = script.make_problem("jumping3d", 12, "fit")
+    row = script.gpu_run("jumping3d", A, B, maxiter=5000)
+    for method in ("cg", "jacobi_cg", "amg_cg"):
+        assert row[method]["converged"], row[method]
+    assert row["amg_cg"]["iterations"] < row["jacobi_cg"]["iterations"]
+    assert row["amg_cg"]["updated_relative_residual"] <= 1e-8
+    summary = script.summarize([{"problem": "j", **row}, {"problem": "x", "error": "E"}])
+    assert set(summary) == {"j"} and summary["j"]["speedup_over_jacobi_cg"] > 0
+
+
+def test_redraw_from_the_committed_result(script, tmp_path):
+    md = tmp_path / "amg.md"
+    assert script.main(["--from-json", str(RESULT), "--md", str(md)]) == 0
+    text = md.read_text()
+    rows = json.loads(RESULT.read_text())["results"]
+    assert all(row["problem"] in text for row in rows)
+    assert "poisson3d_256 | 16,777,216" in text
