@@ -191,7 +191,7 @@ def pyamg_run(name: str, size: int, set_name: str, maxiter: int) -> dict:
 # ---------------------------------------------------------------------- GPU
 def _device():
     """CuPy, or NumPy where there is no GPU (a smoke run of the script on the host)."""
-    from sparsegpu import _cuda
+    from sparsegpu.device import _cuda
 
     return _cuda.cupy_or_none() or np
 

@@ -12,10 +12,10 @@ import numpy as np
 
 import sparsegpu as sg
 
-from ... import _cuda
-from ..._compile import ElementwiseSource, register_elementwise
-from ..._matrix import _SparseGPUMixin
-from ..._mirror import CUPY, DeviceMatrix
+from ...classes._matrix import _SparseGPUMixin
+from ...device import _cuda
+from ...device._compile import ElementwiseSource, register_elementwise
+from ...device._mirror import CUPY, DeviceMatrix
 from .._operator import Operator, as_operator
 
 __all__ = [
