@@ -366,3 +366,28 @@ def test_gpu_elasticity_and_pyamg_interop(cupy):
     moved = sg.linalg.amg(theirs)
     x, info = sg.linalg.cg(sg.csr_matrix(A), b, rtol=1e-8, M=moved)
     assert info == 0 and moved.xp is cupy
+
+
+def test_update_of_a_pyamg_hierarchy_keeps_its_transfers():
+    A = anisotropic(48)
+    moved = sg.linalg.amg(pyamg.smoothed_aggregation_solver(A, max_coarse=30))
+    P = sp.csr_matrix(moved.levels[0].P).copy()
+    A_new = _new_values(A, seed=14)
+    moved.update(A_new)
+    assert abs(sp.csr_matrix(moved.levels[0].P) - P).max() == 0
+    coarse = (P.T @ sp.csr_matrix(A_new) @ P).toarray()
+    assert np.allclose(sp.csr_matrix(moved.levels[1].A).toarray(), coarse)
+    b = rhs(A.shape[0], seed=15)
+    x = moved.solve(b, rtol=1e-8)
+    assert np.linalg.norm(b - A_new @ x) <= 1e-8 * np.linalg.norm(b)
+
+
+def test_solve_from_a_starting_guess_calls_back_with_iterates_only(small):
+    A, ml = small
+    b = rhs(A.shape[0], seed=16)
+    x0 = np.ones(A.shape[0])
+    seen, residuals = [], []
+    x = ml.solve(b, x0=x0, rtol=1e-8, residuals=residuals, callback=seen.append)
+    assert residuals[0] == pytest.approx(np.linalg.norm(b - A @ x0))
+    assert len(seen) == len(residuals) - 1 and not np.array_equal(seen[0], x0)
+    assert np.linalg.norm(b - A @ x) <= 1e-8 * np.linalg.norm(b)

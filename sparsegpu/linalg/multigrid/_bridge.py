@@ -26,7 +26,6 @@ __all__ = [
     "csr_arrays",
     "cupy_or_none",
     "is_device_array",
-    "is_sparsegpu",
     "matrix_from_arrays",
     "register_elementwise",
     "transpose",
@@ -41,10 +40,6 @@ def cupy_or_none():
 
 def is_device_array(a) -> bool:
     return _cuda.is_cupy_array(a)
-
-
-def is_sparsegpu(A) -> bool:
-    return isinstance(A, _SparseGPUMixin)
 
 
 def where_computes(A):

@@ -16,7 +16,6 @@ from ._bridge import (
     csr_arrays,
     cupy_or_none,
     is_device_array,
-    is_sparsegpu,
     where_computes,
 )
 from ._cycle import Cycle, CycleOperator
@@ -399,10 +398,8 @@ class AMGHierarchy(spl.LinearOperator):
         rtol = rtol if tol is None else tol
         A = self.levels[0].A
         history = _History(A, b, residuals, callback)
-        if x0 is not None:
-            history.record(x0)
-        else:
-            history.record_norm(history.b_norm)
+        start = history.b_norm if x0 is None else float(_norm(b - A @ x0.reshape(b.shape)))
+        history.record_norm(start)  # the first entry, x0's (the callback sees iterates only)
         if accel is None:
             return self._stationary(A, b, x0, rtol, maxiter, history)
         solver = ACCELERATORS.get(accel)
@@ -498,4 +495,4 @@ def _norm(v):
     return cupy_or_none().linalg.norm(v) if is_device_array(v) else np.linalg.norm(v)
 
 
-__all__ = ["AMGHierarchy", "amg", "is_sparsegpu"]
+__all__ = ["AMGHierarchy", "amg"]
