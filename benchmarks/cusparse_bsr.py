@@ -30,13 +30,12 @@ No matrix here took part in fitting anything: the backend has no tuned threshold
 
 Usage (on a GPU machine; ``--from-json`` redraws the summary without one)::
 
-    python benchmarks/cusparse_bsr.py --out cusparse_bsr.json --md cusparse_bsr.md
-    python benchmarks/cusparse_bsr.py --from-json cusparse_bsr.json --md cusparse_bsr.md
+    python -m benchmarks.cusparse_bsr --out cusparse_bsr.json --md cusparse_bsr.md
+    python -m benchmarks.cusparse_bsr --from-json cusparse_bsr.json --md cusparse_bsr.md
 """
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import sys
@@ -46,6 +45,7 @@ import numpy as np
 import scipy.sparse as sp
 
 import sparsegpu as sg
+from benchmarks import common
 from sparsegpu.backends.cusparse import CusparsePlan, CusparsePolicy
 from sparsegpu.backends.cusparse_bsr import CusparseBsrPolicy, bsr_plan
 from sparsegpu.device import _cuda
@@ -236,10 +236,7 @@ def markdown(result: dict) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", help="write the result here (JSON)")
-    parser.add_argument("--md", help="write its Markdown summary here")
-    parser.add_argument("--from-json", help="summarise this result instead of measuring")
+    parser = common.parser(__doc__, common.output_arguments(plot=False))
     parser.add_argument("--skip-timing", action="store_true")
     args = parser.parse_args(argv)
     if args.from_json:

@@ -26,32 +26,30 @@ table of the issue's bars (``--md``) and a plot of measured times beside the cos
 model's (``--plot``, the model's rates fitted on these measurements: see
 ``sparsegpu.distributed.fit_cost_model``). ``--from-json`` redraws both without a GPU::
 
-    mpiexec -n 4 -x NCCL_NVLS_ENABLE=0 python benchmarks/distributed_scaling.py \\
+    mpiexec -n 4 -x NCCL_NVLS_ENABLE=0 python -m benchmarks.distributed_scaling \\
         --out scaling.json --md scaling.md --plot scaling.png
 """
 
 from __future__ import annotations
 
-import argparse
 import gc
 import json
 import pathlib
-import sys
 import time
 
 import numpy as np
 
 import sparsegpu as sg
 import sparsegpu.distributed as sgd
+from benchmarks import common
+from benchmarks.auto_vs_cusparse import MIN_CALLS
+from benchmarks.common import DirectSpMV
 from sparsegpu.datasets import synthetic
 from sparsegpu.device import _cuda
 from sparsegpu.distributed import _bench
 from sparsegpu.engine import _planning, _registry
 from sparsegpu.linalg import _graphs
 from sparsegpu.measure import _oracle, _timing
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from auto_vs_cusparse import MIN_CALLS, DirectSpMV  # noqa: E402
 
 # products captured in one graph to time them as a solver runs them
 GRAPH_CALLS = 10
@@ -481,7 +479,7 @@ def plot(result, path) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = common.parser(__doc__, common.output_arguments())
     parser.add_argument("--n", type=int, default=256, help="strong-scaling grid (default 256)")
     parser.add_argument("--weak-rows", type=int, default=4_194_304,
                         help="rows a GPU for weak scaling (default 2**22)")  # fmt: skip
@@ -493,10 +491,6 @@ def main(argv=None) -> int:
     parser.add_argument("--cg-long", type=int, default=100)
     parser.add_argument("--cg-repeat", type=int, default=3)
     parser.add_argument("--rtol", type=float, default=1e-8)
-    parser.add_argument("--out", help="JSON file (rank 0)")
-    parser.add_argument("--md", help="Markdown file of the bars and every run (rank 0)")
-    parser.add_argument("--plot", help="PNG of the measured times and the model (rank 0)")
-    parser.add_argument("--from-json", help="redraw --md and --plot from this JSON, no GPU")
     args = parser.parse_args(argv)
     if args.from_json:
         result = json.loads(pathlib.Path(args.from_json).read_text())

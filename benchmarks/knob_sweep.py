@@ -14,8 +14,8 @@ are written after every matrix (JSON lines), so a run cut short keeps what it me
 
 Usage (GPU machine), then the summary the docs show (any machine)::
 
-    python benchmarks/knob_sweep.py --out sweep.jsonl [--matrices stencil3d27_150,...]
-    python benchmarks/knob_sweep.py --summarize sweep.jsonl --out summary.json --md summary.md
+    python -m benchmarks.knob_sweep --out sweep.jsonl [--matrices stencil3d27_150,...]
+    python -m benchmarks.knob_sweep --summarize sweep.jsonl --out summary.json --md summary.md
 """
 
 from __future__ import annotations

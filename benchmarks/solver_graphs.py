@@ -40,7 +40,7 @@ still run):
   copied through the pinned staging buffer every time, and with pageable copies. Wall
   medians of ``--numpy-rounds`` solves each, timed in alternation.
 
-Usage: ``python benchmarks/solver_graphs.py --out DIR`` (writes solver_graphs_h200.json
+Usage: ``python -m benchmarks.solver_graphs --out DIR`` (writes solver_graphs_h200.json
 and .md; prints the table last).
 """
 

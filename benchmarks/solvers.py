@@ -20,7 +20,7 @@ recorded there and the others still run):
 * ``matmat``: ``A @ X`` for k = 1..64 (the backend's ``matmat``) against k separate
   products.
 
-Usage: ``python benchmarks/solvers.py --json out.json --md out.md [--plot out.png]``.
+Usage: ``python -m benchmarks.solvers --json out.json --md out.md [--plot out.png]``.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ alternation, after checking that both sides' whole products agree:
 
 Usage (on a GPU machine)::
 
-    python benchmarks/experiments/galerkin_phases.py [--n 2000] [--dtype float64]
+    python -m benchmarks.experiments.galerkin_phases [--n 2000] [--dtype float64]
         [--repeat 9] [--out FILE.json]
 """
 
@@ -35,6 +35,7 @@ import sys
 import numpy as np
 
 import sparsegpu as sg
+from benchmarks import spgemm as spgemm_bench
 from sparsegpu.backends import spgemm
 from sparsegpu.datasets import synthetic
 from sparsegpu.device import _cuda
@@ -42,17 +43,9 @@ from sparsegpu.device._mirror import CUPY
 from sparsegpu.engine import _sparse_product
 from sparsegpu.measure import _timing
 
-HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-import _outputs  # noqa: E402
-
-
-def _spgemm_benchmark():
-    return _outputs.sibling("spgemm.py", "spgemm_benchmark")
-
 
 def phases(n: int, dtype, repeat: int, cupy, cupyx_sparse) -> dict:
-    bench = _spgemm_benchmark()
+    bench = spgemm_bench
     S = synthetic.stencil_2d(n).astype(dtype)
     P = bench.prolongation(bench.GALERKIN, S, dtype)
     A, Psg = sg.csr_matrix(S), sg.csr_matrix(P)

@@ -12,14 +12,13 @@ readonly and vector, and the cusparse backend's algorithms. All timed in alterna
 
 Usage (on a GPU machine)::
 
-    python benchmarks/experiments/spmv_class_candidates.py --part fit --out FILE.json
-    python benchmarks/experiments/spmv_class_candidates.py --path --out FILE.json
-    python benchmarks/experiments/spmv_class_candidates.py --from-json FILE.json --md FILE.md
+    python -m benchmarks.experiments.spmv_class_candidates --part fit --out FILE.json
+    python -m benchmarks.experiments.spmv_class_candidates --path --out FILE.json
+    python -m benchmarks.experiments.spmv_class_candidates --from-json FILE.json --md FILE.md
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import pathlib
@@ -29,21 +28,14 @@ import sys
 import numpy as np
 
 import sparsegpu as sg
+from benchmarks import auto_vs_cusparse, common
 from sparsegpu.backends.csr_vector import nearby_threads_per_row
 from sparsegpu.datasets import synthetic
 from sparsegpu.device import _cuda
 from sparsegpu.engine import _planning, _registry, _rules, _select
 from sparsegpu.measure import _timing
 
-HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-import _outputs  # noqa: E402
-
 BLOCKS = (128, 256, 512)
-
-
-def _auto_vs_cusparse():
-    return _outputs.sibling("auto_vs_cusparse.py", "auto_vs_cusparse")
 
 
 def candidates(A, dtype) -> list:
@@ -238,14 +230,11 @@ def markdown(result) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = common.parser(__doc__, common.output_arguments(plot=False))
     parser.add_argument("--part", default="fit", choices=["fit", "heldout"])
     parser.add_argument("--dtypes", default="float64,float32")
     parser.add_argument("--only", help="comma-separated matrix names")
     parser.add_argument("--path", action="store_true", help="user_path instead")
-    parser.add_argument("--out", help="JSON result file")
-    parser.add_argument("--from-json", help="draw --md from an earlier result file (no GPU)")
-    parser.add_argument("--md", help="markdown table file")
     args = parser.parse_args(argv)
     if args.from_json:
         result = json.loads(pathlib.Path(args.from_json).read_text())
@@ -257,7 +246,7 @@ def main(argv=None) -> int:
         return 2
     import cupyx.scipy.sparse as cupyx_sparse
 
-    avc = _auto_vs_cusparse()
+    avc = auto_vs_cusparse
     rows = []
     only = set(args.only.split(",")) if args.only else None
     result = {"device": _cuda.device_info().name, "part": args.part, "results": rows}
