@@ -55,10 +55,11 @@ import numpy as np
 import sparsegpu as sg
 from benchmarks import common
 from benchmarks.common import DirectSpMV
+from sparsegpu import measure
 from sparsegpu.datasets import synthetic
 from sparsegpu.device import _cuda
 from sparsegpu.engine import _planning, _registry, _rules
-from sparsegpu.measure import _timing, probe
+from sparsegpu.measure import probe
 
 DEFAULT_MATRICES = str(common.BUNDLED)
 HOST_CALLS = 3000
@@ -150,7 +151,7 @@ def bench_one(name, build, dtype, cupy, cupyx_sparse, copy_gbs, set_label="heldo
     x = cupy.asarray(np.random.default_rng(1).uniform(-1, 1, n_cols).astype(dtype))
     reference = Acx @ x
     mirror = A._sg_mirror(_registry.registered()["cusparse"].residence, np.dtype(dtype))
-    nbytes = _timing.matrix_spmv_bytes(mirror)
+    nbytes = measure.matrix_spmv_bytes(mirror)
     # Calls per event pair: small products need many to be above the event resolution;
     # and at least MIN_CALLS, so that a sample is a loop of products as a solver runs
     # them. With one call between events on an idle GPU, the call's host latency before
@@ -204,7 +205,7 @@ def bench_one(name, build, dtype, cupy, cupyx_sparse, copy_gbs, set_label="heldo
     check(measured @ x, "auto (measure)")
     fns["auto"] = lambda M=measured: M @ x
 
-    timings = _timing.cuda_time_interleaved(fns, inner=inner)
+    timings = measure.cuda_time_interleaved(fns, inner=inner)
     for direct in directs:
         direct.close()
     times = {key: t.median_ms for key, t in timings.items()}
@@ -249,7 +250,7 @@ def bench_one(name, build, dtype, cupy, cupyx_sparse, copy_gbs, set_label="heldo
         "auto_estimate_policy": repr(estimate.policy),
         "auto_estimate_level": getattr(estimate, "level", None),
         "ms": times,
-        "gb_per_s": {k: _timing.gb_per_s(nbytes, v) for k, v in times.items()},
+        "gb_per_s": {k: measure.gb_per_s(nbytes, v) for k, v in times.items()},
         "auto_vs_raw_best": times["raw_best"] / times["auto"],
         "auto_estimate_vs_raw_best": times["raw_best"] / times["auto_estimate"],
         "auto_vs_cupyx": times["cupyx"] / times["auto"],

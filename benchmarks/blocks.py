@@ -94,10 +94,10 @@ import numpy as np
 import sparsegpu as sg
 from benchmarks import common
 from benchmarks.common import DirectSpMV
+from sparsegpu import measure
 from sparsegpu.backends import block
 from sparsegpu.device._mirror import CUPY, PlanKey
 from sparsegpu.engine import _planning, _registry
-from sparsegpu.measure import _timing
 
 # the issue-35 bars: block layout over the best CSR path, float64 on blocks of 3 x 3 or
 # larger, float32 on all; and one float64 case at 90% of the byte bound
@@ -124,7 +124,7 @@ matrices = common.block_meshes
 
 
 def _time(fn) -> float:
-    return _timing.cuda_time(fn, warmup=3, repeat=15).median_ms
+    return measure.cuda_time(fn, warmup=3, repeat=15).median_ms
 
 
 def _csr_candidates(mirror) -> list:
@@ -179,9 +179,9 @@ def bench_one(set_label, name, unknowns, host, dtype, cupy, copy_gbs) -> dict:
             direct.close()
     bound = layout.nbytes + x.nbytes + y.nbytes
     row["block_bytes"] = bound
-    row["csr_bytes"] = _timing.matrix_spmv_bytes(mirror)
+    row["csr_bytes"] = measure.matrix_spmv_bytes(mirror)
     for side in ("block_default", "block_best", "auto"):
-        row[f"{side}_pct_bound"] = 100 * _timing.gb_per_s(bound, row[side]["ms"]) / copy_gbs
+        row[f"{side}_pct_bound"] = 100 * measure.gb_per_s(bound, row[side]["ms"]) / copy_gbs
     return row
 
 
@@ -261,7 +261,7 @@ def _final(S, times, calls, x, y, cupy) -> dict:
     auto_plan = _planning.plan_for(fresh, x.dtype, x=x)
     auto_out = cupy.empty_like(y)
     finals["auto"] = lambda: auto_plan.matvec(x, out=auto_out)
-    final = {k: t.median_ms for k, t in _timing.cuda_time_interleaved(finals, **FINAL).items()}
+    final = {k: t.median_ms for k, t in measure.cuda_time_interleaved(finals, **FINAL).items()}
     row = {
         "screen": {k: v[1] for k, v in times.items()},
         "not_run": {k: v[2] for k, v in times.items() if v[1] is None},

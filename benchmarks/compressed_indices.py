@@ -56,10 +56,10 @@ import numpy as np
 import sparsegpu as sg
 from benchmarks import common
 from benchmarks.common import DirectSpMV, fem_p1, replicated
+from sparsegpu import measure
 from sparsegpu.backends import delta16
 from sparsegpu.device._mirror import CUPY
 from sparsegpu.engine import _registry
-from sparsegpu.measure import _timing
 
 # the issue-18 bars: delta16 over the best plain backend
 BAR = {"float64": 1.12, "float32": 1.2}
@@ -83,7 +83,7 @@ def matrices(scale: str) -> list:
 
 
 def _time(fn) -> float:
-    return _timing.cuda_time(fn, warmup=3, repeat=15).median_ms
+    return measure.cuda_time(fn, warmup=3, repeat=15).median_ms
 
 
 def _candidates(A, dtype, cupy):
@@ -107,7 +107,7 @@ def bench_one(set_label, name, host, dtype, cupy, copy_gbs) -> dict:
     row = {
         "set": set_label, "matrix": name, "dtype": np.dtype(dtype).name,
         "n_rows": S.shape[0], "n_cols": S.shape[1], "nnz": S.nnz,
-        "plain_bytes": _timing.matrix_spmv_bytes(mirror),
+        "plain_bytes": measure.matrix_spmv_bytes(mirror),
     }  # fmt: skip
     table = delta16.chunk_table(mirror)
     row["compressed_fraction"] = table.fraction
@@ -166,7 +166,7 @@ def _screen_and_final(name, S, mirror, candidates, x, y, expected, times, calls,
     row["auto_planning_ms"] = choice.planning_ms
     row["auto_measured"] = {m.backend: m.ms for m in choice.measurements if m.ms is not None}
     finals["auto"] = lambda: fresh.dot(x)
-    final = {k: t.median_ms for k, t in _timing.cuda_time_interleaved(finals, **FINAL).items()}
+    final = {k: t.median_ms for k, t in measure.cuda_time_interleaved(finals, **FINAL).items()}
     row["auto_ms"] = final.pop("auto")
     row["finals"] = final
     for label in ("plain", "delta16"):
@@ -189,10 +189,10 @@ def _finish(row, mirror, times, copy_gbs) -> None:
         columns = delta16.compressed_columns(mirror)
         row["delta16_bytes"] = row["plain_bytes"] - mirror.indices.nbytes + columns.column_bytes()
         row["delta16_pct_copy"] = (
-            100 * _timing.gb_per_s(row["delta16_bytes"], row["delta16"]["ms"]) / copy_gbs
+            100 * measure.gb_per_s(row["delta16_bytes"], row["delta16"]["ms"]) / copy_gbs
         )
     row["plain_pct_copy"] = (
-        100 * _timing.gb_per_s(row["plain_bytes"], row["plain"]["ms"]) / copy_gbs
+        100 * measure.gb_per_s(row["plain_bytes"], row["plain"]["ms"]) / copy_gbs
     )
     row["cusparse_best_ms"] = min(times["cusparse_csr_alg1"][1], times["cusparse_csr_alg2"][1])
 

@@ -10,7 +10,7 @@ Issue 35's measurement of the BSR classes' GPU backend. Two parts:
     meshes with ``b`` unknowns per node (a 3-D grid of nodes, each coupled to its 27
     neighbours, as trilinear hexahedra couple them: dense ``b x b`` blocks, the block
     pattern of elasticity with b = 3), generated on the device, float64 and float32, the
-    median time (CUDA events, the one harness: ``sparsegpu.measure._timing.time_candidates``) of
+    median time (CUDA events, the one harness: ``sparsegpu.measure.measure.time_candidates``) of
 
     ``cusparse_bsr``
         :func:`sparsegpu.backends.cusparse_bsr.bsr_plan` of the blocks (default policy;
@@ -50,8 +50,7 @@ from sparsegpu.backends.cusparse import CusparsePlan, CusparsePolicy
 from sparsegpu.backends.cusparse_bsr import CusparseBsrPolicy, bsr_plan
 from sparsegpu.device import _cuda
 from sparsegpu.device._block_mirror import DeviceBlockMatrix
-from sparsegpu.measure._oracle import tolerance
-from sparsegpu.measure._timing import spmv_bytes, time_candidates
+from sparsegpu.measure import spmv_bytes, time_candidates, tolerance
 
 SUPPORT_BLOCKS = [(1, 1), (2, 2), (3, 3), (4, 4), (6, 6), (8, 8), (2, 3), (3, 2)]
 # (unknowns per node, nodes per grid side): 7M to 17M stored values

@@ -12,7 +12,7 @@ Run under ``mpiexec -n P`` with one GPU a rank (issue 32's table: P = 4). On sub
 * **the distributed matrix** on P ranks (``transport`` auto: NCCL where each rank has a
   GPU): ``A @ x``, the halo exchange alone, one CG iteration measured the same way, the
   CG solve, and the answers checked against one GPU's: the product to the dtype's
-  tolerance (``sparsegpu.measure._oracle.tolerance``), the solve's iterations and solution.
+  tolerance (``sparsegpu.measure.measure.tolerance``), the solve's iterations and solution.
 
 Matrices: the 7-point Poisson stencil on ``--n``^3 (strong scaling), on grids growing
 with P so that each rank holds about ``--weak-rows`` rows (weak scaling), and the
@@ -44,12 +44,12 @@ import sparsegpu.distributed as sgd
 from benchmarks import common
 from benchmarks.auto_vs_cusparse import MIN_CALLS
 from benchmarks.common import DirectSpMV
+from sparsegpu import measure
 from sparsegpu.datasets import synthetic
 from sparsegpu.device import _cuda
 from sparsegpu.distributed import _bench
 from sparsegpu.engine import _planning, _registry
 from sparsegpu.linalg import _graphs
-from sparsegpu.measure import _oracle, _timing
 
 # products captured in one graph to time them as a solver runs them
 GRAPH_CALLS = 10
@@ -80,7 +80,7 @@ def _random_numbered(n, dtype):
 
 
 def _seeded(n, dtype, seed):
-    return _oracle.random_vector(n, dtype, seed=seed)
+    return measure.random_vector(n, dtype, seed=seed)
 
 
 def _cg_runs(solve, short, long, repeat, timer):
@@ -126,15 +126,15 @@ def single_gpu(S, args, dtype) -> dict:
             direct = DirectSpMV(mirror, x, y, algorithm)
             direct()
             error = float(cupy.abs(y - y_ref).max() / cupy.abs(y_ref).max())
-            if not error <= _oracle.tolerance(dtype, 7):
+            if not error <= measure.tolerance(dtype, 7):
                 raise AssertionError(f"cuSPARSE {algorithm} disagrees: {error:.3e}")
             directs.append(direct)
             columns[f"cusparse_{algorithm}"] = direct
-        timings = _timing.cuda_time_interleaved(columns, repeat=args.repeat, inner=MIN_CALLS)
-        timer = _timing.cuda_time
+        timings = measure.cuda_time_interleaved(columns, repeat=args.repeat, inner=MIN_CALLS)
+        timer = measure.cuda_time
     else:
-        timings = _timing.host_time_interleaved(columns, repeat=args.repeat, inner=MIN_CALLS)
-        timer = _timing.host_time
+        timings = measure.host_time_interleaved(columns, repeat=args.repeat, inner=MIN_CALLS)
+        timer = measure.host_time
     for direct in directs:
         direct.close()
     ms = {name: t.median_ms for name, t in timings.items()}
@@ -229,7 +229,7 @@ def distributed(S, sub, partition, args, dtype, reference) -> dict:
         row["product_error"] = float(
             np.abs(y - reference["y"]).max() / np.abs(reference["y"]).max()
         )
-        row["product_tolerance"] = _oracle.tolerance(dtype, 7)
+        row["product_tolerance"] = measure.tolerance(dtype, 7)
         row["solution_difference"] = float(
             np.linalg.norm(x_global - reference["x"]) / np.linalg.norm(reference["x"])
         )

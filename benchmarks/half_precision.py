@@ -20,7 +20,7 @@ float64 product of the float32 values.
 
 "speedup" is float32's best time (every candidate above, delta16 included) over the 16-bit
 dtype's best; "speedup vs plain" divides by float32's best plain time instead. Each
-candidate's answer is checked (:class:`sparsegpu.measure._oracle.Oracle`, against the float64
+candidate's answer is checked (:class:`sparsegpu.measure.measure.Oracle`, against the float64
 product of the rounded values) before it is timed. The error of the fastest candidate is
 reported against the float64 product of the float64 matrix and x (``err_*``: what a user
 who rounds a float64 problem loses) and against the float64 product of the rounded
@@ -48,11 +48,11 @@ import numpy as np
 import sparsegpu as sg
 from benchmarks import common
 from benchmarks.common import DirectSpMV
+from sparsegpu import measure
 from sparsegpu.device._dtypes import BFLOAT16, is_half
 from sparsegpu.device._mirror import CUPY
 from sparsegpu.engine import _registry
-from sparsegpu.measure import _timing
-from sparsegpu.measure._oracle import Oracle
+from sparsegpu.measure import Oracle
 
 # the issue-18 bar: a 16-bit product over float32's on a large stencil
 BAR = 1.5
@@ -72,7 +72,7 @@ def with_random_values(S, seed: int = 0):
 
 
 def _time(fn) -> float:
-    return _timing.cuda_time(fn, warmup=3, repeat=15).median_ms
+    return measure.cuda_time(fn, warmup=3, repeat=15).median_ms
 
 
 def candidates(mirror) -> list:
@@ -131,7 +131,7 @@ def bench_one(name, S64, x64, dtype, cupy, copy_gbs) -> dict:
     mirror = A._sg_mirror(CUPY, dtype)
     row = {
         "matrix": name, "dtype": dtype.name, "n_rows": S64.shape[0], "nnz": S64.nnz,
-        "bytes": _timing.matrix_spmv_bytes(mirror),
+        "bytes": measure.matrix_spmv_bytes(mirror),
     }  # fmt: skip
     rounded = sg.csr_matrix(S64, dtype=dtype).astype(np.float64)
     oracle = Oracle(rounded, dtype, x=x_host)
@@ -169,7 +169,7 @@ def bench_one(name, S64, x64, dtype, cupy, copy_gbs) -> dict:
             row[label] = {"candidate": key, "ms": mine[key]}
     best_key = min(timed, key=lambda k: timed[k][1])
     row["best"] = {"candidate": best_key, "ms": timed[best_key][1]}
-    row["best_pct_copy"] = 100 * _timing.gb_per_s(row["bytes"], row["best"]["ms"]) / copy_gbs
+    row["best_pct_copy"] = 100 * measure.gb_per_s(row["bytes"], row["best"]["ms"]) / copy_gbs
     row["err"], row["arith"] = errors[best_key]
     # what planning by measurement picks, on a fresh matrix, with default policies
     fresh = sg.csr_matrix(S64, dtype=dtype)

@@ -44,12 +44,11 @@ import sparsegpu as sg
 from benchmarks import common
 from benchmarks.auto_vs_cusparse import MIN_CALLS
 from benchmarks.common import DirectSpMV
-from sparsegpu import _console
+from sparsegpu import _console, measure
 from sparsegpu.backends import merge_path
 from sparsegpu.datasets import synthetic
 from sparsegpu.device import _compile, _cuda
 from sparsegpu.engine import _registry
-from sparsegpu.measure import _timing
 
 # (matrix, dtypes): held-out matrices with rows or columns merge_path exists for
 MATRICES = (
@@ -149,7 +148,7 @@ def bench_one(name, dtype, sources, cupy) -> dict:
     finally:
         for module, source in originals.values():
             module.SOURCE = source
-    timings = _timing.cuda_time_interleaved(fns, repeat=REPEAT, inner=MIN_CALLS)
+    timings = measure.cuda_time_interleaved(fns, repeat=REPEAT, inner=MIN_CALLS)
     for direct in directs:
         direct.close()
     row["variants_us"] = {variant: {} for variant in sources}

@@ -43,7 +43,7 @@ from sparsegpu._console import console, progress
 from sparsegpu.datasets.synthetic import power_law, stencil_3d
 from sparsegpu.device import _cuda
 from sparsegpu.engine import _planning, _registry
-from sparsegpu.measure._timing import cuda_time, gb_per_s, matrix_spmv_bytes
+from sparsegpu.measure import cuda_time, gb_per_s, matrix_spmv_bytes
 
 _CHOSEN_BACKENDS: list[str] = []
 

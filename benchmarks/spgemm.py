@@ -56,11 +56,11 @@ import scipy.sparse as sp
 import sparsegpu as sg
 from benchmarks import common
 from benchmarks.common import GALERKIN, DirectSpGEMM
+from sparsegpu import measure
 from sparsegpu.backends import spgemm
 from sparsegpu.device import _cuda, _mirror
 from sparsegpu.engine import _sparse_product
-from sparsegpu.measure import _timing
-from sparsegpu.measure._oracle import tolerance
+from sparsegpu.measure import tolerance
 
 # the bars of issue 34
 CUPYX_BAR = 1.0
@@ -257,10 +257,10 @@ def run_dtype(name, form, S, dtype, repeat, cupy, cupyx_sparse, log) -> dict:
         f"{row['disagreements'] or 'all agree'}")  # fmt: skip
     for key, fn in fns.items():
         row[f"peak_{key}"] = int(peak_of(fn, cupy)[0])
-    timings = _timing.cuda_time_interleaved(fns, warmup=1, repeat=repeat)
+    timings = measure.cuda_time_interleaved(fns, warmup=1, repeat=repeat)
     for key, timing in timings.items():
         row[f"{key}_ms"] = timing.median_ms
-    row["planned_with_host_copy_ms"] = _timing.host_time(
+    row["planned_with_host_copy_ms"] = measure.host_time(
         lambda: planned().data, warmup=1, repeat=3
     ).median_ms
     if np.dtype(dtype) == np.float64:

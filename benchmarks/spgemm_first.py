@@ -49,11 +49,10 @@ import sparsegpu as sg
 from benchmarks import common
 from benchmarks import spgemm as spgemm_bench
 from benchmarks.common import DirectSpGEMM
-from sparsegpu import datasets
+from sparsegpu import datasets, measure
 from sparsegpu.backends import spgemm
 from sparsegpu.datasets import synthetic
 from sparsegpu.engine import _sparse_product
-from sparsegpu.measure import _timing
 
 RMAT = {"a": 0.45, "b": 0.55 / 3, "c": 0.55 / 3}
 
@@ -140,10 +139,10 @@ def run_dtype(group, name, form, S, dtype, repeat, cupy, cupyx_sparse, log) -> d
             row["ran"] = sg.explain(*operands).last.algorithm
     for key, fn in fns.items():
         row[f"peak_{key}"] = int(spgemm_bench.peak_of(fn, cupy)[0])
-    for key, timing in _timing.cuda_time_interleaved(fns, warmup=1, repeat=repeat).items():
+    for key, timing in measure.cuda_time_interleaved(fns, warmup=1, repeat=repeat).items():
         row[f"{key}_ms"] = timing.median_ms
     if np.dtype(dtype) == np.float64:
-        row["first_with_host_copy_ms"] = _timing.host_time(
+        row["first_with_host_copy_ms"] = measure.host_time(
             lambda: fns["first"]().data, warmup=1, repeat=3
         ).median_ms
         S64 = S.astype(dtype)

@@ -41,9 +41,9 @@ import sparsegpu as sg
 from benchmarks import common
 from benchmarks import spgemm as spgemm_bench
 from benchmarks.common import DirectSpGEMM
+from sparsegpu import measure
 from sparsegpu.backends import spgemm
 from sparsegpu.engine import _sparse_planning, _sparse_product
-from sparsegpu.measure import _timing
 
 LAYERS = ("op", "spgemm", "planning", "driver", "engine", "cusparse_alg1", "cupyx")
 
@@ -98,7 +98,7 @@ def run_dtype(name, form, S, dtype, repeat, cupy, cupyx_sparse, log) -> dict:
             problem = spgemm_bench.agree(_device_result(fn()), reference, dtype, cupy)
             if problem is not None:
                 row["disagreements"][key] = problem
-    for key, timing in _timing.cuda_time_interleaved(fns, warmup=2, repeat=repeat).items():
+    for key, timing in measure.cuda_time_interleaved(fns, warmup=2, repeat=repeat).items():
         row[f"{key}_ms"] = timing.median_ms
     log(
         f"  {name} {row['dtype']} ({algorithm}): "

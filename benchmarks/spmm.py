@@ -58,11 +58,11 @@ import numpy as np
 import sparsegpu as sg
 from benchmarks import common
 from benchmarks.common import DirectSpMM
+from sparsegpu import measure
 from sparsegpu.backends import _spmm
 from sparsegpu.backends import cusparse as cusparse_backend
 from sparsegpu.device import _cuda
 from sparsegpu.engine import _registry
-from sparsegpu.measure import _timing
 
 DEFAULT_MATRICES = common.BUNDLED
 SETS = common.SPMM_SETS
@@ -142,9 +142,9 @@ def bench_one(name, A, Acx, X, cupy, torch, set_label) -> dict:
     Y_plan = cupy.empty(reference.shape, dtype=dtype, order="F" if fortran else "C")
     check(plan.matmat(X, out=Y_plan), "auto's plan")
     fns["auto_plan"] = lambda: plan.matmat(X, out=Y_plan)
-    nbytes = _timing.matrix_spmv_bytes(mirror) + (X.size + reference.size) * dtype.itemsize
+    nbytes = measure.matrix_spmv_bytes(mirror) + (X.size + reference.size) * dtype.itemsize
     inner = max(MIN_CALLS, min(200, int(2e8 // max(nbytes, 1))))
-    timings = _timing.cuda_time_interleaved(fns, warmup=2, repeat=REPEAT, inner=inner)
+    timings = measure.cuda_time_interleaved(fns, warmup=2, repeat=REPEAT, inner=inner)
     for direct in directs:
         direct.close()
     ms = {key: t.median_ms for key, t in timings.items()}

@@ -289,7 +289,7 @@ def test_bench_one_with_cpu_stand_ins(script, monkeypatch):
             out[key] = type("T", (), {"median_ms": 0.01 * next(timings)})()
         return out
 
-    monkeypatch.setattr(script._timing, "cuda_time_interleaved", fake_interleaved)
+    monkeypatch.setattr(script.measure, "cuda_time_interleaved", fake_interleaved)
     monkeypatch.setattr(sg, "matvec", fake_matvec)
     monkeypatch.setattr(sg, "choose", fake_plan)
     folder = Path(script.DEFAULT_MATRICES)

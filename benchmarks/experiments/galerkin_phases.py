@@ -36,12 +36,12 @@ import numpy as np
 
 import sparsegpu as sg
 from benchmarks import spgemm as spgemm_bench
+from sparsegpu import measure
 from sparsegpu.backends import spgemm
 from sparsegpu.datasets import synthetic
 from sparsegpu.device import _cuda
 from sparsegpu.device._mirror import CUPY
 from sparsegpu.engine import _sparse_product
-from sparsegpu.measure import _timing
 
 
 def phases(n: int, dtype, repeat: int, cupy, cupyx_sparse) -> dict:
@@ -81,7 +81,7 @@ def phases(n: int, dtype, repeat: int, cupy, cupyx_sparse) -> dict:
     problem = bench.agree(fns["sg_galerkin"](), reference, dtype, cupy)
     if problem is not None:
         raise SystemExit(f"sparsegpu's Galerkin product disagrees with cupyx's: {problem}")
-    timings = _timing.cuda_time_interleaved(fns, warmup=2, repeat=repeat)
+    timings = measure.cuda_time_interleaved(fns, warmup=2, repeat=repeat)
     return {
         "n": n,
         "dtype": np.dtype(dtype).name,

@@ -36,9 +36,9 @@ import time
 import numpy as np
 
 from benchmarks import common, compressed_indices
+from sparsegpu import measure
 from sparsegpu.device._mirror import CUPY, PlanKey
 from sparsegpu.engine import _registry
-from sparsegpu.measure import _timing
 
 THREADS_PER_ROW = (1, 2, 4, 8)
 WINDOWS = (0, 1024)
@@ -127,7 +127,7 @@ def build(S, tpr: int, window: int, cupy) -> dict:
 
 
 def us(fn) -> float:
-    return 1e3 * _timing.cuda_time(fn, warmup=3, repeat=20).median_ms
+    return 1e3 * measure.cuda_time(fn, warmup=3, repeat=20).median_ms
 
 
 def best_of_sweeps(mirror, x, y):

@@ -29,11 +29,11 @@ import numpy as np
 
 import sparsegpu as sg
 from benchmarks import auto_vs_cusparse, common
+from sparsegpu import measure
 from sparsegpu.backends.csr_vector import nearby_threads_per_row
 from sparsegpu.datasets import synthetic
 from sparsegpu.device import _cuda
 from sparsegpu.engine import _planning, _registry, _rules, _select
-from sparsegpu.measure import _timing
 
 BLOCKS = (128, 256, 512)
 
@@ -74,7 +74,7 @@ def bench(name, host, dtype, cupy, cupyx_sparse, avc) -> dict:
     x = cupy.asarray(np.random.default_rng(1).uniform(-1, 1, n_cols).astype(dtype))
     reference = Acx @ x
     mirror = A._sg_mirror(_registry.registered()["cusparse"].residence, np.dtype(dtype))
-    nbytes = _timing.matrix_spmv_bytes(mirror)
+    nbytes = measure.matrix_spmv_bytes(mirror)
     inner = max(avc.MIN_CALLS, min(200, int(2e8 // max(nbytes, 1))))
     scale = max(float(cupy.abs(reference).max()), 1.0)
     tol = 64 * np.finfo(dtype).eps * math.sqrt(max(mirror.stats.max, 1)) * scale
@@ -108,7 +108,7 @@ def bench(name, host, dtype, cupy, cupyx_sparse, avc) -> dict:
             continue
         if check(y, label):
             fns[label] = lambda plan=plan, y=y: plan.matvec(x, out=y)
-    timings = _timing.cuda_time_interleaved(fns, inner=inner, repeat=15)
+    timings = measure.cuda_time_interleaved(fns, inner=inner, repeat=15)
     for direct in directs:
         direct.close()
     ms = {k: t.median_ms for k, t in timings.items()}
@@ -165,7 +165,7 @@ def user_path(name, host, dtype, cupy, cupyx_sparse, avc) -> dict:
     row = {"matrix": name, "dtype": np.dtype(dtype).name, "auto": choice.backend,
            "policy": repr(choice.policy)}  # fmt: skip
     for inner in (5, 50):
-        timings = _timing.cuda_time_interleaved(fns, inner=inner, repeat=15)
+        timings = measure.cuda_time_interleaved(fns, inner=inner, repeat=15)
         row[f"ms_inner{inner}"] = {k: t.median_ms for k, t in timings.items()}
     row["host_us"] = {k: avc.host_overhead_us(fn, cupy, calls=300) for k, fn in fns.items()}
     direct.close()

@@ -35,9 +35,9 @@ import numpy as np
 
 import sparsegpu as sg
 from benchmarks import common
+from sparsegpu import measure
 from sparsegpu.backends import block
 from sparsegpu.device._mirror import CUPY, PlanKey
-from sparsegpu.measure import _timing
 
 TOP = 8
 
@@ -108,11 +108,11 @@ def bench_one(set_label, name, S, dtype, cupy) -> dict:
             if not error <= tol:
                 raise AssertionError(f"{name} {dtype}: {key} is off by {error:.3e}")
             calls[key] = lambda plan=plan: plan.matvec(x, out=y)
-            screen[key] = _timing.cuda_time(calls[key], warmup=2, repeat=7).median_ms
+            screen[key] = measure.cuda_time(calls[key], warmup=2, repeat=7).median_ms
         finalists = sorted(screen, key=screen.get)[:TOP]
         chosen = {k: calls[k] for k in dict.fromkeys(
             ["untuned", *finalists, "cusparse_csr alg1", "cusparse_csr alg2"])}  # fmt: skip
-        final = _timing.cuda_time_interleaved(chosen, warmup=3, repeat=21)
+        final = measure.cuda_time_interleaved(chosen, warmup=3, repeat=21)
         final = {k: t.median_ms for k, t in final.items()}
     finally:
         for d in directs:
