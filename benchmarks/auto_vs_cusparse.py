@@ -39,38 +39,31 @@ sparsegpu and cupyx.
 
 Usage (on a GPU machine)::
 
-    python benchmarks/auto_vs_cusparse.py --out results.json --md results.md --plot results.png
-    python benchmarks/auto_vs_cusparse.py --from-json results.json --md results.md  # no GPU
+    python -m benchmarks.auto_vs_cusparse --out results.json --md results.md --plot results.png
+    python -m benchmarks.auto_vs_cusparse --from-json results.json --md results.md  # no GPU
 """
 
 from __future__ import annotations
 
-import argparse
-import importlib.resources
-import json
 import math
 import pathlib
 import sys
 import time
 
 import numpy as np
-import scipy.io
 
 import sparsegpu as sg
-from sparsegpu import _console
-from sparsegpu.backends import cusparse as cusparse_backend
+from benchmarks import common
+from benchmarks.common import DirectSpMV
+from sparsegpu import measure
 from sparsegpu.datasets import synthetic
 from sparsegpu.device import _cuda
 from sparsegpu.engine import _planning, _registry, _rules
-from sparsegpu.measure import _timing, probe
+from sparsegpu.measure import probe
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-import _outputs  # noqa: E402
-
-# the SuiteSparse matrices bundled with sparsegpu (sparsegpu.datasets)
-DEFAULT_MATRICES = str(importlib.resources.files("sparsegpu.datasets") / "data")
+DEFAULT_MATRICES = str(common.BUNDLED)
 HOST_CALLS = 3000
-SETS = ("heldout", "tuning", "both", "classes-fit", "classes-heldout", "classes-heldout-long")
+SETS = common.SPMV_SETS
 # the issue-13 bar: auto (planning "measure") against cuSPARSE called directly
 CLOSE = 0.97
 # the fewest products timed between one pair of events (see bench_one)
@@ -142,104 +135,7 @@ def measure_host_overhead(cupy, cupyx_sparse) -> dict:
     return out
 
 
-class DirectSpMV:
-    """cuSPARSE called directly: ``y = A @ x`` as a C program does it.
-
-    The CSR descriptor, dense-vector descriptors bound to this ``x`` and ``y``, and the
-    workspace are made once and the handle's stream set once (to the current stream); each
-    call is one ``cusparseSpMV`` through CuPy's bindings and nothing else. The floor any
-    wrapper of cuSPARSE can reach from Python.
-    """
-
-    def __init__(self, mirror, x, y, algorithm: str):
-        cupy = _cuda.cupy_or_none()
-        # the descriptors hold raw pointers: x, y and the matrix stay alive with this object
-        # (a y freed by its caller would be cuSPARSE's output while the pool lends it out)
-        self._operands = (mirror, x, y)
-        lib = self._lib = cusparse_backend._bindings()
-        self._handle = lib.create()
-        lib.setStream(self._handle, cupy.cuda.get_current_stream().ptr)
-        cuda_type = cusparse_backend.CUDA_DATA_TYPE[mirror.dtype]
-        index_type = cusparse_backend.INDEX_TYPE[mirror.index_dtype]
-        n_rows, n_cols = mirror.shape
-        self._mat = lib.createCsr(
-            n_rows, n_cols, mirror.nnz, mirror.indptr.data.ptr, mirror.indices.data.ptr,
-            mirror.data.data.ptr, index_type, index_type, 0, cuda_type,
-        )  # fmt: skip
-        self._x = lib.createDnVec(n_cols, x.data.ptr, cuda_type)
-        self._y = lib.createDnVec(n_rows, y.data.ptr, cuda_type)
-        # 16-bit values compute in float32 (alpha and beta too)
-        compute = cusparse_backend.COMPUTE_DTYPE.get(mirror.dtype, mirror.dtype)
-        compute_type = cusparse_backend.CUDA_DATA_TYPE[compute]
-        self._alpha = np.ones(1, dtype=compute)
-        self._beta = np.zeros(1, dtype=compute)
-        self._algorithm = cusparse_backend.SPMV_ALGORITHM[algorithm]
-        self._cuda_type = cuda_type
-        size = lib.spMV_bufferSize(
-            self._handle, 0, self._alpha.ctypes.data, self._mat, self._x,
-            self._beta.ctypes.data, self._y, compute_type, self._algorithm,
-        )  # fmt: skip
-        self._workspace = cupy.empty(max(int(size), 1), dtype=np.int8)
-        self._args = (
-            self._handle, 0, self._alpha.ctypes.data, self._mat, self._x,
-            self._beta.ctypes.data, self._y, compute_type, self._algorithm,
-            self._workspace.data.ptr,
-        )  # fmt: skip
-        self._spmv = lib.spMV
-
-    def __call__(self):
-        self._spmv(*self._args)
-
-    def close(self):
-        lib = self._lib
-        cupy = _cuda.cupy_or_none()
-        cupy.cuda.get_current_stream().synchronize()
-        lib.destroyDnVec(self._x)
-        lib.destroyDnVec(self._y)
-        lib.destroySpMat(self._mat)
-        lib.destroy(self._handle)
-        self._operands = None
-
-
-def real_matrices(folder: pathlib.Path) -> dict:
-    out = {}
-    for path in sorted(folder.glob("*.mtx*")):
-        name = path.name.split(".mtx")[0]
-        out[name] = lambda path=path: scipy.io.mmread(str(path)).tocsr()
-    return out
-
-
-def matrices(which: str, scale: str, folder: pathlib.Path, cupy) -> list:
-    """``[(set label, name, make, per_dtype)]`` for ``--set which``.
-
-    ``make(dtype)`` builds the host matrix; where ``per_dtype`` is False it ignores the
-    dtype (a float64 build, cast by :func:`canonical`), so the benchmark builds it once
-    for all dtypes. The held-out classes are built on the host (numpy), the tuning suite
-    on the GPU as before.
-    """
-    if which not in SETS:
-        raise ValueError(f"set={which!r}; use one of {SETS}")
-    out = []
-    if which in ("tuning", "both"):
-        for name in synthetic.suite(scale):
-            out.append(
-                (
-                    "tuning",
-                    name,
-                    lambda dtype, name=name: synthetic.suite(scale, dtype=dtype, xp=cupy)[name](),
-                    True,
-                )
-            )
-    if which in ("heldout", "both"):
-        for name, build in synthetic.heldout_suite(scale).items():
-            out.append(("heldout-generated", name, lambda dtype, build=build: build(), False))
-        for name, build in (real_matrices(folder) if folder.is_dir() else {}).items():
-            out.append(("heldout-real", name, lambda dtype, build=build: build(), False))
-    if which.startswith("classes-"):
-        part = which.removeprefix("classes-")
-        for name, build in synthetic.class_check_suite(part).items():
-            out.append((which, name, lambda dtype, build=build: build(), False))
-    return out
+matrices = common.spmv_set
 
 
 def canonical(build, dtype, cupyx_sparse):
@@ -255,7 +151,7 @@ def bench_one(name, build, dtype, cupy, cupyx_sparse, copy_gbs, set_label="heldo
     x = cupy.asarray(np.random.default_rng(1).uniform(-1, 1, n_cols).astype(dtype))
     reference = Acx @ x
     mirror = A._sg_mirror(_registry.registered()["cusparse"].residence, np.dtype(dtype))
-    nbytes = _timing.matrix_spmv_bytes(mirror)
+    nbytes = measure.matrix_spmv_bytes(mirror)
     # Calls per event pair: small products need many to be above the event resolution;
     # and at least MIN_CALLS, so that a sample is a loop of products as a solver runs
     # them. With one call between events on an idle GPU, the call's host latency before
@@ -309,7 +205,7 @@ def bench_one(name, build, dtype, cupy, cupyx_sparse, copy_gbs, set_label="heldo
     check(measured @ x, "auto (measure)")
     fns["auto"] = lambda M=measured: M @ x
 
-    timings = _timing.cuda_time_interleaved(fns, inner=inner)
+    timings = measure.cuda_time_interleaved(fns, inner=inner)
     for direct in directs:
         direct.close()
     times = {key: t.median_ms for key, t in timings.items()}
@@ -354,7 +250,7 @@ def bench_one(name, build, dtype, cupy, cupyx_sparse, copy_gbs, set_label="heldo
         "auto_estimate_policy": repr(estimate.policy),
         "auto_estimate_level": getattr(estimate, "level", None),
         "ms": times,
-        "gb_per_s": {k: _timing.gb_per_s(nbytes, v) for k, v in times.items()},
+        "gb_per_s": {k: measure.gb_per_s(nbytes, v) for k, v in times.items()},
         "auto_vs_raw_best": times["raw_best"] / times["auto"],
         "auto_estimate_vs_raw_best": times["raw_best"] / times["auto_estimate"],
         "auto_vs_cupyx": times["cupyx"] / times["auto"],
@@ -603,7 +499,7 @@ def plot(result, path) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = common.parser(__doc__, common.output_arguments())
     parser.add_argument("--scale", default="full", choices=["full", "small"])
     parser.add_argument("--dtypes", default="float64,float32")
     parser.add_argument(
@@ -619,20 +515,10 @@ def main(argv=None) -> int:
         default=DEFAULT_MATRICES,
         help="folder of .mtx(.gz) files (held-out real matrices)",
     )
-    parser.add_argument("--out", help="JSON result file")
-    parser.add_argument("--md", help="markdown table file")
-    parser.add_argument("--plot", help="PNG plot file (needs matplotlib)")
-    parser.add_argument(
-        "--from-json", help="redraw --md/--plot from an earlier result file (no GPU needed)"
-    )
     args = parser.parse_args(argv)
-    if args.from_json:
-        _outputs.redraw(args.from_json, args, summarize, markdown, plot)
-        return 0
-    cupy = _cuda.cupy_or_none()
+    cupy, status = common.begin(args, summarize, markdown, plot)
     if cupy is None:
-        print(f"no GPU: {_cuda.unavailable_reason()}", file=sys.stderr)
-        return 2
+        return status
     if not hasattr(sg, "plan"):
         print("this sparsegpu has no sparsegpu.plan (planning by measurement)", file=sys.stderr)
         return 2
@@ -655,28 +541,19 @@ def main(argv=None) -> int:
     result["scale"] = args.scale
     result["provenance"] = PROVENANCE
     todo = matrices(args.set, args.scale, pathlib.Path(args.matrices), cupy)
-    with _console.progress() as bar:
-        task = bar.add_task("benchmark", total=len(todo) * len(dtypes))
-        for set_label, name, make, per_dtype in todo:
-            host = None  # a dtype-independent build, made once for every dtype
-            for dtype in dtypes:
-                bar.update(task, description=f"{name} {dtype.name}")
-                if per_dtype:
-                    build = lambda make=make, dtype=dtype: make(dtype)  # noqa: E731
-                else:
-                    host = make(None) if host is None else host
-                    build = lambda host=host: host  # noqa: E731
-                result["results"].append(
-                    bench_one(name, build, dtype, cupy, cupyx_sparse, copy_gbs, set_label)
-                )
-                cupy.get_default_memory_pool().free_all_blocks()
-                if args.out:  # partial results survive an interrupted run
-                    pathlib.Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
-                bar.advance(task)
-            del host
-    result["summary"] = summarize(result["results"])
-    _outputs.write_outputs(result, args, markdown, plot)
-    return 0
+
+    def prepare(entry):
+        """A dtype-independent build, made once for every dtype (None: built per dtype)."""
+        _set_label, _name, make, per_dtype = entry
+        return None if per_dtype else make(None)
+
+    def bench(entry, host, dtype):
+        set_label, name, make, per_dtype = entry
+        build = (lambda: make(dtype)) if per_dtype else (lambda: host)
+        return bench_one(name, build, dtype, cupy, cupyx_sparse, copy_gbs, set_label)
+
+    common.measure_each(todo, dtypes, result, args.out, cupy, bench, prepare=prepare)
+    return common.finish(result, args, summarize, markdown, plot)
 
 
 if __name__ == "__main__":

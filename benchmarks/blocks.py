@@ -79,33 +79,25 @@ dense b x b block per coupling, b = 2, 3, 6 unknowns per node):
 
 Usage (on a GPU machine)::
 
-    python benchmarks/blocks.py --out r.json --md r.md
-    python benchmarks/blocks.py --from-json r.json --md r.md   # redraw, no GPU
+    python -m benchmarks.blocks --out r.json --md r.md
+    python -m benchmarks.blocks --from-json r.json --md r.md   # redraw, no GPU
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import pathlib
 import sys
 
 import numpy as np
-import scipy.sparse as sp
 
 import sparsegpu as sg
-from sparsegpu import datasets
+from benchmarks import common
+from benchmarks.common import DirectSpMV
+from sparsegpu import measure
 from sparsegpu.backends import block
-from sparsegpu.datasets import synthetic
-from sparsegpu.device import _cuda
 from sparsegpu.device._mirror import CUPY, PlanKey
 from sparsegpu.engine import _planning, _registry
-from sparsegpu.measure import _timing
-
-HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import _outputs  # noqa: E402
 
 # the issue-35 bars: block layout over the best CSR path, float64 on blocks of 3 x 3 or
 # larger, float32 on all; and one float64 case at 90% of the byte bound
@@ -128,79 +120,11 @@ def _cusparse_bsr():
     return cusparse_bsr
 
 
-def replicated(name: str, min_nnz: int) -> sp.csr_matrix:
-    """A bundled real matrix repeated on the diagonal until it has ``min_nnz`` nonzeros."""
-    A = datasets.load(name).tocsr()
-    return sp.block_diag([A] * -(-min_nnz // A.nnz), format="csr")
-
-
-def matrices(scale: str) -> list:
-    """(set, name, unknowns or 0, builder) of every matrix; ``"small"`` for a quick check."""
-    mesh = synthetic.block_mesh
-    if scale == "small":
-        return [
-            ("fit", "mesh_b3_n6", 3, lambda: mesh(6, 3)),
-            ("dev", "mesh_b2_n8_random", 2, lambda: mesh(8, 2, seed=11, node_order="random")),
-            ("dev", "mesh_b6_n5", 6, lambda: mesh(5, 6, seed=13)),
-            ("negative", "mesh_b3_n6_unknowns_random", 0,
-             lambda: synthetic.permuted(mesh(6, 3), seed=5)),
-        ]  # fmt: skip
-    return [
-        ("fit", "mesh_b2_n40", 2, lambda: mesh(40, 2)),
-        ("fit", "mesh_b3_n30", 3, lambda: mesh(30, 3)),
-        ("fit", "mesh_b6_n20", 6, lambda: mesh(20, 6)),
-        ("dev", "mesh_b2_n64", 2, lambda: mesh(64, 2, seed=11)),
-        ("dev", "mesh_b2_n56_random", 2, lambda: mesh(56, 2, seed=11, node_order="random")),
-        ("dev", "mesh_b3_n50", 3, lambda: mesh(50, 3, seed=12)),
-        ("dev", "mesh_b3_n44_random", 3, lambda: mesh(44, 3, seed=12, node_order="random")),
-        ("dev", "mesh_b6_n32", 6, lambda: mesh(32, 6, seed=13)),
-        ("dev", "mesh_b6_n28_random", 6, lambda: mesh(28, 6, seed=13, node_order="random")),
-        ("heldout", "mesh_b3_n46", 3, lambda: mesh(46, 3, seed=21)),
-        ("heldout", "mesh_b3_n40_random", 3, lambda: mesh(40, 3, seed=22, node_order="random")),
-        ("heldout", "mesh_b6_n26", 6, lambda: mesh(26, 6, seed=23)),
-        ("heldout", "mesh_b6_n30_random", 6, lambda: mesh(30, 6, seed=24, node_order="random")),
-        ("heldout", "mesh_b2_n60_random", 2, lambda: mesh(60, 2, seed=25, node_order="random")),
-        ("heldout", "mesh2d_b2_n800", 2, lambda: mesh(800, 2, dimensions=2, seed=26)),
-        ("heldout", "mesh2d_b3_n600_random", 3,
-         lambda: mesh(600, 3, dimensions=2, seed=27, node_order="random")),
-        ("heldout", "mesh2d_b6_n300", 6, lambda: mesh(300, 6, dimensions=2, seed=28)),
-        ("heldout2", "mesh_b2_n52_random", 2, lambda: mesh(52, 2, seed=31, node_order="random")),
-        ("heldout2", "mesh_b2_n62", 2, lambda: mesh(62, 2, seed=32)),
-        ("heldout2", "mesh2d_b2_n900_random", 2,
-         lambda: mesh(900, 2, dimensions=2, seed=33, node_order="random")),
-        ("heldout2", "mesh2d_b3_n650", 3, lambda: mesh(650, 3, dimensions=2, seed=34)),
-        ("heldout2", "mesh_b3_n42_random", 3, lambda: mesh(42, 3, seed=35, node_order="random")),
-        ("heldout2", "mesh2d_b6_n320_random", 6,
-         lambda: mesh(320, 6, dimensions=2, seed=36, node_order="random")),
-        ("heldout3", "mesh2d_b3_n700", 3, lambda: mesh(700, 3, dimensions=2, seed=41)),
-        ("heldout3", "mesh2d_b3_n560_random", 3,
-         lambda: mesh(560, 3, dimensions=2, seed=42, node_order="random")),
-        ("heldout3", "mesh_b3_n48", 3, lambda: mesh(48, 3, seed=43)),
-        ("heldout3", "mesh_b3_n38_random", 3, lambda: mesh(38, 3, seed=44, node_order="random")),
-        ("heldout4", "mesh2d_b3_n750", 3, lambda: mesh(750, 3, dimensions=2, seed=51)),
-        ("heldout4", "mesh2d_b3_n620_random", 3,
-         lambda: mesh(620, 3, dimensions=2, seed=52, node_order="random")),
-        ("heldout4", "mesh_b2_n58", 2, lambda: mesh(58, 2, seed=53)),
-        ("heldout4", "mesh_b3_n52_random", 3, lambda: mesh(52, 3, seed=54, node_order="random")),
-        ("dev2", "mesh2d_b3_n680", 3, lambda: mesh(680, 3, dimensions=2, seed=61)),
-        ("dev2", "mesh2d_b3_n640_random", 3,
-         lambda: mesh(640, 3, dimensions=2, seed=62, node_order="random")),
-        ("heldout5", "mesh2d_b3_n660", 3, lambda: mesh(660, 3, dimensions=2, seed=71)),
-        ("heldout5", "mesh2d_b3_n720", 3, lambda: mesh(720, 3, dimensions=2, seed=72)),
-        ("heldout5", "mesh2d_b3_n780", 3, lambda: mesh(780, 3, dimensions=2, seed=73)),
-        ("heldout5", "mesh2d_b3_n580_random", 3,
-         lambda: mesh(580, 3, dimensions=2, seed=74, node_order="random")),
-        ("heldout5", "mesh_b3_n42", 3, lambda: mesh(42, 3, seed=75)),
-        ("heldout5", "mesh2d_b2_n850", 2, lambda: mesh(850, 2, dimensions=2, seed=76)),
-        ("negative", "mesh_b3_n30_unknowns_random", 0,
-         lambda: synthetic.permuted(mesh(30, 3, seed=14), seed=5)),
-        ("negative", "stencil3d_27pt_100", 0, lambda: synthetic.stencil_3d(100, points=27)),
-        ("negative", "bcsstk13_blockdiag", 0, lambda: replicated("bcsstk13", 5_000_000)),
-    ]  # fmt: skip
+matrices = common.block_meshes
 
 
 def _time(fn) -> float:
-    return _timing.cuda_time(fn, warmup=3, repeat=15).median_ms
+    return measure.cuda_time(fn, warmup=3, repeat=15).median_ms
 
 
 def _csr_candidates(mirror) -> list:
@@ -214,14 +138,8 @@ def _csr_candidates(mirror) -> list:
     return out
 
 
-def bench_one(set_label, name, unknowns, host, dtype, cupy, copy_gbs, DirectSpMV) -> dict:
-    S = host.astype(dtype)
-    S.indices = S.indices.astype(np.int32)
-    S.indptr = S.indptr.astype(np.int32)
-    A = sg.csr_matrix(S)
-    rng = np.random.default_rng(1)
-    x = cupy.asarray(rng.standard_normal(S.shape[1]).astype(dtype))
-    y = cupy.empty(S.shape[0], dtype=dtype)
+def bench_one(set_label, name, unknowns, host, dtype, cupy, copy_gbs) -> dict:
+    S, A, x, y = common.spmv_operands(host, dtype, cupy)
     mirror = A._sg_mirror(CUPY, dtype)
     structure = block.block_structure(mirror)
     b = structure.size
@@ -261,9 +179,9 @@ def bench_one(set_label, name, unknowns, host, dtype, cupy, copy_gbs, DirectSpMV
             direct.close()
     bound = layout.nbytes + x.nbytes + y.nbytes
     row["block_bytes"] = bound
-    row["csr_bytes"] = _timing.matrix_spmv_bytes(mirror)
+    row["csr_bytes"] = measure.matrix_spmv_bytes(mirror)
     for side in ("block_default", "block_best", "auto"):
-        row[f"{side}_pct_bound"] = 100 * _timing.gb_per_s(bound, row[side]["ms"]) / copy_gbs
+        row[f"{side}_pct_bound"] = 100 * measure.gb_per_s(bound, row[side]["ms"]) / copy_gbs
     return row
 
 
@@ -343,7 +261,7 @@ def _final(S, times, calls, x, y, cupy) -> dict:
     auto_plan = _planning.plan_for(fresh, x.dtype, x=x)
     auto_out = cupy.empty_like(y)
     finals["auto"] = lambda: auto_plan.matvec(x, out=auto_out)
-    final = {k: t.median_ms for k, t in _timing.cuda_time_interleaved(finals, **FINAL).items()}
+    final = {k: t.median_ms for k, t in measure.cuda_time_interleaved(finals, **FINAL).items()}
     row = {
         "screen": {k: v[1] for k, v in times.items()},
         "not_run": {k: v[2] for k, v in times.items() if v[1] is None},
@@ -520,47 +438,27 @@ def plot(result, path) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--scale", choices=("full", "small"), default="full")
-    parser.add_argument("--dtypes", default="float64,float32")
-    parser.add_argument("--only", help="comma-separated substrings of matrix names to run")
+    parser = common.parser(__doc__, common.scale_arguments(), common.output_arguments())
     parser.add_argument(
         "--sets",
         help="comma-separated sets to run (fit, dev, heldout, heldout2, heldout3, heldout4, "
         "dev2, heldout5, negative)",
     )
-    _outputs.add_output_arguments(parser)
     args = parser.parse_args(argv)
-    if args.from_json:
-        _outputs.redraw(args.from_json, args, summarize, markdown, plot)
-        return 0
-    cupy = _cuda.cupy_or_none()
+    cupy, status = common.begin(args, summarize, markdown, plot)
     if cupy is None:
-        print(f"no GPU: {_cuda.unavailable_reason()}", file=sys.stderr)
-        return 2
-    DirectSpMV = _outputs.direct_spmv()
-    result = _outputs.gpu_header(args.scale)
-    todo = matrices(args.scale)
-    if args.only:
-        wanted = args.only.split(",")
-        todo = [t for t in todo if any(w in t[1] for w in wanted)]
+        return status
+    result = common.gpu_header(args.scale)
+    todo = common.keep_matching(matrices(args.scale), args.only)
     if args.sets:
         todo = [t for t in todo if t[0] in args.sets.split(",")]
-    dtypes = [np.dtype(d) for d in args.dtypes.split(",")]
-    for set_label, name, unknowns, make in todo:
-        host = make()
-        for dtype in dtypes:
-            print(f"{name} {dtype.name}", file=sys.stderr, flush=True)
-            result["results"].append(
-                bench_one(set_label, name, unknowns, host, dtype, cupy,
-                          result["copy_gb_per_s"], DirectSpMV)
-            )  # fmt: skip
-            cupy.get_default_memory_pool().free_all_blocks()
-            if args.out:
-                pathlib.Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
-    result["summary"] = summarize(result["results"])
-    _outputs.write_outputs(result, args, markdown, plot)
-    return 0
+    common.measure_each(
+        todo, common.dtypes_of(args), result, args.out, cupy,
+        lambda entry, host, dtype: bench_one(
+            *entry[:3], host, dtype, cupy, result["copy_gb_per_s"]
+        ),
+    )  # fmt: skip
+    return common.finish(result, args, summarize, markdown, plot)
 
 
 if __name__ == "__main__":

@@ -41,33 +41,25 @@ None of these matrices took part in choosing the kernel's knobs or the refusal t
 
 Usage (on a GPU machine)::
 
-    python benchmarks/compressed_indices.py --out r.json --md r.md --plot r.png
-    python benchmarks/compressed_indices.py --from-json r.json --md r.md   # no GPU
+    python -m benchmarks.compressed_indices --out r.json --md r.md --plot r.png
+    python -m benchmarks.compressed_indices --from-json r.json --md r.md   # no GPU
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import pathlib
 import sys
 
 import numpy as np
-import scipy.sparse as sp
 
 import sparsegpu as sg
-from sparsegpu import _console, datasets
+from benchmarks import common
+from benchmarks.common import DirectSpMV, fem_p1, replicated
+from sparsegpu import measure
 from sparsegpu.backends import delta16
-from sparsegpu.datasets import synthetic
-from sparsegpu.device import _cuda
-from sparsegpu.device._mirror import CUPY, PlanKey
+from sparsegpu.device._mirror import CUPY
 from sparsegpu.engine import _registry
-from sparsegpu.measure import _timing
-
-HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import _outputs  # noqa: E402
 
 # the issue-18 bars: delta16 over the best plain backend
 BAR = {"float64": 1.12, "float32": 1.2}
@@ -77,58 +69,13 @@ FINALISTS = 3
 FINAL = {"warmup": 3, "repeat": 21}
 
 
-def fem_p1(n_points: int, order: str, seed: int = 0) -> sp.csr_matrix:
-    """The P1 stiffness matrix of a Delaunay triangulation of ``n_points`` uniformly random
-    points in the unit square (about 7 nonzeros a row), in ``order`` "rcm" or "random"."""
-    from scipy.sparse.csgraph import reverse_cuthill_mckee
-    from scipy.spatial import Delaunay
-
-    rng = np.random.default_rng(seed)
-    points = rng.random((n_points, 2))
-    triangles = Delaunay(points).simplices
-    corners = points[triangles]  # (t, 3, 2)
-    # gradients of the three barycentric basis functions, and each triangle's area
-    edges = np.stack(
-        [
-            corners[:, 2] - corners[:, 1],
-            corners[:, 0] - corners[:, 2],
-            corners[:, 1] - corners[:, 0],
-        ],
-        axis=1,
-    )
-    area = 0.5 * np.abs(edges[:, 0, 0] * edges[:, 1, 1] - edges[:, 0, 1] * edges[:, 1, 0])
-    local = np.einsum("tik,tjk->tij", edges, edges) / (4.0 * area)[:, None, None]
-    rows = np.repeat(triangles, 3, axis=1).ravel()
-    cols = np.tile(triangles, (1, 3)).ravel()
-    A = sp.csr_matrix((local.ravel(), (rows, cols)), shape=(n_points, n_points))
-    A.sum_duplicates()
-    if order == "rcm":
-        perm = reverse_cuthill_mckee(A, symmetric_mode=True)
-    elif order == "random":
-        perm = rng.permutation(n_points)
-    else:
-        raise ValueError(f"order must be 'rcm' or 'random', got {order!r}")
-    return A[perm][:, perm].tocsr()
-
-
-def replicated(name: str, min_nnz: int) -> sp.csr_matrix:
-    """A bundled real matrix repeated on the diagonal until it has ``min_nnz`` nonzeros."""
-    A = datasets.load(name).tocsr()
-    copies = -(-min_nnz // A.nnz)
-    return sp.block_diag([A] * copies, format="csr")
-
-
 def matrices(scale: str) -> list:
     """(set, name, builder) of every matrix; ``scale="small"`` for a quick check."""
     big = scale == "full"
-    n2, n9, n3, n27 = (3000, 2000, 180, 120) if big else (300, 200, 30, 20)
     points = 1_000_000 if big else 20_000
     nnz = 5_000_000 if big else 200_000
     return [
-        ("generated", f"stencil2d_5pt_{n2}", lambda: synthetic.stencil_2d(n2)),
-        ("generated", f"stencil2d_9pt_{n9}", lambda: synthetic.stencil_2d(n9, points=9)),
-        ("generated", f"stencil3d_7pt_{n3}", lambda: synthetic.stencil_3d(n3)),
-        ("generated", f"stencil3d_27pt_{n27}", lambda: synthetic.stencil_3d(n27, points=27)),
+        *(("generated", name, make) for name, make in common.stencils(scale)),
         ("fem-generated", f"fem_p1_delaunay_{points}_rcm", lambda: fem_p1(points, "rcm")),
         ("fem-generated", f"fem_p1_delaunay_{points}_random", lambda: fem_p1(points, "random")),
         ("real-replicated", "bcsstk13_blockdiag", lambda: replicated("bcsstk13", nnz)),
@@ -136,7 +83,7 @@ def matrices(scale: str) -> list:
 
 
 def _time(fn) -> float:
-    return _timing.cuda_time(fn, warmup=3, repeat=15).median_ms
+    return measure.cuda_time(fn, warmup=3, repeat=15).median_ms
 
 
 def _candidates(A, dtype, cupy):
@@ -154,19 +101,13 @@ def _candidates(A, dtype, cupy):
     return mirror, out
 
 
-def bench_one(set_label, name, host, dtype, cupy, copy_gbs, DirectSpMV) -> dict:
-    S = host.astype(dtype)
-    S.indices = S.indices.astype(np.int32)
-    S.indptr = S.indptr.astype(np.int32)
-    A = sg.csr_matrix(S)
-    rng = np.random.default_rng(1)
-    x = cupy.asarray(rng.standard_normal(S.shape[1]).astype(dtype))
-    y = cupy.empty(S.shape[0], dtype=dtype)
+def bench_one(set_label, name, host, dtype, cupy, copy_gbs) -> dict:
+    S, A, x, y = common.spmv_operands(host, dtype, cupy)
     mirror, candidates = _candidates(A, dtype, cupy)
     row = {
         "set": set_label, "matrix": name, "dtype": np.dtype(dtype).name,
         "n_rows": S.shape[0], "n_cols": S.shape[1], "nnz": S.nnz,
-        "plain_bytes": _timing.matrix_spmv_bytes(mirror),
+        "plain_bytes": measure.matrix_spmv_bytes(mirror),
     }  # fmt: skip
     table = delta16.chunk_table(mirror)
     row["compressed_fraction"] = table.fraction
@@ -200,13 +141,9 @@ def _screen_and_final(name, S, mirror, candidates, x, y, expected, times, calls,
     tol = 64 * np.finfo(dtype).eps * max(scale, 1.0) * max(int(mirror.stats.max), 1)
     for label, backend, policy in candidates:
         key = f"{backend.name} {policy!r}"
-        try:
-            plan = mirror.get_plan(
-                PlanKey(backend.name, policy), lambda b=backend, p=policy: b.plan(mirror, p)
-            )
-            plan.matvec(x, out=y)
-        except Exception as exc:  # a policy that cannot launch here
-            times[key] = (label, None, f"{type(exc).__name__}: {exc}")
+        plan, failure = common.launch(mirror, backend, policy, x, y)
+        if failure is not None:
+            times[key] = (label, None, failure)
             continue
         error = float(cupy.abs(y - expected).max()) if y.size else 0.0
         if not error <= tol:
@@ -229,7 +166,7 @@ def _screen_and_final(name, S, mirror, candidates, x, y, expected, times, calls,
     row["auto_planning_ms"] = choice.planning_ms
     row["auto_measured"] = {m.backend: m.ms for m in choice.measurements if m.ms is not None}
     finals["auto"] = lambda: fresh.dot(x)
-    final = {k: t.median_ms for k, t in _timing.cuda_time_interleaved(finals, **FINAL).items()}
+    final = {k: t.median_ms for k, t in measure.cuda_time_interleaved(finals, **FINAL).items()}
     row["auto_ms"] = final.pop("auto")
     row["finals"] = final
     for label in ("plain", "delta16"):
@@ -252,10 +189,10 @@ def _finish(row, mirror, times, copy_gbs) -> None:
         columns = delta16.compressed_columns(mirror)
         row["delta16_bytes"] = row["plain_bytes"] - mirror.indices.nbytes + columns.column_bytes()
         row["delta16_pct_copy"] = (
-            100 * _timing.gb_per_s(row["delta16_bytes"], row["delta16"]["ms"]) / copy_gbs
+            100 * measure.gb_per_s(row["delta16_bytes"], row["delta16"]["ms"]) / copy_gbs
         )
     row["plain_pct_copy"] = (
-        100 * _timing.gb_per_s(row["plain_bytes"], row["plain"]["ms"]) / copy_gbs
+        100 * measure.gb_per_s(row["plain_bytes"], row["plain"]["ms"]) / copy_gbs
     )
     row["cusparse_best_ms"] = min(times["cusparse_csr_alg1"][1], times["cusparse_csr_alg2"][1])
 
@@ -342,43 +279,20 @@ def plot(result, path) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--scale", choices=("full", "small"), default="full")
-    parser.add_argument("--dtypes", default="float64,float32")
-    parser.add_argument("--only", help="comma-separated substrings of matrix names to run")
-    _outputs.add_output_arguments(parser)
+    parser = common.parser(__doc__, common.scale_arguments(), common.output_arguments())
     args = parser.parse_args(argv)
-    if args.from_json:
-        _outputs.redraw(args.from_json, args, summarize, markdown, plot)
-        return 0
-    cupy = _cuda.cupy_or_none()
+    cupy, status = common.begin(args, summarize, markdown, plot)
     if cupy is None:
-        print(f"no GPU: {_cuda.unavailable_reason()}", file=sys.stderr)
-        return 2
-    DirectSpMV = _outputs.direct_spmv()
-    result = _outputs.gpu_header(args.scale)
-    todo = matrices(args.scale)
-    if args.only:
-        wanted = args.only.split(",")
-        todo = [t for t in todo if any(w in t[1] for w in wanted)]
-    dtypes = [np.dtype(d) for d in args.dtypes.split(",")]
-    with _console.progress() as bar:
-        task = bar.add_task("benchmark", total=len(todo) * len(dtypes))
-        for set_label, name, make in todo:
-            host = make()
-            for dtype in dtypes:
-                bar.update(task, description=f"{name} {dtype.name}")
-                result["results"].append(
-                    bench_one(set_label, name, host, dtype, cupy,
-                              result["copy_gb_per_s"], DirectSpMV)
-                )  # fmt: skip
-                cupy.get_default_memory_pool().free_all_blocks()
-                if args.out:
-                    pathlib.Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
-                bar.advance(task)
-    result["summary"] = summarize(result["results"])
-    _outputs.write_outputs(result, args, markdown, plot)
-    return 0
+        return status
+    result = common.gpu_header(args.scale)
+    todo = common.keep_matching(matrices(args.scale), args.only)
+    common.measure_each(
+        todo, common.dtypes_of(args), result, args.out, cupy,
+        lambda entry, host, dtype: bench_one(
+            entry[0], entry[1], host, dtype, cupy, result["copy_gb_per_s"]
+        ),
+    )  # fmt: skip
+    return common.finish(result, args, summarize, markdown, plot)
 
 
 if __name__ == "__main__":

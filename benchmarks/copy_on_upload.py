@@ -7,7 +7,7 @@ so that no earlier alias can write what the GPU holds. This times the first prod
 matrix against one whose arrays nothing else refers to, median of repeats, on a random
 matrix of ``--rows`` rows with ``--per-row`` nonzeros each.
 
-``PYTHONPATH=$PWD python3 benchmarks/copy_on_upload.py --out FILE.json``
+``python -m benchmarks.copy_on_upload --out FILE.json``
 """
 
 from __future__ import annotations

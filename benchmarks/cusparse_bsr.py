@@ -10,7 +10,7 @@ Issue 35's measurement of the BSR classes' GPU backend. Two parts:
     meshes with ``b`` unknowns per node (a 3-D grid of nodes, each coupled to its 27
     neighbours, as trilinear hexahedra couple them: dense ``b x b`` blocks, the block
     pattern of elasticity with b = 3), generated on the device, float64 and float32, the
-    median time (CUDA events, the one harness: ``sparsegpu.measure._timing.time_candidates``) of
+    median time (CUDA events, the one harness: ``sparsegpu.measure.measure.time_candidates``) of
 
     ``cusparse_bsr``
         :func:`sparsegpu.backends.cusparse_bsr.bsr_plan` of the blocks (default policy;
@@ -30,13 +30,12 @@ No matrix here took part in fitting anything: the backend has no tuned threshold
 
 Usage (on a GPU machine; ``--from-json`` redraws the summary without one)::
 
-    python benchmarks/cusparse_bsr.py --out cusparse_bsr.json --md cusparse_bsr.md
-    python benchmarks/cusparse_bsr.py --from-json cusparse_bsr.json --md cusparse_bsr.md
+    python -m benchmarks.cusparse_bsr --out cusparse_bsr.json --md cusparse_bsr.md
+    python -m benchmarks.cusparse_bsr --from-json cusparse_bsr.json --md cusparse_bsr.md
 """
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import sys
@@ -46,12 +45,12 @@ import numpy as np
 import scipy.sparse as sp
 
 import sparsegpu as sg
+from benchmarks import common
 from sparsegpu.backends.cusparse import CusparsePlan, CusparsePolicy
 from sparsegpu.backends.cusparse_bsr import CusparseBsrPolicy, bsr_plan
 from sparsegpu.device import _cuda
 from sparsegpu.device._block_mirror import DeviceBlockMatrix
-from sparsegpu.measure._oracle import tolerance
-from sparsegpu.measure._timing import spmv_bytes, time_candidates
+from sparsegpu.measure import spmv_bytes, time_candidates, tolerance
 
 SUPPORT_BLOCKS = [(1, 1), (2, 2), (3, 3), (4, 4), (6, 6), (8, 8), (2, 3), (3, 2)]
 # (unknowns per node, nodes per grid side): 7M to 17M stored values
@@ -236,10 +235,7 @@ def markdown(result: dict) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", help="write the result here (JSON)")
-    parser.add_argument("--md", help="write its Markdown summary here")
-    parser.add_argument("--from-json", help="summarise this result instead of measuring")
+    parser = common.parser(__doc__, common.output_arguments(plot=False))
     parser.add_argument("--skip-timing", action="store_true")
     args = parser.parse_args(argv)
     if args.from_json:

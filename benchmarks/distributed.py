@@ -17,9 +17,9 @@ Timings use CUDA events on each rank's current stream with a barrier before ever
 sample; on a machine without a GPU they fall back to ``time.perf_counter`` (the JSON
 says which). Usage::
 
-    mpiexec -n 1 python benchmarks/distributed.py --out dist_1.json
+    mpiexec -n 1 python -m benchmarks.distributed --out dist_1.json
     mpiexec --allow-run-as-root --oversubscribe -n 4 \\
-        python benchmarks/distributed.py --out dist_4.json
+        python -m benchmarks.distributed --out dist_4.json
 """
 
 from __future__ import annotations

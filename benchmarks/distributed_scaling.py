@@ -12,7 +12,7 @@ Run under ``mpiexec -n P`` with one GPU a rank (issue 32's table: P = 4). On sub
 * **the distributed matrix** on P ranks (``transport`` auto: NCCL where each rank has a
   GPU): ``A @ x``, the halo exchange alone, one CG iteration measured the same way, the
   CG solve, and the answers checked against one GPU's: the product to the dtype's
-  tolerance (``sparsegpu.measure._oracle.tolerance``), the solve's iterations and solution.
+  tolerance (``sparsegpu.measure.measure.tolerance``), the solve's iterations and solution.
 
 Matrices: the 7-point Poisson stencil on ``--n``^3 (strong scaling), on grids growing
 with P so that each rank holds about ``--weak-rows`` rows (weak scaling), and the
@@ -26,32 +26,30 @@ table of the issue's bars (``--md``) and a plot of measured times beside the cos
 model's (``--plot``, the model's rates fitted on these measurements: see
 ``sparsegpu.distributed.fit_cost_model``). ``--from-json`` redraws both without a GPU::
 
-    mpiexec -n 4 -x NCCL_NVLS_ENABLE=0 python benchmarks/distributed_scaling.py \\
+    mpiexec -n 4 -x NCCL_NVLS_ENABLE=0 python -m benchmarks.distributed_scaling \\
         --out scaling.json --md scaling.md --plot scaling.png
 """
 
 from __future__ import annotations
 
-import argparse
 import gc
 import json
 import pathlib
-import sys
 import time
 
 import numpy as np
 
 import sparsegpu as sg
 import sparsegpu.distributed as sgd
+from benchmarks import common
+from benchmarks.auto_vs_cusparse import MIN_CALLS
+from benchmarks.common import DirectSpMV
+from sparsegpu import measure
 from sparsegpu.datasets import synthetic
 from sparsegpu.device import _cuda
 from sparsegpu.distributed import _bench
 from sparsegpu.engine import _planning, _registry
 from sparsegpu.linalg import _graphs
-from sparsegpu.measure import _oracle, _timing
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from auto_vs_cusparse import MIN_CALLS, DirectSpMV  # noqa: E402
 
 # products captured in one graph to time them as a solver runs them
 GRAPH_CALLS = 10
@@ -82,7 +80,7 @@ def _random_numbered(n, dtype):
 
 
 def _seeded(n, dtype, seed):
-    return _oracle.random_vector(n, dtype, seed=seed)
+    return measure.random_vector(n, dtype, seed=seed)
 
 
 def _cg_runs(solve, short, long, repeat, timer):
@@ -128,15 +126,15 @@ def single_gpu(S, args, dtype) -> dict:
             direct = DirectSpMV(mirror, x, y, algorithm)
             direct()
             error = float(cupy.abs(y - y_ref).max() / cupy.abs(y_ref).max())
-            if not error <= _oracle.tolerance(dtype, 7):
+            if not error <= measure.tolerance(dtype, 7):
                 raise AssertionError(f"cuSPARSE {algorithm} disagrees: {error:.3e}")
             directs.append(direct)
             columns[f"cusparse_{algorithm}"] = direct
-        timings = _timing.cuda_time_interleaved(columns, repeat=args.repeat, inner=MIN_CALLS)
-        timer = _timing.cuda_time
+        timings = measure.cuda_time_interleaved(columns, repeat=args.repeat, inner=MIN_CALLS)
+        timer = measure.cuda_time
     else:
-        timings = _timing.host_time_interleaved(columns, repeat=args.repeat, inner=MIN_CALLS)
-        timer = _timing.host_time
+        timings = measure.host_time_interleaved(columns, repeat=args.repeat, inner=MIN_CALLS)
+        timer = measure.host_time
     for direct in directs:
         direct.close()
     ms = {name: t.median_ms for name, t in timings.items()}
@@ -231,7 +229,7 @@ def distributed(S, sub, partition, args, dtype, reference) -> dict:
         row["product_error"] = float(
             np.abs(y - reference["y"]).max() / np.abs(reference["y"]).max()
         )
-        row["product_tolerance"] = _oracle.tolerance(dtype, 7)
+        row["product_tolerance"] = measure.tolerance(dtype, 7)
         row["solution_difference"] = float(
             np.linalg.norm(x_global - reference["x"]) / np.linalg.norm(reference["x"])
         )
@@ -481,7 +479,7 @@ def plot(result, path) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = common.parser(__doc__, common.output_arguments())
     parser.add_argument("--n", type=int, default=256, help="strong-scaling grid (default 256)")
     parser.add_argument("--weak-rows", type=int, default=4_194_304,
                         help="rows a GPU for weak scaling (default 2**22)")  # fmt: skip
@@ -493,10 +491,6 @@ def main(argv=None) -> int:
     parser.add_argument("--cg-long", type=int, default=100)
     parser.add_argument("--cg-repeat", type=int, default=3)
     parser.add_argument("--rtol", type=float, default=1e-8)
-    parser.add_argument("--out", help="JSON file (rank 0)")
-    parser.add_argument("--md", help="Markdown file of the bars and every run (rank 0)")
-    parser.add_argument("--plot", help="PNG of the measured times and the model (rank 0)")
-    parser.add_argument("--from-json", help="redraw --md and --plot from this JSON, no GPU")
     args = parser.parse_args(argv)
     if args.from_json:
         result = json.loads(pathlib.Path(args.from_json).read_text())

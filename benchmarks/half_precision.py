@@ -20,7 +20,7 @@ float64 product of the float32 values.
 
 "speedup" is float32's best time (every candidate above, delta16 included) over the 16-bit
 dtype's best; "speedup vs plain" divides by float32's best plain time instead. Each
-candidate's answer is checked (:class:`sparsegpu.measure._oracle.Oracle`, against the float64
+candidate's answer is checked (:class:`sparsegpu.measure.measure.Oracle`, against the float64
 product of the rounded values) before it is timed. The error of the fastest candidate is
 reported against the float64 product of the float64 matrix and x (``err_*``: what a user
 who rounds a float64 problem loses) and against the float64 product of the rounded
@@ -33,49 +33,33 @@ with random values in [-1, 1) (a stencil's constant coefficients are exact in ev
 
 Usage (on a GPU machine)::
 
-    python benchmarks/half_precision.py --out r.json --md r.md --plot r.png
-    python benchmarks/half_precision.py --from-json r.json --md r.md   # no GPU
+    python -m benchmarks.half_precision --out r.json --md r.md --plot r.png
+    python -m benchmarks.half_precision --from-json r.json --md r.md   # no GPU
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import pathlib
 import sys
 
 import numpy as np
 
 import sparsegpu as sg
-from sparsegpu import _console
-from sparsegpu.datasets import synthetic
-from sparsegpu.device import _cuda
+from benchmarks import common
+from benchmarks.common import DirectSpMV
+from sparsegpu import measure
 from sparsegpu.device._dtypes import BFLOAT16, is_half
-from sparsegpu.device._mirror import CUPY, PlanKey
+from sparsegpu.device._mirror import CUPY
 from sparsegpu.engine import _registry
-from sparsegpu.measure import _timing
-from sparsegpu.measure._oracle import Oracle
-
-HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import _outputs  # noqa: E402
+from sparsegpu.measure import Oracle
 
 # the issue-18 bar: a 16-bit product over float32's on a large stencil
 BAR = 1.5
 PLAIN_DEFAULTS = ("vector", "readonly")
 
 
-def matrices(scale: str) -> list:
-    """(name, builder) of every matrix; ``scale="small"`` for a quick check."""
-    big = scale == "full"
-    n2, n9, n3, n27 = (3000, 2000, 180, 120) if big else (300, 200, 30, 20)
-    return [
-        (f"stencil2d_5pt_{n2}", lambda: synthetic.stencil_2d(n2)),
-        (f"stencil2d_9pt_{n9}", lambda: synthetic.stencil_2d(n9, points=9)),
-        (f"stencil3d_7pt_{n3}", lambda: synthetic.stencil_3d(n3)),
-        (f"stencil3d_27pt_{n27}", lambda: synthetic.stencil_3d(n27, points=27)),
-    ]
+matrices = common.stencils
 
 
 def with_random_values(S, seed: int = 0):
@@ -88,7 +72,7 @@ def with_random_values(S, seed: int = 0):
 
 
 def _time(fn) -> float:
-    return _timing.cuda_time(fn, warmup=3, repeat=15).median_ms
+    return measure.cuda_time(fn, warmup=3, repeat=15).median_ms
 
 
 def candidates(mirror) -> list:
@@ -138,7 +122,7 @@ def _errors(y, exact: np.ndarray) -> dict:
     }
 
 
-def bench_one(name, S64, x64, dtype, cupy, copy_gbs, DirectSpMV) -> dict:
+def bench_one(name, S64, x64, dtype, cupy, copy_gbs) -> dict:
     dtype = np.dtype(dtype)
     A = sg.csr_matrix(S64, dtype=dtype)
     x_host = x64.astype(dtype)
@@ -147,7 +131,7 @@ def bench_one(name, S64, x64, dtype, cupy, copy_gbs, DirectSpMV) -> dict:
     mirror = A._sg_mirror(CUPY, dtype)
     row = {
         "matrix": name, "dtype": dtype.name, "n_rows": S64.shape[0], "nnz": S64.nnz,
-        "bytes": _timing.matrix_spmv_bytes(mirror),
+        "bytes": measure.matrix_spmv_bytes(mirror),
     }  # fmt: skip
     rounded = sg.csr_matrix(S64, dtype=dtype).astype(np.float64)
     oracle = Oracle(rounded, dtype, x=x_host)
@@ -168,13 +152,9 @@ def bench_one(name, S64, x64, dtype, cupy, copy_gbs, DirectSpMV) -> dict:
             direct.close()
     for label, backend, policy in candidates(mirror):
         key = f"{backend.name} {policy!r}"
-        try:
-            plan = mirror.get_plan(
-                PlanKey(backend.name, policy), lambda b=backend, p=policy: b.plan(mirror, p)
-            )
-            plan.matvec(x, out=y)
-        except Exception as exc:  # a policy that cannot launch here
-            times[key] = (label, None, f"{type(exc).__name__}: {exc}")
+        plan, failure = common.launch(mirror, backend, policy, x, y)
+        if failure is not None:
+            times[key] = (label, None, failure)
             continue
         problem = oracle.error(y)
         if problem is not None:
@@ -189,7 +169,7 @@ def bench_one(name, S64, x64, dtype, cupy, copy_gbs, DirectSpMV) -> dict:
             row[label] = {"candidate": key, "ms": mine[key]}
     best_key = min(timed, key=lambda k: timed[k][1])
     row["best"] = {"candidate": best_key, "ms": timed[best_key][1]}
-    row["best_pct_copy"] = 100 * _timing.gb_per_s(row["bytes"], row["best"]["ms"]) / copy_gbs
+    row["best_pct_copy"] = 100 * measure.gb_per_s(row["bytes"], row["best"]["ms"]) / copy_gbs
     row["err"], row["arith"] = errors[best_key]
     # what planning by measurement picks, on a fresh matrix, with default policies
     fresh = sg.csr_matrix(S64, dtype=dtype)
@@ -311,47 +291,34 @@ def plot(result, path) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--scale", choices=("full", "small"), default="full")
-    parser.add_argument("--only", help="comma-separated substrings of matrix names to run")
-    _outputs.add_output_arguments(parser)
+    parser = common.parser(__doc__, common.scale_arguments(dtypes=None), common.output_arguments())
     args = parser.parse_args(argv)
-    if args.from_json:
-        _outputs.redraw(args.from_json, args, summarize, markdown, plot)
-        return 0
-    cupy = _cuda.cupy_or_none()
+    cupy, status = common.begin(args, summarize, markdown, plot)
     if cupy is None:
-        print(f"no GPU: {_cuda.unavailable_reason()}", file=sys.stderr)
-        return 2
+        return status
     if BFLOAT16 is None:
         print("bfloat16 needs ml_dtypes: pip install ml_dtypes", file=sys.stderr)
         return 2
-    DirectSpMV = _outputs.direct_spmv()
-    result = _outputs.gpu_header(args.scale)
+    result = common.gpu_header(args.scale)
     result["mixed"] = []
-    todo = matrices(args.scale)
-    if args.only:
-        wanted = args.only.split(",")
-        todo = [t for t in todo if any(w in t[0] for w in wanted)]
+
+    def prepare(entry):
+        name, make = entry
+        S64 = with_random_values(make())
+        x64 = np.random.default_rng(1).uniform(-1.0, 1.0, S64.shape[1])
+        result["mixed"].append(bench_mixed(name, S64, x64, cupy))
+        return S64, x64
+
+    todo = common.keep_matching(matrices(args.scale), args.only, position=0)
     dtypes = [np.dtype(np.float32), np.dtype(np.float16), BFLOAT16]
-    with _console.progress() as bar:
-        task = bar.add_task("benchmark", total=len(todo) * len(dtypes))
-        for name, make in todo:
-            S64 = with_random_values(make())
-            x64 = np.random.default_rng(1).uniform(-1.0, 1.0, S64.shape[1])
-            result["mixed"].append(bench_mixed(name, S64, x64, cupy))
-            for dtype in dtypes:
-                bar.update(task, description=f"{name} {dtype.name}")
-                result["results"].append(
-                    bench_one(name, S64, x64, dtype, cupy, result["copy_gb_per_s"], DirectSpMV)
-                )
-                cupy.get_default_memory_pool().free_all_blocks()
-                if args.out:
-                    pathlib.Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
-                bar.advance(task)
-    result["summary"] = summarize(result["results"])
-    _outputs.write_outputs(result, args, markdown, plot)
-    return 0
+    common.measure_each(
+        todo, dtypes, result, args.out, cupy,
+        lambda entry, host, dtype: bench_one(
+            entry[0], *host, dtype, cupy, result["copy_gb_per_s"]
+        ),
+        prepare=prepare, name_at=0,
+    )  # fmt: skip
+    return common.finish(result, args, summarize, markdown, plot)
 
 
 if __name__ == "__main__":

@@ -10,10 +10,11 @@ Fortran order, with and without ``out=``, for two plans: a kernel plan (the row-
 for ``A @ X``, as the vector family's) and a cuSPARSE plan.
 
 Not a speed claim (CuPy's arrays are C objects, cheaper than these stand-ins; the GPU's
-numbers come from ``benchmarks/per_call.py``): it compares trees. Run it once with each
-tree on ``PYTHONPATH``, alternately, on an idle machine::
+numbers come from ``benchmarks/per_call.py``): it compares trees. Run it once from each
+tree's root (``python -m`` imports the ``sparsegpu`` beside ``benchmarks/``), alternately,
+on an idle machine::
 
-    PYTHONPATH=TREE python3 benchmarks/host_path.py --label before --out before.json
+    cd TREE && python -m benchmarks.host_path --label before --out before.json
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ events), GB/s (values + indices + row pointers + x + y, once each), % of the dev
 copy bandwidth measured in the same run (a large device-to-device copy: bytes read +
 written), and the ratio to cupyx.
 
-Usage: ``python3 benchmarks/kernel_family.py [--scale full] [--dtypes float64 float32]
+Usage: ``python -m benchmarks.kernel_family [--scale full] [--dtypes float64 float32]
 [--output docs/benchmarks/results/kernel_family_h200.json] [--plot FILE]``.
 A markdown table is written beside the JSON file. Needs a GPU and CuPy.
 """
@@ -26,24 +26,23 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+import sparsegpu as sg
+from sparsegpu import _console, bench, measure
+from sparsegpu.backends.csr_vector import CsrVectorPolicy
+from sparsegpu.backends.policy import THREADS_PER_ROW_CHOICES
+from sparsegpu.backends.swcache import SoftwareCachePolicy
+from sparsegpu.datasets import synthetic
+from sparsegpu.device import _cuda
+from sparsegpu.engine import _planning, _registry
+from sparsegpu.measure import probe
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-import sparsegpu as sg  # noqa: E402
-from sparsegpu import _console  # noqa: E402
-from sparsegpu.backends.csr_vector import CsrVectorPolicy  # noqa: E402
-from sparsegpu.backends.policy import THREADS_PER_ROW_CHOICES  # noqa: E402
-from sparsegpu.backends.swcache import SoftwareCachePolicy  # noqa: E402
-from sparsegpu.datasets import synthetic  # noqa: E402
-from sparsegpu.device import _cuda  # noqa: E402
-from sparsegpu.engine import _planning, _registry  # noqa: E402
-from sparsegpu.measure import _timing, probe  # noqa: E402
-from sparsegpu.testing import assert_product_close, random_vector, tolerance  # noqa: E402
-
 KERNEL_BACKENDS = ("vector", "texture", "readonly", "shuffle", "swcache")
 SWEEP_BLOCK_SIZES = (64, 128, 256)
 SWEEP_CACHE_BLOCK_SIZES = (128, 256)
 SWEEP_CACHE_SHAPES = ((32, 8), (64, 8), (128, 4), (256, 1))
+# the seed of x (sparsegpu.measure.random_vector), as in every result so far
+X_SEED = 11
 DEFAULT_OUTPUT = ROOT / "docs" / "benchmarks" / "results" / "kernel_family_h200.json"
 
 
@@ -91,32 +90,27 @@ def sweep(backend, mirror) -> list:
     return list(dict.fromkeys(out))
 
 
-def check_on_device(cupy, y, reference, dtype, max_row, what) -> None:
-    """``y`` against the checked reference product, on the GPU (no host copy of y)."""
-    scale = max(float(cupy.abs(reference).max()) if reference.size else 0.0, 1.0)
-    error = float(cupy.abs(y - reference).max()) if y.size else 0.0
-    tol = tolerance(dtype, max_row) * scale
-    if not error <= tol:
-        raise AssertionError(f"{what}: max error {error:.3e} > tolerance {tol:.3e}")
+def time_plan(plan, x, y) -> measure.Timing:
+    return measure.cuda_time(lambda: plan.matvec(x, out=y), warmup=3, repeat=15)
 
 
-def time_plan(plan, x, y) -> _timing.Timing:
-    return _timing.cuda_time(lambda: plan.matvec(x, out=y), warmup=3, repeat=15)
+def check(oracle, y, what) -> None:
+    """``y`` against scipy's answer, by the one answer check (on the GPU: no host copy)."""
+    problem = oracle.error(y)
+    if problem is not None:
+        raise AssertionError(f"{what}: {problem}")
 
 
-def run_matrix(cupy, cupyx_sparse, name, A, dtype, copy_gbs, progress, task) -> list[dict]:
+def run_matrix(cupy, name, A, dtype, copy_gbs, progress, task) -> list[dict]:
+    """cupyx (``sparsegpu bench``'s reference contender), then each kernel backend at the
+    best policy of its sweep; every answer checked against scipy's (:class:`Oracle`)."""
     rows = []
     n_rows, n_cols = A.shape
-    x_host = random_vector(n_cols, dtype, seed=11)
-    expected = sp.csr_matrix(A) @ x_host
-    max_row = int(np.diff(A.indptr).max()) if n_rows else 1
-    x = cupy.asarray(x_host)
-    y = cupy.empty(n_rows, dtype=dtype)
-    nbytes = _timing.spmv_bytes(n_rows, n_cols, A.nnz, np.dtype(dtype).itemsize, A.indices.itemsize)
+    nbytes = measure.spmv_bytes(n_rows, n_cols, A.nnz, np.dtype(dtype).itemsize, A.indices.itemsize)
 
     def record(backend_name, policy, timing):
         ms = timing.median_ms
-        gbs = _timing.gb_per_s(nbytes, ms)
+        gbs = measure.gb_per_s(nbytes, ms)
         return {
             "matrix": name,
             "dtype": np.dtype(dtype).name,
@@ -131,13 +125,13 @@ def run_matrix(cupy, cupyx_sparse, name, A, dtype, copy_gbs, progress, task) -> 
             "bytes": nbytes,
         }
 
-    A_cupyx = cupyx_sparse.csr_matrix(
-        (cupy.asarray(A.data), cupy.asarray(A.indices), cupy.asarray(A.indptr)), shape=A.shape
-    )
-    reference = A_cupyx @ x
-    assert_product_close(reference, expected, dtype, max_row, what=f"cupyx {name}")
-    cupyx_row = record("cupyx", None, _timing.cuda_time(lambda: A_cupyx @ x, warmup=3, repeat=15))
+    cupyx = bench.CupyxContender().prepare(A, dtype, seed=X_SEED)
+    x = cupyx.x
+    oracle = measure.Oracle(sp.csr_matrix(A), dtype, x=x.get())
+    check(oracle, cupyx.call(), f"cupyx {name}")
+    cupyx_row = record("cupyx", None, measure.cuda_time(cupyx.call, warmup=3, repeat=15))
     rows.append(cupyx_row)
+    y = cupy.empty(n_rows, dtype=dtype)
     for backend_name in KERNEL_BACKENDS:
         backend = _registry.registered()[backend_name]
         mirror = A._sg_mirror(backend.residence, dtype)
@@ -149,7 +143,7 @@ def run_matrix(cupy, cupyx_sparse, name, A, dtype, copy_gbs, progress, task) -> 
             plan = _planning.plan_for(A, dtype, backend=backend_name, policy=policy)
             y.fill(np.nan)
             plan.matvec(x, out=y)
-            check_on_device(cupy, y, reference, dtype, max_row, f"{backend_name} {policy} {name}")
+            check(oracle, y, f"{backend_name} {policy} {name}")
             row = record(backend_name, policy, time_plan(plan, x, y))
             if best is None or row["median_ms"] < best["median_ms"]:
                 best = row
@@ -167,7 +161,7 @@ def markdown(result: dict) -> str:
         f"Copy bandwidth measured in the same run: {result['copy']['gb_per_s']:.0f} GB/s "
         f"(device-to-device, bytes read + written). Texture object creation: "
         f"{result['texture_object_create_us']:.1f} us. Generated by "
-        "`benchmarks/kernel_family.py`; each backend at the best policy of its sweep.",
+        "`python -m benchmarks.kernel_family`; each backend at the best policy of its sweep.",
         "",
         "| matrix | dtype | backend | policy | median ms | GB/s | % of copy | x cupyx |",
         "|---|---|---|---|---:|---:|---:|---:|",
@@ -235,8 +229,6 @@ def main(argv=None) -> int:
     if cupy is None:
         print(f"kernel_family: needs a GPU: {_cuda.unavailable_reason()}", file=sys.stderr)
         return 1
-    import cupyx.scipy.sparse as cupyx_sparse
-
     info = _cuda.device_info()
     copy = copy_bandwidth()
     result = {
@@ -265,7 +257,7 @@ def main(argv=None) -> int:
             progress.update(task, description=f"{name} {dtype}")
             A = make()
             result["results"] += run_matrix(
-                cupy, cupyx_sparse, name, A, np.dtype(dtype), copy["gb_per_s"], progress, task
+                cupy, name, A, np.dtype(dtype), copy["gb_per_s"], progress, task
             )
             del A
             cupy.get_default_memory_pool().free_all_blocks()

@@ -14,8 +14,8 @@ are written after every matrix (JSON lines), so a run cut short keeps what it me
 
 Usage (GPU machine), then the summary the docs show (any machine)::
 
-    python benchmarks/knob_sweep.py --out sweep.jsonl [--matrices stencil3d27_150,...]
-    python benchmarks/knob_sweep.py --summarize sweep.jsonl --out summary.json --md summary.md
+    python -m benchmarks.knob_sweep --out sweep.jsonl [--matrices stencil3d27_150,...]
+    python -m benchmarks.knob_sweep --summarize sweep.jsonl --out summary.json --md summary.md
 """
 
 from __future__ import annotations
@@ -30,13 +30,14 @@ import time
 import numpy as np
 
 import sparsegpu as sg
+from sparsegpu import measure
 from sparsegpu.backends.csr_vector import CsrVectorPolicy
 from sparsegpu.backends.cusparse import CusparsePolicy
 from sparsegpu.backends.merge_path import MERGE_PATH_SHAPES, MergePathPolicy
 from sparsegpu.datasets import synthetic
 from sparsegpu.device import _cuda
 from sparsegpu.engine import _planning, _registry
-from sparsegpu.measure import _timing, probe
+from sparsegpu.measure import probe
 
 GATHER_SOURCE = r"""
 template <typename V, typename I>
@@ -88,7 +89,7 @@ def gather_floor(cupy, mirror, x, repeat) -> float:
     grid, block = sms * 8, 256
     out = cupy.empty(grid * block, dtype=x.dtype)
     nnz = np.int64(mirror.nnz)
-    return _timing.cuda_time(
+    return measure.cuda_time(
         lambda: kernel((grid,), (block,), (mirror.indices, x, out, nnz)), repeat=repeat
     ).median_ms
 
@@ -99,7 +100,7 @@ def sweep_matrix(name, build, dtype, cupy, copy_gbs, repeat, emit):
     A = sg.csr_matrix(A.astype(dtype))
     residence = _registry.registered()["cusparse"].residence
     mirror = A._sg_mirror(residence, np.dtype(dtype))
-    nbytes = _timing.matrix_spmv_bytes(mirror)
+    nbytes = measure.matrix_spmv_bytes(mirror)
     x = cupy.asarray(np.random.default_rng(1).uniform(-1, 1, A.shape[1]).astype(dtype))
     y = cupy.empty(A.shape[0], dtype=dtype)
     reference = sg.matvec(A, x, backend="cusparse", policy=CusparsePolicy("csr_alg1")).copy()
@@ -120,8 +121,8 @@ def sweep_matrix(name, build, dtype, cupy, copy_gbs, repeat, emit):
         err = float(cupy.abs(y - reference).max())
         if not err <= tol:
             raise AssertionError(f"{name} {dtype} {backend} {policy}: error {err:.3e}")
-        ms = _timing.cuda_time(lambda: plan.matvec(x, out=y), repeat=repeat).median_ms
-        gbs = _timing.gb_per_s(nbytes, ms)
+        ms = measure.cuda_time(lambda: plan.matvec(x, out=y), repeat=repeat).median_ms
+        gbs = measure.gb_per_s(nbytes, ms)
         emit(
             {
                 **base,

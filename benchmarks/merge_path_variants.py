@@ -22,12 +22,12 @@ columns are irregular (arrow-like, random columns, power law, R-MAT, a randomly 
 Usage (on a GPU machine)::
 
     git show 12b41db:sparsegpu/kernels/merge_path.cu > /tmp/before.cu
-    python benchmarks/merge_path_variants.py --variant before=/tmp/before.cu \\
+    python -m benchmarks.merge_path_variants --variant before=/tmp/before.cu \\
         --variant after=sparsegpu/kernels/merge_path.cu --out FILE.json --md FILE.md
     git worktree add /tmp/before 2b5b385  # a change that moved the kernel's arguments
-    python benchmarks/merge_path_variants.py --variant before=/tmp/before \\
+    python -m benchmarks.merge_path_variants --variant before=/tmp/before \\
         --variant after=. --out FILE.json --md FILE.md
-    python benchmarks/merge_path_variants.py --from-json FILE.json --md FILE.md  # no GPU
+    python -m benchmarks.merge_path_variants --from-json FILE.json --md FILE.md  # no GPU
 """
 
 from __future__ import annotations
@@ -41,15 +41,14 @@ import sys
 import numpy as np
 
 import sparsegpu as sg
-from sparsegpu import _console
+from benchmarks import common
+from benchmarks.auto_vs_cusparse import MIN_CALLS
+from benchmarks.common import DirectSpMV
+from sparsegpu import _console, measure
 from sparsegpu.backends import merge_path
 from sparsegpu.datasets import synthetic
 from sparsegpu.device import _compile, _cuda
 from sparsegpu.engine import _registry
-from sparsegpu.measure import _timing
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from auto_vs_cusparse import MIN_CALLS, DirectSpMV  # noqa: E402
 
 # (matrix, dtypes): held-out matrices with rows or columns merge_path exists for
 MATRICES = (
@@ -149,7 +148,7 @@ def bench_one(name, dtype, sources, cupy) -> dict:
     finally:
         for module, source in originals.values():
             module.SOURCE = source
-    timings = _timing.cuda_time_interleaved(fns, repeat=REPEAT, inner=MIN_CALLS)
+    timings = measure.cuda_time_interleaved(fns, repeat=REPEAT, inner=MIN_CALLS)
     for direct in directs:
         direct.close()
     row["variants_us"] = {variant: {} for variant in sources}
@@ -232,11 +231,8 @@ def run(args, sources, cupy) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = common.parser(__doc__, common.output_arguments(plot=False))
     parser.add_argument("--variant", action="append", type=parse_variant, default=[])
-    parser.add_argument("--out", help="JSON result file")
-    parser.add_argument("--md", help="markdown table file")
-    parser.add_argument("--from-json", help="redraw --md from an earlier result (no GPU)")
     args = parser.parse_args(argv)
     if args.from_json:
         result = json.loads(pathlib.Path(args.from_json).read_text())

@@ -19,15 +19,14 @@ without synchronizing inside the loop (calls queue on the stream), median of rep
   directly (``benchmarks/spmm.py``'s ``DirectSpMM``: handle, descriptors bound to X and
   Y, and workspace made once, one ``cusparseSpMM`` per call).
 
-Run from a checkout (``PYTHONPATH=$PWD python3 benchmarks/per_call.py --out FILE.json``);
-to compare two trees, run it once with each on ``PYTHONPATH`` and ``--label``.
+Run from a checkout (``python -m benchmarks.per_call --out FILE.json``);
+to compare two trees, run it once from each tree's root with ``--label``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import pathlib
 import statistics
 import sys
 import time
@@ -36,12 +35,11 @@ import numpy as np
 import scipy.sparse as sp
 
 import sparsegpu as sg
+from benchmarks import common
+from benchmarks.common import DirectSpMM
 from sparsegpu.backends import _spmm
 from sparsegpu.backends import cusparse as cusparse_backend
 from sparsegpu.engine import _registry
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-import _outputs  # noqa: E402
 
 # Few calls between synchronizations: more would fill the launch queue (about a thousand
 # launches), after which each call waits for the GPU and the loop times kernels, not host.
@@ -155,16 +153,10 @@ def _block_row(B, C, X, cupy, sync) -> dict:
     row["cusparse_us"] = per_call_us(lambda: C @ X, sync)
     row["cusparse_out_us"] = per_call_us(lambda: sg.matvec(C, X, out=Y), sync)
     mirror = C._sg_mirror(_registry.registered()["cusparse"].residence, np.dtype(np.float64))
-    direct = _direct_spmm()(mirror, X, Y, "default")
+    direct = DirectSpMM(mirror, X, Y, "default")
     row["cusparse_spmm_call_us"] = per_call_us(direct, sync)
     direct.close()
     return row
-
-
-def _direct_spmm():
-    """``DirectSpMM`` of ``benchmarks/spmm.py`` (beside this file): cuSPARSE SpMM as a C
-    program calls it, as the ``A @ X`` benchmark compares with."""
-    return _outputs.sibling("spmm.py", "spmm_benchmark").DirectSpMM
 
 
 def main(argv=None) -> int:
@@ -230,9 +222,7 @@ def main(argv=None) -> int:
                     f"{row['cusparse_out_us']:5.1f}  {row['cusparse_spmm_call_us']:5.1f}  "
                     f"({row['auto_backend']})"
                 )
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=1)
+    common.save_partial(result, args.out)
     return 0
 
 

@@ -40,7 +40,7 @@ still run):
   copied through the pinned staging buffer every time, and with pageable copies. Wall
   medians of ``--numpy-rounds`` solves each, timed in alternation.
 
-Usage: ``python benchmarks/solver_graphs.py --out DIR`` (writes solver_graphs_h200.json
+Usage: ``python -m benchmarks.solver_graphs --out DIR`` (writes solver_graphs_h200.json
 and .md; prints the table last).
 """
 
@@ -62,10 +62,10 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spl
 
 import sparsegpu as sg
+from sparsegpu import measure
 from sparsegpu.classes import _reorder
 from sparsegpu.datasets.synthetic import stencil_3d
 from sparsegpu.device import _staging
-from sparsegpu.measure import _timing
 
 
 def timed(fn, cupy, repeat=1):
@@ -387,7 +387,7 @@ def bench_numpy_path(args, cupy, report):
         with context(cupy) if context is not None else nullcontext():
             answers[label], _ = spl.cg(solvers[label], b, maxiter=args.iterations, **tol)
 
-    timings = _timing.host_time_interleaved(
+    timings = measure.host_time_interleaved(
         {label: functools.partial(solve, label) for label in solvers},
         warmup=1,
         repeat=args.numpy_rounds,

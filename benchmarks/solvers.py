@@ -20,7 +20,7 @@ recorded there and the others still run):
 * ``matmat``: ``A @ X`` for k = 1..64 (the backend's ``matmat``) against k separate
   products.
 
-Usage: ``python benchmarks/solvers.py --json out.json --md out.md [--plot out.png]``.
+Usage: ``python -m benchmarks.solvers --json out.json --md out.md [--plot out.png]``.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from sparsegpu._console import console, progress
 from sparsegpu.datasets.synthetic import power_law, stencil_3d
 from sparsegpu.device import _cuda
 from sparsegpu.engine import _planning, _registry
-from sparsegpu.measure._timing import cuda_time, gb_per_s, matrix_spmv_bytes
+from sparsegpu.measure import cuda_time, gb_per_s, matrix_spmv_bytes
 
 _CHOSEN_BACKENDS: list[str] = []
 

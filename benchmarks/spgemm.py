@@ -36,18 +36,16 @@ matrices of ``sparsegpu.testing`` only).
 
 Usage (on a GPU machine)::
 
-    python benchmarks/spgemm.py --out spgemm.json --md spgemm.md
-    python benchmarks/spgemm.py --scale small              # a quick check
-    python benchmarks/spgemm.py --from-json spgemm.json --md spgemm.md   # no GPU
+    python -m benchmarks.spgemm --out spgemm.json --md spgemm.md
+    python -m benchmarks.spgemm --scale small              # a quick check
+    python -m benchmarks.spgemm --from-json spgemm.json --md spgemm.md   # no GPU
 """
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import math
-import pathlib
 import sys
 import time
 
@@ -56,69 +54,21 @@ import scipy
 import scipy.sparse as sp
 
 import sparsegpu as sg
-from sparsegpu.backends import cusparse as cusparse_backend
-from sparsegpu.backends import cusparse_spgemm, spgemm
-from sparsegpu.datasets import synthetic
+from benchmarks import common
+from benchmarks.common import GALERKIN, DirectSpGEMM
+from sparsegpu import measure
+from sparsegpu.backends import spgemm
 from sparsegpu.device import _cuda, _mirror
 from sparsegpu.engine import _sparse_product
-from sparsegpu.measure import _timing
-from sparsegpu.measure._oracle import tolerance
+from sparsegpu.measure import tolerance
 
-HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import _outputs  # noqa: E402
-
-# the Galerkin form, P.T @ A @ P (a suffix says which aggregation P is: see prolongation)
-GALERKIN = "P.T@A@P"
 # the bars of issue 34
 CUPYX_BAR = 1.0
 SCIPY_BAR = 10.0
 
 
-def _fem_p1():
-    return _outputs.sibling("compressed_indices.py", "compressed_indices").fem_p1
-
-
-def matrices(scale: str, xp) -> list:
-    """``(name, form, builder)``: ``builder()`` -> host scipy CSR; ``form`` ``"A@A"`` or
-    ``"A.T@A"`` or ``"P.T@A@P"`` (with the aggregation of 2 x 2 grid points)."""
-    big = scale == "full"
-    n2, n3, s_rmat = (2000, 100, 16) if big else (200, 20, 10)
-    points, tall = (300_000, (400_000, 40_000)) if big else (5_000, (4_000, 400))
-    rmat_kw = {"a": 0.45, "b": 0.55 / 3, "c": 0.55 / 3}
-    return [
-        (f"stencil2d5_{n2}", "A@A", lambda: synthetic.stencil_2d(n2, xp=xp)),
-        (f"stencil3d27_{n3}", "A@A", lambda: synthetic.stencil_3d(n3, points=27, xp=xp)),
-        (f"rmat_s{s_rmat}_e16", "A@A", lambda: synthetic.rmat(s_rmat, 16, xp=xp, **rmat_kw)),
-        (f"fem_p1_{points // 1000}k_random", "A@A", lambda: _fem_p1()(points, "random")),
-        (
-            f"tall_{tall[0] // 1000}k_x8_{tall[1] // 1000}k",
-            "A.T@A",
-            lambda: synthetic.uniform_random(tall[0], 8, n_cols=tall[1], seed=3, xp=xp),
-        ),
-        (f"galerkin_stencil2d5_{n2}", "P.T@A@P", lambda: synthetic.stencil_2d(n2, xp=xp)),
-    ]
-
-
-def galerkin_matrices(scale: str, xp) -> list:
-    """``(name, form, builder)`` of Galerkin products beyond the 2-D one of
-    :func:`matrices`, added after the 2-D one was studied (so held out from that work):
-    the 3-D 27-point stencil with 2 x 2 x 2 aggregates, and a P1 mesh in random order
-    with random aggregates of about 4 points (no geometry to follow)."""
-    big = scale == "full"
-    n3, points = (100, 300_000) if big else (12, 3_000)
-    return [
-        (
-            f"galerkin_stencil3d27_{n3}",
-            GALERKIN + " 3-D",
-            lambda: synthetic.stencil_3d(n3, points=27, xp=xp),
-        ),
-        (
-            f"galerkin_fem_p1_{points // 1000}k_random",
-            GALERKIN + " random",
-            lambda: _fem_p1()(points, "random"),
-        ),
-    ]
+matrices = common.spgemm_matrices
+galerkin_matrices = common.galerkin_matrices
 
 
 def aggregation(n: int) -> sp.csr_matrix:
@@ -128,62 +78,6 @@ def aggregation(n: int) -> sp.csr_matrix:
     return sp.csr_matrix(
         (np.ones(n * n), (np.arange(n * n), coarse)), shape=(n * n, ((n + 1) // 2) ** 2)
     )
-
-
-class DirectSpGEMM:
-    """cuSPARSE SpGEMM ALG1 called directly: the operands' descriptors made once; each
-    call makes C's descriptor and the SpGEMM descriptor, estimates, computes and copies,
-    as NVIDIA's sample does."""
-
-    def __init__(self, left, right):
-        cupy = _cuda.cupy_or_none()
-        self._cupy = cupy
-        self._operands = (left, right)
-        lib = self._lib = cusparse_backend._bindings()
-        self._handle = lib.create()
-        lib.setStream(self._handle, cupy.cuda.get_current_stream().ptr)
-        self._a = cusparse_spgemm._operand(lib, left)
-        self._b = cusparse_spgemm._operand(lib, right)
-        self._dtype = left.dtype
-        self._index = left.index_dtype
-        self._shape = (left.shape[0], right.shape[1])
-        self._alpha = np.ones(1, left.dtype)
-        self._beta = np.zeros(1, left.dtype)
-
-    def __call__(self):
-        cupy, lib = self._cupy, self._lib
-        index_type = cusparse_backend.INDEX_TYPE[self._index]
-        cuda_type = cusparse_backend.CUDA_DATA_TYPE[self._dtype]
-        indptr = cupy.empty(self._shape[0] + 1, self._index)
-        mat_c = lib.createCsr(
-            *self._shape, 0, indptr.data.ptr, 0, 0, index_type, index_type, 0, cuda_type
-        )
-        descr = lib.spGEMM_createDescr()
-        args = (
-            self._handle, 0, 0, self._alpha.ctypes.data, self._a.handle, self._b.handle,
-            self._beta.ctypes.data, mat_c, cuda_type, cusparse_spgemm.ALGORITHM["alg1"], descr,
-        )  # fmt: skip
-        try:
-            size1 = lib.spGEMM_workEstimation(*args, 0, 0)
-            buffer1 = cupy.empty(size1, np.int8)
-            lib.spGEMM_workEstimation(*args, size1, buffer1.data.ptr)
-            size2 = lib.spGEMM_compute(*args, 0, 0)
-            buffer2 = cupy.empty(size2, np.int8)
-            lib.spGEMM_compute(*args, size2, buffer2.data.ptr)
-            sizes = np.zeros(3, np.int64)
-            lib.spMatGetSize(
-                mat_c, sizes.ctypes.data, sizes.ctypes.data + 8, sizes.ctypes.data + 16
-            )
-            nnz = int(sizes[2])
-            indices = cupy.empty(nnz, self._index)
-            data = cupy.empty(nnz, self._dtype)
-            lib.csrSetPointers(mat_c, indptr.data.ptr, indices.data.ptr, data.data.ptr)
-            lib.spGEMM_copy(*args)
-        finally:
-            lib.spGEMM_destroyDescr(descr)
-            lib.destroySpMat(mat_c)
-        del buffer1, buffer2
-        return indptr, indices, data
 
 
 class PeakTracker:
@@ -363,10 +257,10 @@ def run_dtype(name, form, S, dtype, repeat, cupy, cupyx_sparse, log) -> dict:
         f"{row['disagreements'] or 'all agree'}")  # fmt: skip
     for key, fn in fns.items():
         row[f"peak_{key}"] = int(peak_of(fn, cupy)[0])
-    timings = _timing.cuda_time_interleaved(fns, warmup=1, repeat=repeat)
+    timings = measure.cuda_time_interleaved(fns, warmup=1, repeat=repeat)
     for key, timing in timings.items():
         row[f"{key}_ms"] = timing.median_ms
-    row["planned_with_host_copy_ms"] = _timing.host_time(
+    row["planned_with_host_copy_ms"] = measure.host_time(
         lambda: planned().data, warmup=1, repeat=3
     ).median_ms
     if np.dtype(dtype) == np.float64:
@@ -517,10 +411,7 @@ def finish(args, result, render) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", type=pathlib.Path)
-    parser.add_argument("--md", type=pathlib.Path)
-    parser.add_argument("--from-json", type=pathlib.Path)
+    parser = common.parser(__doc__, common.output_arguments(plot=False, paths=True))
     parser.add_argument("--scale", choices=("full", "small"), default="full")
     parser.add_argument(
         "--set", choices=("main", "galerkin"), default="main",

@@ -31,15 +31,13 @@ of CuPy's pool over one product.
 
 Usage (on a GPU machine)::
 
-    python benchmarks/spgemm_first.py --out first.json --md first.md
-    python benchmarks/spgemm_first.py --from-json first.json --md first.md   # no GPU
+    python -m benchmarks.spgemm_first --out first.json --md first.md
+    python -m benchmarks.spgemm_first --from-json first.json --md first.md   # no GPU
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import pathlib
 import sys
 import time
 
@@ -48,17 +46,14 @@ import scipy
 import scipy.sparse as sp
 
 import sparsegpu as sg
-from sparsegpu import datasets
+from benchmarks import common
+from benchmarks import spgemm as spgemm_bench
+from benchmarks.common import DirectSpGEMM
+from sparsegpu import datasets, measure
 from sparsegpu.backends import spgemm
 from sparsegpu.datasets import synthetic
 from sparsegpu.engine import _sparse_product
-from sparsegpu.measure import _timing
 
-HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import _outputs  # noqa: E402
-
-BENCH = _outputs.sibling("spgemm.py", "spgemm_benchmark")
 RMAT = {"a": 0.45, "b": 0.55 / 3, "c": 0.55 / 3}
 
 
@@ -88,12 +83,12 @@ def fit_matrices(xp) -> list:
 
 
 def heldout_matrices(xp) -> list:
-    return [("heldout", *m) for m in BENCH.matrices("full", xp)]
+    return [("heldout", *m) for m in spgemm_bench.matrices("full", xp)]
 
 
 def galerkin_matrices(xp) -> list:
     """The Galerkin products added when the Galerkin path was reworked (held out from it)."""
-    return [("galerkin", *m) for m in BENCH.galerkin_matrices("full", xp)]
+    return [("galerkin", *m) for m in spgemm_bench.galerkin_matrices("full", xp)]
 
 
 def _products(form, S, dtype, cupyx_sparse):
@@ -102,8 +97,8 @@ def _products(form, S, dtype, cupyx_sparse):
     A.planning = "estimate"  # every product is a first product: the rule, from scratch
     Acx = cupyx_sparse.csr_matrix(A)
     Acx.sum_duplicates()
-    if form.startswith(BENCH.GALERKIN):
-        P = BENCH.prolongation(form, S, dtype)
+    if form.startswith(spgemm_bench.GALERKIN):
+        P = spgemm_bench.prolongation(form, S, dtype)
         Psg, Pcx = sg.csr_matrix(P), cupyx_sparse.csr_matrix(P)
         Psg.planning = "estimate"
         fns = {"first": lambda: sg.galerkin_product(A, Psg), "cupyx": lambda: Pcx.T @ Acx @ Pcx}
@@ -130,31 +125,31 @@ def run_dtype(group, name, form, S, dtype, repeat, cupy, cupyx_sparse, log) -> d
         row["rule"], row["rule_reason"] = engine.estimate(left, right)
         row["bound"] = int(left.stats.max) * int(right.stats.max)
         row["products"] = int(spgemm.row_products(left, right).sum())
-        fns["cusparse_alg1"] = BENCH.DirectSpGEMM(left, right)
+        fns["cusparse_alg1"] = DirectSpGEMM(left, right)
     reference = fns["cupyx"]()
     if reference.format != "csr":
         reference = reference.tocsr()
     row["result_nnz"] = int(reference.nnz)
     row["disagreements"] = {}
     for key, fn in fns.items():
-        problem = None if key == "cupyx" else BENCH.agree(fn(), reference, dtype, cupy)
+        problem = None if key == "cupyx" else spgemm_bench.agree(fn(), reference, dtype, cupy)
         if problem is not None:
             row["disagreements"][key] = problem
         if key == "first" and operands is not None:  # what the first product ran
             row["ran"] = sg.explain(*operands).last.algorithm
     for key, fn in fns.items():
-        row[f"peak_{key}"] = int(BENCH.peak_of(fn, cupy)[0])
-    for key, timing in _timing.cuda_time_interleaved(fns, warmup=1, repeat=repeat).items():
+        row[f"peak_{key}"] = int(spgemm_bench.peak_of(fn, cupy)[0])
+    for key, timing in measure.cuda_time_interleaved(fns, warmup=1, repeat=repeat).items():
         row[f"{key}_ms"] = timing.median_ms
     if np.dtype(dtype) == np.float64:
-        row["first_with_host_copy_ms"] = _timing.host_time(
+        row["first_with_host_copy_ms"] = measure.host_time(
             lambda: fns["first"]().data, warmup=1, repeat=3
         ).median_ms
         S64 = S.astype(dtype)
         start = time.perf_counter()
-        expected = BENCH.scipy_product(form, S64, P)
+        expected = spgemm_bench.scipy_product(form, S64, P)
         row["scipy_ms"] = (time.perf_counter() - start) * 1e3
-        problem = BENCH.agree_with_scipy(fns["first"](), expected, dtype)
+        problem = spgemm_bench.agree_with_scipy(fns["first"](), expected, dtype)
         if problem is not None:
             row["disagreements"]["scipy"] = problem
     times = ", ".join(f"{k} {row[f'{k}_ms']:.3f}" for k in fns)
@@ -213,22 +208,19 @@ def markdown(result: dict) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", type=pathlib.Path)
-    parser.add_argument("--md", type=pathlib.Path)
-    parser.add_argument("--from-json", type=pathlib.Path)
+    parser = common.parser(__doc__, common.output_arguments(plot=False, paths=True))
     parser.add_argument("--sets", default="fit,heldout")
     parser.add_argument("--dtypes", default="float64,float32")
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--only", help="comma-separated matrix names")
     args = parser.parse_args(argv)
-    started = BENCH.start(args, markdown)
+    started = spgemm_bench.start(args, markdown)
     if isinstance(started, int):
         return started
     cupy, cupyx_sparse = started
     from sparsegpu.backends import hash_spgemm
 
-    log = BENCH.log
+    log = spgemm_bench.log
     result = {
         "device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
         "cupy": cupy.__version__,
@@ -267,7 +259,7 @@ def main(argv=None) -> int:
             cupy.get_default_memory_pool().free_all_blocks()
         if args.out:
             args.out.write_text(json.dumps(result, indent=1))
-    return BENCH.finish(args, result, markdown)
+    return spgemm_bench.finish(args, result, markdown)
 
 
 if __name__ == "__main__":

@@ -23,13 +23,12 @@ Nothing here is fitted: it measures the path, on the held-out matrices of
 
 Usage (on a GPU machine)::
 
-    python benchmarks/spgemm_layers.py --out layers.json --md layers.md --profile prof.txt
-    python benchmarks/spgemm_layers.py --from-json layers.json --md layers.md   # no GPU
+    python -m benchmarks.spgemm_layers --out layers.json --md layers.md --profile prof.txt
+    python -m benchmarks.spgemm_layers --from-json layers.json --md layers.md   # no GPU
 """
 
 from __future__ import annotations
 
-import argparse
 import cProfile
 import io
 import pathlib
@@ -39,18 +38,14 @@ import sys
 import numpy as np
 
 import sparsegpu as sg
+from benchmarks import common
+from benchmarks import spgemm as spgemm_bench
+from benchmarks.common import DirectSpGEMM
+from sparsegpu import measure
 from sparsegpu.backends import spgemm
 from sparsegpu.engine import _sparse_planning, _sparse_product
-from sparsegpu.measure import _timing
-
-HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import _outputs  # noqa: E402
 
 LAYERS = ("op", "spgemm", "planning", "driver", "engine", "cusparse_alg1", "cupyx")
-
-
-BENCH = _outputs.sibling("spgemm.py", "spgemm_benchmark")
 
 
 def layer_fns(form, S, dtype, cupyx_sparse) -> tuple[dict, str]:
@@ -79,7 +74,7 @@ def layer_fns(form, S, dtype, cupyx_sparse) -> tuple[dict, str]:
         "engine": engine_only,
     }
     if algorithm == "alg1":
-        fns["cusparse_alg1"] = BENCH.DirectSpGEMM(L, R)
+        fns["cusparse_alg1"] = DirectSpGEMM(L, R)
     fns["cupyx"] = lambda: left_cx @ right_cx
     return fns, algorithm
 
@@ -100,10 +95,10 @@ def run_dtype(name, form, S, dtype, repeat, cupy, cupyx_sparse, log) -> dict:
     row["disagreements"] = {}
     for key, fn in fns.items():
         if key != "cupyx":
-            problem = BENCH.agree(_device_result(fn()), reference, dtype, cupy)
+            problem = spgemm_bench.agree(_device_result(fn()), reference, dtype, cupy)
             if problem is not None:
                 row["disagreements"][key] = problem
-    for key, timing in _timing.cuda_time_interleaved(fns, warmup=2, repeat=repeat).items():
+    for key, timing in measure.cuda_time_interleaved(fns, warmup=2, repeat=repeat).items():
         row[f"{key}_ms"] = timing.median_ms
     log(
         f"  {name} {row['dtype']} ({algorithm}): "
@@ -155,14 +150,11 @@ def markdown(result: dict) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = common.parser(__doc__, common.output_arguments(plot=False, paths=True))
     parser.add_argument("--repeat", type=int, default=15)
-    parser.add_argument("--out", type=pathlib.Path, help="write the rows as JSON")
-    parser.add_argument("--md", type=pathlib.Path, help="write a markdown table")
     parser.add_argument("--profile", type=pathlib.Path, help="cProfile's top functions of op")
-    parser.add_argument("--from-json", type=pathlib.Path, help="render an earlier --out file")
     args = parser.parse_args(argv)
-    started = BENCH.start(args, markdown)
+    started = spgemm_bench.start(args, markdown)
     if isinstance(started, int):
         return started
     cupy, cupyx_sparse = started
@@ -173,16 +165,18 @@ def main(argv=None) -> int:
         "command": " ".join(sys.argv),
         "rows": [],
     }
-    chosen = [m for m in BENCH.matrices("full", cupy) if not m[1].startswith(BENCH.GALERKIN)]
+    chosen = [
+        m for m in spgemm_bench.matrices("full", cupy) if not m[1].startswith(spgemm_bench.GALERKIN)
+    ]
     for i, (name, form, builder) in enumerate(chosen):
-        BENCH.log(f"[{i + 1}/{len(chosen)}] {name} ({form})")
+        spgemm_bench.log(f"[{i + 1}/{len(chosen)}] {name} ({form})")
         S = builder()
         for dtype in (np.float64, np.float32):
-            row = run_dtype(name, form, S, dtype, args.repeat, cupy, cupyx_sparse, BENCH.log)
+            row = run_dtype(name, form, S, dtype, args.repeat, cupy, cupyx_sparse, spgemm_bench.log)
             result["rows"].append(row)
         if args.profile and i == len(chosen) - 2:  # the P1 mesh: ALG1, about 1 ms
             args.profile.write_text(profile_text(form, S, np.float64, cupyx_sparse, cupy))
-    return BENCH.finish(args, result, markdown)
+    return spgemm_bench.finish(args, result, markdown)
 
 
 if __name__ == "__main__":

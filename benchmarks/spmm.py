@@ -40,15 +40,13 @@ least ``MIN_CALLS`` products. Sets (fit on one, claim on another):
 Usage (on a GPU machine; ``--quick`` takes three ks and the small matrices; ``--only``
 names the matrices to run, ``--real`` the Matrix Market ones beside the generated)::
 
-    python benchmarks/spmm.py --set heldout --out spmm.json --md spmm.md
-    python benchmarks/spmm.py --set heldout --only bcsstk13,cage10 --out small.json
-    python benchmarks/spmm.py --from-json spmm.json --md spmm.md --plot spmm.png  # no GPU
+    python -m benchmarks.spmm --set heldout --out spmm.json --md spmm.md
+    python -m benchmarks.spmm --set heldout --only bcsstk13,cage10 --out small.json
+    python -m benchmarks.spmm --from-json spmm.json --md spmm.md --plot spmm.png  # no GPU
 """
 
 from __future__ import annotations
 
-import argparse
-import importlib.resources
 import json
 import math
 import pathlib
@@ -56,18 +54,18 @@ import sys
 import time
 
 import numpy as np
-import scipy.io
 
 import sparsegpu as sg
+from benchmarks import common
+from benchmarks.common import DirectSpMM
+from sparsegpu import measure
 from sparsegpu.backends import _spmm
 from sparsegpu.backends import cusparse as cusparse_backend
-from sparsegpu.datasets import synthetic
 from sparsegpu.device import _cuda
 from sparsegpu.engine import _registry
-from sparsegpu.measure import _timing
 
-DEFAULT_MATRICES = importlib.resources.files("sparsegpu.datasets") / "data"
-SETS = ("fit", "heldout")
+DEFAULT_MATRICES = common.BUNDLED
+SETS = common.SPMM_SETS
 KS = (2, 4, 8, 16, 32, 64, 128)
 QUICK_KS = (2, 8, 32)
 # the issue-34 bars: auto against the best of cuSPARSE (direct, best algorithm), cupyx and
@@ -77,112 +75,18 @@ GEOMEAN_BAR = 1.25
 MIN_CALLS = 3
 REPEAT = 9
 # bundled SuiteSparse matrices with at least this many rows join the held-out set
-MIN_REAL_ROWS = 1000
+MIN_REAL_ROWS = common.SPMM_MIN_REAL_ROWS
 THE_THREE = ("cusparse_best", "cupyx", "torch")
 
 
-def synthetic_matrices(which: str, quick: bool) -> dict:
-    """``{name: build() -> scipy CSR}`` of the generated matrices of a set."""
-    if which == "fit":
-        out = {
-            "stencil2d5_60": lambda: synthetic.stencil_2d(60),
-            "stencil2d5_1000": lambda: synthetic.stencil_2d(1000),
-            "stencil3d27_64": lambda: synthetic.stencil_3d(64, points=27),
-            "rmat_s17_e8": lambda: synthetic.rmat(17, 8),
-        }
-        return {} if quick else out
-    out = {
-        "stencil2d5_2000": lambda: synthetic.stencil_2d(2000),
-        "stencil3d27_100": lambda: synthetic.stencil_3d(100, points=27),
-        "rmat_s19_e8": lambda: synthetic.rmat(19, 8),
-        "powerlaw_1M_e2.2": lambda: synthetic.power_law(
-            1_000_000, mean=12.0, max_row=20_000, exponent=2.2, seed=6
-        ),
-    }
-    return {} if quick else out
+synthetic_matrices = common.spmm_synthetic
+matrices = common.spmm_set
 
 
 def real_matrices(folder, names=None) -> dict:
     """``{name: build}`` of the Matrix Market files in ``folder`` with at least
     ``MIN_REAL_ROWS`` rows (only those of ``names``, when given)."""
-    out = {}
-    for path in sorted(pathlib.Path(str(folder)).glob("*.mtx*")):
-        name = path.name.split(".mtx")[0]
-        if names is not None and name not in names:
-            continue
-        A = scipy.io.mmread(str(path)).tocsr()
-        if A.shape[0] >= MIN_REAL_ROWS:
-            out[name] = lambda A=A: A
-    return out
-
-
-def matrices(which: str, quick: bool, folder, real=None, only=None) -> dict:
-    """``{name: build}`` of a set: its generated matrices and, held out, the Matrix Market
-    ones (those of ``real``, when given); with ``only``, just the matrices so named."""
-    if which not in SETS:
-        raise ValueError(f"set={which!r}; use one of {SETS}")
-    out = synthetic_matrices(which, quick)
-    if which == "heldout":
-        out.update(real_matrices(folder, only if only is not None else real))
-    if only is not None:
-        out = {name: build for name, build in out.items() if name in only}
-    return out
-
-
-class DirectSpMM:
-    """cuSPARSE SpMM called directly: ``Y = A @ X`` as a C program does it.
-
-    The CSR descriptor, dense-matrix descriptors bound to this X and Y (row-major for a
-    C-order X, column-major for a Fortran one: nothing is copied), the workspace and, for
-    ALG1 and ALG3 where the bindings have it, ``cusparseSpMM_preprocess`` are made once;
-    each call is one ``cusparseSpMM``.
-    """
-
-    def __init__(self, mirror, X, Y, algorithm: str):
-        cupy = _cuda.cupy_or_none()
-        self._operands = (mirror, X, Y)  # the descriptors hold their raw pointers
-        lib = self._lib = cusparse_backend._bindings()
-        self._handle = lib.create()
-        lib.setStream(self._handle, cupy.cuda.get_current_stream().ptr)
-        cuda_type = cusparse_backend.CUDA_DATA_TYPE[mirror.dtype]
-        index_type = cusparse_backend.INDEX_TYPE[mirror.index_dtype]
-        (n_rows, n_cols), k = mirror.shape, X.shape[1]
-        self._mat = lib.createCsr(
-            n_rows, n_cols, mirror.nnz, mirror.indptr.data.ptr, mirror.indices.data.ptr,
-            mirror.data.data.ptr, index_type, index_type, 0, cuda_type,
-        )  # fmt: skip
-        if _spmm.is_fortran(X):
-            order, ld_x, ld_y = cusparse_backend.ORDER_COL, n_cols, n_rows
-        else:
-            order, ld_x, ld_y = cusparse_backend.ORDER_ROW, k, k
-        self._x = lib.createDnMat(n_cols, k, ld_x, X.data.ptr, cuda_type, order)
-        self._y = lib.createDnMat(n_rows, k, ld_y, Y.data.ptr, cuda_type, order)
-        self._alpha = np.ones(1, dtype=mirror.dtype)
-        self._beta = np.zeros(1, dtype=mirror.dtype)
-        algorithm = cusparse_backend.SPMM_ALGORITHM[algorithm]
-        args = (
-            self._handle, 0, 0, self._alpha.ctypes.data, self._mat, self._x,
-            self._beta.ctypes.data, self._y, cuda_type, algorithm,
-        )  # fmt: skip
-        self._workspace = cupy.empty(max(int(lib.spMM_bufferSize(*args)), 1), dtype=np.int8)
-        self._args = (*args, self._workspace.data.ptr)
-        if algorithm in cusparse_backend.SPMM_PREPROCESSED and cusparse_backend.has_preprocess(
-            "spMM"
-        ):
-            lib.spMM_preprocess(*self._args)
-        self._spmm = lib.spMM
-
-    def __call__(self):
-        self._spmm(*self._args)
-
-    def close(self):
-        lib = self._lib
-        _cuda.cupy_or_none().cuda.get_current_stream().synchronize()
-        lib.destroyDnMat(self._x)
-        lib.destroyDnMat(self._y)
-        lib.destroySpMat(self._mat)
-        lib.destroy(self._handle)
-        self._operands = None
+    return common.real_matrices(folder, names, min_rows=MIN_REAL_ROWS)
 
 
 def _torch():
@@ -238,9 +142,9 @@ def bench_one(name, A, Acx, X, cupy, torch, set_label) -> dict:
     Y_plan = cupy.empty(reference.shape, dtype=dtype, order="F" if fortran else "C")
     check(plan.matmat(X, out=Y_plan), "auto's plan")
     fns["auto_plan"] = lambda: plan.matmat(X, out=Y_plan)
-    nbytes = _timing.matrix_spmv_bytes(mirror) + (X.size + reference.size) * dtype.itemsize
+    nbytes = measure.matrix_spmv_bytes(mirror) + (X.size + reference.size) * dtype.itemsize
     inner = max(MIN_CALLS, min(200, int(2e8 // max(nbytes, 1))))
-    timings = _timing.cuda_time_interleaved(fns, warmup=2, repeat=REPEAT, inner=inner)
+    timings = measure.cuda_time_interleaved(fns, warmup=2, repeat=REPEAT, inner=inner)
     for direct in directs:
         direct.close()
     ms = {key: t.median_ms for key, t in timings.items()}
@@ -345,7 +249,7 @@ def markdown(result) -> str:
         "(descriptors and workspace made once, the best of CSR ALG1/2/3 and the default), "
         "cupyx and torch.sparse, divided by `auto`'s (planned on that X first, then "
         "`A @ X` as users call it): above 1 `auto` is faster. Command: "
-        f"`{result.get('command', 'python benchmarks/spmm.py')}`.",
+        f"`{result.get('command', 'python -m benchmarks.spmm')}`.",
         "",
         "Sets: `fit` is what the A @ X rules, the row-split kernel's shapes and the candidate "
         "lists were checked and chosen on; `heldout` took no part in that: the issue's "
@@ -438,7 +342,7 @@ def run(args, cupy, after_each=None) -> dict:
         "device": device.decode() if isinstance(device, bytes) else device,
         "versions": _cuda.versions(),
         "torch": None if torch is None else torch.__version__,
-        "command": "python benchmarks/spmm.py " + " ".join(sys.argv[1:]),
+        "command": "python -m benchmarks.spmm " + " ".join(sys.argv[1:]),
         "results": [],
     }
     ks = QUICK_KS if args.quick else tuple(int(k) for k in args.k.split(","))
@@ -481,7 +385,7 @@ def run(args, cupy, after_each=None) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = common.parser(__doc__, common.output_arguments())
     parser.add_argument("--set", default="heldout", choices=[*SETS, "both"])
     parser.add_argument("--k", default=",".join(map(str, KS)), help="columns of X, comma-separated")
     parser.add_argument("--dtypes", default="float64,float32")
@@ -492,10 +396,6 @@ def main(argv=None) -> int:
         "--only", help="only these matrices of the set, generated or not (comma-separated)"
     )
     parser.add_argument("--quick", action="store_true", help="three ks, no large matrices")
-    parser.add_argument("--out", help="JSON result file")
-    parser.add_argument("--md", help="markdown table file")
-    parser.add_argument("--plot", help="PNG plot file (needs matplotlib)")
-    parser.add_argument("--from-json", help="redraw --md/--plot from a result file, no GPU")
     args = parser.parse_args(argv)
     if args.from_json:
         write_outputs(json.loads(pathlib.Path(args.from_json).read_text()), args)

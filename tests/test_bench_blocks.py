@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import pytest
 
+from benchmarks import blocks
 from sparsegpu.backends.block import host_block_structure
-
-from .scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def script():
-    return load_script("benchmarks/blocks.py")
+    return blocks
 
 
 def fake_row(

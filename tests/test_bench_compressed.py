@@ -8,16 +8,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from .scripts import load_script
+from benchmarks import compressed_indices
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "benchmarks" / "compressed_indices.py"
 RESULT = ROOT / "docs" / "benchmarks" / "results" / "compressed_indices_h200.json"
 
 
 @pytest.fixture(scope="module")
 def script():
-    return load_script(SCRIPT)
+    return compressed_indices
 
 
 @pytest.mark.parametrize("order", ["rcm", "random"])

@@ -9,17 +9,15 @@ import numpy as np
 import pytest
 
 import sparsegpu as sg
-
-from .scripts import load_script
+from benchmarks import half_precision
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "benchmarks" / "half_precision.py"
 RESULT = ROOT / "docs" / "benchmarks" / "results" / "half_precision_h200.json"
 
 
 @pytest.fixture(scope="module")
 def script():
-    return load_script(SCRIPT)
+    return half_precision
 
 
 def test_small_matrices_build_with_seeded_random_values(script):

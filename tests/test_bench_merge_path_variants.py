@@ -7,18 +7,16 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import merge_path_variants
 from sparsegpu.device import _cuda
 
-from .scripts import load_script
-
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "benchmarks" / "merge_path_variants.py"
 RESULT = ROOT / "docs" / "benchmarks" / "results" / "merge_path_variants_h200.json"
 
 
 @pytest.fixture(scope="module")
 def script():
-    return load_script(SCRIPT)
+    return merge_path_variants
 
 
 def _fake_result():

@@ -13,17 +13,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from benchmarks import auto_vs_cusparse
 from sparsegpu.datasets import synthetic
 from sparsegpu.device import _cuda
 
 from .scripts import load_script
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "auto_vs_cusparse.py"
-
 
 @pytest.fixture(scope="module")
 def script():
-    return load_script(SCRIPT)
+    return auto_vs_cusparse
 
 
 def fake_row(matrix, set_label, dtype, auto, estimate, raw=1.0, cupyx=2.0, planning=5.0):
@@ -290,7 +289,7 @@ def test_bench_one_with_cpu_stand_ins(script, monkeypatch):
             out[key] = type("T", (), {"median_ms": 0.01 * next(timings)})()
         return out
 
-    monkeypatch.setattr(script._timing, "cuda_time_interleaved", fake_interleaved)
+    monkeypatch.setattr(script.measure, "cuda_time_interleaved", fake_interleaved)
     monkeypatch.setattr(sg, "matvec", fake_matvec)
     monkeypatch.setattr(sg, "choose", fake_plan)
     folder = Path(script.DEFAULT_MATRICES)
@@ -365,7 +364,8 @@ def test_readme_table_is_drawn_from_a_bench_file():
 def test_cusparse_bsr_summary_is_drawn_from_its_result():
     """The committed summary of benchmarks/cusparse_bsr.py is what its JSON gives."""
     results = Path(__file__).resolve().parents[1] / "docs" / "benchmarks" / "results"
-    bsr = load_script(Path(__file__).resolve().parents[1] / "benchmarks" / "cusparse_bsr.py")
+    from benchmarks import cusparse_bsr as bsr
+
     result = json.loads((results / "cusparse_bsr_h100.json").read_text())
     summary = bsr.markdown(result)
     assert summary == (results / "cusparse_bsr_h100.md").read_text()

@@ -3,18 +3,14 @@ shaped like a real one (the benchmark itself needs a GPU)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from .scripts import load_script
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "solver_graphs.py"
+from benchmarks import solver_graphs
 
 
 @pytest.fixture(scope="module")
 def script():
-    return load_script(SCRIPT)
+    return solver_graphs
 
 
 def solve(seconds, iterations, graphs=True):

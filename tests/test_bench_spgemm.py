@@ -10,16 +10,14 @@ import pytest
 import scipy.sparse as sp
 
 import sparsegpu as sg
-
-from .scripts import load_script
+from benchmarks import spgemm, spgemm_layers
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "benchmarks" / "spgemm.py"
 
 
 @pytest.fixture(scope="module")
 def script():
-    return load_script(SCRIPT)
+    return spgemm
 
 
 def test_small_matrices_build_on_the_host(script):
@@ -120,12 +118,9 @@ def test_direct_cusparse_spgemm_agrees_with_scipy(script, dtype, index_dtype):
     assert script.agree_with_scipy(ours, S @ T, dtype) is None
 
 
-LAYERS = ROOT / "benchmarks" / "spgemm_layers.py"
-
-
 @pytest.fixture(scope="module")
 def layers():
-    return load_script(LAYERS)
+    return spgemm_layers
 
 
 def _fake_layers():

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from tests.scripts import load_script
+from benchmarks.experiments import lead_call
 
 
 @pytest.fixture(scope="module")
 def script():
-    return load_script("benchmarks/experiments/lead_call.py")
+    return lead_call
 
 
 def test_the_table_and_the_distance_from_the_loop(script):

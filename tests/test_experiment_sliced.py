@@ -8,15 +8,16 @@ import types
 import numpy as np
 import pytest
 
+from benchmarks import compressed_indices
+from benchmarks.experiments import sliced_ell_prototype
 from sparsegpu.datasets import synthetic
-from tests.scripts import load_script
 
 NUMPY_AS_CUPY = types.SimpleNamespace(asarray=np.asarray)
 
 
 @pytest.fixture(scope="module")
 def script():
-    return load_script("benchmarks/experiments/sliced_ell_prototype.py")
+    return sliced_ell_prototype
 
 
 def product(layout, x, tpr):
@@ -48,7 +49,7 @@ def test_layout_decodes_to_the_matrix(script, tpr, window):
 
 
 def test_sorting_cuts_the_padding_of_irregular_rows(script):
-    fem = load_script("benchmarks/compressed_indices.py").fem_p1(3000, "rcm")
+    fem = compressed_indices.fem_p1(3000, "rcm")
     unsorted = script.build(fem, 1, 0, NUMPY_AS_CUPY)["padding"]
     assert script.build(fem, 1, 1024, NUMPY_AS_CUPY)["padding"] < unsorted
 

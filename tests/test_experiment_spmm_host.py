@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from tests.scripts import load_script
+from benchmarks.experiments import spmm_host_parts, spmm_host_path
 
 
 @pytest.fixture(scope="module")
 def path_script():
-    return load_script("benchmarks/experiments/spmm_host_path.py")
+    return spmm_host_path
 
 
 @pytest.fixture(scope="module")
 def parts_script():
-    return load_script("benchmarks/experiments/spmm_host_parts.py")
+    return spmm_host_parts
 
 
 def test_the_path_table_puts_each_contender_in_its_column(path_script):

@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.scripts import load_script
+from benchmarks.experiments import whole_block_sweep
 
 
 @pytest.fixture(scope="module")
 def script():
-    return load_script("benchmarks/experiments/whole_block_sweep.py")
+    return whole_block_sweep
 
 
 def test_each_variant_compiles_with_the_knobs_it_names(script):

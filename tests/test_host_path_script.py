@@ -15,7 +15,7 @@ def test_the_stand_in_runs_every_product_of_both_plans(tmp_path):
     out = tmp_path / "host_path.json"
     environment = {**os.environ, "PYTHONPATH": str(ROOT)}
     subprocess.run(
-        [sys.executable, "benchmarks/host_path.py", "--calls", "3", "--repeats", "1",
+        [sys.executable, "-m", "benchmarks.host_path", "--calls", "3", "--repeats", "1",
          "--out", str(out)],
         cwd=ROOT, env=environment, check=True, capture_output=True, timeout=120,
     )  # fmt: skip

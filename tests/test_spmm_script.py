@@ -9,12 +9,12 @@ import json
 
 import pytest
 
-from .scripts import load_script
+from benchmarks import spmm
 
 
 @pytest.fixture(scope="module")
 def script():
-    return load_script("benchmarks/spmm.py")
+    return spmm
 
 
 def fake_row(matrix, set_label, dtype, order, k, auto, best=1.0):

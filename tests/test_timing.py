@@ -115,6 +115,38 @@ def test_one_function_alone_is_the_same_timer(fake_cupy):
     assert len(host.samples_ms) == 4
 
 
+def test_before_sample_runs_untimed_before_every_sample(fake_cupy):
+    """Distributed timing's barrier: after the lead call (none here), before the clock."""
+    fake = fake_cupy
+
+    def barrier():
+        fake.log.append("barrier")
+        fake.clock += 100.0  # a slow rank: not in the sample
+
+    fns = {"a": _work(fake, "a", 2.0)}
+    timing = _timing.cuda_time_interleaved(
+        fns, warmup=1, repeat=3, inner=2, lead=False, before_sample=barrier
+    )
+    assert timing["a"].samples_ms == (2.0, 2.0, 2.0)
+    assert fake.log == ["a", "sync"] + ["barrier", "a", "a"] * 3
+    log = []
+    _timing.host_time_interleaved(
+        {"b": lambda: log.append("b")}, warmup=0, repeat=2, before_sample=lambda: log.append("|")
+    )
+    assert log == ["|", "b", "|", "b"]
+
+
+def test_the_public_names_are_the_harness():
+    """``sparsegpu.measure`` exports the one harness and answer check, not copies."""
+    from sparsegpu import measure
+    from sparsegpu.measure import _oracle
+
+    assert measure.cuda_time is _timing.cuda_time
+    assert measure.time_candidates is _timing.time_candidates
+    assert measure.Oracle is _oracle.Oracle
+    assert set(measure.__all__) <= set(dir(measure))
+
+
 class _Timeline:
     """One stream: the host issues launches (each costing it ``latency`` ms) and events;
     the GPU runs them in order, each once it has arrived and the GPU is free. Times in

@@ -21,7 +21,7 @@ alternation, after checking that both sides' whole products agree:
 
 Usage (on a GPU machine)::
 
-    python benchmarks/experiments/galerkin_phases.py [--n 2000] [--dtype float64]
+    python -m benchmarks.experiments.galerkin_phases [--n 2000] [--dtype float64]
         [--repeat 9] [--out FILE.json]
 """
 
@@ -35,24 +35,17 @@ import sys
 import numpy as np
 
 import sparsegpu as sg
+from benchmarks import spgemm as spgemm_bench
+from sparsegpu import measure
 from sparsegpu.backends import spgemm
 from sparsegpu.datasets import synthetic
 from sparsegpu.device import _cuda
 from sparsegpu.device._mirror import CUPY
 from sparsegpu.engine import _sparse_product
-from sparsegpu.measure import _timing
-
-HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-import _outputs  # noqa: E402
-
-
-def _spgemm_benchmark():
-    return _outputs.sibling("spgemm.py", "spgemm_benchmark")
 
 
 def phases(n: int, dtype, repeat: int, cupy, cupyx_sparse) -> dict:
-    bench = _spgemm_benchmark()
+    bench = spgemm_bench
     S = synthetic.stencil_2d(n).astype(dtype)
     P = bench.prolongation(bench.GALERKIN, S, dtype)
     A, Psg = sg.csr_matrix(S), sg.csr_matrix(P)
@@ -88,7 +81,7 @@ def phases(n: int, dtype, repeat: int, cupy, cupyx_sparse) -> dict:
     problem = bench.agree(fns["sg_galerkin"](), reference, dtype, cupy)
     if problem is not None:
         raise SystemExit(f"sparsegpu's Galerkin product disagrees with cupyx's: {problem}")
-    timings = _timing.cuda_time_interleaved(fns, warmup=2, repeat=repeat)
+    timings = measure.cuda_time_interleaved(fns, warmup=2, repeat=repeat)
     return {
         "n": n,
         "dtype": np.dtype(dtype).name,

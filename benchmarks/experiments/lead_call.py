@@ -25,40 +25,39 @@ bundled matrix whose products the host's pace decides.
 
 Usage (on a GPU machine)::
 
-    python benchmarks/experiments/lead_call.py --out lead_call.json --md lead_call.md
+    python -m benchmarks.experiments.lead_call --out lead_call.json --md lead_call.md
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import functools
-import pathlib
 import statistics
 import sys
 
 import numpy as np
 
 import sparsegpu as sg
+from benchmarks import common
 from sparsegpu import datasets
 from sparsegpu.datasets import synthetic
 from sparsegpu.device import _cuda
 from sparsegpu.device._mirror import PlanKey
 from sparsegpu.engine import _planning, _registry
-from sparsegpu.measure import _timing
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-import _outputs  # noqa: E402
+# the private module itself: the experiment swaps its cuda_time_interleaved, which
+# planning calls, to time without the lead call
+from sparsegpu.measure import _timing
 
 LOOP = 8
 REPEAT = 15
 
 
 def matrices() -> list:
-    mesh = synthetic.block_mesh
+    """``(set, name, builder)``: two of ``blocks``' meshes, a 27-point stencil, bcsstk13."""
+    meshes = common.pick(common.block_meshes("full"), ("mesh_b2_n56_random", "mesh_b3_n30"))
     return [
-        ("dev", "mesh_b2_n56_random", lambda: mesh(56, 2, seed=11, node_order="random")),
-        ("fit", "mesh_b3_n30", lambda: mesh(30, 3)),
+        *((s, name, make) for s, name, _, make in meshes),
         ("other", "stencil3d_27pt_100", lambda: synthetic.stencil_3d(100, points=27)),
         ("other", "bcsstk13", lambda: datasets.load("bcsstk13").tocsr()),
     ]
@@ -211,22 +210,17 @@ def plot(result, path) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = common.parser(__doc__, common.output_arguments())
     parser.add_argument("--plans", type=int, default=3, help="fresh plannings per side")
     parser.add_argument("--only", help="comma-separated matrix names")
-    _outputs.add_output_arguments(parser)
     args = parser.parse_args(argv)
-    if args.from_json:
-        _outputs.redraw(args.from_json, args, lambda rows: None, markdown, plot)
-        return 0
-    cupy = _cuda.cupy_or_none()
+    cupy, status = common.begin(args, lambda rows: None, markdown, plot)
     if cupy is None:
-        print(f"no GPU: {_cuda.unavailable_reason()}")
-        return 1
+        return status
     result = {
         "device": _cuda.device_info().name,
         "versions": _cuda.versions(),
-        "command": "python benchmarks/experiments/lead_call.py " + " ".join(argv or sys.argv[1:]),
+        "command": "python -m benchmarks.experiments.lead_call " + " ".join(argv or sys.argv[1:]),
         "results": [],
     }
     only = set(args.only.split(",")) if args.only else None
@@ -238,7 +232,7 @@ def main(argv=None) -> int:
             row = bench_one(set_label, name, S, dtype, cupy, args.plans)
             result["results"].append(row)
             print(f"{name} {np.dtype(dtype).name}: best {row['best']}", flush=True)
-    _outputs.write_outputs(result, args, markdown, plot)
+    common.write_outputs(result, args, markdown, plot)
     return 0
 
 

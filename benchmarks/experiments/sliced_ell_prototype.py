@@ -23,12 +23,11 @@ of ``out=`` products, one candidate after another.
 
 Usage (on a GPU machine, from the repository root)::
 
-    PYTHONPATH=$PWD python3 benchmarks/experiments/sliced_ell_prototype.py --out r.json --md r.md
+    python -m benchmarks.experiments.sliced_ell_prototype --out r.json --md r.md
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import pathlib
 import sys
@@ -36,13 +35,10 @@ import time
 
 import numpy as np
 
-HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[1]))
-
-from sparsegpu.device._mirror import CUPY, PlanKey  # noqa: E402
-from sparsegpu.engine import _registry  # noqa: E402
-from sparsegpu.measure import _timing  # noqa: E402
-from tests.scripts import load_script  # noqa: E402
+from benchmarks import common, compressed_indices
+from sparsegpu import measure
+from sparsegpu.device._mirror import CUPY, PlanKey
+from sparsegpu.engine import _registry
 
 THREADS_PER_ROW = (1, 2, 4, 8)
 WINDOWS = (0, 1024)
@@ -131,7 +127,7 @@ def build(S, tpr: int, window: int, cupy) -> dict:
 
 
 def us(fn) -> float:
-    return 1e3 * _timing.cuda_time(fn, warmup=3, repeat=20).median_ms
+    return 1e3 * measure.cuda_time(fn, warmup=3, repeat=20).median_ms
 
 
 def best_of_sweeps(mirror, x, y):
@@ -187,11 +183,8 @@ def markdown(results: list) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = common.parser(__doc__, common.output_arguments(plot=False))
     parser.add_argument("--scale", choices=("full", "small"), default="full")
-    parser.add_argument("--out", help="JSON result file")
-    parser.add_argument("--md", help="markdown summary file")
-    parser.add_argument("--from-json", help="redraw --md from an earlier result file")
     args = parser.parse_args(argv)
     if args.from_json:
         results = json.loads(pathlib.Path(args.from_json).read_text())
@@ -202,7 +195,7 @@ def main(argv=None) -> int:
 
     import sparsegpu as sg
 
-    matrices = load_script(HERE.parent / "compressed_indices.py").matrices(args.scale)
+    matrices = compressed_indices.matrices(args.scale)
     module = cupy.RawModule(code=kernel_source(), options=("-std=c++17",))
     results = []
     for _, name, make in matrices:

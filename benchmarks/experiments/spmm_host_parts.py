@@ -8,14 +8,12 @@ step of that path alone, best and median of 7 runs of ``N`` calls (host time onl
 
 Usage (on a GPU machine)::
 
-    python benchmarks/experiments/spmm_host_parts.py --out parts.json --md parts.md
-    python benchmarks/experiments/spmm_host_parts.py --from-json parts.json --md parts.md
+    python -m benchmarks.experiments.spmm_host_parts --out parts.json --md parts.md
+    python -m benchmarks.experiments.spmm_host_parts --from-json parts.json --md parts.md
 """
 
 from __future__ import annotations
 
-import argparse
-import pathlib
 import statistics
 import sys
 import threading
@@ -24,11 +22,9 @@ import time
 import numpy as np
 
 import sparsegpu as sg
+from benchmarks import common
 from sparsegpu.datasets import synthetic
 from sparsegpu.engine import _dispatch, _planning, _registry
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-import _outputs  # noqa: E402
 
 N = 2000
 RUNS = 7
@@ -62,14 +58,12 @@ def markdown(result) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    _outputs.add_output_arguments(parser)
+    parser = common.parser(__doc__, common.output_arguments(plot=False))
     parser.add_argument("--profile", action="store_true", help="also cProfile N products")
     args = parser.parse_args(argv)
-    if args.from_json:
-        _outputs.redraw(args.from_json, args, lambda rows: None, markdown, None)
-        return 0
-    import cupy
+    cupy, status = common.begin(args, lambda rows: None, markdown, None)
+    if cupy is None:
+        return status
     from cupy_backends.cuda.api import driver
 
     S = synthetic.stencil_2d(60)
@@ -86,8 +80,7 @@ def main(argv=None) -> int:
     args_array = np.zeros(12, dtype=np.uint64)
     lock = threading.Lock()
     mirror = A._sg_mirror(_registry.registered()["cusparse"].residence, dtype)
-    DirectSpMM = _outputs.sibling("spmm.py", "spmm").DirectSpMM
-    direct = DirectSpMM(mirror, X, Y, "csr_alg3")
+    direct = common.DirectSpMM(mirror, X, Y, "csr_alg3")
     get_stream = cupy.cuda.get_current_stream
     parts = {
         "get_current_stream()": get_stream,
@@ -114,7 +107,7 @@ def main(argv=None) -> int:
         "cupy.empty((n, k))": lambda: cupy.empty((S.shape[0], k)),
         "cuSPARSE ALG3 direct": direct,
     }
-    result = _outputs.gpu_header("full")
+    result = common.gpu_header("full")
     result["matrix"], result["k"] = "stencil2d5_60 float64 C", k
     result["parts_us"] = {}
     for name, fn in parts.items():
@@ -129,7 +122,7 @@ def main(argv=None) -> int:
         profile = cProfile.Profile()
         profile.runcall(lambda: [A @ X for _ in range(N)])
         pstats.Stats(profile).sort_stats("tottime").print_stats(30)
-    _outputs.write_outputs(result, args, markdown, None)
+    common.write_outputs(result, args, markdown, None)
     return 0
 
 

@@ -25,14 +25,12 @@ SuiteSparse matrices outside ``spmm.py``'s held-out list with at least 1,000 row
 
 Usage (on a GPU machine)::
 
-    python benchmarks/experiments/spmm_host_path.py --out host_path.json --md host_path.md
+    python -m benchmarks.experiments.spmm_host_path --out host_path.json --md host_path.md
 """
 
 from __future__ import annotations
 
-import argparse
 import functools
-import pathlib
 import statistics
 import sys
 import time
@@ -40,13 +38,10 @@ import time
 import numpy as np
 
 import sparsegpu as sg
+from benchmarks import common
 from sparsegpu import datasets
 from sparsegpu.backends import cusparse as cusparse_backend
-from sparsegpu.datasets import synthetic
 from sparsegpu.engine import _planning, _registry
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-import _outputs  # noqa: E402
 
 LOOP = 50
 REPEAT = 9
@@ -56,13 +51,11 @@ GRAPHED = ("plan(out=Y)",)
 
 def matrices(which: str = "small") -> dict:
     """The small fit matrices, or (``"large"``) the ``fit`` set's R-MAT graph and
-    1000^2 stencil, whose products the GPU's time decides."""
+    1000^2 stencil, whose products the GPU's time decides (``common.spmm_set``'s)."""
+    fit = common.spmm_synthetic("fit", quick=False)
     if which == "large":
-        return {
-            "rmat_s17_e8": lambda: synthetic.rmat(17, 8),
-            "stencil2d5_1000": lambda: synthetic.stencil_2d(1000),
-        }
-    out = {"stencil2d5_60": lambda: synthetic.stencil_2d(60)}
+        return {name: fit[name] for name in ("rmat_s17_e8", "stencil2d5_1000")}
+    out = {"stencil2d5_60": fit["stencil2d5_60"]}
     for name in ("cryg2500", "cti", "jagmesh7", "zenios"):
         out[name] = lambda name=name: datasets.load(name).tocsr()
     return out
@@ -113,7 +106,7 @@ def _graph_us(fn, cupy) -> float | None:
     return statistics.median(times)
 
 
-def bench_one(name, S, dtype, order, k, cupy, DirectSpMM) -> dict:
+def bench_one(name, S, dtype, order, k, cupy) -> dict:
     A = sg.csr_matrix(S.astype(dtype))
     rng = np.random.default_rng(3)
     X = cupy.asarray(rng.standard_normal((S.shape[1], k)).astype(dtype), order=order)
@@ -131,7 +124,7 @@ def bench_one(name, S, dtype, order, k, cupy, DirectSpMM) -> dict:
     directs = []
     for algorithm in cusparse_backend.SPMM_ALGORITHMS:
         try:
-            direct = DirectSpMM(mirror, X, Y, algorithm)
+            direct = common.DirectSpMM(mirror, X, Y, algorithm)
             direct()
         except Exception:
             continue
@@ -193,17 +186,13 @@ def markdown(result) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    _outputs.add_output_arguments(parser)
+    parser = common.parser(__doc__, common.output_arguments(plot=False))
     parser.add_argument("--matrices", choices=("small", "large"), default="small")
     args = parser.parse_args(argv)
-    if args.from_json:
-        _outputs.redraw(args.from_json, args, lambda rows: None, markdown, None)
-        return 0
-    import cupy
-
-    DirectSpMM = _outputs.sibling("spmm.py", "spmm").DirectSpMM
-    result = _outputs.gpu_header("full")
+    cupy, status = common.begin(args, lambda rows: None, markdown, None)
+    if cupy is None:
+        return status
+    result = common.gpu_header("full")
     stream = cupy.cuda.Stream(non_blocking=True)
     with stream:
         for name, build in matrices(args.matrices).items():
@@ -212,10 +201,10 @@ def main(argv=None) -> int:
                 for order in ("C", "F"):
                     for k in KS:
                         print(f"{name} {np.dtype(dtype).name} {order} {k}", file=sys.stderr)
-                        row = bench_one(name, S, dtype, order, k, cupy, DirectSpMM)
+                        row = bench_one(name, S, dtype, order, k, cupy)
                         result["results"].append(row)
         stream.synchronize()
-    _outputs.write_outputs(result, args, markdown, None)
+    common.write_outputs(result, args, markdown, None)
     return 0
 
 

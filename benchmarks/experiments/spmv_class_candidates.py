@@ -12,14 +12,13 @@ readonly and vector, and the cusparse backend's algorithms. All timed in alterna
 
 Usage (on a GPU machine)::
 
-    python benchmarks/experiments/spmv_class_candidates.py --part fit --out FILE.json
-    python benchmarks/experiments/spmv_class_candidates.py --path --out FILE.json
-    python benchmarks/experiments/spmv_class_candidates.py --from-json FILE.json --md FILE.md
+    python -m benchmarks.experiments.spmv_class_candidates --part fit --out FILE.json
+    python -m benchmarks.experiments.spmv_class_candidates --path --out FILE.json
+    python -m benchmarks.experiments.spmv_class_candidates --from-json FILE.json --md FILE.md
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import pathlib
@@ -29,21 +28,14 @@ import sys
 import numpy as np
 
 import sparsegpu as sg
+from benchmarks import auto_vs_cusparse, common
+from sparsegpu import measure
 from sparsegpu.backends.csr_vector import nearby_threads_per_row
 from sparsegpu.datasets import synthetic
 from sparsegpu.device import _cuda
 from sparsegpu.engine import _planning, _registry, _rules, _select
-from sparsegpu.measure import _timing
-
-HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-import _outputs  # noqa: E402
 
 BLOCKS = (128, 256, 512)
-
-
-def _auto_vs_cusparse():
-    return _outputs.sibling("auto_vs_cusparse.py", "auto_vs_cusparse")
 
 
 def candidates(A, dtype) -> list:
@@ -82,7 +74,7 @@ def bench(name, host, dtype, cupy, cupyx_sparse, avc) -> dict:
     x = cupy.asarray(np.random.default_rng(1).uniform(-1, 1, n_cols).astype(dtype))
     reference = Acx @ x
     mirror = A._sg_mirror(_registry.registered()["cusparse"].residence, np.dtype(dtype))
-    nbytes = _timing.matrix_spmv_bytes(mirror)
+    nbytes = measure.matrix_spmv_bytes(mirror)
     inner = max(avc.MIN_CALLS, min(200, int(2e8 // max(nbytes, 1))))
     scale = max(float(cupy.abs(reference).max()), 1.0)
     tol = 64 * np.finfo(dtype).eps * math.sqrt(max(mirror.stats.max, 1)) * scale
@@ -116,7 +108,7 @@ def bench(name, host, dtype, cupy, cupyx_sparse, avc) -> dict:
             continue
         if check(y, label):
             fns[label] = lambda plan=plan, y=y: plan.matvec(x, out=y)
-    timings = _timing.cuda_time_interleaved(fns, inner=inner, repeat=15)
+    timings = measure.cuda_time_interleaved(fns, inner=inner, repeat=15)
     for direct in directs:
         direct.close()
     ms = {k: t.median_ms for k, t in timings.items()}
@@ -173,7 +165,7 @@ def user_path(name, host, dtype, cupy, cupyx_sparse, avc) -> dict:
     row = {"matrix": name, "dtype": np.dtype(dtype).name, "auto": choice.backend,
            "policy": repr(choice.policy)}  # fmt: skip
     for inner in (5, 50):
-        timings = _timing.cuda_time_interleaved(fns, inner=inner, repeat=15)
+        timings = measure.cuda_time_interleaved(fns, inner=inner, repeat=15)
         row[f"ms_inner{inner}"] = {k: t.median_ms for k, t in timings.items()}
     row["host_us"] = {k: avc.host_overhead_us(fn, cupy, calls=300) for k, fn in fns.items()}
     direct.close()
@@ -238,14 +230,11 @@ def markdown(result) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = common.parser(__doc__, common.output_arguments(plot=False))
     parser.add_argument("--part", default="fit", choices=["fit", "heldout"])
     parser.add_argument("--dtypes", default="float64,float32")
     parser.add_argument("--only", help="comma-separated matrix names")
     parser.add_argument("--path", action="store_true", help="user_path instead")
-    parser.add_argument("--out", help="JSON result file")
-    parser.add_argument("--from-json", help="draw --md from an earlier result file (no GPU)")
-    parser.add_argument("--md", help="markdown table file")
     args = parser.parse_args(argv)
     if args.from_json:
         result = json.loads(pathlib.Path(args.from_json).read_text())
@@ -257,7 +246,7 @@ def main(argv=None) -> int:
         return 2
     import cupyx.scipy.sparse as cupyx_sparse
 
-    avc = _auto_vs_cusparse()
+    avc = auto_vs_cusparse
     rows = []
     only = set(args.only.split(",")) if args.only else None
     result = {"device": _cuda.device_info().name, "part": args.part, "results": rows}

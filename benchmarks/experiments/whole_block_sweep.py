@@ -22,28 +22,22 @@ mesh2d_b3_n680 (natural order) and mesh2d_b3_n640_random.
 
 Usage (on a GPU machine)::
 
-    python benchmarks/experiments/whole_block_sweep.py --out sweep.json --md sweep.md
-    python benchmarks/experiments/whole_block_sweep.py --from-json sweep.json --md sweep.md
+    python -m benchmarks.experiments.whole_block_sweep --out sweep.json --md sweep.md
+    python -m benchmarks.experiments.whole_block_sweep --from-json sweep.json --md sweep.md
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
-import pathlib
 import sys
 
 import numpy as np
 
 import sparsegpu as sg
+from benchmarks import common
+from sparsegpu import measure
 from sparsegpu.backends import block
-from sparsegpu.datasets import synthetic
 from sparsegpu.device._mirror import CUPY, PlanKey
-from sparsegpu.measure import _timing
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-import _outputs  # noqa: E402
 
 TOP = 8
 
@@ -59,16 +53,14 @@ class SweepPolicy(block.BlockPolicy):
         return super().compile_options() + (extra if self.in_flight_bytes != 256 else ())
 
 
+# blocks' 3 x 3 meshes the sweep ran on (fit, dev and dev2)
+SWEPT = ("mesh_b3_n30", "mesh_b3_n50", "mesh_b3_n44_random", "mesh2d_b3_n680",
+         "mesh2d_b3_n640_random")  # fmt: skip
+
+
 def matrices() -> list:
-    mesh = synthetic.block_mesh
-    return [
-        ("fit", "mesh_b3_n30", lambda: mesh(30, 3)),
-        ("dev", "mesh_b3_n50", lambda: mesh(50, 3, seed=12)),
-        ("dev", "mesh_b3_n44_random", lambda: mesh(44, 3, seed=12, node_order="random")),
-        ("dev2", "mesh2d_b3_n680", lambda: mesh(680, 3, dimensions=2, seed=61)),
-        ("dev2", "mesh2d_b3_n640_random",
-         lambda: mesh(640, 3, dimensions=2, seed=62, node_order="random")),
-    ]  # fmt: skip
+    """``(set, name, builder)`` of :data:`SWEPT`, from ``common.block_meshes("full")``."""
+    return [(s, name, make) for s, name, _, make in common.pick(common.block_meshes("full"), SWEPT)]
 
 
 def variants(dtype) -> list:
@@ -86,7 +78,7 @@ def variants(dtype) -> list:
     return out
 
 
-def bench_one(set_label, name, S, dtype, cupy, DirectSpMV) -> dict:
+def bench_one(set_label, name, S, dtype, cupy) -> dict:
     S = S.astype(dtype)
     S.indices = S.indices.astype(np.int32)
     S.indptr = S.indptr.astype(np.int32)
@@ -97,7 +89,7 @@ def bench_one(set_label, name, S, dtype, cupy, DirectSpMV) -> dict:
     mirror = A._sg_mirror(CUPY, np.dtype(dtype))
     backend = block.BlockBackend()
     untuned = backend.default_policy(mirror)
-    directs = [DirectSpMV(mirror, x, expected, a) for a in ("csr_alg1", "csr_alg2")]
+    directs = [common.DirectSpMV(mirror, x, expected, a) for a in ("csr_alg1", "csr_alg2")]
     try:
         directs[0]()
         expected = expected.copy()
@@ -116,11 +108,11 @@ def bench_one(set_label, name, S, dtype, cupy, DirectSpMV) -> dict:
             if not error <= tol:
                 raise AssertionError(f"{name} {dtype}: {key} is off by {error:.3e}")
             calls[key] = lambda plan=plan: plan.matvec(x, out=y)
-            screen[key] = _timing.cuda_time(calls[key], warmup=2, repeat=7).median_ms
+            screen[key] = measure.cuda_time(calls[key], warmup=2, repeat=7).median_ms
         finalists = sorted(screen, key=screen.get)[:TOP]
         chosen = {k: calls[k] for k in dict.fromkeys(
             ["untuned", *finalists, "cusparse_csr alg1", "cusparse_csr alg2"])}  # fmt: skip
-        final = _timing.cuda_time_interleaved(chosen, warmup=3, repeat=21)
+        final = measure.cuda_time_interleaved(chosen, warmup=3, repeat=21)
         final = {k: t.median_ms for k, t in final.items()}
     finally:
         for d in directs:
@@ -174,30 +166,25 @@ def markdown(result) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    _outputs.add_output_arguments(parser)
+    parser = common.parser(__doc__, common.output_arguments(plot=False))
     parser.add_argument("--dtypes", default="float64,float32")
     parser.add_argument("--only", help="comma-separated substrings of matrix names")
     args = parser.parse_args(argv)
-    if args.from_json:
-        _outputs.redraw(args.from_json, args, lambda rows: None, markdown, None)
-        return 0
-    import cupy
-
-    DirectSpMV = _outputs.direct_spmv()
-    result = _outputs.gpu_header("full")
+    cupy, status = common.begin(args, lambda rows: None, markdown, None)
+    if cupy is None:
+        return status
+    result = common.gpu_header("full")
     for set_label, name, make in matrices():
         if args.only and not any(w in name for w in args.only.split(",")):
             continue
         S = make()
         for dtype in args.dtypes.split(","):
             print(f"{name} {dtype}", file=sys.stderr, flush=True)
-            row = bench_one(set_label, name, S, np.dtype(dtype), cupy, DirectSpMV)
+            row = bench_one(set_label, name, S, np.dtype(dtype), cupy)
             result["results"].append(row)
-            if args.out:
-                pathlib.Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+            common.save_partial(result, args.out)
             cupy.get_default_memory_pool().free_all_blocks()
-    _outputs.write_outputs(result, args, markdown, None)
+    common.write_outputs(result, args, markdown, None)
     return 0
 
 

@@ -2,44 +2,39 @@
 
 from __future__ import annotations
 
-import statistics
-import time
-
 import numpy as np
 
 from ..device import _cuda
+from ..measure import cuda_time_interleaved, host_time_interleaved
 from . import _comm
 
 
 def time_ms(fn, comm, repeat: int, warmup: int = 3, inner: int = 1) -> float:
     """Median milliseconds of ``fn()`` over ``repeat`` samples, the slowest rank's.
 
-    Each sample starts after a barrier and runs ``fn`` ``inner`` times (the sample's time
-    divided); CUDA events on the current stream time it where there is a GPU,
-    ``time.perf_counter`` elsewhere.
+    Each sample starts after the stream's work is done and a barrier, and runs ``fn``
+    ``inner`` times (the sample's time divided), without the lead call of a
+    single-GPU sample (the barrier must be the last thing before the clock starts); timed
+    by the one harness, :mod:`sparsegpu.measure`: CUDA events on the current stream where
+    there is a GPU, ``time.perf_counter`` elsewhere.
     """
     cupy = _cuda.cupy_or_none()
-    for _ in range(warmup):
-        fn()
-    samples = []
-    for _ in range(repeat):
+
+    def barrier():
         if cupy is not None:
             cupy.cuda.get_current_stream().synchronize()
         comm.Barrier()
-        if cupy is not None:
-            start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-            start.record()
-            for _ in range(inner):
-                fn()
-            stop.record()
-            stop.synchronize()
-            samples.append(cupy.cuda.get_elapsed_time(start, stop) / inner)
-        else:
-            began = time.perf_counter()
-            for _ in range(inner):
-                fn()
-            samples.append((time.perf_counter() - began) * 1e3 / inner)
-    return comm.allreduce(statistics.median(samples), op=_comm.mpi().MAX)
+
+    if cupy is not None:
+        timings = cuda_time_interleaved(
+            {"fn": fn}, warmup=warmup, repeat=repeat, inner=inner, lead=False,
+            before_sample=barrier,
+        )  # fmt: skip
+    else:
+        timings = host_time_interleaved(
+            {"fn": fn}, warmup=warmup, repeat=repeat, inner=inner, before_sample=barrier
+        )
+    return comm.allreduce(timings["fn"].median_ms, op=_comm.mpi().MAX)
 
 
 def clock() -> str:

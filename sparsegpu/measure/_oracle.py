@@ -26,7 +26,24 @@ def random_values(rng, n, dtype):
 
 
 def random_vector(n, dtype, seed=0, xp=np):
-    """A seeded random vector (complex for complex dtypes), never all zeros."""
+    """A seeded random vector (complex for complex dtypes), never all zeros.
+
+    Parameters
+    ----------
+    n : int
+        Length.
+    dtype : dtype
+        Value dtype; entries uniform in [-1, 1) (real and imaginary parts alike).
+    seed : int
+        Seed of :func:`numpy.random.default_rng`: the same seed gives the same values
+        on the host and on the GPU.
+    xp : module
+        ``numpy``, or ``cupy`` for a device copy of the same values.
+
+    Returns
+    -------
+    numpy.ndarray or cupy.ndarray
+    """
     v = random_values(np.random.default_rng(seed), n, dtype)
     return v if xp is np else xp.asarray(v)
 
@@ -36,6 +53,17 @@ def tolerance(dtype, max_row_length: int = 1) -> float:
 
     For float16 and bfloat16, whose sums run in float32: the rounding of the result and of
     the reference to the 16-bit type (eps each) plus float32's tolerance.
+
+    Parameters
+    ----------
+    dtype : dtype
+        Value dtype of the product (0 for integer dtypes: exact).
+    max_row_length : int
+        The longest row's number of entries (the longest sum).
+
+    Returns
+    -------
+    float
     """
     dtype = np.dtype(dtype)
     if is_half(dtype):
@@ -73,7 +101,19 @@ class AnswerCheck:
         return self._on_device[key]
 
     def error(self, y) -> str | None:
-        """Why ``y`` is not the reference answer, or None when it is."""
+        """Why ``y`` is not the reference answer, or None when it is.
+
+        Parameters
+        ----------
+        y : numpy.ndarray or cupy.ndarray
+            The answer; compared where it is (on the GPU for a CuPy array).
+
+        Returns
+        -------
+        str or None
+            The first entry out of bounds (or not finite) and by how much, or the shape or
+            dtype that differs; None when every entry is within its bound.
+        """
         if y.shape != self.y.shape or y.dtype != self.y.dtype:
             return (
                 f"result has shape {y.shape} and dtype {y.dtype}, "

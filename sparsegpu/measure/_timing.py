@@ -64,7 +64,16 @@ class Timing:
 def host_time(fn, *, warmup: int = 3, repeat: int = 20, inner: int = 1) -> Timing:
     """Time ``fn()`` on the host with ``time.perf_counter`` (host backends, wall clock).
 
-    Same parameters and result as :func:`cuda_time`.
+    Parameters
+    ----------
+    fn : callable
+        Runs the work to completion.
+    warmup, repeat, inner : int
+        As :func:`cuda_time`.
+
+    Returns
+    -------
+    Timing
     """
     return host_time_interleaved({"fn": fn}, warmup=warmup, repeat=repeat, inner=inner)["fn"]
 
@@ -84,6 +93,15 @@ def cuda_time(fn, *, warmup: int = 3, repeat: int = 20, inner: int = 1) -> Timin
         Calls per sample, for work shorter than the event resolution; each sample is
         the sample's time divided by ``inner``. Each sample also makes one untimed lead
         call before its start event (see the module docstring).
+
+    Returns
+    -------
+    Timing
+
+    Raises
+    ------
+    RuntimeError
+        Without a usable GPU (the message says why).
     """
     return cuda_time_interleaved({"fn": fn}, warmup=warmup, repeat=repeat, inner=inner)["fn"]
 
@@ -110,7 +128,13 @@ def _interleaved(fns: dict, warmup: int, repeat: int, inner, sample) -> dict:
 
 
 def cuda_time_interleaved(
-    fns: dict, *, warmup: int = 3, repeat: int = 20, inner: int = 1, lead: bool = True
+    fns: dict,
+    *,
+    warmup: int = 3,
+    repeat: int = 20,
+    inner: int = 1,
+    lead: bool = True,
+    before_sample=None,
 ) -> dict:
     """Time several functions with CUDA events, in alternation: one sample of each, then
     the next of each, the order rotating every round.
@@ -121,6 +145,25 @@ def cuda_time_interleaved(
     :func:`cuda_time`, for each function (``inner`` may also be a dict of each one's);
     returns ``{name: Timing}`` in ``fns``' order. ``lead=False`` leaves out each sample's
     lead call (see the module docstring): to show what it changes, never to measure.
+
+    Parameters
+    ----------
+    fns : dict
+        ``{name: fn}``, each launching its work on the current stream.
+    warmup, repeat : int
+        As :func:`cuda_time`.
+    inner : int or dict
+        Calls per sample, for all or ``{name: calls}``.
+    lead : bool
+        Make each sample's untimed lead call.
+    before_sample : callable, optional
+        Called, untimed, before every sample (after the lead call's launch is queued
+        where there is one): a barrier across ranks, for example.
+
+    Returns
+    -------
+    dict
+        ``{name: Timing}``.
     """
     cupy = _cuda.cupy_or_none()
     if cupy is None:
@@ -131,6 +174,8 @@ def cuda_time_interleaved(
         start, stop = cupy.cuda.Event(), cupy.cuda.Event()
         if lead:
             fn()  # untimed (see the module docstring)
+        if before_sample is not None:
+            before_sample()
         start.record(stream)
         for _ in range(inner):
             fn()
@@ -145,10 +190,29 @@ def cuda_time_interleaved(
     return _interleaved(fns, 0, repeat, inner, sample)
 
 
-def host_time_interleaved(fns: dict, *, warmup: int = 3, repeat: int = 20, inner: int = 1) -> dict:
-    """:func:`cuda_time_interleaved` with the host's clock (host backends)."""
+def host_time_interleaved(
+    fns: dict, *, warmup: int = 3, repeat: int = 20, inner: int = 1, before_sample=None
+) -> dict:
+    """:func:`cuda_time_interleaved` with the host's clock (host backends).
+
+    Parameters
+    ----------
+    fns : dict
+        ``{name: fn}``, each running its work to completion.
+    warmup, repeat, inner
+        As :func:`cuda_time_interleaved`.
+    before_sample : callable, optional
+        Called, untimed, before every sample.
+
+    Returns
+    -------
+    dict
+        ``{name: Timing}``.
+    """
 
     def sample(fn, inner):
+        if before_sample is not None:
+            before_sample()
         start = time.perf_counter()
         for _ in range(inner):
             fn()
@@ -197,6 +261,11 @@ def time_candidates(
         ``timer(fn, warmup=, repeat=, inner=) -> Timing`` for one function (a scripted
         timer in tests, or the autotuner's ``timer=``); the candidates are then timed one
         after another with it.
+
+    Returns
+    -------
+    dict
+        ``{key: Timing}`` in ``fns``' order.
     """
     single = timer or (host_time if on_host else cuda_time)
     results, contenders, inners = {}, {}, {}
@@ -219,7 +288,19 @@ def time_candidates(
 
 
 def spmv_bytes(n_rows: int, n_cols: int, nnz: int, value_itemsize: int, index_itemsize: int):
-    """Bytes a product ``y = A @ x`` must move: values, indices, indptr, x, y once each."""
+    """Bytes a product ``y = A @ x`` must move: values, indices, indptr, x, y once each.
+
+    Parameters
+    ----------
+    n_rows, n_cols, nnz : int
+        The matrix's shape and stored entries.
+    value_itemsize, index_itemsize : int
+        Bytes of a value and of an index.
+
+    Returns
+    -------
+    int
+    """
     return (
         nnz * (value_itemsize + index_itemsize)
         + (n_rows + 1) * index_itemsize
@@ -229,7 +310,17 @@ def spmv_bytes(n_rows: int, n_cols: int, nnz: int, value_itemsize: int, index_it
 
 
 def matrix_spmv_bytes(matrix) -> int:
-    """:func:`spmv_bytes` for a mirror (:class:`~sparsegpu.device._mirror.DeviceMatrix`)."""
+    """:func:`spmv_bytes` of a matrix's mirror.
+
+    Parameters
+    ----------
+    matrix : DeviceMatrix
+        A matrix's mirror (``shape``, ``nnz``, ``dtype``, ``index_dtype``).
+
+    Returns
+    -------
+    int
+    """
     n_rows, n_cols = matrix.shape
     return spmv_bytes(
         n_rows, n_cols, matrix.nnz, matrix.dtype.itemsize, matrix.index_dtype.itemsize
@@ -237,5 +328,18 @@ def matrix_spmv_bytes(matrix) -> int:
 
 
 def gb_per_s(nbytes: int, ms: float) -> float:
-    """Bandwidth in GB/s (10^9 bytes per second)."""
+    """Bandwidth in GB/s (10^9 bytes per second).
+
+    Parameters
+    ----------
+    nbytes : int
+        Bytes moved (:func:`spmv_bytes`).
+    ms : float
+        Milliseconds taken.
+
+    Returns
+    -------
+    float
+        ``inf`` when ``ms`` is not positive.
+    """
     return nbytes / (ms * 1e-3) / 1e9 if ms > 0 else float("inf")
