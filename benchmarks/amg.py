@@ -22,13 +22,12 @@ its solve on the second. Problem sets (``--set``): ``heldout`` (default; the rep
 instances, none used in choosing a default) and ``fit`` (smaller instances of each class,
 what the defaults were checked on).
 
-Usage: ``python benchmarks/amg.py --out amg.json --md amg.md --plot amg.png``
+Usage: ``python -m benchmarks.amg --out amg.json --md amg.md --plot amg.png``
 (``--from-json amg.json --md ... --plot ...`` redraws without a GPU).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -39,8 +38,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _outputs  # noqa: E402
+from benchmarks import common
 
 RTOL = 1e-8
 # (class, size): size is the grid side (cells per side for elasticity)
@@ -397,7 +395,7 @@ def plot(result, path) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = common.parser(__doc__, common.output_arguments())
     parser.add_argument("--set", choices=sorted(SETS), default="heldout")
     parser.add_argument("--problems", help="comma-separated classes to keep (default all)")
     parser.add_argument("--maxiter", type=int, default=20000, help="Krylov iteration cap")
@@ -410,10 +408,9 @@ def main(argv=None) -> int:
         default=160,
         help="wall seconds from the start after which PyAMG runs are cut",
     )
-    _outputs.add_output_arguments(parser)
     args = parser.parse_args(argv)
     if args.from_json:
-        _outputs.redraw(args.from_json, args, summarize, markdown, plot)
+        common.redraw(args.from_json, args, summarize, markdown, plot)
         return 0
     problems = [p for p in SETS[args.set]
                 if not args.problems or p[0] in args.problems.split(",")]  # fmt: skip
@@ -432,7 +429,7 @@ def main(argv=None) -> int:
     import sparsegpu as sg
 
     on_gpu = _device() is not np
-    result = _outputs.gpu_header("issue 46 multigrid") if on_gpu else {"device": "host"}
+    result = common.gpu_header("issue 46 multigrid") if on_gpu else {"device": "host"}
     result.setdefault("results", [])
     result.update({"set": args.set, "rtol": RTOL, "command": " ".join(sys.argv)})
     warm_up()
@@ -467,7 +464,7 @@ def main(argv=None) -> int:
         "thread each) while the GPU measured"
     )
     result["summary"] = summarize(result["results"])
-    _outputs.write_outputs(result, args, markdown, plot)
+    common.write_outputs(result, args, markdown, plot)
     return 0
 
 

@@ -1,15 +1,14 @@
-"""benchmarks/amg.py on the CPU: its problems, one measured row, the summary and the
+"""benchmarks.amg on the CPU: its problems, one measured row, the summary and the
 redraw from the committed H200 result (the benchmark itself runs on a GPU)."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from .scripts import ROOT, load_script
+from .scripts import ROOT
 
 pytest.importorskip("pyamg")
 RESULT = ROOT / "docs" / "benchmarks" / "results" / "amg_h200.json"
@@ -17,7 +16,9 @@ RESULT = ROOT / "docs" / "benchmarks" / "results" / "amg_h200.json"
 
 @pytest.fixture(scope="module")
 def script():
-    return load_script(Path("benchmarks") / "amg.py")
+    from benchmarks import amg
+
+    return amg
 
 
 @pytest.mark.parametrize(
