@@ -1,18 +1,19 @@
-"""The private sparsegpu pieces multigrid needs, all in one place.
+"""The sparsegpu pieces multigrid needs from the floors below it, all in one place.
 
-Everything else in this package goes through public names (``sparsegpu as sg``) and the
-solvers' own modules (``linalg._operator``); only here does it reach into the core: where a
-matrix computes, its canonical CSR arrays there, a sparsegpu matrix made from device
-arrays without a trip through the host, and the registry of elementwise kernel sources.
+Everything else in this package goes through the solvers' own modules
+(``linalg._operator``) and this one; only here does it reach into the core: the classes and
+their products (``sg.spgemm``, ``sg.galerkin_product``), where a matrix computes, its
+canonical CSR arrays there, a sparsegpu matrix made from device arrays without a trip
+through the host, and the registry of elementwise kernel sources. (Importing ``sparsegpu``
+itself from here would run up the floors: the package's face imports the solvers.)
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-import sparsegpu as sg
-
-from ...classes._matrix import _SparseGPUMixin
+from ...classes._matrix import _SparseGPUMixin, csr_matrix
+from ...classes._products import galerkin_product, spgemm
 from ...device import _cuda
 from ...device._compile import ElementwiseSource, register_elementwise
 from ...device._mirror import CUPY, DeviceMatrix
@@ -24,10 +25,12 @@ __all__ = [
     "as_operator",
     "canonical",
     "csr_arrays",
+    "galerkin_product",
     "cupy_or_none",
     "is_device_array",
     "matrix_from_arrays",
     "register_elementwise",
+    "spgemm",
     "transpose",
     "where_computes",
 ]
@@ -52,7 +55,7 @@ def canonical(A):
     """``A`` as a sparsegpu CSR matrix with sorted indices and no duplicates (a copy
     only when it has to change)."""
     if not isinstance(A, _SparseGPUMixin):
-        A = sg.csr_matrix(A)
+        A = csr_matrix(A)
     elif A.format != "csr":
         A = A.tocsr()
     if not A.has_canonical_format:
@@ -75,18 +78,18 @@ def matrix_from_arrays(indptr, indices, data, shape, like):
     ``like``'s backend choice; on the GPU it stays there (host arrays made on first read)."""
     shape = (int(shape[0]), int(shape[1]))
     if not _cuda.is_cupy_array(data):
-        matrix = sg.csr_matrix((data, indices, indptr), shape=shape)
+        matrix = csr_matrix((data, indices, indptr), shape=shape)
         return like._sg_inherit(matrix)
     index_dtype = indptr.dtype
     stored = DeviceMatrix(data, indices.astype(index_dtype, copy=False), indptr, shape, CUPY)
-    return sg.csr_matrix._sg_on_device(stored, shape, like)
+    return csr_matrix._sg_on_device(stored, shape, like)
 
 
 def transpose(P):
     """``P.T`` as its own CSR matrix (transposed where P lives, kept on the device)."""
     xp = where_computes(P)
     if xp is np:
-        return P._sg_inherit(sg.csr_matrix(P.T.tocsr()))
+        return P._sg_inherit(csr_matrix(P.T.tocsr()))
     mirror = P._sg_mirror(CUPY, P.dtype).transpose()
     shape = (P.shape[1], P.shape[0])
-    return sg.csr_matrix._sg_on_device(mirror, shape, P)
+    return csr_matrix._sg_on_device(mirror, shape, P)

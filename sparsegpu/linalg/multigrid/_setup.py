@@ -16,10 +16,15 @@ from typing import Any
 
 import numpy as np
 
-import sparsegpu as sg
-
 from . import _aggregation as agg
-from ._bridge import as_operator, csr_arrays, matrix_from_arrays, transpose
+from ._bridge import (
+    as_operator,
+    csr_arrays,
+    galerkin_product,
+    matrix_from_arrays,
+    spgemm,
+    transpose,
+)
 from ._smoothing import chebyshev_coefficients, spectral_radius
 
 #: Largest coarsest level solved densely (its inverse is a dense n x n product).
@@ -116,7 +121,7 @@ def smoothed_prolongator(A, T, d, rho, omega, xp):
     values = (-(omega / rho)) * data / d[rows]
     values = values + (indices == rows)
     S = matrix_from_arrays(indptr, indices, values, A.shape, A)
-    return sg.spgemm(S, T)
+    return spgemm(S, T)
 
 
 def coarsen(level: Level, theta: float, omega, seed: int, clock: Clock, xp):
@@ -155,9 +160,9 @@ def recompute(level: Level, coarse: Level, omega, seed: int, clock: Clock, xp, s
         level.R = transpose(level.P)
         started = clock.phase("prolongator", started)
     if level.R is not None and level.T is None:  # a PyAMG hierarchy's own P and R
-        coarse.A = sg.spgemm(level.R, sg.spgemm(level.A, level.P))
+        coarse.A = spgemm(level.R, spgemm(level.A, level.P))
     else:
-        coarse.A = sg.galerkin_product(level.A, level.P)
+        coarse.A = galerkin_product(level.A, level.P)
     clock.phase("galerkin", started)
     return d
 
