@@ -183,6 +183,7 @@ class HostSpgemm(SpgemmEngine):
     """
 
     name = "host"
+    narrows_by_result = True  # scipy's rule
 
     def __init__(self, bytes_per_product: int = 16):
         self.bytes_per_product = bytes_per_product

@@ -148,6 +148,42 @@ def device_pointer(a) -> int:
     return a.data.ptr if a is not None and a.size else 0
 
 
+# the value dtypes cusparseCsr2cscEx2 transposes here
+TRANSPOSE_DTYPES = tuple(np.dtype(t) for t in (np.float32, np.float64, np.complex64, np.complex128))
+
+
+def transpose(matrix: DeviceMatrix) -> DeviceMatrix | None:
+    """The CSR of ``matrix``'s transpose by ``cusparseCsr2cscEx2`` (what cupyx's ``tocsc``
+    runs: no sort, 3.5x faster than a sort of the column indices on a 1.7M-row
+    prolongation, H200), or None where it does not apply (int64 indices, 16-bit values, no
+    entries): the caller sorts. Equal columns keep their rows in order (ALG1), so the
+    transpose of a canonical matrix is canonical."""
+    if (
+        matrix.xp is np
+        or unavailable_reason() is not None
+        or matrix.nnz == 0
+        or matrix.index_dtype != np.dtype(np.int32)
+        or matrix.dtype not in TRANSPOSE_DTYPES
+    ):
+        return None
+    cupy = _cuda.cupy_or_none()
+    lib = _bindings()
+    (m, n), nnz = matrix.shape, matrix.nnz
+    handle = thread_handle(lib, cupy.cuda.runtime.getDevice(), cupy.cuda.get_current_stream().ptr)
+    data = cupy.empty(nnz, dtype=matrix.dtype)
+    indices = cupy.empty(nnz, dtype=np.int32)
+    indptr = cupy.empty(n + 1, dtype=np.int32)
+    args = (
+        handle, m, n, nnz, matrix.data.data.ptr, matrix.indptr.data.ptr,
+        matrix.indices.data.ptr, data.data.ptr, indptr.data.ptr, indices.data.ptr,
+        CUDA_DATA_TYPE[matrix.dtype], lib.CUSPARSE_ACTION_NUMERIC, INDEX_BASE_ZERO,
+        lib.CUSPARSE_CSR2CSC_ALG1,
+    )  # fmt: skip
+    buffer = cupy.empty(max(int(lib.csr2cscEx2_bufferSize(*args)), 1), dtype=np.int8)
+    lib.csr2cscEx2(*args, buffer.data.ptr)
+    return DeviceMatrix(data, indices, indptr, (n, m), matrix.residence)
+
+
 def csr_descriptor(lib, matrix: DeviceMatrix) -> _Descriptor:
     """A cuSPARSE CSR descriptor of ``matrix``'s arrays (destroyed with the object)."""
     index = INDEX_TYPE[matrix.index_dtype]

@@ -23,6 +23,7 @@ library cannot be found, only ``alg1`` runs (and the row blocks of
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import threading
@@ -203,6 +204,19 @@ def _out_of_memory(lib, exc) -> bool:
     return isinstance(exc, lib.CuSparseError) and getattr(exc, "status", None) in _OUT_OF_MEMORY
 
 
+@contextlib.contextmanager
+def _statuses(what: str):
+    """cuSPARSE's errors inside as this module's: DoesNotFit for a memory status, Refused
+    for any other (a raw ``CuSparseError`` never reaches the user)."""
+    lib = _bindings()
+    try:
+        yield
+    except lib.CuSparseError as exc:
+        if _out_of_memory(lib, exc):
+            raise DoesNotFit(0, None, f"{what} ({exc})") from exc
+        raise Refused(f"{what}: {exc}") from exc
+
+
 class CusparseSpgemm(SpgemmEngine):
     """cuSPARSE SpGEMM on the GPU mirrors (see the module docstring)."""
 
@@ -217,7 +231,20 @@ class CusparseSpgemm(SpgemmEngine):
     def lean_algorithms(self):
         return ("alg2", "alg3") if has_lean_algorithms() else ()
 
+    def planning_algorithms(self):
+        # ALG2 and ALG3 trade time for memory: slower than ALG1 wherever ALG1 fits (H200,
+        # spgemm_first_phases_h200.json: 1.2-2.5x), and run by themselves where it does not
+        return ("alg1",)
+
     def _multiply(self, left, right, algorithm, sink: ResultSink):
+        try:
+            with _statuses(f"cuSPARSE SpGEMM {algorithm}"):
+                return self._multiply_into(left, right, algorithm, sink)
+        except DoesNotFit:
+            sink.discard()
+            raise
+
+    def _multiply_into(self, left, right, algorithm, sink: ResultSink):
         try:
             call, buffers = self._compute(left, right, algorithm, sink.budget, sink.indptr())
             try:
@@ -236,9 +263,10 @@ class CusparseSpgemm(SpgemmEngine):
     def _count(self, left, right, algorithm, budget: Budget) -> int:
         indptr = budget.empty(left.shape[0] + 1, left.index_dtype, "the row offsets")
         try:
-            call, buffers = self._compute(left, right, algorithm, budget, indptr)
-            budget.release(*buffers)
-            return _nnz(call.lib, call.c)
+            with _statuses(f"cuSPARSE SpGEMM {algorithm}"):
+                call, buffers = self._compute(left, right, algorithm, budget, indptr)
+                budget.release(*buffers)
+                return _nnz(call.lib, call.c)
         finally:
             budget.release(indptr)
 
@@ -319,7 +347,8 @@ class CusparseSpgemm(SpgemmEngine):
         int32 = np.dtype(np.int32)
         if not has_reuse() or int32 != left.index_dtype or int32 != right.index_dtype:
             return None
-        return ReusePlan(left, right, budget)
+        with _statuses("cuSPARSE SpGEMMreuse"):
+            return ReusePlan(left, right, budget)
 
 
 class ReusePlan:
@@ -393,7 +422,7 @@ class ReusePlan:
         data = budget.empty(self.nnz, left.dtype, "the result")
         call = self._call
         lib = call.lib
-        with self._lock:
+        with self._lock, _statuses("cuSPARSE SpGEMMreuse"):
             call.handle = thread_handle(
                 lib,
                 _cuda.cupy_or_none().cuda.runtime.getDevice(),

@@ -231,7 +231,7 @@ def _symbolic(left, right, budget: Budget, indptr, list_numeric: bool):
             _launch(name, launch.grid, launch.block, arguments, launch.shared_bytes)
             budget.release(keys)
         indptr[:1] = 0
-        _cuda.cupy_or_none().cumsum(sizes, dtype=index, out=indptr[1:])
+        _cuda.cupy_or_none().cumsum(sizes, dtype=indptr.dtype, out=indptr[1:])
         # the numeric pass's listing queued before the host waits for the nonzeros
         counts = _list_rows(sizes, m, 2**62, True, rows) if list_numeric else None
         return int(indptr[-1]), sizes, rows, counts
@@ -281,9 +281,12 @@ def hash_multiply(left, right, sink: ResultSink):
     return sink.finish()
 
 
-def hash_count(left, right, budget: Budget) -> int:
-    """Nonzeros of ``left @ right`` (the symbolic pass alone)."""
-    indptr = budget.empty(left.shape[0] + 1, left.index_dtype, "the row offsets")
+def hash_count(left, right, budget: Budget, offsets_dtype=None) -> int:
+    """Nonzeros of ``left @ right`` (the symbolic pass alone), summed in ``offsets_dtype``
+    (default the operands' index dtype; int64 counts past 2^31 on int32 operands, each
+    row's count being below it)."""
+    offsets_dtype = left.index_dtype if offsets_dtype is None else offsets_dtype
+    indptr = budget.empty(left.shape[0] + 1, offsets_dtype, "the row offsets")
     try:
         nnz, sizes, rows, _ = _symbolic(left, right, budget, indptr, False)
         budget.release(sizes, rows)
@@ -353,6 +356,11 @@ def sampled_compression(left, right, bound: int) -> float | None:
 # 5-point stencils, which ALG1 wins once our path around it is as lean as cupyx's.)
 HASH_MIN_PRODUCTS = 14_000_000
 HASH_MIN_ROW_PRODUCTS = 230
+# ... and at most this many a row on average: on 3-D 3 x 3 block matrices (81 entries a
+# row, 6,561 products a row; issue 47's classes, H200) hash rows took 35.3 ms where ALG1
+# took 30.6, where they won 5.6x at 724 a row (2-D 3 x 3 blocks) and 3.5x at 729 (3-D
+# 27-point stencil): the geometric mean of 729 and 6,561
+HASH_MAX_MEAN_ROW_PRODUCTS = 2_187
 HASH_MIN_COMPRESSION = 4.4
 HASH_MAX_ROW_PRODUCTS = 16_384
 HASH_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
@@ -366,8 +374,13 @@ class GpuSpgemm(CusparseSpgemm):
     def algorithms(self):
         return (*super().algorithms(), HASH)
 
+    def planning_algorithms(self):
+        return (*super().planning_algorithms(), HASH)
+
     def estimate(self, left, right) -> tuple[str, str]:
         algorithm, products, per_row, bound, compression = self._rule(left, right)
+        if bound is None:  # what explain shows: the bound read now
+            bound = left.longest_row * right.longest_row
         measures = (
             f"{left.dtype}, about {products:,} products, {per_row:.1f} a row on average, "
             f"at most {bound:,}"
@@ -379,22 +392,24 @@ class GpuSpgemm(CusparseSpgemm):
         takes = " and ".join(map(str, HASH_DTYPES))
         return algorithm, (
             f"rule: {measures}: cuSPARSE ALG1 (hash rows take {takes} products of >= "
-            f"{HASH_MIN_PRODUCTS:,} products, >= {HASH_MIN_ROW_PRODUCTS} a row on average, "
+            f"{HASH_MIN_PRODUCTS:,} products, {HASH_MIN_ROW_PRODUCTS}-"
+            f"{HASH_MAX_MEAN_ROW_PRODUCTS:,} a row on average, "
             f"<= {HASH_MAX_ROW_PRODUCTS:,} a row, >= {HASH_MIN_COMPRESSION} an entry)"
         )
 
     def rule(self, left, right) -> str:
         return self._rule(left, right)[0]
 
-    def _rule(self, left, right) -> tuple[str, int, float, int, float | None]:
-        """``(algorithm, products, products a row, bound of a row's products, products an
+    def _rule(self, left, right) -> tuple[str, int, float, int | None, float | None]:
+        """``(algorithm, products, products a row, bound of a row's products (None where
+        it was not needed: reading it may cost a pass over a fresh operand), products an
         entry on a sample of rows or None where the rest decided)``."""
         # R's mean row length from its sizes (no pass over it)
         products = int(left.nnz * (right.nnz / right.shape[0] if right.shape[0] else 0.0))
         per_row = products / max(left.shape[0], 1)
         takes = left.dtype in HASH_DTYPES and products >= HASH_MIN_PRODUCTS
-        takes = takes and per_row >= HASH_MIN_ROW_PRODUCTS
-        bound = left.longest_row * right.longest_row
+        takes = takes and HASH_MIN_ROW_PRODUCTS <= per_row <= HASH_MAX_MEAN_ROW_PRODUCTS
+        bound = left.longest_row * right.longest_row if takes else None
         if takes and bound > HASH_MAX_ROW_PRODUCTS:  # a recorded bound: the exact one
             bound = left.row_stats.max * right.row_stats.max
         compression = None
@@ -412,3 +427,25 @@ class GpuSpgemm(CusparseSpgemm):
         if algorithm == HASH:
             return hash_count(left, right, budget)
         return super()._count(left, right, algorithm, budget)
+
+    def total_products(self, left, right) -> int:
+        # the listing's bounds kernel (a row's products, summed by 8 lanes) and one sum:
+        # no array of nnz(L) entries, where a row's products fit in the index type
+        most = left.longest_row * right.longest_row
+        if not left.nnz or most > np.iinfo(left.index_dtype).max:
+            return super().total_products(left, right)
+        m = left.shape[0]
+        bounds = _cuda.cupy_or_none().empty(m, dtype=left.index_dtype)
+        grid = -(-m * BOUND_LANES // BLOCK)
+        name = _index_kernel("spgemm_hash_bounds", left.index_dtype)
+        _launch(name, grid, BLOCK, (left.indptr, left.indices, right.indptr, m, bounds))
+        return int(bounds.sum(dtype=np.int64))
+
+    def result_nnz(self, left, right, budget: Budget) -> int:
+        # the hash rows' symbolic pass on the operands as they are (int32: the fast
+        # kernels), its offsets in int64; cuSPARSE's count on 64-bit operands where a
+        # row's table would not fit
+        try:
+            return hash_count(left, right, budget, np.dtype(np.int64))
+        except DoesNotFit:
+            return super().result_nnz(left, right, budget)

@@ -54,7 +54,13 @@ class DoesNotFit(Exception):
 
 class Refused(RuntimeError):
     """An engine cannot run one algorithm on these operands (the library answered an
-    error other than memory); planning leaves that candidate out."""
+    error other than memory); planning leaves that candidate out, and a product tries the
+    next algorithm."""
+
+
+class SpgemmError(RuntimeError):
+    """No algorithm of the engine could compute a product (each refused it): what the user
+    sees instead of the library's own status."""
 
 
 def free_bytes(xp) -> int | None:
@@ -227,6 +233,11 @@ class SpgemmEngine:
         """The algorithms planning may time here, the default first."""
         return (self.default_algorithm,)
 
+    def planning_algorithms(self) -> tuple[str, ...]:
+        """The algorithms planning level ``measure`` times (``exhaustive``: every one of
+        :meth:`algorithms`): those that can be the fastest, not only the leanest."""
+        return self.algorithms()
+
     def estimate(self, left, right) -> tuple[str, str]:
         """``(algorithm, reason)``: what a product of these operands runs before any
         measurement (the first product of a pair of patterns, and planning level
@@ -260,6 +271,30 @@ class SpgemmEngine:
     def count(self, left, right, algorithm: str, budget: Budget) -> int:
         """Nonzeros of ``left @ right`` (the first pass over row blocks)."""
         return self._count(left, right, algorithm, budget)
+
+    # whether the result's index dtype follows its nonzeros (scipy's rule) rather than its
+    # intermediate products (a library whose 32-bit product cannot take more)
+    narrows_by_result = False
+
+    def total_products(self, left, right) -> int:
+        """The intermediate products of ``left @ right`` (one gather over L's column
+        indices and one sum; one transfer)."""
+        if not left.nnz:
+            return 0
+        lengths = left.xp.diff(right.indptr)
+        return int(lengths[left.indices].sum(dtype=np.int64))
+
+    def result_nnz(self, left, right, budget: Budget) -> int:
+        """Nonzeros of ``left @ right`` however many (over 2^31 too), counted on the
+        operands as they are: what decides the result's index dtype when its products
+        are more than 32-bit indices hold. Here: counted with 64-bit operands."""
+        wide = np.dtype(np.int64)
+        return self.count(
+            with_index_dtype(left, wide),
+            with_index_dtype(right, wide),
+            self.default_algorithm,
+            budget,
+        )
 
     def _multiply(self, left, right, algorithm, sink):
         raise NotImplementedError
@@ -429,25 +464,51 @@ def multiply(engine: SpgemmEngine, left, right, algorithm: str, budget: Budget):
     ------
     DeviceMemoryError
         When the result itself (or one row's work space) cannot fit.
+    SpgemmError
+        When the engine refused the product with every algorithm (a library status other
+        than memory): never the library's own error.
     """
     if is_empty(left, right):
         return run_once(engine, left, right, algorithm, budget), Outcome(algorithm, 1, budget.peak)
+    left, right, nnz = compute_operands(engine, left, right, budget)
+    if nnz is not None:  # counted: a result that cannot fit is refused before any work
+        _check_result_fits(left, right, nnz, budget)
+    refused = {}
     for attempt in (algorithm, *[a for a in engine.lean_algorithms() if a != algorithm]):
         try:
-            product = run_once(engine, left, right, attempt, budget)
+            product = run_once(engine, left, right, attempt, budget, ready=True)
         except DoesNotFit:
             continue
+        except Refused as exc:
+            refused[attempt] = exc
+            continue
         return product, Outcome(attempt, 1, budget.peak)
-    left, right = _compute_operands(left, right)
-    sink_args = ((left.shape[0], right.shape[1]), left.dtype, left.index_dtype, left.residence)
-    product, blocks = _in_row_blocks(engine, left, right, algorithm, budget, sink_args)
-    return mark_canonical(product), Outcome(algorithm, blocks, budget.peak)
+    usable = [a for a in (algorithm, *engine.lean_algorithms()) if a not in refused]
+    if usable:
+        sink_args = ((left.shape[0], right.shape[1]), left.dtype, left.index_dtype, left.residence)
+        try:
+            product, blocks = _in_row_blocks(engine, left, right, usable[0], budget, sink_args)
+        except Refused as exc:
+            refused[usable[0]] = exc
+        else:
+            return mark_canonical(product), Outcome(usable[0], blocks, budget.peak)
+    raise SpgemmError(
+        f"the {engine.name} engine could not compute this ({left.shape[0]:,} x "
+        f"{left.shape[1]:,}, {left.nnz:,} nonzeros) @ ({right.shape[0]:,} x {right.shape[1]:,}, "
+        f"{right.nnz:,} nonzeros) product: "
+        + "; ".join(f"{name}: {exc}" for name, exc in refused.items())
+        + "; A.backend = 'scipy' computes it on the host"
+    )
 
 
-def run_once(engine: SpgemmEngine, left, right, algorithm: str, budget: Budget) -> DeviceMatrix:
+def run_once(
+    engine: SpgemmEngine, left, right, algorithm: str, budget: Budget, ready: bool = False
+) -> DeviceMatrix:
     """``left @ right`` whole with ``algorithm`` and nothing else: DoesNotFit when its
-    work space or result does not fit (what planning times)."""
-    left, right = _compute_operands(left, right)
+    work space or result does not fit (what planning times). ``ready``: the operands are
+    :func:`compute_operands`' already."""
+    if not ready:
+        left, right, _ = compute_operands(engine, left, right, budget)
     if is_empty(left, right):
         return empty_product(left, right, left.index_dtype, budget)
     shape = (left.shape[0], right.shape[1])
@@ -460,16 +521,53 @@ def is_empty(left, right) -> bool:
     return min(left.nnz, right.nnz, *left.shape, *right.shape) == 0
 
 
-def _compute_operands(left, right):
+def compute_operands(engine: SpgemmEngine, left, right, budget: Budget):
     """The operands with the index dtype the engine computes in: int32 (the fast
-    kernels) unless a size of theirs or of the result needs int64 (the result has at most
-    as many nonzeros as intermediate products: bounded by nnz(L) times R's longest row,
-    counted exactly only when that bound is over int32)."""
+    kernels) unless a size of theirs or of the result needs int64.
+
+    The result has at most as many nonzeros as the intermediate products and as
+    ``m x n``; the products are bounded by ``nnz(L)`` times R's longest row, and counted
+    (:meth:`SpgemmEngine.total_products`, one pass) only when that bound is over int32.
+    Products past int32 take int64 indices: cuSPARSE's 32-bit SpGEMM does not compute
+    them (cupyx's product of R-MAT scale 18 by itself came back empty). The result's
+    nonzeros are then counted (:meth:`SpgemmEngine.result_nnz`, a symbolic pass) where
+    the engine narrows by the result as scipy does (``narrows_by_result``: int32 when the
+    result fits), or where the result may not fit in memory, so that it is refused before
+    any work with its size. Returns ``(left, right, the result's nonzeros where they were
+    counted, else None)``."""
     wide = max(left.nnz, right.nnz, *left.shape, *right.shape) > INT32_MAX
-    if not wide and left.nnz * min(right.longest_row, right.shape[1]) > INT32_MAX:
-        wide = int(row_products(left, right).sum()) > INT32_MAX
+    m, n = left.shape[0], right.shape[1]
+    nnz = None
+    if not wide and m * n > INT32_MAX and left.nnz * min(right.longest_row, n) > INT32_MAX:
+        products = engine.total_products(left, right)
+        wide = products > INT32_MAX
+        if wide and (engine.narrows_by_result or not _may_fit(left, right, products, budget)):
+            try:
+                nnz = engine.result_nnz(left, right, budget)
+            except DoesNotFit:  # not even the count fits: 64-bit, as the products say
+                nnz = None
+            if nnz is not None and engine.narrows_by_result:
+                wide = nnz > INT32_MAX
     index_dtype = np.dtype(np.int64 if wide else np.int32)
-    return with_index_dtype(left, index_dtype), with_index_dtype(right, index_dtype)
+    return with_index_dtype(left, index_dtype), with_index_dtype(right, index_dtype), nnz
+
+
+def _may_fit(left, right, products: int, budget: Budget) -> bool:
+    """Whether a 64-bit result of at most ``products`` (and ``m x n``) entries fits."""
+    bound = min(products, left.shape[0] * right.shape[1])
+    free = budget.free()
+    return free is None or (left.shape[0] + 1 + bound) * 8 + bound * left.dtype.itemsize <= free
+
+
+def _check_result_fits(left, right, nnz: int, budget: Budget) -> None:
+    """A MemoryError naming the result's nonzeros and bytes unless it fits in ``budget``
+    (the work space aside: leaner algorithms and row blocks answer that)."""
+    m, n = left.shape[0], right.shape[1]
+    needed = (m + 1 + nnz) * left.index_dtype.itemsize + nnz * left.dtype.itemsize
+    free = budget.free()
+    if free is not None and needed > free:
+        what = f"the result of this {m:,} x {n:,} product ({nnz:,} nonzeros)"
+        raise memory_error(needed, what, free)
 
 
 def _in_row_blocks(engine, left, right, algorithm, budget: Budget, sink_args):

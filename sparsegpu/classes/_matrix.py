@@ -352,7 +352,7 @@ class _SparseGPUMixin:
         if transposed != transpose:
             base = shared.get((residence.name, "transposed"))
             if base is None:
-                base = shared[(residence.name, "transposed")] = stored.transpose()
+                base = shared[(residence.name, "transposed")] = _sparse_product.transposed(stored)
         return base if base.dtype == value_dtype else base.astype(value_dtype)
 
     def _sg_shared_arrays(self) -> dict:

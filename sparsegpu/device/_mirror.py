@@ -405,13 +405,16 @@ class DeviceMatrix:
         return cls(dev[0], dev[1], dev[2], (n_rows, n_cols), residence)
 
     def transpose(self) -> DeviceMatrix:
-        """CSR of the transpose, built where the mirror lives (one sort of the entries)."""
+        """CSR of the transpose, built where the mirror lives (one stable sort of the
+        column indices: entries are in row order, so equal columns keep their rows in
+        order, and the transpose of a canonical matrix is canonical)."""
         xp = self.xp
         n_rows, n_cols = self.shape
         lengths = xp.diff(self.indptr)
         rows = xp.repeat(xp.arange(n_rows, dtype=self.index_dtype), lengths.astype(np.int64))
-        key = self.indices.astype(np.int64) * max(n_rows, 1) + rows
-        order = xp.argsort(key)
+        # a sort of the 32-bit columns rather than of 64-bit (column, row) keys: half the
+        # radix passes on the GPU
+        order = xp.argsort(self.indices, kind="stable")
         counts = (
             xp.bincount(self.indices, minlength=n_cols)
             if self.nnz

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from ..backends import spgemm
+from ..backends import cusparse, spgemm
 from ..backends.hash_spgemm import GpuSpgemm
 from ..device import _cuda
 from ..device._mirror import CUPY, DeviceMatrix
@@ -91,11 +91,33 @@ def _csr(M, residence, value_dtype, transpose: bool = False) -> DeviceMatrix:
     whole matrix on the device (and fail scipy's pickling test, which compares every
     instance attribute)."""
     if hasattr(M, "_sg_mirror") and M.format != "bsr":
-        return M._sg_mirror(residence, value_dtype, transpose)
+        mirror = M._sg_mirror(residence, value_dtype, transpose)
+        if transpose and M.format == "csr":
+            _known_from_the_matrix(mirror, M._sg_mirror(residence, value_dtype))
+        return mirror
     M = (M.transpose() if transpose else M).tocsr()
     return DeviceMatrix.from_host(
         M.data, M.indices, M.indptr, M.shape, residence, value_dtype=value_dtype
     )
+
+
+def _known_from_the_matrix(transpose: DeviceMatrix, stored: DeviceMatrix) -> None:
+    """What the transpose's mirror can take from its matrix's without a pass over it: the
+    transpose (:func:`transposed`) of a canonical matrix is canonical (one check, of the
+    matrix), and its pattern is the matrix's, so its pattern key derives from theirs."""
+    if "canonical" not in transpose.formats and spgemm.canonical(stored) is stored:
+        spgemm.mark_canonical(transpose)
+    key = stored.formats.get("pattern_key")
+    if key is not None:
+        derived = (transpose.shape, transpose.nnz, str(transpose.index_dtype), ("T", hash(key)))
+        transpose.formats.setdefault("pattern_key", derived)
+
+
+def transposed(matrix: DeviceMatrix) -> DeviceMatrix:
+    """The CSR of ``matrix``'s transpose where it lives: cuSPARSE's transposition on the
+    GPU where it applies, else one stable sort of the column indices
+    (:meth:`DeviceMatrix.transpose`)."""
+    return cusparse.transpose(matrix) or matrix.transpose()
 
 
 def _sparse_2d(B) -> bool:
