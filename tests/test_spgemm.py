@@ -587,24 +587,85 @@ def test_spgemm_checks_its_operands():
 
 
 # ------------------------------------------------------------------------- planning
-def test_planning_measures_the_second_product_of_a_pattern(engine):
+class ScriptedClock:
+    """Planning's clock, scripted: each product by the rule costs ``product`` ms, each run
+    of a candidate its entry of ``runs`` (``"reuse plan"``: making the reuse plan)."""
+
+    def __init__(self, monkeypatch, product=10.0, **runs):
+        clock = self
+
+        class Stopwatch:
+            def __init__(self, on_host):
+                pass
+
+            def stop(self):
+                return self
+
+            def ms(self, wait=True):
+                return clock.product
+
+        def run_timed(name, fn, on_host):
+            clock.runs.append(name)
+            return fn(), clock.costs.get(name.replace(" ", "_"), 10.0)
+
+        self.product, self.costs, self.runs = product, runs, []
+        monkeypatch.setattr(_sparse_planning._timing, "Stopwatch", Stopwatch)
+        monkeypatch.setattr(_sparse_planning, "_run_timed", run_timed)
+
+
+def test_planning_waits_until_the_products_have_paid_for_it(engine, monkeypatch):
+    clock = ScriptedClock(monkeypatch, product=10.0, reuse_plan=10.0, reuse=2.0, alg2=15.0)
     S = random_sparse((200, 200), 0.05, 16, np.float64)
     A = _on(engine, S)
-    A @ A
-    assert not sg.explain(A, A).measurements
-    for step in range(3):  # new values, same pattern: a Newton step
+    costs = []
+    for step in range(12):  # new values, same pattern: a Newton step
         A.data[:] = np.arange(A.nnz) % 7 + step + 1.0
         C = A @ A
         expected = sp.csr_matrix((A.data, A.indices, A.indptr), shape=A.shape) @ sp.csr_matrix(
             (A.data, A.indices, A.indptr), shape=A.shape
         )
         check_product(C, expected, np.float64, 200)
-    plan = sg.explain(A, A)
+        plan = sg.explain(A, A)
+        costs.append((plan.planning_ms, plan.products_ms))
+        # nothing is timed until the products before have paid for a candidate's bound
+        paid = step * clock.product >= _sparse_planning.CANDIDATE_COST * clock.product
+        assert bool(clock.runs) == paid, (step, clock.runs)
+    # planning never cost more than the products before it
+    assert all(planning <= products for planning, products in costs), costs
     names = [m.algorithm for m in plan.measurements]
-    assert names[0] == "alg1" and "reuse" in names, names
-    assert plan.algorithm in names and plan.level == "measure"
+    assert names == ["alg1", "reuse"], names  # reuse won clearly: alg2 was not timed
+    assert plan.algorithm == "reuse" and plan.level == "measure", plan
+    assert "cost: planning" in str(plan) and plan.product_ms == 10.0
     assert all(m.peak_bytes for m in plan.measurements if m.ms is not None)
     assert "peak device memory" in str(plan) and plan.peak_bytes > 0
+    done = len(clock.runs)
+    A @ A
+    assert len(clock.runs) == done, "a planned pair times nothing more"
+
+
+def test_exhaustive_times_every_algorithm_on_the_second_product(engine):
+    S = random_sparse((120, 120), 0.05, 15, np.float64)
+    A = _on(engine, S)
+    A.planning = "exhaustive"
+    A @ A
+    assert not sg.explain(A, A).measurements
+    check_product(A @ A, S @ S, np.float64, 120)
+    plan = sg.explain(A, A)
+    engine_obj = _sparse_product.where(A, A)[0]
+    names = {m.algorithm for m in plan.measurements}
+    assert names == {*engine_obj.algorithms(), "reuse"}, names
+    assert plan.level == "exhaustive" and plan.algorithm in names
+
+
+def test_a_hopeless_candidate_is_run_once(engine, monkeypatch):
+    clock = ScriptedClock(monkeypatch, product=1.0, reuse_plan=1.0, reuse=0.5, alg2=50.0)
+    A = _on(engine, random_sparse((80, 80), 0.05, 14, np.float64))
+    A.planning = "exhaustive"
+    A @ A
+    A @ A
+    assert clock.runs.count("alg2") == 1 and clock.runs.count("reuse") == 2, clock.runs
+    notes = {m.algorithm: m.note for m in sg.explain(A, A).measurements}
+    assert "hopeless" in notes["alg2"]
 
 
 def test_estimate_measures_nothing(engine):
@@ -623,16 +684,8 @@ def test_estimate_measures_nothing(engine):
 def test_the_reuse_plan_recomputes_values_only_for_the_same_patterns(engine, monkeypatch):
     S = random_sparse((150, 150), 0.05, 18, np.float64)
     A = _on(engine, S)
-
-    def timing(fn, **kwargs):  # the harness's timer: the reuse plan's products are fastest
-        from sparsegpu.measure._timing import Timing
-
-        fn()
-        candidate = fn.args[0].func  # _discard(run, ...): run_once, or a reuse plan's compute
-        return Timing((1.0 if getattr(candidate, "__name__", "") == "compute" else 5.0,))
-
-    monkeypatch.setattr(_sparse_planning._timing, "host_time", timing)
-    monkeypatch.setattr(_sparse_planning._timing, "cuda_time", timing)
+    A.planning = "exhaustive"
+    ScriptedClock(monkeypatch, product=5.0, reuse=1.0, alg2=5.0, hash=5.0)
     A @ A
     A @ A
     assert sg.explain(A, A).algorithm == "reuse"
@@ -715,6 +768,7 @@ def test_a_refused_reuse_plan_falls_back_to_the_default(monkeypatch):
     try:
         S = random_sparse((80, 80), 0.05, 40, np.float64)
         A = _on("host-copy", S)
+        A.planning = "exhaustive"  # planned on the second product
         for _ in range(3):
             check_product(A @ A, S @ S, np.float64, 80)
         plan = sg.explain(A, A)

@@ -4,22 +4,34 @@
 rule (:meth:`~sparsegpu.backends.spgemm.SpgemmEngine.estimate`: on the GPU our hash
 rows or cuSPARSE ALG1, by the products a row may have), falling back to the memory-lean
 algorithms and to row blocks where its work space does not fit
-(:func:`sparsegpu.backends.spgemm.multiply`). ``measure`` / ``exhaustive``: the second
-product of the same pair of patterns (same shapes, nonzeros and sampled indices) times
-every algorithm that fits (hash rows, ALG1, ALG2, ALG3) and, where the library has it,
-``SpGEMMreuse`` (the result's structure made once,
-the values redone each product), checks that they agree, and keeps the fastest for the
-pair. A candidate whose buffers do not fit is left out, so the plan is memory-aware.
-What was chosen and measured, and the device memory each took at most, is what
-``sg.explain(A, B)`` shows (:class:`SpgemmPlan`). Sparse plans are per process, keyed
-by the patterns, so a Newton or AMG loop that rebuilds ``A`` with the same pattern
-keeps its plan. A kept ``SpGEMMreuse`` plan holds device memory (its buffers and the
-result's structure): at most :data:`REUSE_PLANS` are kept, holding at most
-:data:`REUSE_MEMORY_FRACTION` of the GPU's memory together, and all are dropped before
-a product that would not fit otherwise.
+(:func:`sparsegpu.backends.spgemm.multiply`).
 
-The levels are vector planning's (:func:`sparsegpu.engine._planning.planning`); a
-candidate over ``HOPELESS`` times the fastest is timed no further, as there.
+``measure`` plans only with time the pair's products have already cost (ski rental, as
+a user renting the rule's algorithm until the rent paid would buy planning): every
+product of the pair is timed as it runs (a :class:`~sparsegpu.measure._timing.Stopwatch`,
+read later, never waited for), and a later product of the pair times a candidate beside
+the user's own product (the rule's, which is the reference its answer is checked
+against) only while what planning has cost, with that candidate, stays within what the
+products of the pair have cost so far (:data:`PAYBACK` times). A candidate is counted at
+:data:`CANDIDATE_COST` products until it has run; it runs once (checked and timed) and,
+unless it is over ``HOPELESS`` times the fastest so far, once more (timed warm). The
+candidates: ``SpGEMMreuse`` (the result's structure made once, the values redone each
+product) where the library has it, then the engine's other fast algorithm
+(:meth:`~sparsegpu.backends.spgemm.SpgemmEngine.planning_algorithms`: hash rows or ALG1),
+none after one that takes under half the rule's time (:data:`CLEAR_WIN`). Then the
+fastest (the rule's own products included, timed as they ran) is kept for the pair.
+So a pattern multiplied a few times never pays for planning, and no product costs much
+more than the products before it have cost in all.
+``exhaustive`` times every algorithm (ALG2 and ALG3 too) on the second product, whatever
+it costs. A candidate whose buffers do not fit is left out, so the plan is memory-aware.
+
+What was chosen and measured, the device memory each took at most, and what planning
+has cost beside what the products have cost is what ``sg.explain(A, B)`` shows
+(:class:`SpgemmPlan`). Sparse plans are per process, keyed by the patterns, so a Newton
+or AMG loop that rebuilds ``A`` with the same pattern keeps its plan. A kept
+``SpGEMMreuse`` plan holds device memory (its buffers and the result's structure): at
+most :data:`REUSE_PLANS` are kept, holding at most :data:`REUSE_MEMORY_FRACTION` of the
+GPU's memory together, and all are dropped before a product that would not fit otherwise.
 """
 
 from __future__ import annotations
@@ -46,6 +58,17 @@ REUSE_PLANS = 4
 # 27-point stencil 100^3 holds 6.6 GB: its value computation keeps large buffers)
 REUSE_MEMORY_FRACTION = 0.25
 REUSE = "reuse"
+# Planning (level measure) may cost at most PAYBACK times what the products of the pair
+# have cost so far, and a candidate may cost up to CANDIDATE_COST of the rule's products
+# before it is known (H200, spgemm_first_calls_run1_h200.json: making the
+# SpGEMMreuse plan of the 3 x 3 block matrices took 7 of the rule's hash products; one run
+# of hash rows on R-MAT, 6.6 of ALG1's), so a candidate starts only when the products have
+# paid for that much.
+PAYBACK = 1.0
+CANDIDATE_COST = 8
+# Once a candidate runs in under 1 / CLEAR_WIN of the rule's time, the others are not
+# timed (level measure): they would have to beat the rule's own choice by more than that.
+CLEAR_WIN = 2.0
 
 
 @dataclass(frozen=True)
@@ -87,6 +110,13 @@ class SpgemmPlan:
         the device bytes it held at most (work buffers and result).
     held_bytes : int
         Device memory kept between products (a SpGEMMreuse plan's buffers and structure).
+    planning_ms : float
+        What planning has cost so far (its candidates' runs), in milliseconds.
+    products_ms : float
+        What the products of this pair have cost so far (timed as they ran; those still
+        running when last read are left out).
+    product_ms : float or None
+        One product with the rule's algorithm (the median of those timed).
     """
 
     algorithm: str
@@ -96,6 +126,9 @@ class SpgemmPlan:
     last: Outcome | None = None
     held_bytes: int = 0
     shapes: tuple = field(default=())
+    planning_ms: float = 0.0
+    products_ms: float = 0.0
+    product_ms: float | None = None
 
     @property
     def peak_bytes(self) -> int | None:
@@ -117,6 +150,12 @@ class SpgemmPlan:
             )
         if self.held_bytes:
             lines.append(f"  kept between products: {self.held_bytes:,} bytes")
+        if self.product_ms is not None:
+            lines.append(
+                f"  cost: planning {self.planning_ms:.3f} ms so far, beside the products "
+                f"of these patterns {self.products_ms:.3f} ms ({self.product_ms:.3f} ms a "
+                "product by the rule)"
+            )
         if self.measurements:
             lines.append("  measured:")
             lines.extend(f"    {m}" for m in self.measurements)
@@ -134,6 +173,30 @@ class _Pair:
         self.last: Outcome | None = None
         self.reuse = None
         self.lock = threading.Lock()  # held (never waited for) while measuring
+        self.watches: list = []  # the rule's products not read yet (Stopwatch)
+        self.product_times: list[float] = []  # the rule's products, read
+        self.planning_ms = 0.0
+        self.pending: list[str] | None = None  # candidates not timed yet (None: not begun)
+        self.measured: dict[str, SpgemmMeasurement] = {}
+
+    @property
+    def products_ms(self) -> float:
+        return float(sum(self.product_times))
+
+    @property
+    def product_ms(self) -> float | None:
+        return float(np.median(self.product_times)) if self.product_times else None
+
+    def read_times(self, wait: bool) -> None:
+        """Read the stopwatches of the pair's products (those finished, unless ``wait``)."""
+        unread = []
+        for watch in self.watches:
+            ms = watch.ms(wait=wait)
+            if ms is None:
+                unread.append(watch)
+            else:
+                self.product_times.append(ms)
+        self.watches = unread
 
 
 _pairs: OrderedDict = OrderedDict()
@@ -200,33 +263,35 @@ def multiply_sparse(left, right, engine, *, level: str, algorithm=None, memory_l
 def _multiply_sparse(left, right, engine, level, algorithm, memory_limit):
     budget = Budget(left.xp, memory_limit)
     pair = None if spgemm.is_empty(left, right) else _pair(left, right)
-    if pair is not None:
-        pair.seen += 1
-        if algorithm is None and level != "estimate":  # estimate: the rule, always
-            algorithm = _pair_algorithm(pair, engine, left, right, level, memory_limit)
+    if pair is None or algorithm is not None or level == "estimate":  # the rule, always
+        algorithm = algorithm or engine.rule(left, right)
+        product, outcome = spgemm.multiply(engine, left, right, algorithm, budget)
+        if pair is not None:
+            pair.last = outcome
+        return _finished(product, left, right)
+    pair.seen += 1
+    if pair.plan is not None:
+        algorithm = pair.plan.algorithm
         if algorithm == REUSE:
             product = _reuse_product(pair, engine, left, right, budget)
             if product is not None:
                 return _finished(product, left, right)
-            algorithm, budget = None, Budget(left.xp, memory_limit)
-    if algorithm is None:  # the first product of the pair, or planning level estimate
-        algorithm = engine.rule(left, right)
-    product, outcome = spgemm.multiply(engine, left, right, algorithm, budget)
-    if pair is not None:
+            algorithm, budget = engine.rule(left, right), Budget(left.xp, memory_limit)
+        product, outcome = spgemm.multiply(engine, left, right, algorithm, budget)
         pair.last = outcome
-    return _finished(product, left, right)
-
-
-def _pair_algorithm(pair: _Pair, engine, left, right, level, memory_limit) -> str | None:
-    """The algorithm planning chose for the pair (measured now on its second product,
-    unless another thread is measuring it), or None for the default."""
-    if pair.plan is None and pair.seen >= 2 and pair.lock.acquire(blocking=False):
+        return _finished(product, left, right)
+    pair.read_times(wait=False)  # the products before this one that have finished
+    watch = _timing.Stopwatch(on_host=left.xp is np)
+    product, outcome = spgemm.multiply(engine, left, right, engine.rule(left, right), budget)
+    pair.watches.append(watch.stop())
+    pair.last = outcome
+    if pair.seen >= 2 and pair.lock.acquire(blocking=False):  # never waits for another's
         try:
             if pair.plan is None:
-                _measure_pair(pair, engine, left, right, level, memory_limit)
+                _plan_step(pair, engine, left, right, product, level, memory_limit)
         finally:
             pair.lock.release()
-    return pair.plan.algorithm if pair.plan is not None else None
+    return _finished(product, left, right)
 
 
 def _reuse_product(pair: _Pair, engine, left, right, budget: Budget) -> DeviceMatrix | None:
@@ -258,84 +323,104 @@ def _finished(product: DeviceMatrix, left, right) -> DeviceMatrix:
     return spgemm.describe_product(product.queued(), left, right)
 
 
-def _measure_pair(pair: _Pair, engine, left, right, level, memory_limit) -> None:
-    """Plan the pair by measurement (``pair.plan``): run each candidate once (does it fit,
-    does its answer agree with the first one's, how much device memory it holds), time
-    those that do with the one timing harness, keep the fastest.
-
-    At most two results are alive at once: the first (the reference) and the one just
-    made. A candidate is run about three times in all (the check, the harness's
-    calibration sample and its timed sample); one much slower than the fastest so far
-    (``HOPELESS``) is timed no further.
-    """
-    measured, runs = {}, {}
-    reference = None
-
-    def check(name, run) -> None:
-        nonlocal reference
-        budget = Budget(left.xp, memory_limit)
-        try:
-            product = run(budget)
-        except (DoesNotFit, Refused) as exc:
-            measured[name] = SpgemmMeasurement(name, None, None, note=_why_not(exc))
-            return
-        agreed = reference is None or _agree(reference, product)
-        reference = product if reference is None else reference
-        measured[name] = SpgemmMeasurement(name, None, budget.peak, agreed)
-        if agreed:
-            runs[name] = run
-
-    for name in engine.algorithms():
-        check(name, functools.partial(spgemm.run_once, engine, left, right, name))
-    try:
-        pair.reuse = engine.reuse(left, right, Budget(left.xp, memory_limit))
-    except (DoesNotFit, Refused) as exc:
-        measured[REUSE] = SpgemmMeasurement(REUSE, None, None, note=_why_not(exc))
-    cap = _reuse_memory_cap()
-    if pair.reuse is not None and cap is not None and pair.reuse.held_bytes > cap:
-        share = f"{REUSE_MEMORY_FRACTION:.0%}"
-        note = f"would keep {pair.reuse.held_bytes:,} bytes, over {share} of the GPU"
-        measured[REUSE] = SpgemmMeasurement(REUSE, None, None, note=note)
-        pair.reuse = None
-    if pair.reuse is not None:
-        check(REUSE, functools.partial(pair.reuse.compute, left, right))
-        _drop_reuse_plans(REUSE_PLANS)
-    reference = None
+def _plan_step(pair: _Pair, engine, left, right, product, level, memory_limit) -> None:
+    """Time the pair's candidates that what its products have cost so far pays for (all of
+    them for ``exhaustive``), beside ``product`` (the rule's answer: the reference); keep
+    the fastest once every candidate is timed (see the module docstring)."""
     on_host = left.xp is np
-    timings = _timing.time_candidates(
-        {
-            name: functools.partial(_discard, run, left.xp, memory_limit)
-            for name, run in runs.items()
-        },
-        on_host=on_host,
-        warmup=0,
-        repeat=1,
-        hopeless=HOPELESS,
-        timer=_timing.host_time if on_host else _timing.cuda_time,
+    if pair.pending is None:
+        default = pair.last.algorithm
+        names = engine.algorithms() if level == "exhaustive" else engine.planning_algorithms()
+        pair.pending = [REUSE] + [name for name in names if name != default]
+    if pair.product_ms is None and level != "exhaustive":
+        return  # no product of the pair has been timed yet
+    allowance = float("inf") if level == "exhaustive" else PAYBACK * pair.products_ms
+    while pair.pending:
+        fastest = min(
+            [m.ms for m in pair.measured.values() if m.ms is not None and m.agreed]
+            + [pair.product_ms or float("inf")]
+        )
+        expected = CANDIDATE_COST * (pair.product_ms or 0.0)
+        if pair.planning_ms + expected > allowance:
+            return  # a later product of the pair, when its products have paid for it
+        name = pair.pending.pop(0)
+        measured = _time_candidate(
+            pair, engine, left, right, name, product, fastest, memory_limit, on_host
+        )
+        pair.measured[name] = measured
+        won = measured.ms is not None and measured.agreed
+        if won and level != "exhaustive" and measured.ms * CLEAR_WIN <= pair.product_ms:
+            pair.pending.clear()
+    _decide(pair, engine, level)
+
+
+def _time_candidate(pair, engine, left, right, name, reference, fastest, memory_limit, on_host):
+    """One candidate run (checked against ``reference``, timed) and, unless hopeless next
+    to ``fastest``, a second timed run; its cost is added to the pair's planning cost."""
+    if name == REUSE:
+        try:
+            budget = Budget(left.xp, memory_limit)
+            plan, ms = _run_timed("reuse plan", lambda: engine.reuse(left, right, budget), on_host)
+            pair.planning_ms += ms
+        except (DoesNotFit, Refused) as exc:
+            return SpgemmMeasurement(REUSE, None, None, note=_why_not(exc))
+        if plan is None:
+            return SpgemmMeasurement(REUSE, None, None, note="this engine has none here")
+        cap = _reuse_memory_cap()
+        if cap is not None and plan.held_bytes > cap:
+            share = f"{REUSE_MEMORY_FRACTION:.0%}"
+            note = f"would keep {plan.held_bytes:,} bytes, over {share} of the GPU"
+            return SpgemmMeasurement(REUSE, None, None, note=note)
+        pair.reuse = plan
+        _drop_reuse_plans(REUSE_PLANS)
+        run = functools.partial(plan.compute, left, right)
+    else:
+        run = functools.partial(spgemm.run_once, engine, left, right, name)
+    budget = Budget(left.xp, memory_limit)
+    try:
+        candidate, ms = _run_timed(name, lambda: run(budget), on_host)
+    except (DoesNotFit, Refused) as exc:
+        return SpgemmMeasurement(name, None, None, note=_why_not(exc))
+    pair.planning_ms += ms
+    agreed = _agree(reference, candidate)
+    del candidate
+    note = ""
+    if agreed and ms <= HOPELESS * fastest:
+        _, warm = _run_timed(name, lambda: run(Budget(left.xp, memory_limit)), on_host)
+        pair.planning_ms += warm
+        ms = min(ms, warm)
+    elif agreed:
+        note = "timed once: hopeless next to the fastest"
+    return SpgemmMeasurement(name, ms, budget.peak, agreed, note)
+
+
+def _run_timed(name: str, fn, on_host: bool):
+    """``(fn(), milliseconds)`` of one run of candidate ``name`` (or of making the reuse
+    plan), with the one timing harness."""
+    return _timing.timed_call(fn, on_host=on_host)
+
+
+def _decide(pair: _Pair, engine, level) -> None:
+    """Keep the fastest of the timed candidates and the rule's own products."""
+    pair.read_times(wait=True)
+    default = pair.last.algorithm
+    own = SpgemmMeasurement(
+        default, pair.product_ms, pair.last.peak_bytes, note="the rule's, on the products asked for"
     )
-    for name, timing in timings.items():
-        note = "timed once: hopeless next to the fastest" if timing.cut_short else ""
-        measured[name] = replace(measured[name], ms=timing.median_ms, note=note)
-    if not timings:
-        return
-    best = min(timings, key=lambda name: timings[name].median_ms)
+    measured = {default: own, **pair.measured}
+    timed = {n: m for n, m in measured.items() if m.ms is not None and m.agreed}
+    best = min(timed, key=lambda n: timed[n].ms)
     if best != REUSE:
         pair.reuse = None
-    pair.plan = SpgemmPlan(
-        best,
-        level,
-        f"measured fastest of {len(timings)} on the second product of these patterns",
-        tuple(measured.values()),
+    reason = (
+        f"measured fastest of {len(timed)} on the products of these patterns (planning "
+        f"cost {pair.planning_ms:.3f} ms, the products before it {pair.products_ms:.3f} ms)"
     )
+    pair.plan = SpgemmPlan(best, level, reason, tuple(measured.values()))
 
 
 def _why_not(exc) -> str:
     return f"does not fit: {exc}" if isinstance(exc, DoesNotFit) else f"refused: {exc}"
-
-
-def _discard(run, xp, memory_limit) -> None:
-    """One product of a candidate, for the timing harness (its result is dropped)."""
-    run(Budget(xp, memory_limit))
 
 
 def _agree(reference: DeviceMatrix, other: DeviceMatrix) -> bool:
@@ -360,13 +445,19 @@ def _agree(reference: DeviceMatrix, other: DeviceMatrix) -> bool:
 
 def explain_sparse(left, right, engine, *, level: str) -> SpgemmPlan:
     """How ``left @ right`` runs now: the measured plan of its patterns, else the estimate
-    (with the last product's outcome where there was one)."""
+    (with what planning has timed so far, and the last product's outcome where there was
+    one)."""
     left, right = spgemm.canonical(left), spgemm.canonical(right)
     shapes = (left.shape, right.shape, left.nnz, right.nnz)
     pair = _pair(left, right)
+    pair.read_times(wait=False)
+    costs = {
+        "planning_ms": pair.planning_ms,
+        "products_ms": pair.products_ms,
+        "product_ms": pair.product_ms,
+    }
     if pair.plan is not None:
-        plan = pair.plan
-        plan.last, plan.shapes = pair.last, shapes
+        plan = replace(pair.plan, last=pair.last, shapes=shapes, **costs)
         plan.held_bytes = pair.reuse.held_bytes if pair.reuse is not None else 0
         return plan
     algorithm, rule = engine.estimate(left, right)
@@ -374,6 +465,8 @@ def explain_sparse(left, right, engine, *, level: str) -> SpgemmPlan:
         reason = f"planning level 'estimate': {rule}; leaner where it does not fit"
     else:
         reason = (
-            f"{rule}, until these patterns are multiplied a second time (then planning measures)"
+            f"{rule}, until the products of these patterns have paid for planning (then "
+            "planning times its candidates beside them)"
         )
-    return SpgemmPlan(algorithm, level, reason, last=pair.last, shapes=shapes)
+    measured = tuple(pair.measured.values())
+    return SpgemmPlan(algorithm, level, reason, measured, last=pair.last, shapes=shapes, **costs)

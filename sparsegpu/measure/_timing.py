@@ -12,7 +12,9 @@ timed at the host's pace.
 
 :func:`time_candidates` is the one timing harness of planning, the autotuner and
 ``sparsegpu bench``: a calibration sample of each candidate, then its samples, taken in
-alternation with the other candidates'.
+alternation with the other candidates'. :class:`Stopwatch` times one call as it runs (no
+lead call, no repeat): what sparse-product planning reads of the products a user asks for
+and of its candidates, where a second run would cost a whole product.
 
 Bytes counted for ``y = A @ x``: values + column indices + row pointers + x + y, each
 once. Speed is never asserted in unit tests.
@@ -285,6 +287,49 @@ def time_candidates(
         interleaved = host_time_interleaved if on_host else cuda_time_interleaved
         results.update(interleaved(contenders, warmup=1, repeat=repeat, inner=inners))
     return {key: results[key] for key in fns}
+
+
+class Stopwatch:
+    """The time of the work queued between :meth:`stop` and the stopwatch's making: CUDA
+    events on the current stream (read later, without waiting for the work now), or the
+    host's clock (``on_host``)."""
+
+    def __init__(self, on_host: bool):
+        self.on_host = on_host
+        self._stop = None
+        if on_host:
+            self._start = time.perf_counter()
+        else:
+            self._start = _cuda.cupy_or_none().cuda.Event()
+            self._start.record()
+
+    def stop(self) -> Stopwatch:
+        if self.on_host:
+            self._stop = time.perf_counter()
+        else:
+            self._stop = _cuda.cupy_or_none().cuda.Event()
+            self._stop.record()
+        return self
+
+    def ms(self, wait: bool = True) -> float | None:
+        """Milliseconds from start to stop; None when ``wait`` is False and the work is
+        still running (or the stopwatch was never stopped)."""
+        if self._stop is None:
+            return None
+        if self.on_host:
+            return (self._stop - self._start) * 1e3
+        if not wait and not self._stop.done:
+            return None
+        self._stop.synchronize()
+        return float(_cuda.cupy_or_none().cuda.get_elapsed_time(self._start, self._stop))
+
+
+def timed_call(fn, *, on_host: bool):
+    """``(fn(), milliseconds)``: one call and its time to completion (a
+    :class:`Stopwatch`, waited for)."""
+    watch = Stopwatch(on_host)
+    result = fn()
+    return result, watch.stop().ms()
 
 
 def spmv_bytes(n_rows: int, n_cols: int, nnz: int, value_itemsize: int, index_itemsize: int):
