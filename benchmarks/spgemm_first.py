@@ -24,6 +24,17 @@ them (their results under the first rule showed its misses, which is why it was 
 on the 2-D one (the 3-D 27-point stencil 100^3 with 2 x 2 x 2 aggregates, a P1 mesh of 300k
 points in random order with random aggregates of 4 points), so held out from that work.
 
+``--mode calls`` (issue 47) times what a user sees instead, wall clock from the call to a
+synchronized result, operands already on the device (made by an earlier product): the
+first ``A @ A`` of a *new* pattern (fresh operands, sparse plans forgotten) against cupyx's
+on fresh copies (median of three, in alternation, after a throw-away first product of the
+class compiled every kernel), the first ten calls of one pattern (planning included) beside
+cupyx's, and the first ``sg.galerkin_product(A, P)`` against cupyx's ``P.T @ A @ P``
+(aggregates of 8: 2 x 2 x 2 on the 3-D stencils, random elsewhere). Its matrices
+(:func:`call_matrices`): the classes of issue 47, ``fit`` the instances the rule and
+planning were looked at on (``benchmarks/experiments/spgemm_first_phases.py``),
+``heldout`` the others.
+
 Timing as ``benchmarks/spgemm.py``: every answer checked against cupyx first (same
 structure, values within the dtype's tolerance), then the GPU columns in alternation,
 median of ``--repeat`` CUDA-event samples after a warm-up. Peak device memory: the growth
@@ -33,6 +44,7 @@ Usage (on a GPU machine)::
 
     python -m benchmarks.spgemm_first --out first.json --md first.md
     python -m benchmarks.spgemm_first --from-json first.json --md first.md   # no GPU
+    python -m benchmarks.spgemm_first --mode calls --out calls.json --md calls.md
 """
 
 from __future__ import annotations
@@ -52,7 +64,8 @@ from benchmarks.common import DirectSpGEMM
 from sparsegpu import datasets, measure
 from sparsegpu.backends import spgemm
 from sparsegpu.datasets import synthetic
-from sparsegpu.engine import _sparse_product
+from sparsegpu.device._mirror import CUPY
+from sparsegpu.engine import _sparse_planning, _sparse_product
 
 RMAT = {"a": 0.45, "b": 0.55 / 3, "c": 0.55 / 3}
 
@@ -158,6 +171,219 @@ def run_dtype(group, name, form, S, dtype, repeat, cupy, cupyx_sparse, log) -> d
     return row
 
 
+def call_matrices(xp) -> list:
+    """``(set, name, builder)`` of ``--mode calls``: issue 47's classes (3-D 7-point
+    stencils, power-law rows, 3 x 3 blocks, R-MAT, and held out a 3-D 27-point stencil
+    and 3-D 3 x 3 blocks)."""
+    return [
+        ("fit", "stencil3d7_120", lambda: synthetic.stencil_3d(120, points=7, xp=xp)),
+        ("fit", "powerlaw_1500k", lambda: synthetic.power_law(1_500_000, mean=3.0, seed=1, xp=xp)),
+        ("fit", "blocks3_2d_400", lambda: synthetic.block_mesh(400, 3, 2, xp=xp)),
+        ("heldout", "stencil3d7_160", lambda: synthetic.stencil_3d(160, points=7, xp=xp)),
+        (
+            "heldout",
+            "powerlaw_2m",
+            lambda: synthetic.power_law(2_000_000, mean=3.75, seed=2, xp=xp),
+        ),
+        ("heldout", "blocks3_2d_548", lambda: synthetic.block_mesh(548, 3, 2, xp=xp)),
+        ("heldout", "stencil3d27_70", lambda: synthetic.stencil_3d(70, points=27, xp=xp)),
+        # the first run's one loss of hash rows: HASH_MAX_MEAN_ROW_PRODUCTS was fitted on it
+        ("fit", "blocks3_3d_36", lambda: synthetic.block_mesh(36, 3, 3, xp=xp)),
+        ("heldout", "blocks3_3d_30", lambda: synthetic.block_mesh(30, 3, 3, seed=1, xp=xp)),
+        ("heldout", "blocks2_3d_50", lambda: synthetic.block_mesh(50, 2, 3, seed=2, xp=xp)),
+        ("heldout", "rmat_s16", lambda: synthetic.rmat(16, 16, seed=5, xp=xp)),
+        ("fit", "rmat_s17", lambda: synthetic.rmat(17, 16, xp=xp)),
+    ]
+
+
+def wall_ms(fn, cupy):
+    """``(milliseconds, fn())``: wall clock from the call to its synchronized result."""
+    cupy.cuda.Device().synchronize()
+    start = time.perf_counter()
+    out = fn()
+    cupy.cuda.Device().synchronize()
+    return (time.perf_counter() - start) * 1e3, out
+
+
+def fresh_sg(base, identity):
+    """A new sparsegpu matrix on the device, made by a product (``base @ I``), whose
+    pattern planning has never seen."""
+    fresh = sg.spgemm(base, identity, planning="estimate")
+    _sparse_planning.forget_sparse_plans()
+    return fresh
+
+
+def fresh_cupyx(Acx, cupyx_sparse):
+    """A copy of a cupyx matrix that knows nothing of itself (its format unchecked)."""
+    return cupyx_sparse.csr_matrix(
+        (Acx.data.copy(), Acx.indices.copy(), Acx.indptr.copy()), shape=Acx.shape
+    )
+
+
+def aggregates_of_8(name, n, dtype):
+    """The prolongation of the Galerkin product: 2 x 2 x 2 aggregates on the 3-D
+    stencils, random aggregates of 8 elsewhere."""
+    if name.startswith("stencil3d"):
+        return spgemm_bench.aggregation_3d(round(n ** (1 / 3))).astype(dtype)
+    coarse = np.random.default_rng(0).permutation(n) % max(n // 8, 1)
+    return sp.csr_matrix(
+        (np.ones(n, dtype=dtype), (np.arange(n), coarse)), shape=(n, max(n // 8, 1))
+    )
+
+
+def run_calls(group, name, S, dtype, cupy, cupyx_sparse, log, calls=10, samples=3) -> dict:
+    """One matrix of ``--mode calls`` (see the module docstring)."""
+    S = S.astype(dtype)
+    base = sg.csr_matrix(S)
+    identity = sg.csr_matrix(sp.identity(S.shape[1], dtype=dtype, format="csr"))
+    Acx = cupyx_sparse.csr_matrix(base)
+    Acx.sum_duplicates()
+    row = {"set": group, "matrix": name, "dtype": np.dtype(dtype).name, "nnz": int(S.nnz)}
+    row["shape"] = list(S.shape)
+    for algorithm in (None, "hash", "alg1"):  # every kernel of the class compiled
+        A = fresh_sg(base, identity)
+        sg.spgemm(A, A, algorithm=algorithm)
+    fresh_cupyx(Acx, cupyx_sparse) @ fresh_cupyx(Acx, cupyx_sparse)
+    first, cupyx_first = [], []
+    for _ in range(samples):
+        A = fresh_sg(base, identity)
+        ms, C = wall_ms(lambda A=A: A @ A, cupy)
+        first.append(ms)
+        B = fresh_cupyx(Acx, cupyx_sparse)
+        ms, reference = wall_ms(lambda B=B: B @ B, cupy)
+        cupyx_first.append(ms)
+    row["ran"] = sg.explain(A, A).last.algorithm
+    row["result_nnz"] = int(reference.nnz)
+    row["first_ms"], row["cupyx_first_ms"] = float(np.median(first)), float(np.median(cupyx_first))
+    row["disagreements"] = {}
+    problem = spgemm_bench.agree(C, reference, dtype, cupy)
+    if problem is not None:
+        row["disagreements"]["first"] = problem
+    del C, reference
+    A = fresh_sg(base, identity)
+    row["calls_ms"] = [wall_ms(lambda A=A: A @ A, cupy)[0] for _ in range(calls)]
+    B = fresh_cupyx(Acx, cupyx_sparse)
+    row["cupyx_calls_ms"] = [wall_ms(lambda B=B: B @ B, cupy)[0] for _ in range(calls)]
+    plan = sg.explain(A, A)
+    row["plan"] = {
+        "algorithm": plan.algorithm, "planning_ms": plan.planning_ms,
+        "products_ms": plan.products_ms, "product_ms": plan.product_ms, "text": str(plan),
+    }  # fmt: skip
+    problem = spgemm_bench.agree(A @ A, B @ B, dtype, cupy)
+    if problem is not None:
+        row["disagreements"]["planned"] = problem
+    P = aggregates_of_8(name, S.shape[0], dtype)
+    galerkin, cupyx_galerkin = [], []
+    for _ in range(samples):
+        A = fresh_sg(base, identity)
+        Psg = sg.csr_matrix(P)
+        Psg._sg_mirror(CUPY, np.dtype(dtype))  # resident, as cupyx's P is
+        ms, G = wall_ms(lambda A=A, P=Psg: sg.galerkin_product(A, P), cupy)
+        galerkin.append(ms)
+        B, Pcx = fresh_cupyx(Acx, cupyx_sparse), cupyx_sparse.csr_matrix(P)
+        ms, reference = wall_ms(lambda B=B, P=Pcx: P.T @ B @ P, cupy)
+        cupyx_galerkin.append(ms)
+    row["galerkin_first_ms"] = float(np.median(galerkin))
+    row["cupyx_galerkin_first_ms"] = float(np.median(cupyx_galerkin))
+    problem = spgemm_bench.agree(G, reference.tocsr(), dtype, cupy)
+    if problem is not None:
+        row["disagreements"]["galerkin"] = problem
+    log(
+        f"  {name}: first {row['first_ms']:.2f} ms ({row['ran']}) vs cupyx "
+        f"{row['cupyx_first_ms']:.2f}; calls "
+        + " ".join(f"{c:.1f}" for c in row["calls_ms"])
+        + f"; galerkin {row['galerkin_first_ms']:.2f} vs {row['cupyx_galerkin_first_ms']:.2f}; "
+        f"{row['disagreements'] or 'all agree'}"
+    )
+    return row
+
+
+def markdown_calls(result: dict) -> str:
+    lines = [
+        "# First products of a new pattern, the first ten calls of one, and the first "
+        "Galerkin product: sparsegpu against cupyx (issue 47)",
+        "",
+        f"Device: {result.get('device', '?')}; CuPy {result.get('cupy', '?')}. Wall clock "
+        "from the call to a synchronized result, operands resident on the device (made by "
+        "an earlier product), in a warm process (every kernel compiled before); first "
+        f"products: median of {result.get('samples', 3)} new patterns, in alternation with "
+        "cupyx's on fresh copies; answers checked against cupyx. `fit`: the instances the "
+        "rule and planning were looked at on; `heldout`: the others.",
+        "",
+        *([result["note"], ""] if "note" in result else []),
+        "| set | matrix | nnz | nnz out | ran | first | cupyx first | x cupyx | "
+        "calls 1-10 (ms) | max call / first | planning / products (ms) | planned | "
+        "galerkin first | cupyx P.T@A@P | x cupyx |",
+        "|" + "---|" * 15,
+    ]
+    for row in result["rows"]:
+        if "error" in row:
+            lines.append(f"| {row['set']} | {row['matrix']} | {row['error']} |" + " |" * 12)
+            continue
+        calls = " ".join(f"{c:.1f}" for c in row["calls_ms"])
+        plan = row["plan"]
+        flag = f" (disagrees: {', '.join(row['disagreements'])})" if row["disagreements"] else ""
+        lines.append(
+            f"| {row['set']} | {row['matrix']} | {row['nnz']:,} | {row['result_nnz']:,} | "
+            f"{row['ran']}{flag} | {row['first_ms']:.2f} | {row['cupyx_first_ms']:.2f} | "
+            f"{row['cupyx_first_ms'] / row['first_ms']:.2f}x | {calls} | "
+            f"{max(row['calls_ms']) / row['first_ms']:.2f} | {plan['planning_ms']:.1f} / "
+            f"{plan['products_ms']:.1f} | {plan['algorithm']} | {row['galerkin_first_ms']:.2f} | "
+            f"{row['cupyx_galerkin_first_ms']:.2f} | "
+            f"{row['cupyx_galerkin_first_ms'] / row['galerkin_first_ms']:.2f}x |"
+        )
+    big = [r for r in result["rows"] if "error" not in r and r["nnz"] >= 500_000]
+    if big:
+        ratios = [r["cupyx_first_ms"] / r["first_ms"] for r in big]
+        geomean = float(np.exp(np.mean(np.log(ratios))))
+        lines += ["", f"First product against cupyx, matrices of >= 0.5M nonzeros: min "
+                  f"{min(ratios):.2f}x, geomean {geomean:.2f}x."]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def warm_planning(dtype) -> None:
+    """Plan a small pattern to the end (its products paid for it), so that the kernels of
+    planning's checks are compiled before anything is timed (once a process)."""
+    S = synthetic.stencil_3d(12, points=7).astype(dtype)
+    A = sg.csr_matrix(S)
+    for _ in range(3 * _sparse_planning.CANDIDATE_COST):
+        A @ A
+    _sparse_planning.forget_sparse_plans()
+
+
+def main_calls(args, cupy, cupyx_sparse) -> int:
+    result = {
+        "device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
+        "cupy": cupy.__version__,
+        "mode": "calls",
+        "samples": 3,
+        "command": " ".join(sys.argv),
+        "rows": [],
+    }
+    chosen = call_matrices(cupy)
+    if args.only:
+        keep = set(args.only.split(","))
+        chosen = [m for m in chosen if m[1] in keep]
+    for group, name, builder in chosen:
+        S = sp.csr_matrix(builder())
+        S.sum_duplicates()
+        spgemm_bench.log(f"{group} {name}: {S.shape[0]:,} x {S.shape[1]:,}, {S.nnz:,} nonzeros")
+        for dtype in (np.dtype(d) for d in args.dtypes.split(",")):
+            warm_planning(dtype)
+            try:
+                row = run_calls(group, name, S, dtype, cupy, cupyx_sparse, spgemm_bench.log)
+            except Exception as exc:  # one matrix's failure is reported, not the run's end
+                row = {"set": group, "matrix": name, "dtype": dtype.name}
+                row["error"] = f"{type(exc).__name__}: {exc}"
+                spgemm_bench.log(f"  {name}: {row['error']}")
+            result["rows"].append(row)
+            _sparse_planning.forget_sparse_plans()
+            cupy.get_default_memory_pool().free_all_blocks()
+        if args.out:
+            args.out.write_text(json.dumps(result, indent=1))
+    return spgemm_bench.finish(args, result, markdown_calls)
+
+
 def _ratio(row, numerator, denominator) -> str:
     if f"{numerator}_ms" not in row or f"{denominator}_ms" not in row:
         return "—"
@@ -213,11 +439,19 @@ def main(argv=None) -> int:
     parser.add_argument("--dtypes", default="float64,float32")
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--only", help="comma-separated matrix names")
+    parser.add_argument("--mode", choices=("steady", "calls"), default="steady")
     args = parser.parse_args(argv)
-    started = spgemm_bench.start(args, markdown)
+    if args.mode == "calls" and args.dtypes == parser.get_default("dtypes"):
+        args.dtypes = "float64"
+    render = markdown_calls if args.mode == "calls" else markdown
+    if args.from_json and json.loads(args.from_json.read_text()).get("mode") == "calls":
+        render = markdown_calls
+    started = spgemm_bench.start(args, render)
     if isinstance(started, int):
         return started
     cupy, cupyx_sparse = started
+    if args.mode == "calls":
+        return main_calls(args, cupy, cupyx_sparse)
     from sparsegpu.backends import hash_spgemm
 
     log = spgemm_bench.log
@@ -229,7 +463,8 @@ def main(argv=None) -> int:
         "rule": (
             f"hash rows for {', '.join(map(str, hash_spgemm.HASH_DTYPES))} products of >= "
             f"{hash_spgemm.HASH_MIN_PRODUCTS:,} products, >= "
-            f"{hash_spgemm.HASH_MIN_ROW_PRODUCTS} a row on average, <= "
+            f"{hash_spgemm.HASH_MIN_ROW_PRODUCTS}-{hash_spgemm.HASH_MAX_MEAN_ROW_PRODUCTS:,} a "
+            "row on average, <= "
             f"{hash_spgemm.HASH_MAX_ROW_PRODUCTS:,} a row, >= "
             f"{hash_spgemm.HASH_MIN_COMPRESSION} products an entry on "
             f"{hash_spgemm.SAMPLE_ROWS:,} sampled rows; cuSPARSE ALG1 otherwise"
