@@ -231,8 +231,10 @@ def aggregates_of_8(name, n, dtype):
     )
 
 
-def run_calls(group, name, S, dtype, cupy, cupyx_sparse, log, calls=10, samples=3) -> dict:
-    """One matrix of ``--mode calls`` (see the module docstring)."""
+def call_operands(group, name, S, dtype, cupyx_sparse):
+    """``(row, base, identity, Acx)``: a result row's header, ``S`` as a sparsegpu matrix
+    (the base fresh operands are made from), the identity they are made with, and
+    cupyx's copy (canonical)."""
     S = S.astype(dtype)
     base = sg.csr_matrix(S)
     identity = sg.csr_matrix(sp.identity(S.shape[1], dtype=dtype, format="csr"))
@@ -240,6 +242,12 @@ def run_calls(group, name, S, dtype, cupy, cupyx_sparse, log, calls=10, samples=
     Acx.sum_duplicates()
     row = {"set": group, "matrix": name, "dtype": np.dtype(dtype).name, "nnz": int(S.nnz)}
     row["shape"] = list(S.shape)
+    return row, base, identity, Acx
+
+
+def run_calls(group, name, S, dtype, cupy, cupyx_sparse, log, calls=10, samples=3) -> dict:
+    """One matrix of ``--mode calls`` (see the module docstring)."""
+    row, base, identity, Acx = call_operands(group, name, S, dtype, cupyx_sparse)
     for algorithm in (None, "hash", "alg1"):  # every kernel of the class compiled
         A = fresh_sg(base, identity)
         sg.spgemm(A, A, algorithm=algorithm)

@@ -165,13 +165,7 @@ def _products(base, identity, Acx, dtype, cupy, cupyx_sparse) -> dict:
 def run_class(name, group, build, dtype, cupy, cupyx_sparse, log, galerkin_only=False) -> dict:
     S = sp.csr_matrix(build())
     S.sum_duplicates()
-    S = S.astype(dtype)
-    base = sg.csr_matrix(S)
-    identity = sg.csr_matrix(sp.identity(S.shape[1], dtype=dtype, format="csr"))
-    Acx = cupyx_sparse.csr_matrix(base)
-    Acx.sum_duplicates()
-    row = {"set": group, "matrix": name, "dtype": np.dtype(dtype).name, "nnz": int(S.nnz)}
-    row["shape"] = list(S.shape)
+    row, base, identity, Acx = FIRST.call_operands(group, name, S, dtype, cupyx_sparse)
     if not galerkin_only:
         row.update(_products(base, identity, Acx, dtype, cupy, cupyx_sparse))
     # the first Galerkin product, phase by phase, and its pieces beside cupyx's
