@@ -152,9 +152,8 @@ class SpgemmPlan:
             lines.append(f"  kept between products: {self.held_bytes:,} bytes")
         if self.product_ms is not None:
             lines.append(
-                f"  cost: planning {self.planning_ms:.3f} ms so far, beside the products "
-                f"of these patterns {self.products_ms:.3f} ms ({self.product_ms:.3f} ms a "
-                "product by the rule)"
+                f"  cost: planning {self.planning_ms:.3f} ms; the products by the rule "
+                f"{self.products_ms:.3f} ms in all, {self.product_ms:.3f} ms each"
             )
         if self.measurements:
             lines.append("  measured:")
