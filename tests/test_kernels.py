@@ -8,12 +8,14 @@ SuiteSparse matrices, policy validation, and the registry of instantiations (CPU
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
+import sparsegpu
 import sparsegpu as sg
 from sparsegpu import datasets
 from sparsegpu.backends import csr_vector, swcache
@@ -25,6 +27,7 @@ from sparsegpu.device import _occupancy as occupancy
 from sparsegpu.device._dtypes import HALF_DTYPES
 from sparsegpu.device._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES, name_expression
 from sparsegpu.engine import _planning, _registry
+from sparsegpu.linalg._vector import SOLVER_STEPS, STEP_SOURCES, STEPS, parameter_names
 from sparsegpu.testing import assert_product_close, awkward_matrices, random_vector
 
 KERNEL_BACKENDS = ("vector", "texture", "readonly", "shuffle", "swcache")
@@ -206,11 +209,25 @@ def test_check_kernels_compiles_every_elementwise_source():
         "elementwise<thrust::complex<float>>",
         "elementwise<thrust::complex<double>>",
     ]
-    assert len(registered) == len(_compile.ELEMENTWISE) > 40
+    assert len(registered) == len(_compile.ELEMENTWISE)
+    assert {source.name for source in STEP_SOURCES.values()} <= {s.name for _, s in registered}
     for label, unit, count in jobs:
         kind = "c" if "complex" in label else "f"
         names = {source.name for kinds, source in registered if kind in kinds}
         assert count == len(names) and all(f"void {name}(" in unit for name in names)
+
+
+def test_every_solver_step_is_its_device_function():
+    """Each fused step is one call of the device function of its name in
+    ``kernels/solver_steps.cu``, whose parameters are the step's, in the same order: a
+    step whose Python parameters and CUDA function drift apart fails here, without a GPU."""
+    text = (Path(sparsegpu.__file__).parent / "kernels" / SOLVER_STEPS).read_text()
+    functions = dict(re.findall(r"__device__ void (\w+)\(([^)]*)\)", text))
+    for name, (inputs, outputs) in STEPS.items():
+        assert name in functions, f"{name} has no device function in {SOLVER_STEPS}"
+        cuda_names = [part.split()[-1].lstrip("&") for part in functions[name].split(",")]
+        assert cuda_names == parameter_names(inputs) + parameter_names(outputs), name
+        assert STEP_SOURCES[name].operation == f"solver_steps::{name}({', '.join(cuda_names)})"
 
 
 def test_every_bundled_matrix_is_tested():

@@ -74,7 +74,11 @@ def _parameters(text: str) -> list[tuple[str, str]]:
 def elementwise_unit(sources, value_type: str, real_type: str) -> str:
     """One translation unit: each source as a kernel whose inputs are loaded into locals
     and whose outputs are references, ``T`` = ``value_type``, ``V`` = ``real_type``."""
-    lines = ["#include <thrust/complex.h>", f"typedef {value_type} T;", f"typedef {real_type} V;"]
+    lines = [
+        "#include <thrust/complex.h>",
+        "using thrust::complex;  // as CuPy's complex.cuh has it",
+    ]
+    lines += [f"typedef {value_type} T;", f"typedef {real_type} V;"]
     preambles = dict.fromkeys(source.preamble for source in sources if source.preamble)
     lines += list(preambles)
     for source in sources:

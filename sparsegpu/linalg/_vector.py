@@ -4,13 +4,16 @@ On CuPy every scalar a solver computes stays a 0-d device array: dot products ar
 sparsegpu's two-pass reduction kernel writing to device memory (a fixed order of
 additions, capturable into a CUDA graph), and the updates of an iteration are one
 fused elementwise kernel reading the scalars from device memory, so an iteration
-launches kernels back to back and never waits for the GPU. The same steps on NumPy are
-plain expressions (what CI tests).
+launches kernels back to back and never waits for the GPU. Each step is named once: its
+arithmetic is the device function of that name in ``kernels/solver_steps.cu``, its
+parameters are ``STEPS[name]``, and its NumPy twin (plain expressions, what CI tests) is
+the ``VectorOps`` method of that name.
 """
 
 from __future__ import annotations
 
 import functools
+import types
 
 import numpy as np
 
@@ -20,13 +23,9 @@ from ..device._compile import (
     get_kernel,
     register_elementwise,
     register_family,
+    source_text,
 )
 from ..device._launch import CXX_VALUE_TYPES, KernelLaunch, name_expression
-
-
-def _real_expression(kind: str, name: str) -> str:
-    return f"{name}.real()" if kind == "c" else name
-
 
 DOT_FAMILY = register_family(
     KernelFamily(
@@ -74,204 +73,11 @@ class _Dot:
         return out
 
 
-def _cg_sources(kind: str) -> tuple[ElementwiseSource, ...]:
-    """CG's fused steps for real (``kind`` "f") or complex ("c") values."""
-
-    rr = _real_expression(kind, "rr")
-    # top of a CG iteration: converged (for good) once ||r|| < atol
-    cg_check = ElementwiseSource(
-        "T rr, float64 atol",
-        "bool active, bool converged",
-        f"active = !converged && !(sqrt((double){rr}) < atol); converged = !active;",
-        "sparsegpu_cg_check",
-    )
-    # p = z + beta p with beta = rho / rho_prev (p = z on the first iteration)
-    cg_direction = ElementwiseSource(
-        "T z, T rho, T rho_prev, bool active, bool first",
-        "T p",
-        "if (active) p = first ? z : z + (rho / rho_prev) * p;",
-        "sparsegpu_cg_direction",
-    )
-    # x += alpha p, r -= alpha q with alpha = rho / (p . q)
-    cg_update = ElementwiseSource(
-        "T p, T q, T rho, T pq, bool active",
-        "T x, T r",
-        "if (active) { T alpha = rho / pq; x += alpha * p; r -= alpha * q; }",
-        "sparsegpu_cg_update",
-    )
-    # rho_prev = rho and one more iteration counted, where the iteration ran
-    keep = ElementwiseSource(
-        "T rho, bool active",
-        "T rho_prev, int64 count",
-        "if (active) { rho_prev = rho; count += 1; }",
-        "sparsegpu_keep",
-    )
-    return cg_check, cg_direction, cg_update, keep
-
-
-def _magnitude(kind: str, name: str) -> str:
-    """``|name|`` as a double in CUDA."""
-    return f"(double)abs({name})" if kind == "c" else f"fabs((double){name})"
-
-
-def _bicgstab_sources(kind: str) -> tuple[ElementwiseSource, ...]:
-    """BiCGSTAB's scalar steps (0-d arrays, one thread) and the masked axpy, for real
-    (``kind`` "f") or complex ("c") values; ``_bicgstab_host`` is their NumPy twin."""
-
-    mag = functools.partial(_magnitude, kind)
-    # top: status 1 once ||r|| < tol, -10 when rho vanished, -11 when omega did
-    check = ElementwiseSource(
-        "T rr, T rho, T omega, float64 tol, float64 rhotol, float64 omegatol, bool first",
-        "int32 status, bool active",
-        f"""if (status == 0) {{
-              if (sqrt({mag("rr")}) < tol) status = 1;
-              else if ({mag("rho")} < rhotol) status = -10;
-              else if (!first && {mag("omega")} < omegatol) status = -11;
-            }}
-            active = status == 0;""",
-        "sparsegpu_bicg_check",
-    )
-    # p = r (first) or r + beta (p - omega v), beta = (rho / rho_prev) (alpha / omega)
-    direction = ElementwiseSource(
-        "T r, T v, T rho, T rho_prev, T alpha, T omega, bool active, bool first",
-        "T p",
-        "if (active) p = first ? r : (p - omega * v) * ((rho / rho_prev) * (alpha / omega)) + r;",
-        "sparsegpu_bicg_direction",
-    )
-    alpha = ElementwiseSource(
-        "T rho, T rv, bool active",
-        "T alpha",
-        "if (active) alpha = rho / (rv == (T)0 ? (T)1 : rv);",
-        "sparsegpu_bicg_alpha",
-    )
-    # after s = r - alpha v: -11 when rv was 0, 1 when ||s|| < tol; stepped: x takes
-    # alpha phat; going: the second half runs
-    middle = ElementwiseSource(
-        "T rv, T ss, float64 tol, bool active",
-        "int32 status, bool stepped, bool going",
-        f"""stepped = active && !(rv == (T)0);
-            if (active) {{
-              if (rv == (T)0) status = -11;
-              else if (sqrt({mag("ss")}) < tol) status = 1;
-            }}
-            going = active && status == 0;""",
-        "sparsegpu_bicg_middle",
-    )
-    omega = ElementwiseSource(
-        "T tr, T tt, T rho, bool going, bool stepped",
-        "T omega, T rho_prev, int64 count",
-        "if (going) { omega = tr / tt; rho_prev = rho; } if (stepped) count += 1;",
-        "sparsegpu_bicg_omega",
-    )
-    return check, direction, alpha, middle, omega
-
-
 # MINRES's scalar state (float64 0-d arrays, scipy's names), in the order its kernels take it
 MINRES_ROTATE_STATE = (
     "oldb", "beta", "tnorm2", "dbar", "epsln", "cs", "sn", "phibar", "rhs1", "rhs2", "gmax",
     "gmin", "oldeps", "delta", "root", "gamma", "phi",
 )  # fmt: skip
-
-
-def _minres_sources(kind: str) -> tuple[ElementwiseSource, ...]:
-    """MINRES's steps for real (``kind`` "f") or complex ("c") vectors: the Lanczos vector
-    updates and, on one thread, scipy's scalar recurrences and stopping tests (each
-    ``VectorOps.minres_*`` method is the NumPy twin of one)."""
-
-    real = functools.partial(_real_expression, kind)
-    mag = functools.partial(_magnitude, kind)
-    scale = ElementwiseSource(
-        "T y, float64 beta, bool active",
-        "T v",
-        "if (active) v = y * (T)(1.0 / beta);",
-        "sparsegpu_minres_scale",
-    )
-    # y = A v - shift v - (beta / oldb) r1 (the last term from the second iteration on)
-    lanczos = ElementwiseSource(
-        "T v, T r1, T shift, float64 beta, float64 oldb, bool first, bool active",
-        "T y",
-        """if (active && shift != (T)0) y = y - shift * v;
-           if (active && !first) y = y - (T)(beta / oldb) * r1;""",
-        "sparsegpu_minres_lanczos",
-    )
-    # y -= (alfa / beta) r2 with alfa = v . y
-    orthogonalize = ElementwiseSource(
-        "T r2, T vy, float64 beta, bool active",
-        "T y",
-        f"if (active) y = y - (T)((double){real('vy')} / beta) * r2;",
-        "sparsegpu_minres_orthogonalize",
-    )
-    state = ", ".join(f"float64 {name}" for name in MINRES_ROTATE_STATE)
-    rotate = ElementwiseSource(
-        "T vy, T ry, float64 eps, float64 beta1, bool first",
-        f"{state}, int32 istop, bool active, bool error",
-        f"""if (active) {{
-              double alfa = (double){real("vy")};
-              double beta2 = (double){real("ry")};
-              if (beta2 < 0) {{ error = true; active = false; }}
-              else {{
-                oldb = beta;
-                beta = sqrt(beta2);
-                tnorm2 += alfa * alfa + oldb * oldb + beta * beta;
-                if (first && beta / beta1 <= 10 * eps) istop = -1;
-                oldeps = epsln;
-                delta = cs * dbar + sn * alfa;
-                double gbar = sn * dbar - cs * alfa;
-                epsln = sn * beta;
-                dbar = -cs * beta;
-                root = hypot(gbar, dbar);
-                gamma = fmax(hypot(gbar, beta), eps);
-                cs = gbar / gamma;
-                sn = beta / gamma;
-                phi = cs * phibar;
-                phibar = sn * phibar;
-                gmax = fmax(gmax, gamma);
-                gmin = fmin(gmin, gamma);
-                double z = rhs1 / gamma;
-                rhs1 = rhs2 - delta * z;
-                rhs2 = -epsln * z;
-              }}
-            }}""",
-        "sparsegpu_minres_rotate",
-    )
-    # w = (v - oldeps w1 - delta w2) / gamma, x += phi w
-    update = ElementwiseSource(
-        "T v, T w1, T w2, float64 oldeps, float64 delta, float64 gamma, float64 phi, bool active",
-        "T w, T x",
-        """if (active) {
-             w = (v - (T)oldeps * w1 - (T)delta * w2) * (T)(1.0 / gamma);
-             x = x + (T)phi * w;
-           }""",
-        "sparsegpu_minres_update",
-    )
-    stop = ElementwiseSource(
-        "T xx, float64 tnorm2, float64 phibar, float64 root, float64 gmax, float64 gmin, "
-        "float64 eps, float64 beta1, float64 rtol, int64 maxiter, float64 inf",
-        "int32 istop, bool active, int64 itn",
-        f"""if (active) {{
-              itn += 1;
-              double anorm = sqrt(tnorm2);
-              double ynorm = sqrt({mag("xx")});
-              double epsx = anorm * ynorm * eps;
-              double rnorm = phibar;
-              double test1 = (ynorm == 0 || anorm == 0) ? inf : rnorm / (anorm * ynorm);
-              double test2 = anorm == 0 ? inf : root / anorm;
-              double acond = gmax / gmin;
-              if (istop == 0) {{
-                if (1 + test2 <= 1) istop = 2;
-                if (1 + test1 <= 1) istop = 1;
-                if (itn >= maxiter) istop = 6;
-                if (acond >= 0.1 / eps) istop = 4;
-                if (epsx >= beta1) istop = 3;
-                if (test2 <= rtol) istop = 2;
-                if (test1 <= rtol) istop = 1;
-              }}
-              active = istop == 0;
-            }}""",
-        "sparsegpu_minres_stop",
-    )
-    return scale, lanczos, orthogonalize, rotate, update, stop
-
 
 # LSQR's scalar state (float64 0-d arrays, scipy's names), in the order its kernel takes it
 LSQR_STATE = (
@@ -279,148 +85,104 @@ LSQR_STATE = (
     "cs2", "sn2", "acond", "rnorm", "r1norm", "r2norm", "arnorm", "t1", "t2", "rho",
 )  # fmt: skip
 
-# scipy's LSQR iteration after the two products, on one thread (``_lsqr_recurrences`` is
-# its host twin, line for line)
-_LSQR_RECURRENCES = """
-if (active) {
-  itn += 1;
-  if (beta > 0) alfa = sqrt(MAG(vv));
-  double wnorm2 = MAG(ww);
-  double rhobar1, psi;
-  if (damp > 0) {
-    rhobar1 = sqrt(rhobar * rhobar + dampsq);
-    double cs1 = rhobar / rhobar1, sn1 = damp / rhobar1;
-    psi = sn1 * phibar;
-    phibar = cs1 * phibar;
-  } else {
-    rhobar1 = rhobar;
-    psi = 0;
-  }
-  double cs, sn;
-  sparsegpu_sym_ortho(rhobar1, beta, cs, sn, rho);
-  double theta = sn * alfa;
-  rhobar = -cs * alfa;
-  double phi = cs * phibar;
-  phibar = sn * phibar;
-  double tau = sn * phi;
-  t1 = phi / rho;
-  t2 = -theta / rho;
-  ddnorm += wnorm2 / (rho * rho);
-  double delta = sn2 * rho, gambar = -cs2 * rho;
-  double rhs = phi - delta * z;
-  double zbar = rhs / gambar;
-  xnorm = sqrt(xxnorm + zbar * zbar);
-  double gamma = sqrt(gambar * gambar + theta * theta);
-  cs2 = gambar / gamma;
-  sn2 = theta / gamma;
-  z = rhs / gamma;
-  xxnorm += z * z;
-  acond = anorm * sqrt(ddnorm);
-  res2 += psi * psi;
-  rnorm = sqrt(phibar * phibar + res2);
-  arnorm = alfa * fabs(tau);
-  if (damp > 0) {
-    double r1sq = rnorm * rnorm - dampsq * xxnorm;
-    r1norm = sqrt(fabs(r1sq)) * (r1sq < 0 ? -1 : 1);
-  } else {
-    r1norm = rnorm;
-  }
-  r2norm = rnorm;
-  double test1 = rnorm / bnorm;
-  double test2 = arnorm / (anorm * rnorm + eps);
-  double test3 = 1 / (acond + eps);
-  double tt1 = test1 / (1 + anorm * xnorm / bnorm);
-  double rtol = btol + atol * anorm * xnorm / bnorm;
-  if (itn >= iter_lim) istop = 7;
-  if (1 + test3 <= 1) istop = 6;
-  if (1 + test2 <= 1) istop = 5;
-  if (1 + tt1 <= 1) istop = 4;
-  if (test3 <= ctol) istop = 3;
-  if (test2 <= atol) istop = 2;
-  if (test1 <= rtol) istop = 1;
-}
-stepped = active;
-active = active && istop == 0;
-"""
-
-_SYM_ORTHO = """
-__device__ double sparsegpu_sign(double a) { return (a > 0) - (a < 0); }
-// scipy's _sym_ortho: (c, s, r) with r = hypot(a, b)
-__device__ void sparsegpu_sym_ortho(double a, double b, double& c, double& s, double& r) {
-  if (b == 0) { c = sparsegpu_sign(a); s = 0; r = fabs(a); }
-  else if (a == 0) { c = 0; s = sparsegpu_sign(b); r = fabs(b); }
-  else if (fabs(b) > fabs(a)) {
-    double tau = a / b;
-    s = sparsegpu_sign(b) / sqrt(1 + tau * tau); c = s * tau; r = b / s;
-  } else {
-    double tau = b / a;
-    c = sparsegpu_sign(a) / sqrt(1 + tau * tau); s = c * tau; r = a / c;
-  }
-}
-"""
+SOLVER_STEPS = "solver_steps.cu"
 
 
-def _lsqr_sources(kind: str) -> tuple[ElementwiseSource, ...]:
-    """LSQR's steps for real (``kind`` "f") or complex ("c") vectors (each
-    ``VectorOps.lsqr_*`` method is the NumPy twin of one)."""
+def _scalars(names) -> str:
+    return ", ".join(f"float64 {name}" for name in names)
 
-    mag = functools.partial(_magnitude, kind)
-    # u = A v - alfa u
-    bidiag = ElementwiseSource(
-        "T av, float64 alfa, bool active",
-        "T u",
-        "if (active) u = av - (T)alfa * u;",
-        "sparsegpu_lsqr_bidiag",
-    )
-    # y *= 1 / c where flag, gate > 0 and c > 0
-    scale = ElementwiseSource(
-        "float64 c, float64 gate, bool flag",
+
+# Every fused step by name: its (inputs, outputs) as ``cupy.ElementwiseKernel`` takes them.
+# Its arithmetic is the device function of the same name in ``kernels/solver_steps.cu``
+# (same parameters, same order), its NumPy twin the ``VectorOps`` method of the same name.
+STEPS = {
+    "cg_check": ("T rr, float64 atol", "bool active, bool converged"),
+    "cg_direction": ("T z, T rho, T rho_prev, bool active, bool first", "T p"),
+    "cg_update": ("T p, T q, T rho, T pq, bool active", "T x, T r"),
+    "keep": ("T rho, bool active", "T rho_prev, int64 count"),
+    "masked_axpy": ("T a, T v, bool flag, bool subtract", "T y"),
+    "bicg_check": (
+        "T rr, T rho, T omega, float64 tol, float64 rhotol, float64 omegatol, bool first",
+        "int32 status, bool active",
+    ),
+    "bicg_direction": (
+        "T r, T v, T rho, T rho_prev, T alpha, T omega, bool active, bool first",
+        "T p",
+    ),
+    "bicg_alpha": ("T rho, T rv, bool active", "T alpha"),
+    "bicg_middle": (
+        "T rv, T ss, float64 tol, bool active",
+        "int32 status, bool stepped, bool going",
+    ),
+    "bicg_omega": (
+        "T tr, T tt, T rho, bool going, bool stepped",
+        "T omega, T rho_prev, int64 count",
+    ),
+    "minres_scale": ("T y, float64 beta, bool active", "T v"),
+    "minres_lanczos": (
+        "T v, T r1, T shift, float64 beta, float64 oldb, bool first, bool active",
         "T y",
-        "if (flag && gate > 0 && c > 0) y = y * (T)(1.0 / c);",
-        "sparsegpu_lsqr_scale",
-    )
-    # beta = ||u||, and anorm with it where beta > 0
-    norm_u = ElementwiseSource(
+    ),
+    "minres_orthogonalize": ("T r2, T vy, float64 beta, bool active", "T y"),
+    "minres_rotate": (
+        "T vy, T ry, float64 eps, float64 beta1, bool first",
+        f"{_scalars(MINRES_ROTATE_STATE)}, int32 istop, bool active, bool error",
+    ),
+    "minres_update": (
+        "T v, T w1, T w2, float64 oldeps, float64 delta, float64 gamma, float64 phi, bool active",
+        "T w, T x",
+    ),
+    "minres_stop": (
+        "T xx, float64 tnorm2, float64 phibar, float64 root, float64 gmax, float64 gmin, "
+        "float64 eps, float64 beta1, float64 rtol, int64 maxiter, float64 inf",
+        "int32 istop, bool active, int64 itn",
+    ),
+    "lsqr_bidiag": ("T av, float64 alfa, bool active", "T u"),
+    "lsqr_scale": ("float64 c, float64 gate, bool flag", "T y"),
+    "lsqr_norm_u": (
         "T uu, float64 alfa, float64 dampsq, bool active",
         "float64 beta, float64 anorm",
-        f"""if (active) {{
-              beta = sqrt({mag("uu")});
-              if (beta > 0) anorm = sqrt(anorm * anorm + alfa * alfa + beta * beta + dampsq);
-            }}""",
-        "sparsegpu_lsqr_norm_u",
-    )
-    # v = A^H u - beta v where beta > 0
-    adjoint = ElementwiseSource(
-        "T atu, float64 beta, bool active",
-        "T v",
-        "if (active && beta > 0) v = atu - (T)beta * v;",
-        "sparsegpu_lsqr_adjoint",
-    )
-    state = ", ".join(f"float64 {name}" for name in LSQR_STATE)
-    recurrences = ElementwiseSource(
+    ),
+    "lsqr_adjoint": ("T atu, float64 beta, bool active", "T v"),
+    "lsqr_recurrences": (
         "T vv, T ww, float64 damp, float64 dampsq, float64 bnorm, float64 atol, "
         "float64 btol, float64 ctol, float64 eps, int64 iter_lim",
-        f"{state}, int32 istop, bool active, bool stepped, int64 itn",
-        _LSQR_RECURRENCES.replace("MAG(vv)", mag("vv")).replace("MAG(ww)", mag("ww")),
-        "sparsegpu_lsqr_recurrences",
-        preamble=_SYM_ORTHO,
-    )
-    # var += |w / rho|^2 (calc_var), x += t1 w, w = v + t2 w
-    update = ElementwiseSource(
+        f"{_scalars(LSQR_STATE)}, int32 istop, bool active, bool stepped, int64 itn",
+    ),
+    "lsqr_update": (
         "T v, float64 t1, float64 t2, float64 rho, bool stepped, bool calc_var",
         "T w, T x, V var",
-        f"""if (stepped) {{
-              if (calc_var) {{
-                T q = w * (T)(1.0 / rho);
-                double a = {mag("q")};
-                var += (V)(a * a);
-              }}
-              x = x + (T)t1 * w;
-              w = v + (T)t2 * w;
-            }}""",
-        "sparsegpu_lsqr_update",
+    ),
+}
+
+
+def parameter_names(params: str) -> list[str]:
+    """The names of an ElementwiseKernel parameter list (``"T x, float64 a"``)."""
+    return [part.split()[-1] for part in params.split(",")]
+
+
+def _step_source(name: str) -> ElementwiseSource:
+    """Step ``name`` as an elementwise kernel: one call of its device function."""
+    inputs, outputs = STEPS[name]
+    arguments = ", ".join(parameter_names(inputs) + parameter_names(outputs))
+    return ElementwiseSource(
+        inputs,
+        outputs,
+        f"solver_steps::{name}({arguments})",
+        f"sparsegpu_{name}",
+        preamble=source_text(SOLVER_STEPS),
     )
-    return bidiag, scale, norm_u, adjoint, recurrences, update
+
+
+STEP_SOURCES = {name: _step_source(name) for name in STEPS}
+# every value type (T real or complex); the CI compile check compiles them all
+register_elementwise("fc", *STEP_SOURCES.values())
+
+
+@functools.cache
+def _device_steps() -> types.SimpleNamespace:
+    """CuPy's kernel of every step, by name, made once (CuPy compiles one per dtype)."""
+    return types.SimpleNamespace(**{name: s.kernel() for name, s in STEP_SOURCES.items()})
 
 
 def _lsqr_sym_ortho(a, b):
@@ -440,7 +202,7 @@ def _lsqr_sym_ortho(a, b):
 
 def _lsqr_recurrences(vv, ww, damp, dampsq, bnorm, atol, btol, ctol, eps, iter_lim, S, istop,
                       active, stepped, itn):  # fmt: skip
-    """The host twin of ``_LSQR_RECURRENCES`` (``S``: the state as floats, updated)."""
+    """The host twin of ``solver_steps::lsqr_recurrences`` (``S``: the state as floats, updated)."""
     if active:
         itn += 1
         if S["beta"] > 0:
@@ -495,34 +257,6 @@ def _lsqr_recurrences(vv, ww, damp, dampsq, bnorm, atol, btol, ctol, eps, iter_l
     active[...] = bool(active) and istop == 0
 
 
-def _masked_axpy_source() -> ElementwiseSource:
-    """y +- a v where flag (every value dtype)."""
-    return ElementwiseSource(
-        "T a, T v, bool flag, bool subtract",
-        "T y",
-        "if (flag) y = subtract ? y - a * v : y + a * v;",
-        "sparsegpu_masked_axpy",
-    )
-
-
-# the CI compile check compiles them all (tools/check_kernels.py)
-for _build in (_cg_sources, _bicgstab_sources, _minres_sources, _lsqr_sources):
-    for _kind in "fc":
-        register_elementwise(_kind, *_build(_kind))
-register_elementwise("fc", _masked_axpy_source())
-
-
-@functools.cache
-def _on_device(build, kind: str) -> tuple:
-    """CuPy's kernels of ``build(kind)``'s sources, made once."""
-    return tuple(source.kernel() for source in build(kind))
-
-
-@functools.cache
-def _masked_axpy_kernel():
-    return _masked_axpy_source().kernel()
-
-
 class VectorOps:
     """The vector steps of the solvers in one array module and dtype, in a vector space
     (``_space``; None: whole arrays of one process)."""
@@ -534,18 +268,9 @@ class VectorOps:
         # the vector space (``_space``): how a local dot becomes global, how the host reads
         self.space = space
         if self.on_device:
-            kind = "c" if self.dtype.kind == "c" else "f"
             self._vdot = _Dot(xp, self.dtype)
-            (
-                self._cg_check,
-                self._cg_direction,
-                self._cg_update,
-                self._keep,
-            ) = _on_device(_cg_sources, kind)
-            self._bicg = _on_device(_bicgstab_sources, kind)
-            self._masked_axpy = _masked_axpy_kernel()
-            self._minres = _on_device(_minres_sources, kind)
-            self._lsqr = _on_device(_lsqr_sources, kind)
+            # the fused steps by name: self._step.cg_update is cg_update's kernel
+            self._step = _device_steps()
 
     def vdot(self, a, b, out=None):
         """``conj(a) . b`` of two contiguous vectors as a 0-d array (on the device for CuPy:
@@ -579,7 +304,7 @@ class VectorOps:
     def cg_check(self, rr, atol, active, converged):
         """Set ``active`` (this iteration runs) and ``converged`` from ``rr = r . r``."""
         if self.on_device:
-            self._cg_check(rr, float(atol), active, converged)
+            self._step.cg_check(rr, float(atol), active, converged)
             return
         now = bool(not converged and not (np.sqrt(abs(complex(rr))) < atol))
         converged[...] = not now
@@ -588,7 +313,7 @@ class VectorOps:
     def cg_direction(self, z, rho, rho_prev, active, first, p):
         """``p = z + (rho / rho_prev) p`` (``p = z`` first), where ``active``."""
         if self.on_device:
-            self._cg_direction(z, rho, rho_prev, active, first, p)
+            self._step.cg_direction(z, rho, rho_prev, active, first, p)
         elif active:
             if first:
                 p[...] = z
@@ -599,7 +324,7 @@ class VectorOps:
     def cg_update(self, p, q, rho, pq, active, x, r):
         """``x += alpha p``, ``r -= alpha q`` with ``alpha = rho / pq``, where ``active``."""
         if self.on_device:
-            self._cg_update(p, q, rho, pq, active, x, r)
+            self._step.cg_update(p, q, rho, pq, active, x, r)
         elif active:
             alpha = rho / pq
             x += alpha * p
@@ -608,7 +333,7 @@ class VectorOps:
     def keep(self, rho, active, rho_prev, count):
         """``rho_prev = rho`` and ``count += 1`` where ``active``."""
         if self.on_device:
-            self._keep(rho, active, rho_prev, count)
+            self._step.keep(rho, active, rho_prev, count)
         elif active:
             rho_prev[...] = rho
             count += 1
@@ -616,7 +341,7 @@ class VectorOps:
     def masked_axpy(self, a, v, flag, subtract: bool, y):
         """``y -= a v`` (``subtract``) or ``y += a v``, where ``flag``."""
         if self.on_device:
-            self._masked_axpy(a, v, flag, subtract, y)
+            self._step.masked_axpy(a, v, flag, subtract, y)
         elif flag:
             if subtract:
                 y -= a * v
@@ -628,8 +353,9 @@ class VectorOps:
         """The top of a BiCGSTAB iteration: ``status`` (0 running, 1 converged, -10, -11)
         and ``active`` (this iteration runs)."""
         if self.on_device:
-            self._bicg[0](rr, rho, omega, float(tol), float(rhotol), float(omegatol), first,
-                          status, active)  # fmt: skip
+            self._step.bicg_check(
+                rr, rho, omega, float(tol), float(rhotol), float(omegatol), first, status, active
+            )
             return
         if status == 0:
             if np.sqrt(abs(complex(rr))) < tol:
@@ -643,7 +369,7 @@ class VectorOps:
     def bicg_direction(self, r, v, rho, rho_prev, alpha, omega, active, first, p):
         """``p = r`` (first) or ``r + (rho / rho_prev) (alpha / omega) (p - omega v)``."""
         if self.on_device:
-            self._bicg[1](r, v, rho, rho_prev, alpha, omega, active, first, p)
+            self._step.bicg_direction(r, v, rho, rho_prev, alpha, omega, active, first, p)
         elif active:
             if first:
                 p[...] = r
@@ -653,7 +379,7 @@ class VectorOps:
     def bicg_alpha(self, rho, rv, active, alpha):
         """``alpha = rho / rv`` (rv = 0 read as 1: the breakdown is caught after)."""
         if self.on_device:
-            self._bicg[2](rho, rv, active, alpha)
+            self._step.bicg_alpha(rho, rv, active, alpha)
         elif active:
             alpha[...] = rho / (rv if rv != 0 else 1)
 
@@ -661,7 +387,7 @@ class VectorOps:
         """After ``s = r - alpha v``: ``status`` -11 (rv was 0) or 1 (``||s|| < tol``);
         ``stepped`` (x takes ``alpha phat``), ``going`` (the second half runs)."""
         if self.on_device:
-            self._bicg[3](rv, ss, float(tol), active, status, stepped, going)
+            self._step.bicg_middle(rv, ss, float(tol), active, status, stepped, going)
             return
         stepped[...] = bool(active) and rv != 0
         if active:
@@ -675,7 +401,7 @@ class VectorOps:
         """``omega = tr / tt`` and ``rho_prev = rho`` where ``going``; ``count += 1`` where
         ``stepped``."""
         if self.on_device:
-            self._bicg[4](tr, tt, rho, going, stepped, omega, rho_prev, count)
+            self._step.bicg_omega(tr, tt, rho, going, stepped, omega, rho_prev, count)
             return
         if going:
             omega[...] = tr / tt
@@ -688,14 +414,14 @@ class VectorOps:
         """``v = y / beta`` (as ``y * (1 / beta)``, scipy's), where ``active`` (as the next
         two: after the stop the Lanczos vectors are left as they are)."""
         if self.on_device:
-            self._minres[0](y, beta, active, v)
+            self._step.minres_scale(y, beta, active, v)
         elif active:
             v[...] = y * self.dtype.type(1.0 / float(beta))
 
     def minres_lanczos(self, v, r1, shift, beta, oldb, first, active, y):
         """``y -= shift v`` (shift nonzero), then ``y -= (beta / oldb) r1`` (not first)."""
         if self.on_device:
-            self._minres[1](v, r1, shift, beta, oldb, first, active, y)
+            self._step.minres_lanczos(v, r1, shift, beta, oldb, first, active, y)
             return
         if not active:
             return
@@ -707,7 +433,7 @@ class VectorOps:
     def minres_orthogonalize(self, r2, vy, beta, active, y):
         """``y -= (alfa / beta) r2`` with ``alfa = Re(vy)``."""
         if self.on_device:
-            self._minres[2](r2, vy, beta, active, y)
+            self._step.minres_orthogonalize(r2, vy, beta, active, y)
         elif active:
             y[...] = y - self.dtype.type(float(np.real(vy)) / float(beta)) * r2
 
@@ -716,9 +442,17 @@ class VectorOps:
         arrays of ``MINRES_ROTATE_STATE``), where ``active``; ``error`` (and not
         ``active``) when ``(r2, M r2)`` came out negative."""
         if self.on_device:
-            self._minres[3](vy, ry, float(eps), float(beta1), first,
-                            *(state[name] for name in MINRES_ROTATE_STATE), istop, active,
-                            error)  # fmt: skip
+            self._step.minres_rotate(
+                vy,
+                ry,
+                float(eps),
+                float(beta1),
+                first,
+                *(state[name] for name in MINRES_ROTATE_STATE),
+                istop,
+                active,
+                error,
+            )
             return
         if not active:
             return
@@ -753,7 +487,7 @@ class VectorOps:
         """``w = (v - oldeps w1 - delta w2) / gamma`` and ``x += phi w``, where ``active``."""
         oldeps, delta, gamma, phi = (state[k] for k in ("oldeps", "delta", "gamma", "phi"))
         if self.on_device:
-            self._minres[4](v, w1, w2, oldeps, delta, gamma, phi, active, w, x)
+            self._step.minres_update(v, w1, w2, oldeps, delta, gamma, phi, active, w, x)
         elif active:
             t = self.dtype.type
             w[...] = (v - t(float(oldeps)) * w1 - t(float(delta)) * w2) * t(1.0 / float(gamma))
@@ -766,8 +500,22 @@ class VectorOps:
             state[k] for k in ("tnorm2", "phibar", "root", "gmax", "gmin")
         )
         if self.on_device:
-            self._minres[5](xx, tnorm2, phibar, root, gmax, gmin, float(eps), float(beta1),
-                            float(rtol), int(maxiter), np.inf, istop, active, itn)  # fmt: skip
+            self._step.minres_stop(
+                xx,
+                tnorm2,
+                phibar,
+                root,
+                gmax,
+                gmin,
+                float(eps),
+                float(beta1),
+                float(rtol),
+                int(maxiter),
+                np.inf,
+                istop,
+                active,
+                itn,
+            )
             return
         if not active:
             return
@@ -791,14 +539,14 @@ class VectorOps:
     def lsqr_bidiag(self, av, alfa, active, u):
         """``u = A v - alfa u``, where ``active``."""
         if self.on_device:
-            self._lsqr[0](av, alfa, active, u)
+            self._step.lsqr_bidiag(av, alfa, active, u)
         elif active:
             u[...] = av - self.dtype.type(float(alfa)) * u
 
     def lsqr_scale(self, c, gate, flag, y):
         """``y *= 1 / c`` where ``flag``, ``gate > 0`` and ``c > 0``."""
         if self.on_device:
-            self._lsqr[1](c, gate, flag, y)
+            self._step.lsqr_scale(c, gate, flag, y)
         elif flag and gate > 0 and c > 0:
             y *= self.dtype.type(1.0 / float(c))
 
@@ -806,7 +554,7 @@ class VectorOps:
         """``beta = ||u||``, and ``anorm`` grown by it where ``beta > 0``."""
         beta, anorm, alfa = state["beta"], state["anorm"], state["alfa"]
         if self.on_device:
-            self._lsqr[2](uu, alfa, float(dampsq), active, beta, anorm)
+            self._step.lsqr_norm_u(uu, alfa, float(dampsq), active, beta, anorm)
         elif active:
             beta[...] = np.sqrt(abs(complex(uu)))
             if beta > 0:
@@ -816,7 +564,7 @@ class VectorOps:
     def lsqr_adjoint(self, atu, beta, active, v):
         """``v = A^H u - beta v`` where ``active`` and ``beta > 0``."""
         if self.on_device:
-            self._lsqr[3](atu, beta, active, v)
+            self._step.lsqr_adjoint(atu, beta, active, v)
         elif active and beta > 0:
             v[...] = atu - self.dtype.type(float(beta)) * v
 
@@ -825,10 +573,23 @@ class VectorOps:
         dampsq, bnorm, atol, btol, ctol, eps, iter_lim)."""
         if self.on_device:
             damp, dampsq, bnorm, atol, btol, ctol, eps, iter_lim = limits
-            self._lsqr[4](vv, ww, float(damp), float(dampsq), float(bnorm), float(atol),
-                          float(btol), float(ctol), float(eps), int(iter_lim),
-                          *(state[name] for name in LSQR_STATE), istop, active, stepped,
-                          itn)  # fmt: skip
+            self._step.lsqr_recurrences(
+                vv,
+                ww,
+                float(damp),
+                float(dampsq),
+                float(bnorm),
+                float(atol),
+                float(btol),
+                float(ctol),
+                float(eps),
+                int(iter_lim),
+                *(state[name] for name in LSQR_STATE),
+                istop,
+                active,
+                stepped,
+                itn,
+            )
             return
         S = {name: float(state[name]) for name in LSQR_STATE}
         _lsqr_recurrences(vv, ww, *limits, S, istop, active, stepped, itn)
@@ -839,7 +600,7 @@ class VectorOps:
         """``var += |w / rho|^2`` (``calc_var``), ``x += t1 w``, ``w = v + t2 w``."""
         t1, t2, rho = state["t1"], state["t2"], state["rho"]
         if self.on_device:
-            self._lsqr[5](v, t1, t2, rho, stepped, calc_var, w, x, var)
+            self._step.lsqr_update(v, t1, t2, rho, stepped, calc_var, w, x, var)
         elif stepped:
             t = self.dtype.type
             if calc_var:
