@@ -10,18 +10,16 @@ import scipy.sparse as sp
 
 import sparsegpu as sg
 from sparsegpu.backends import block
-from sparsegpu.backends.block import (
-    BLOCK_DIMENSIONS,
+from sparsegpu.backends._block_structure import (
     DETECTED_SIZES,
-    FAMILY,
     MAX_BYTE_RATIO,
-    BlockPolicy,
+    BlockLayout,
     block_layout,
-    block_plan,
     block_structure,
     host_block_structure,
     min_fill,
 )
+from sparsegpu.backends.block import BLOCK_DIMENSIONS, FAMILY, BlockPolicy, block_plan
 from sparsegpu.datasets import block_mesh
 from sparsegpu.device import _cuda
 from sparsegpu.device._mirror import CUPY, HOST, DeviceMatrix
@@ -164,7 +162,7 @@ def test_whole_blocks_refused_where_the_kernel_cannot_read_them():
 
     def layout(blocksize, ptr=4096):
         R, C = blocksize
-        return block.BlockLayout(None, None, Data(blocksize, ptr), (R * 4, C * 4))
+        return BlockLayout(None, None, Data(blocksize, ptr), (R * 4, C * 4))
 
     block._check_whole_blocks(layout((2, 2)))
     block._check_whole_blocks(layout((3, 3), ptr=4096 + 8))  # 72-byte blocks: 8-byte loads
