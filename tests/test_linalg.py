@@ -341,3 +341,21 @@ def test_lsqr_needs_an_adjoint():
     op = spl.LinearOperator(S.shape, matvec=lambda v: S @ v, dtype=np.float64)
     with pytest.raises((TypeError, NotImplementedError), match="rmatvec"):
         sg.linalg.lsqr(op, np.ones(9))
+
+
+@pytest.mark.parametrize("space", ["ArraySpace", "DistributedSpace"])
+def test_both_vector_spaces_implement_the_protocol(space):
+    """The solvers run over ``linalg._space.VectorSpace``; each space defines every one of
+    its methods itself (an inherited stub would answer None), with the protocol's
+    parameters."""
+    from sparsegpu.distributed._space import DistributedSpace
+    from sparsegpu.linalg._space import ARRAYS, ArraySpace, VectorSpace
+
+    cls = {"ArraySpace": ArraySpace, "DistributedSpace": DistributedSpace}[space]
+    assert isinstance(ARRAYS, VectorSpace) and issubclass(cls, VectorSpace)
+    methods = [name for name in vars(VectorSpace) if not name.startswith("_")]
+    assert len(methods) == 8
+    for name in methods:
+        assert name in vars(cls), f"{space} does not define {name}"
+        expected = inspect.signature(getattr(VectorSpace, name)).parameters
+        assert inspect.signature(getattr(cls, name)).parameters.keys() == expected.keys(), name

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..linalg import _options as options
 from ..linalg._operator import _work_dtype
+from ..linalg._space import VectorSpace
 from ._vector import DistributedVector
 
 _ORDERED_WHEN_BUILT = (
@@ -157,8 +158,9 @@ def _probe(layout, dtype):
     return random_vector(layout.n_local, dtype, seed=layout.rank, xp=layout.xp)
 
 
-class DistributedSpace:
-    """The vector space of solves with distributed matrix ``A`` (``linalg._space``)."""
+class DistributedSpace(VectorSpace):
+    """The vector space of solves with distributed matrix ``A``: a
+    ``linalg._space.VectorSpace`` whose vectors are this rank's blocks."""
 
     def __init__(self, A):
         self.matrix = A

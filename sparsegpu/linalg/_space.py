@@ -4,6 +4,9 @@ The solvers' steps (``_krylov``, ``_gmres``, ``_lsqr``) are written once, over a
 that says how a system is set up, how a dot product becomes global, how the host reads a
 device scalar, and whether iterations can be captured as CUDA graphs:
 
+* :class:`VectorSpace`, the protocol, written down once: what a solver may ask of a
+  space (set a system up, make a dot global, read a scalar on the host, capture or not,
+  order the matrix, end the solve);
 * :class:`ArraySpace`, whole vectors of one process (NumPy or CuPy): a dot is the
   local one, nothing to agree on;
 * a distributed matrix brings its own (``A._solver_space()``, see
@@ -17,6 +20,8 @@ supplied by the vector space.
 
 from __future__ import annotations
 
+from typing import Protocol, runtime_checkable
+
 import numpy as np
 
 from ..classes._matrix import _SparseGPUMixin
@@ -24,8 +29,135 @@ from . import _options as options
 from ._operator import System
 
 
-class ArraySpace:
-    """Vectors as whole arrays of one process (NumPy or CuPy)."""
+@runtime_checkable
+class VectorSpace(Protocol):
+    """Where a solve's vectors live: everything the Krylov steps ask of them.
+
+    The solvers (``_krylov``, ``_gmres``, ``_lsqr``) are written once against this
+    protocol; :class:`ArraySpace` (one process) and
+    ``sparsegpu.distributed._space.DistributedSpace`` (a distributed matrix's ranks)
+    implement it. A matrix brings its own space through ``A._solver_space()``
+    (:func:`space_of`).
+    """
+
+    def system(self, name, A, b, x0, M, square, capturable):
+        """The system ``A x = b`` set up where A computes.
+
+        Parameters
+        ----------
+        name : str
+            The solver's name, for error messages.
+        A, M : operator or None
+            The matrix and the preconditioner (None: none), as the caller gave them.
+        b, x0 : vector or None
+            The right-hand side and the initial guess (None: zeros).
+        square : bool
+            Whether the solver needs a square A (not LSQR).
+        capturable : bool
+            Whether products may be planned to go into a CUDA graph.
+
+        Returns
+        -------
+        system
+            ``_operator.System`` or its distributed twin: ``A``, ``M``, ``b``, ``x``,
+            ``dtype``, ``xp`` where the solve computes, and ``space`` (this space).
+        """
+        ...
+
+    def reduce(self, buffer) -> None:
+        """Make local dot products global, in place.
+
+        Parameters
+        ----------
+        buffer : 0-d or 1-d array
+            Dot products of this process's parts of the vectors; on return, of the whole
+            vectors.
+        """
+        ...
+
+    def to_host(self, a):
+        """A device array (or 0-d result) as NumPy: where a solve synchronises.
+
+        Parameters
+        ----------
+        a : array
+            A NumPy or CuPy array.
+
+        Returns
+        -------
+        numpy.ndarray
+        """
+        ...
+
+    def captures(self, operator) -> bool:
+        """Whether products with ``operator`` can go into a CUDA graph.
+
+        Parameters
+        ----------
+        operator : operator
+            The matrix or the preconditioner.
+
+        Returns
+        -------
+        bool
+        """
+        ...
+
+    def capture_refusal(self, A) -> str | None:
+        """Why A's products cannot be captured in this space.
+
+        Parameters
+        ----------
+        A : operator
+
+        Returns
+        -------
+        str or None
+            The reason, or None where they can (backend permitting).
+        """
+        ...
+
+    def agree(self, failure: str | None) -> str | None:
+        """A capture's failure as every process sees it.
+
+        Parameters
+        ----------
+        failure : str or None
+            Why the capture failed here (None: it did not).
+
+        Returns
+        -------
+        str or None
+            Why it failed somewhere (None: it succeeded everywhere).
+        """
+        ...
+
+    def ordering(self, name, A, reorder, info):
+        """The matrix to solve with, and the ordering applied to it.
+
+        Parameters
+        ----------
+        name : str
+            The solver's name, for error messages.
+        A : operator
+        reorder : {None, "rcm", "auto"}
+            The solver's ``reorder=`` option (``_options``).
+        info : SolveInfo
+            Where the reason for the ordering is written.
+
+        Returns
+        -------
+        (operator, _options.Ordering)
+        """
+        ...
+
+    def finish(self) -> None:
+        """The end of a solve (a distributed space agrees on it)."""
+        ...
+
+
+class ArraySpace(VectorSpace):
+    """Vectors as whole arrays of one process (NumPy or CuPy): a :class:`VectorSpace`."""
 
     def system(self, name, A, b, x0, M, square, capturable) -> System:
         """The system ``A x = b`` set up where A computes (``_operator.System``)."""
@@ -69,7 +201,7 @@ class ArraySpace:
 ARRAYS = ArraySpace()
 
 
-def space_of(A):
+def space_of(A) -> VectorSpace:
     """The vector space of a solve with ``A``: a distributed matrix's own, else arrays."""
     hook = getattr(A, "_solver_space", None)
     return hook() if callable(hook) else ARRAYS
