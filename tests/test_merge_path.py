@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
 import sparsegpu as sg
 import sparsegpu.tuning
+from sparsegpu._version import REMOVED_IN
 from sparsegpu.backends import canonical_name
 from sparsegpu.backends.merge_path import (
     FAMILY,
@@ -233,3 +237,30 @@ def test_out_argument_is_written(cupy):
     out = cupy.full(A.shape[0], np.nan)
     assert sg.matvec(A, x, backend="merge_path", out=out) is out
     assert_product_close(out, sp.csr_matrix(A) @ x.get(), np.float64, _max_row(A))
+
+
+# ------------------------------------------------ deprecated names: when they go
+def _deprecated_plan():
+    A = sg.csr_matrix(awkward_matrices(np.float64, np.int32, seed=1)["power_law"])
+    return sg.plan(A, random_vector(A.shape[1], np.float64, seed=2))
+
+
+DEPRECATED = {
+    "sparsegpu.plan": _deprecated_plan,
+    "sparsegpu.tuning.AdaptivePolicy": lambda: sparsegpu.tuning.AdaptivePolicy,
+    "adaptive": lambda: canonical_name("adaptive"),
+}
+
+
+@pytest.mark.parametrize("name", DEPRECATED)
+def test_deprecated_name_says_when_it_goes(name):
+    """Each deprecation names the release and date that removes the name, and the
+    CHANGELOG's Deprecated section names the same for it."""
+    assert REMOVED_IN == "sparsegpu 0.3 (2027-06-01)"
+    with pytest.warns(DeprecationWarning, match=re.escape(f"will be removed in {REMOVED_IN}")):
+        DEPRECATED[name]()
+    changelog = (Path(sparsegpu.__file__).parent.parent / "CHANGELOG.md").read_text()
+    unreleased = changelog.split("## [Unreleased]", 1)[1].split("\n## ", 1)[0]
+    deprecated = unreleased.split("### Deprecated", 1)[1].split("\n### ", 1)[0]
+    assert f"removed in {REMOVED_IN}" in deprecated
+    assert f"`{name.split('.')[-1]}" in deprecated or f"`{name}" in deprecated

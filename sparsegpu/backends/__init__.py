@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import warnings
 
+from .._version import REMOVED_IN
+
 BUILTIN_MODULES = (
     "scipy_reference",
     "csr_vector",
@@ -19,7 +21,8 @@ BUILTIN_MODULES = (
     "block",
 )
 
-# Former backend names, still accepted (with a DeprecationWarning): old name -> name.
+# Former backend names, still accepted (with a DeprecationWarning) until REMOVED_IN:
+# old name -> name.
 ALIASES = {"adaptive": "merge_path"}
 # Former policy class names, as stored in tuning caches: old name -> name.
 POLICY_ALIASES = {"AdaptivePolicy": "MergePathPolicy"}
@@ -32,7 +35,7 @@ def canonical_name(name: str) -> str:
     if new is None:
         return name
     warnings.warn(
-        f"backend {name!r} is now called {new!r}; the old name will be removed",
+        f"backend {name!r} is now called {new!r}; the old name will be removed in {REMOVED_IN}",
         DeprecationWarning,
         stacklevel=3,
     )

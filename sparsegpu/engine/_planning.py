@@ -41,6 +41,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from .._version import REMOVED_IN
 from ..backends._spmm import is_fortran
 from ..backends.base import Plan
 from ..device import _cuda
@@ -654,10 +655,10 @@ def choose(A, x, *, level: str | None = None, capturable: bool = False) -> Choic
 
 def plan(A, x, *, level: str | None = None, capturable: bool = False) -> Choice:
     """Deprecated name of :func:`choose` (it returns a :class:`Choice`, not a plan); warns
-    with a DeprecationWarning and will be removed."""
+    with a DeprecationWarning and will be removed in sparsegpu 0.3 (2027-06-01)."""
     warnings.warn(
         "sparsegpu.plan(A, x) is now sparsegpu.choose(A, x): it returns a Choice, not a "
-        "Plan; the old name will be removed",
+        f"Plan; the old name will be removed in {REMOVED_IN}",
         DeprecationWarning,
         stacklevel=2,
     )

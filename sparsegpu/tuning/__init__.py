@@ -8,6 +8,7 @@ module.
 re-exported here.
 """
 
+from .._version import REMOVED_IN
 from ..backends.block import BlockPolicy
 from ..backends.csr_vector import CsrVectorPolicy
 from ..backends.cusparse import CusparsePolicy
@@ -46,12 +47,13 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    # the merge-path policy's former name, kept importable for a while
+    # the merge-path policy's former name, kept importable until REMOVED_IN
     if name == "AdaptivePolicy":
         import warnings
 
         warnings.warn(
-            "AdaptivePolicy is now called MergePathPolicy; the old name will be removed",
+            f"AdaptivePolicy is now called MergePathPolicy; the old name will be removed in "
+            f"{REMOVED_IN}",
             DeprecationWarning,
             stacklevel=2,
         )
