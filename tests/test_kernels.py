@@ -8,14 +8,12 @@ SuiteSparse matrices, policy validation, and the registry of instantiations (CPU
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
-import sparsegpu
 import sparsegpu as sg
 from sparsegpu import datasets
 from sparsegpu.backends import csr_vector, swcache
@@ -27,7 +25,15 @@ from sparsegpu.device import _occupancy as occupancy
 from sparsegpu.device._dtypes import HALF_DTYPES
 from sparsegpu.device._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES, name_expression
 from sparsegpu.engine import _planning, _registry
-from sparsegpu.linalg._vector import SOLVER_STEPS, STEP_SOURCES, STEPS, parameter_names
+from sparsegpu.linalg._vector import (
+    LSQR_STATE,
+    MINRES_ROTATE_STATE,
+    STEP_SOURCES,
+    STEPS,
+    VectorOps,
+    parameter_names,
+    steps_of,
+)
 from sparsegpu.testing import assert_product_close, awkward_matrices, random_vector
 
 KERNEL_BACKENDS = ("vector", "texture", "readonly", "shuffle", "swcache")
@@ -218,16 +224,24 @@ def test_check_kernels_compiles_every_elementwise_source():
 
 
 def test_every_solver_step_is_its_device_function():
-    """Each fused step is one call of the device function of its name in
-    ``kernels/solver_steps.cu``, whose parameters are the step's, in the same order: a
-    step whose Python parameters and CUDA function drift apart fails here, without a GPU."""
-    text = (Path(sparsegpu.__file__).parent / "kernels" / SOLVER_STEPS).read_text()
-    functions = dict(re.findall(r"__device__ void (\w+)\(([^)]*)\)", text))
+    """Each fused step is read from its device function in ``kernels/solver_steps.cu``
+    (references are outputs), runs as one call of it, and has a NumPy twin of its name."""
+    assert len(STEPS) == 22
+    assert STEPS["keep"] == ("T rho, bool active", "T rho_prev, int64 count")
+    assert STEPS["lsqr_update"][1] == "T w, T x, V var"
+    rotate, recurrences = STEPS["minres_rotate"][1], STEPS["lsqr_recurrences"][1]
+    assert parameter_names(rotate)[: len(MINRES_ROTATE_STATE)] == list(MINRES_ROTATE_STATE)
+    assert parameter_names(recurrences)[: len(LSQR_STATE)] == list(LSQR_STATE)
     for name, (inputs, outputs) in STEPS.items():
-        assert name in functions, f"{name} has no device function in {SOLVER_STEPS}"
-        cuda_names = [part.split()[-1].lstrip("&") for part in functions[name].split(",")]
-        assert cuda_names == parameter_names(inputs) + parameter_names(outputs), name
-        assert STEP_SOURCES[name].operation == f"solver_steps::{name}({', '.join(cuda_names)})"
+        arguments = ", ".join(parameter_names(inputs) + parameter_names(outputs))
+        assert STEP_SOURCES[name].operation == f"solver_steps::{name}({arguments})"
+        assert callable(getattr(VectorOps, name)), f"{name} has no NumPy twin"
+
+
+def test_a_step_taking_an_input_after_its_outputs_is_refused():
+    text = "template <typename T>\n__device__ void bad(T a, T& y, double b) {}"
+    with pytest.raises(ValueError, match="bad takes input b after outputs"):
+        steps_of(text)
 
 
 def test_every_bundled_matrix_is_tested():

@@ -300,19 +300,11 @@ class CusparsePlan(Plan):
         )
         stream = cupy.cuda.get_current_stream()
         handle = thread_handle(lib, self._device_id, stream.ptr)
-        self.workspace_bytes = int(
-            lib.spMV_bufferSize(
-                handle,
-                OPERATION_NON_TRANSPOSE,
-                self._alpha_ptr,
-                self._mat_handle,
-                vec_x.handle,
-                self._beta_ptr,
-                vec_y.handle,
-                self._compute_type,
-                self._algorithm,
-            )
-        )
+        # what bufferSize, preprocess and SpMV itself take before the workspace
+        spmv = (handle, OPERATION_NON_TRANSPOSE, self._alpha_ptr, self._mat_handle,
+                vec_x.handle, self._beta_ptr, vec_y.handle, self._compute_type,
+                self._algorithm)  # fmt: skip
+        self.workspace_bytes = int(lib.spMV_bufferSize(*spmv))
         workspace = self._workspace(stream.ptr)
         if policy.preprocess:
             if not has_preprocess():
@@ -321,18 +313,7 @@ class CusparsePlan(Plan):
                     f"this CuPy ({_cuda.versions()['cupy']}) does not expose; "
                     "use preprocess=False"
                 )
-            lib.spMV_preprocess(
-                handle,
-                OPERATION_NON_TRANSPOSE,
-                self._alpha_ptr,
-                self._mat_handle,
-                vec_x.handle,
-                self._beta_ptr,
-                vec_y.handle,
-                self._compute_type,
-                self._algorithm,
-                workspace,
-            )
+            lib.spMV_preprocess(*spmv, workspace)
             self.preprocessed = True
         stream.synchronize()  # the placeholders may go once set-up has run
 
@@ -468,7 +449,18 @@ class CusparsePlan(Plan):
         return state
 
 
-class CusparseBackend(Backend):
+class CusparseLibraryBackend(Backend):
+    """What every backend calling cuSPARSE through CuPy shares: where it can run, and that
+    its products cannot go into a CUDA graph."""
+
+    # CuPy refuses cuSPARSE calls on a capturing stream (NotImplementedError, H200, CuPy 14)
+    capturable = False
+
+    def unavailable_reason(self):
+        return unavailable_reason()
+
+
+class CusparseBackend(CusparseLibraryBackend):
     """cuSPARSE generic SpMV (CSR ALG1/ALG2, optional preprocessing) and SpMM."""
 
     name = "cusparse"
@@ -479,11 +471,6 @@ class CusparseBackend(Backend):
     # cuSPARSE SpMV's mixed precision: A in CUDA_R_32F, X, Y and the compute type in
     # CUDA_R_64F (its complex row, C_32F with C_64F, answers NOT_SUPPORTED on the H200)
     mixed_pairs = tuple(MIXED_PARTNERS.items())
-    # CuPy refuses cuSPARSE calls on a capturing stream (NotImplementedError, H200, CuPy 14)
-    capturable = False
-
-    def unavailable_reason(self):
-        return unavailable_reason()
 
     def default_policy(self, matrix):
         # CSR ALG1: on the H200 (docs/benchmarks/results/auto_vs_cusparse_h200.json) it was

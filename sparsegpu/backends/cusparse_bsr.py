@@ -32,19 +32,19 @@ import functools
 from dataclasses import dataclass
 
 from ..device._block_mirror import DeviceBlockMatrix
-from .base import FLOAT_AND_COMPLEX, INT32_AND_INT64, Backend, Plan
+from .base import FLOAT_AND_COMPLEX, INT32_AND_INT64, Plan
 from .cusparse import (
     CUDA_DATA_TYPE,
     INDEX_BASE_ZERO,
     INDEX_TYPE,
     ORDER_COL,
     ORDER_ROW,
+    CusparseLibraryBackend,
     CusparsePlan,
     CusparsePolicy,
     _bindings,
     _Descriptor,
     device_pointer,
-    unavailable_reason,
 )
 from .cusparse_spgemm import CusparseCallError, _library
 from .policy import Policy
@@ -198,7 +198,7 @@ class CusparseBsrPlan(CusparsePlan):
         return Plan._matmat(self, X, Y)  # one BSR SpMV per column
 
 
-class CusparseBsrBackend(Backend):
+class CusparseBsrBackend(CusparseLibraryBackend):
     """cuSPARSE generic SpMV/SpMM on the BSR classes' blocks."""
 
     name = "cusparse_bsr"
@@ -207,11 +207,6 @@ class CusparseBsrBackend(Backend):
     value_dtypes = FLOAT_AND_COMPLEX
     index_dtypes = INT32_AND_INT64
     formats = ("bsr",)
-    # CuPy refuses cuSPARSE calls on a capturing stream, as for the CSR backend
-    capturable = False
-
-    def unavailable_reason(self):
-        return unavailable_reason()
 
     def default_policy(self, matrix):
         return CusparseBsrPolicy(source="default")

@@ -16,6 +16,9 @@ takes the backend and policy of the first sparsegpu input.
 
 from __future__ import annotations
 
+import inspect
+import textwrap
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -49,96 +52,93 @@ def _entries(blocks) -> list:
     return list(np.asarray(blocks, dtype=object).flat)
 
 
-def vstack(blocks, format=None, dtype=None):
-    """Stack sparse matrices vertically (row-wise), as ``scipy.sparse.vstack``.
+# numpydoc sections several constructors share, filled in by @_shared_sections where a
+# docstring line is ``{section}`` alone (``{name}`` in a section: the function's name)
+_SECTIONS = {
+    "format": """format : {"csr", "csc", "bsr"}, optional
+    Format of the result; default "csr". Other formats raise ValueError.""",
+    "blocks_dtype": """dtype : dtype, optional
+    Value type of the result; default: the blocks' common type.""",
+    "matrix_returns": """Returns
+-------
+sparsegpu.csr_matrix or csc_matrix
+    A matrix, as scipy's ``{name}`` returns.""",
+    "blocks_returns": """Returns
+-------
+sparsegpu.csr_matrix, csr_array, csc_matrix, csc_array, bsr_matrix or bsr_array
+    An array when any block is a sparse array; with the first sparsegpu block's
+    backend and policy.""",
+}
 
-    Parameters
-    ----------
-    blocks : sequence of sparse matrices or arrays
-        With the same number of columns.
-    format : {"csr", "csc", "bsr"}, optional
-        Format of the result; default "csr". Other formats raise ValueError.
-    dtype : dtype, optional
-        Value type of the result; default: the blocks' common type.
 
-    Returns
-    -------
-    sparsegpu.csr_matrix, csr_array, csc_matrix, csc_array, bsr_matrix or bsr_array
-        An array when any block is a sparse array; with the first sparsegpu block's
-        backend and policy.
+def _shared_sections(function):
+    """``function`` with each docstring line ``{section}`` (alone on its line, a key of
+    ``_SECTIONS``) replaced by that section, indented as the line is, ``{name}`` in it by
+    the function's name."""
+    lines = []
+    for line in function.__doc__.splitlines():
+        key = line.strip()[1:-1] if line.strip().startswith("{") else None
+        if key not in _SECTIONS:
+            lines.append(line)
+            continue
+        indent = line[: len(line) - len(line.lstrip())]
+        section = _SECTIONS[key].replace("{name}", function.__name__)
+        lines += [indent + part for part in section.splitlines()]
+    function.__doc__ = "\n".join(lines)
+    return function
 
-    Examples
-    --------
-    >>> import scipy.sparse as sp, sparsegpu as sg
-    >>> A = sg.csr_array(sp.eye(2))
+
+def _from_blocks(scipy_function, summary: str, blocks: str, example: str):
+    """The sparsegpu twin of a scipy constructor that builds from blocks (``vstack``,
+    ``hstack``, ``bmat``): ``summary`` the first line of its docstring, ``blocks`` the
+    numpydoc entry of its first parameter, ``example`` its doctest after the import."""
+    name = scipy_function.__name__
+
+    def from_blocks(blocks, format=None, dtype=None):
+        format = _checked_format(format, name)
+        result = scipy_function(blocks, format=format, dtype=dtype)
+        return _sparsegpu(result, format, _entries(blocks))
+
+    from_blocks.__name__ = from_blocks.__qualname__ = name
+    lines = [f"{summary}, as ``scipy.sparse.{name}``.", "", "Parameters", "-" * 10]
+    lines += [*blocks.splitlines(), "{format}", "{blocks_dtype}", "", "{blocks_returns}", ""]
+    lines += ["Examples", "-" * 8, ">>> import scipy.sparse as sp, sparsegpu as sg"]
+    from_blocks.__doc__ = textwrap.indent("\n".join(lines), "    ").lstrip() + "\n    "
+    from_blocks.__doc__ += textwrap.indent(inspect.cleandoc(example), "    ").lstrip() + "\n    "
+    return _shared_sections(from_blocks)
+
+
+vstack = _from_blocks(
+    sp.vstack,
+    "Stack sparse matrices vertically (row-wise)",
+    "blocks : sequence of sparse matrices or arrays\n    With the same number of columns.",
+    """>>> A = sg.csr_array(sp.eye(2))
     >>> B = sg.vstack([A, A])
     >>> type(B).__name__, B.shape
-    ('csr_array', (4, 2))
-    """
-    format = _checked_format(format, "vstack")
-    return _sparsegpu(sp.vstack(blocks, format=format, dtype=dtype), format, _entries(blocks))
-
-
-def hstack(blocks, format=None, dtype=None):
-    """Stack sparse matrices horizontally (column-wise), as ``scipy.sparse.hstack``.
-
-    Parameters
-    ----------
-    blocks : sequence of sparse matrices or arrays
-        With the same number of rows.
-    format : {"csr", "csc", "bsr"}, optional
-        Format of the result; default "csr". Other formats raise ValueError.
-    dtype : dtype, optional
-        Value type of the result; default: the blocks' common type.
-
-    Returns
-    -------
-    sparsegpu.csr_matrix, csr_array, csc_matrix, csc_array, bsr_matrix or bsr_array
-        An array when any block is a sparse array; with the first sparsegpu block's
-        backend and policy.
-
-    Examples
-    --------
-    >>> import scipy.sparse as sp, sparsegpu as sg
-    >>> A = sg.csr_matrix(sp.eye(2))
+    ('csr_array', (4, 2))""",
+)
+hstack = _from_blocks(
+    sp.hstack,
+    "Stack sparse matrices horizontally (column-wise)",
+    "blocks : sequence of sparse matrices or arrays\n    With the same number of rows.",
+    """>>> A = sg.csr_matrix(sp.eye(2))
     >>> B = sg.hstack([A, A], format="csc")
     >>> type(B).__name__, B.shape
-    ('csc_matrix', (2, 4))
-    """
-    format = _checked_format(format, "hstack")
-    return _sparsegpu(sp.hstack(blocks, format=format, dtype=dtype), format, _entries(blocks))
-
-
-def bmat(blocks, format=None, dtype=None):
-    """Build a sparse matrix from sparse blocks, as ``scipy.sparse.bmat``.
-
-    Parameters
-    ----------
-    blocks : nested sequence of sparse matrices, arrays or None
-        Rows of blocks; None is an all-zero block.
-    format : {"csr", "csc", "bsr"}, optional
-        Format of the result; default "csr". Other formats raise ValueError.
-    dtype : dtype, optional
-        Value type of the result; default: the blocks' common type.
-
-    Returns
-    -------
-    sparsegpu.csr_matrix, csr_array, csc_matrix, csc_array, bsr_matrix or bsr_array
-        An array when any block is a sparse array; with the first sparsegpu block's
-        backend and policy.
-
-    Examples
-    --------
-    >>> import scipy.sparse as sp, sparsegpu as sg
-    >>> A = sg.csr_matrix(sp.eye(2))
+    ('csc_matrix', (2, 4))""",
+)
+bmat = _from_blocks(
+    sp.bmat,
+    "Build a sparse matrix from sparse blocks",
+    "blocks : nested sequence of sparse matrices, arrays or None\n"
+    "    Rows of blocks; None is an all-zero block.",
+    """>>> A = sg.csr_matrix(sp.eye(2))
     >>> B = sg.bmat([[A, None], [None, A]])
     >>> type(B).__name__, B.nnz
-    ('csr_matrix', 4)
-    """
-    format = _checked_format(format, "bmat")
-    return _sparsegpu(sp.bmat(blocks, format=format, dtype=dtype), format, _entries(blocks))
+    ('csr_matrix', 4)""",
+)
 
 
+@_shared_sections
 def block_diag(mats, format=None, dtype=None):
     """Build a block-diagonal sparse matrix, as ``scipy.sparse.block_diag``.
 
@@ -146,16 +146,10 @@ def block_diag(mats, format=None, dtype=None):
     ----------
     mats : sequence of sparse or dense matrices
         The diagonal blocks, in order.
-    format : {"csr", "csc", "bsr"}, optional
-        Format of the result; default "csr". Other formats raise ValueError.
-    dtype : dtype, optional
-        Value type of the result; default: the blocks' common type.
+    {format}
+    {blocks_dtype}
 
-    Returns
-    -------
-    sparsegpu.csr_matrix, csr_array, csc_matrix, csc_array, bsr_matrix or bsr_array
-        An array when any block is a sparse array; with the first sparsegpu block's
-        backend and policy.
+    {blocks_returns}
 
     Examples
     --------
@@ -202,6 +196,7 @@ def kron(A, B, format=None):
     return _sparsegpu(sp.kron(A, B, format=format), format, (A, B))
 
 
+@_shared_sections
 def eye(m, n=None, k=0, dtype=float, format=None):
     """Sparse matrix with ones on the ``k``-th diagonal, as ``scipy.sparse.eye``.
 
@@ -215,8 +210,7 @@ def eye(m, n=None, k=0, dtype=float, format=None):
         Diagonal holding the ones: 0 the main one, > 0 above, < 0 below.
     dtype : dtype, optional
         Value type; default float64.
-    format : {"csr", "csc", "bsr"}, optional
-        Format of the result; default "csr". Other formats raise ValueError.
+    {format}
 
     Returns
     -------
@@ -235,6 +229,7 @@ def eye(m, n=None, k=0, dtype=float, format=None):
     return _sparsegpu(sp.eye(m, n, k=k, dtype=dtype, format=format), format)
 
 
+@_shared_sections
 def identity(n, dtype="d", format=None):
     """Sparse identity matrix, as ``scipy.sparse.identity``.
 
@@ -244,13 +239,9 @@ def identity(n, dtype="d", format=None):
         Number of rows and columns.
     dtype : dtype, optional
         Value type; default float64.
-    format : {"csr", "csc", "bsr"}, optional
-        Format of the result; default "csr". Other formats raise ValueError.
+    {format}
 
-    Returns
-    -------
-    sparsegpu.csr_matrix or csc_matrix
-        A matrix, as scipy's ``identity`` returns.
+    {matrix_returns}
 
     Examples
     --------
@@ -263,6 +254,7 @@ def identity(n, dtype="d", format=None):
     return _sparsegpu(sp.identity(n, dtype=dtype, format=format), format)
 
 
+@_shared_sections
 def diags(diagonals, offsets=0, shape=None, format=None, dtype=None):
     """Sparse matrix from diagonals, as ``scipy.sparse.diags``.
 
@@ -274,15 +266,11 @@ def diags(diagonals, offsets=0, shape=None, format=None, dtype=None):
         Diagonal of each entry of ``diagonals``: 0 the main one, > 0 above, < 0 below.
     shape : tuple of int, optional
         Shape of the result; default: square, just large enough.
-    format : {"csr", "csc", "bsr"}, optional
-        Format of the result; default "csr". Other formats raise ValueError.
+    {format}
     dtype : dtype, optional
         Value type; default: scipy's default for ``diags``.
 
-    Returns
-    -------
-    sparsegpu.csr_matrix or csc_matrix
-        A matrix, as scipy's ``diags`` returns.
+    {matrix_returns}
 
     Examples
     --------
@@ -297,6 +285,7 @@ def diags(diagonals, offsets=0, shape=None, format=None, dtype=None):
     return _sparsegpu(sp.diags(diagonals, offsets, shape=shape, format=format, **given), format)
 
 
+@_shared_sections
 def random(m, n, density=0.01, format=None, dtype=None, random_state=None, data_rvs=None):
     """Sparse matrix with random values at random positions, as ``scipy.sparse.random``.
 
@@ -316,10 +305,7 @@ def random(m, n, density=0.01, format=None, dtype=None, random_state=None, data_
     data_rvs : callable, optional
         Draws the stored values: called with a count, returns that many values.
 
-    Returns
-    -------
-    sparsegpu.csr_matrix or csc_matrix
-        A matrix, as scipy's ``random`` returns.
+    {matrix_returns}
 
     Examples
     --------

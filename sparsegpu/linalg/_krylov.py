@@ -25,7 +25,7 @@ import numpy as np
 from . import _graphs
 from . import _options as options
 from ._space import space_of
-from ._vector import MINRES_ROTATE_STATE, VectorOps
+from ._vector import MINRES_ROTATE_STATE, VectorOps, recurrence_state, stop_flags
 
 
 def _check_iterations(name: str, maxiter, default: int) -> int:
@@ -483,17 +483,11 @@ class _MinresStep:
         self.v = xp.empty(n, dtype=dtype)
         start = {"beta": beta1, "phibar": beta1, "rhs1": beta1, "cs": -1.0,
                  "gmin": float(np.finfo(dtype).max)}  # fmt: skip
-        self.state = {
-            name: xp.full((), start.get(name, 0.0), dtype=np.float64)
-            for name in MINRES_ROTATE_STATE
-        }
-        self.vy = xp.zeros((), dtype=dtype)
-        self.ry = xp.zeros((), dtype=dtype)
-        self.xx = xp.zeros((), dtype=dtype)
-        self.istop = xp.zeros((), dtype=np.int32)
-        self.active = xp.ones((), dtype=bool)
+        self.state = recurrence_state(xp, MINRES_ROTATE_STATE, start)
+        # the dots v . y, r . y and x . x (0-d arrays of the vectors' dtype)
+        self.vy, self.ry, self.xx = (xp.zeros((), dtype=dtype) for _ in range(3))
+        self.istop, self.active, self.itn = stop_flags(xp)
         self.error = xp.zeros((), dtype=bool)
-        self.itn = xp.zeros((), dtype=np.int64)
 
     def full(self, first: bool):
         ops, system, state, t = self.ops, self.system, self.state, self.turn

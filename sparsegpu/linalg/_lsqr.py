@@ -24,7 +24,7 @@ from ._krylov import (
     _scalar,
     _system,
 )
-from ._vector import LSQR_STATE
+from ._vector import LSQR_STATE, recurrence_state, stop_flags
 
 
 def lsqr(A, b, damp=0.0, atol=1e-6, btol=1e-6, conlim=1e8, iter_lim=None, show=False,
@@ -120,16 +120,11 @@ class _LSQRStep:
         self.av = xp.empty(m, dtype=dtype)
         self.atu = xp.empty(n, dtype=dtype)
         self.limits, self.calc_var = limits, calc_var
-        self.state = {
-            name: xp.full((), start.get(name, 0.0), dtype=np.float64) for name in LSQR_STATE
-        }
-        self.uu = xp.zeros((), dtype=dtype)
-        self.vv = xp.zeros((), dtype=dtype)
-        self.ww = xp.zeros((), dtype=dtype)
-        self.istop = xp.zeros((), dtype=np.int32)
-        self.active = xp.ones((), dtype=bool)
+        self.state = recurrence_state(xp, LSQR_STATE, start)
+        # the dots u . u, v . v and w . w (0-d arrays of the vectors' dtype)
+        self.uu, self.vv, self.ww = (xp.zeros((), dtype=dtype) for _ in range(3))
+        self.istop, self.active, self.itn = stop_flags(xp)
         self.stepped = xp.zeros((), dtype=bool)
-        self.itn = xp.zeros((), dtype=np.int64)
 
     def full(self, first: bool):
         ops, A, S, active = self.ops, self.system.A, self.state, self.active

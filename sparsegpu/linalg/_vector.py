@@ -13,6 +13,7 @@ the ``VectorOps`` method of that name.
 from __future__ import annotations
 
 import functools
+import re
 import types
 
 import numpy as np
@@ -85,75 +86,49 @@ LSQR_STATE = (
     "cs2", "sn2", "acond", "rnorm", "r1norm", "r2norm", "arnorm", "t1", "t2", "rho",
 )  # fmt: skip
 
+
+def recurrence_state(xp, names, start: dict) -> dict:
+    """A recurrence's state as float64 0-d arrays (``names``), each ``start[name]`` or 0."""
+    return {name: xp.full((), start.get(name, 0.0), dtype=np.float64) for name in names}
+
+
+def stop_flags(xp) -> tuple:
+    """``istop`` (int32, 0), ``active`` (True) and ``itn`` (int64, 0): the 0-d stopping
+    state of a solver whose tests run on the device (MINRES, LSQR)."""
+    return xp.zeros((), dtype=np.int32), xp.ones((), dtype=bool), xp.zeros((), dtype=np.int64)
+
+
 SOLVER_STEPS = "solver_steps.cu"
+# C++ parameter types of the steps' device functions -> CuPy's ElementwiseKernel types
+_CUPY_TYPES = {"T": "T", "V": "V", "double": "float64", "bool": "bool", "int": "int32",
+               "long long": "int64"}  # fmt: skip
+_STEP = re.compile(r"template <[^>]*>\s*__device__ void (\w+)\(([^)]*)\)")
 
 
-def _scalars(names) -> str:
-    return ", ".join(f"float64 {name}" for name in names)
+def steps_of(text: str) -> dict[str, tuple[str, str]]:
+    """Every step of ``solver_steps.cu``'s text (each templated ``__device__ void``
+    function) by name: its ``(inputs, outputs)`` as ``cupy.ElementwiseKernel`` takes them,
+    in the function's order. A parameter taken by reference is an output, and outputs come
+    after the inputs."""
+    steps = {}
+    for name, parameters in _STEP.findall(text):
+        inputs, outputs = [], []
+        for parameter in parameters.split(","):
+            declared, _, variable = parameter.strip().rpartition(" ")
+            if declared.endswith("&"):
+                outputs.append(f"{_CUPY_TYPES[declared[:-1]]} {variable}")
+            elif outputs:
+                raise ValueError(f"{SOLVER_STEPS}: {name} takes input {variable} after outputs")
+            else:
+                inputs.append(f"{_CUPY_TYPES[declared]} {variable}")
+        steps[name] = ", ".join(inputs), ", ".join(outputs)
+    return steps
 
 
-# Every fused step by name: its (inputs, outputs) as ``cupy.ElementwiseKernel`` takes them.
-# Its arithmetic is the device function of the same name in ``kernels/solver_steps.cu``
-# (same parameters, same order), its NumPy twin the ``VectorOps`` method of the same name.
-STEPS = {
-    "cg_check": ("T rr, float64 atol", "bool active, bool converged"),
-    "cg_direction": ("T z, T rho, T rho_prev, bool active, bool first", "T p"),
-    "cg_update": ("T p, T q, T rho, T pq, bool active", "T x, T r"),
-    "keep": ("T rho, bool active", "T rho_prev, int64 count"),
-    "masked_axpy": ("T a, T v, bool flag, bool subtract", "T y"),
-    "bicg_check": (
-        "T rr, T rho, T omega, float64 tol, float64 rhotol, float64 omegatol, bool first",
-        "int32 status, bool active",
-    ),
-    "bicg_direction": (
-        "T r, T v, T rho, T rho_prev, T alpha, T omega, bool active, bool first",
-        "T p",
-    ),
-    "bicg_alpha": ("T rho, T rv, bool active", "T alpha"),
-    "bicg_middle": (
-        "T rv, T ss, float64 tol, bool active",
-        "int32 status, bool stepped, bool going",
-    ),
-    "bicg_omega": (
-        "T tr, T tt, T rho, bool going, bool stepped",
-        "T omega, T rho_prev, int64 count",
-    ),
-    "minres_scale": ("T y, float64 beta, bool active", "T v"),
-    "minres_lanczos": (
-        "T v, T r1, T shift, float64 beta, float64 oldb, bool first, bool active",
-        "T y",
-    ),
-    "minres_orthogonalize": ("T r2, T vy, float64 beta, bool active", "T y"),
-    "minres_rotate": (
-        "T vy, T ry, float64 eps, float64 beta1, bool first",
-        f"{_scalars(MINRES_ROTATE_STATE)}, int32 istop, bool active, bool error",
-    ),
-    "minres_update": (
-        "T v, T w1, T w2, float64 oldeps, float64 delta, float64 gamma, float64 phi, bool active",
-        "T w, T x",
-    ),
-    "minres_stop": (
-        "T xx, float64 tnorm2, float64 phibar, float64 root, float64 gmax, float64 gmin, "
-        "float64 eps, float64 beta1, float64 rtol, int64 maxiter, float64 inf",
-        "int32 istop, bool active, int64 itn",
-    ),
-    "lsqr_bidiag": ("T av, float64 alfa, bool active", "T u"),
-    "lsqr_scale": ("float64 c, float64 gate, bool flag", "T y"),
-    "lsqr_norm_u": (
-        "T uu, float64 alfa, float64 dampsq, bool active",
-        "float64 beta, float64 anorm",
-    ),
-    "lsqr_adjoint": ("T atu, float64 beta, bool active", "T v"),
-    "lsqr_recurrences": (
-        "T vv, T ww, float64 damp, float64 dampsq, float64 bnorm, float64 atol, "
-        "float64 btol, float64 ctol, float64 eps, int64 iter_lim",
-        f"{_scalars(LSQR_STATE)}, int32 istop, bool active, bool stepped, int64 itn",
-    ),
-    "lsqr_update": (
-        "T v, float64 t1, float64 t2, float64 rho, bool stepped, bool calc_var",
-        "T w, T x, V var",
-    ),
-}
+# Every fused step by name, read from its device function in kernels/solver_steps.cu: its
+# (inputs, outputs) as CuPy's ElementwiseKernel takes them. The VectorOps method of the
+# same name holds its NumPy twin.
+STEPS = steps_of(source_text(SOLVER_STEPS))
 
 
 def parameter_names(params: str) -> list[str]:
