@@ -24,17 +24,6 @@
 #endif
 static_assert(SPARSEGPU_UNROLL >= 1 && SPARSEGPU_UNROLL <= 16, "SPARSEGPU_UNROLL: 1..16");
 
-template <typename Index>
-struct BlockOffsetOf;
-template <>
-struct BlockOffsetOf<int> {
-  using type = unsigned int;
-};
-template <>
-struct BlockOffsetOf<long long> {
-  using type = long long;
-};
-
 // Positions each lane owns in a tile of whole blocks: from ceil(RC / 32) (a warp holds one
 // block) to 4, the count that leaves the fewest of a full warp's positions idle (the
 // smallest on a tie). The same rule as sparsegpu.backends.block.slots_per_lane, which also
@@ -145,7 +134,7 @@ __global__ void SPARSEGPU_BLOCK_BOUNDS
   constexpr int TILES = SPARSEGPU_UNROLL / SLOTS > 1 ? SPARSEGPU_UNROLL / SLOTS : 1;
   // entry offsets: 32-bit for int32 block indices (nblocks * R * C < 2^32 is checked on the
   // host), 64-bit otherwise
-  using Offset = typename BlockOffsetOf<Index>::type;
+  using Offset = typename OffsetOf<Index>::type;
   constexpr int group = Group;
   constexpr int per_tile = Group * SLOTS / RC;  // whole blocks in a tile
   constexpr int tile_values = per_tile * RC;
@@ -261,7 +250,7 @@ __global__ void SPARSEGPU_BLOCK_BOUNDS
   constexpr int MAX_IN_FLIGHT =
       SPARSEGPU_WHOLE_BYTES / PER_BLOCK > 1 ? SPARSEGPU_WHOLE_BYTES / PER_BLOCK : 1;
   constexpr int UNROLL = SPARSEGPU_UNROLL < MAX_IN_FLIGHT ? SPARSEGPU_UNROLL : MAX_IN_FLIGHT;
-  using Offset = typename BlockOffsetOf<Index>::type;
+  using Offset = typename OffsetOf<Index>::type;
   const int lane = threadIdx.x & (Group - 1);
   BlockRowWalk<Group, Offset, Index> walk(indptr, n_block_rows);
   for (; walk.more(); walk.next()) {

@@ -1,4 +1,4 @@
-// The one kernel types header: value types, arithmetic and load helpers of every sparsegpu
+// The one kernel types header: value types, offsets, arithmetic and load helpers of every
 // kernel family (csr_vector, swcache, merge_path, csr_spmm).
 //
 // CuPy's complex headers are not visible to nvcc in CI, so the two complex types are small
@@ -12,6 +12,22 @@ struct __align__(8) complex64 {
 
 struct __align__(16) complex128 {
   double re, im;
+};
+
+// ---------------------------------------------------------------- offsets
+// Offsets into indices/data (the row-group kernels, the block kernel): 32-bit arithmetic for
+// int32 matrices (fewer registers, so more loads stay in flight), unsigned so that a lane's
+// j + UNROLL * (lanes of its row) cannot overflow it (nnz < 2^31 there); 64-bit matrices
+// keep signed 64-bit offsets.
+template <typename Index>
+struct OffsetOf;
+template <>
+struct OffsetOf<int> {
+  using type = unsigned int;
+};
+template <>
+struct OffsetOf<long long> {
+  using type = long long;
 };
 
 // ---------------------------------------------------------------- arithmetic
@@ -222,6 +238,21 @@ __device__ __forceinline__ Value load_x(const Value* x, cudaTextureObject_t text
   }
 }
 
+// N values as loads of one Chunk type (int4: 16 bytes, int2: 8), each with the cache hint
+// Hint (HINT_*), copied into out: load_chunks's two wide cases.
+template <int Hint, typename Chunk, typename T, int N>
+__device__ __forceinline__ void load_as_chunks(const T* p, T (&out)[N]) {
+  constexpr int BYTES = N * static_cast<int>(sizeof(T));
+  constexpr int CHUNKS = BYTES / static_cast<int>(sizeof(Chunk));
+  const Chunk* src = reinterpret_cast<const Chunk*>(p);
+  Chunk chunk[CHUNKS];
+#pragma unroll
+  for (int c = 0; c < CHUNKS; ++c) {
+    chunk[c] = load_hinted<Hint>(src + c);
+  }
+  memcpy(out, chunk, BYTES);
+}
+
 // N consecutive values from an address aligned to the largest power of two (at most 16
 // bytes) that divides their size, in as few loads as that allows: 16-byte loads where they
 // are whole 16-byte chunks, 8-byte ones where they are whole 8-byte chunks, else value by
@@ -231,21 +262,9 @@ template <int Hint, typename T, int N>
 __device__ __forceinline__ void load_chunks(const T* p, T (&out)[N]) {
   constexpr int BYTES = N * static_cast<int>(sizeof(T));
   if constexpr (BYTES % 16 == 0) {
-    const int4* src = reinterpret_cast<const int4*>(p);
-    int4 chunk[BYTES / 16];
-#pragma unroll
-    for (int c = 0; c < BYTES / 16; ++c) {
-      chunk[c] = load_hinted<Hint>(src + c);
-    }
-    memcpy(out, chunk, BYTES);
+    load_as_chunks<Hint, int4>(p, out);
   } else if constexpr (BYTES % 8 == 0) {
-    const int2* src = reinterpret_cast<const int2*>(p);
-    int2 chunk[BYTES / 8];
-#pragma unroll
-    for (int c = 0; c < BYTES / 8; ++c) {
-      chunk[c] = load_hinted<Hint>(src + c);
-    }
-    memcpy(out, chunk, BYTES);
+    load_as_chunks<Hint, int2>(p, out);
   } else {
 #pragma unroll
     for (int v = 0; v < N; ++v) {

@@ -41,16 +41,35 @@ __device__ __forceinline__ T block_sum(T value) {
   return shared[0];
 }
 
+// The first pass's sum of one block: conj(a_i) * b_i over i = chunk * DOT_BLOCK + thread,
+// then every `chunks` * DOT_BLOCK entries, each thread's in turn, then block_sum. The one
+// order of additions of dot_partial and of each row of multi_dot_partial.
+template <typename T>
+__device__ __forceinline__ T chunk_dot(const T* a, const T* b, long long n, long long chunk,
+                                       long long chunks) {
+  T acc = value_zero<T>();
+  const long long stride = static_cast<long long>(DOT_BLOCK) * chunks;
+  for (long long i = chunk * DOT_BLOCK + threadIdx.x; i < n; i += stride) {
+    acc = conj_multiply_add(acc, a[i], b[i]);
+  }
+  return block_sum(acc);
+}
+
+// The second pass's sum of `count` partials in one block: dot_final's and each row's of
+// multi_dot_final.
+template <typename T>
+__device__ __forceinline__ T partials_sum(const T* partial, int count) {
+  T acc = value_zero<T>();
+  for (int i = threadIdx.x; i < count; i += DOT_BLOCK) {
+    acc = add(acc, partial[i]);
+  }
+  return block_sum(acc);
+}
+
 template <typename T>
 __global__ void __launch_bounds__(DOT_BLOCK) dot_partial(const T* a, const T* b, long long n,
                                                          T* partial) {
-  T acc = value_zero<T>();
-  const long long stride = static_cast<long long>(DOT_BLOCK) * gridDim.x;
-  for (long long i = static_cast<long long>(blockIdx.x) * DOT_BLOCK + threadIdx.x; i < n;
-       i += stride) {
-    acc = conj_multiply_add(acc, a[i], b[i]);
-  }
-  T total = block_sum(acc);
+  T total = chunk_dot(a, b, n, blockIdx.x, gridDim.x);
   if (threadIdx.x == 0) {
     partial[blockIdx.x] = total;
   }
@@ -58,11 +77,7 @@ __global__ void __launch_bounds__(DOT_BLOCK) dot_partial(const T* a, const T* b,
 
 template <typename T>
 __global__ void __launch_bounds__(DOT_BLOCK) dot_final(const T* partial, int count, T* out) {
-  T acc = value_zero<T>();
-  for (int i = threadIdx.x; i < count; i += DOT_BLOCK) {
-    acc = add(acc, partial[i]);
-  }
-  T total = block_sum(acc);
+  T total = partials_sum(partial, count);
   if (threadIdx.x == 0) {
     out[0] = total;
   }
@@ -78,13 +93,7 @@ __global__ void __launch_bounds__(DOT_BLOCK) multi_dot_partial(const T* basis, l
   const int row = blockIdx.x / blocks;
   const int chunk = blockIdx.x % blocks;
   const T* a = basis + static_cast<long long>(row) * ld;
-  T acc = value_zero<T>();
-  const long long stride = static_cast<long long>(DOT_BLOCK) * blocks;
-  for (long long i = static_cast<long long>(chunk) * DOT_BLOCK + threadIdx.x; i < n;
-       i += stride) {
-    acc = conj_multiply_add(acc, a[i], w[i]);
-  }
-  T total = block_sum(acc);
+  T total = chunk_dot(a, w, n, chunk, blocks);
   if (threadIdx.x == 0) {
     partial[blockIdx.x] = total;
   }
@@ -94,12 +103,7 @@ __global__ void __launch_bounds__(DOT_BLOCK) multi_dot_partial(const T* basis, l
 template <typename T>
 __global__ void __launch_bounds__(DOT_BLOCK) multi_dot_final(const T* partial, int count,
                                                              T* out) {
-  const T* row = partial + static_cast<long long>(blockIdx.x) * count;
-  T acc = value_zero<T>();
-  for (int i = threadIdx.x; i < count; i += DOT_BLOCK) {
-    acc = add(acc, row[i]);
-  }
-  T total = block_sum(acc);
+  T total = partials_sum(partial + static_cast<long long>(blockIdx.x) * count, count);
   if (threadIdx.x == 0) {
     out[blockIdx.x] = total;
   }

@@ -142,6 +142,17 @@ __device__ __forceinline__ void givens_rotation(T a, T b, T& c, T& s, T& rho) {
 }
 
 // ---------------------------------------------------------------- vector kernels
+// sum_{k < m} basis_k[i] * coef[k], in order k: entry i of a combination of the basis
+template <typename T>
+__device__ __forceinline__ T combination(const T* basis, long long ld, int m, const T* coef,
+                                         long long i) {
+  T acc = value_zero<T>();
+  for (int k = 0; k < m; ++k) {
+    acc = multiply_add(acc, basis[k * ld + i], coef[k]);
+  }
+  return acc;
+}
+
 // w -= sum_{k < m} basis_k * coef[k] (Gram-Schmidt's projection; the sum first, in order k)
 template <typename T>
 __global__ void __launch_bounds__(GMRES_BLOCK) gs_subtract(const T* basis, long long ld, int m,
@@ -149,10 +160,7 @@ __global__ void __launch_bounds__(GMRES_BLOCK) gs_subtract(const T* basis, long 
   const long long stride = static_cast<long long>(GMRES_BLOCK) * gridDim.x;
   for (long long i = static_cast<long long>(blockIdx.x) * GMRES_BLOCK + threadIdx.x; i < n;
        i += stride) {
-    T acc = value_zero<T>();
-    for (int k = 0; k < m; ++k) {
-      acc = multiply_add(acc, basis[k * ld + i], coef[k]);
-    }
+    const T acc = combination(basis, ld, m, coef, i);
     w[i] = subtract(w[i], acc);
   }
 }
@@ -169,11 +177,7 @@ __global__ void __launch_bounds__(GMRES_BLOCK) gmres_combine(const T* basis, lon
   const long long stride = static_cast<long long>(GMRES_BLOCK) * gridDim.x;
   for (long long i = static_cast<long long>(blockIdx.x) * GMRES_BLOCK + threadIdx.x; i < n;
        i += stride) {
-    T acc = value_zero<T>();
-    for (int k = 0; k < used; ++k) {
-      acc = multiply_add(acc, basis[k * ld + i], y[k]);
-    }
-    out[i] = acc;
+    out[i] = combination(basis, ld, used, y, i);
   }
 }
 

@@ -35,20 +35,6 @@ __device__ __forceinline__ T load_matrix(const T* p) {
 #endif
 }
 
-// Offsets into indices/data: 32-bit arithmetic for int32 matrices (fewer registers, so more
-// loads stay in flight), unsigned so that j + UNROLL * ThreadsPerRow cannot overflow it
-// (nnz < 2^31 there); 64-bit matrices keep signed 64-bit offsets.
-template <typename Index>
-struct OffsetOf;
-template <>
-struct OffsetOf<int> {
-  using type = unsigned int;
-};
-template <>
-struct OffsetOf<long long> {
-  using type = long long;
-};
-
 constexpr int REDUCE_SHARED = 0;   // partial sums reduced in shared memory (figure 22)
 constexpr int REDUCE_SHUFFLE = 1;  // __shfl_xor_sync butterfly, no shared memory
 
