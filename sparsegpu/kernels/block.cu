@@ -153,10 +153,7 @@ __global__ void SPARSEGPU_BLOCK_BOUNDS
     walk.prefetch();
     const Offset start = walk.start, end = walk.end;
     Value sums[SLOTS];
-#pragma unroll
-    for (int s = 0; s < SLOTS; ++s) {
-      sums[s] = value_zero<Value>();
-    }
+    set_zero(sums);
     for (Offset tile = start; tile < end; tile += TILES * per_tile) {
       // the tile's values from its first one, at this lane's positions, and its columns
       const Value* values = data + tile * RC + lane;
@@ -257,10 +254,7 @@ __global__ void SPARSEGPU_BLOCK_BOUNDS
     walk.prefetch();
     const Offset start = walk.start, end = walk.end;
     Value rows[R];
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      rows[r] = value_zero<Value>();
-    }
+    set_zero(rows);
     for (Offset trip = start + lane; trip < end; trip += UNROLL * Group) {
       Value block[UNROLL][RC], x_value[UNROLL][C];
 #pragma unroll

@@ -44,6 +44,15 @@ __device__ __forceinline__ complex128 value_zero<complex128>() {
   return complex128{0.0, 0.0};
 }
 
+// every entry of `values` zero
+template <typename Value, int N>
+__device__ __forceinline__ void set_zero(Value (&values)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    values[i] = value_zero<Value>();
+  }
+}
+
 // acc + a * b
 __device__ __forceinline__ float multiply_add(float acc, float a, float b) {
   return fmaf(a, b, acc);

@@ -16,19 +16,6 @@
 constexpr int GMRES_BLOCK = 256;
 enum GmresState { ACTIVE = 0, USED = 1, CONVERGED = 2, CYCLES = 3, ITERATIONS = 4 };
 
-template <typename T>
-struct RealOf {
-  using type = T;
-};
-template <>
-struct RealOf<complex64> {
-  using type = float;
-};
-template <>
-struct RealOf<complex128> {
-  using type = double;
-};
-
 // ---------------------------------------------------------------- scalar helpers
 // |a| in T's real type (numpy's abs: hypot for complex), and in double
 __device__ __forceinline__ float magnitude(float a) { return fabsf(a); }
@@ -41,6 +28,11 @@ __device__ __forceinline__ double magnitude_double(complex64 a) {
   return hypot((double)a.re, (double)a.im);
 }
 __device__ __forceinline__ double magnitude_double(complex128 a) { return hypot(a.re, a.im); }
+// The real type of T (float for float and complex64): the type of its magnitude.
+template <typename T>
+struct RealOf {
+  using type = decltype(magnitude(T{}));
+};
 
 __device__ __forceinline__ float real_hypot(float a, float b) { return hypotf(a, b); }
 __device__ __forceinline__ double real_hypot(double a, double b) { return hypot(a, b); }
