@@ -136,20 +136,22 @@ def parameter_names(params: str) -> list[str]:
     return [part.split()[-1] for part in params.split(",")]
 
 
-def _step_source(name: str) -> ElementwiseSource:
-    """Step ``name`` as an elementwise kernel: one call of its device function."""
-    inputs, outputs = STEPS[name]
-    arguments = ", ".join(parameter_names(inputs) + parameter_names(outputs))
-    return ElementwiseSource(
-        inputs,
-        outputs,
-        f"solver_steps::{name}({arguments})",
-        f"sparsegpu_{name}",
-        preamble=source_text(SOLVER_STEPS),
-    )
+def step_sources(
+    filename: str, namespace: str, prefix: str = "sparsegpu_"
+) -> dict[str, ElementwiseSource]:
+    """Every step of ``kernels/<filename>`` (device functions in ``namespace``) by name, as
+    an elementwise kernel whose operation is one call of its device function (kernel name
+    ``prefix + name``); the file is the kernel's preamble."""
+    text = source_text(filename)
+    sources = {}
+    for name, (inputs, outputs) in steps_of(text).items():
+        arguments = ", ".join(parameter_names(inputs) + parameter_names(outputs))
+        operation = f"{namespace}::{name}({arguments})"
+        sources[name] = ElementwiseSource(inputs, outputs, operation, prefix + name, text)
+    return sources
 
 
-STEP_SOURCES = {name: _step_source(name) for name in STEPS}
+STEP_SOURCES = step_sources(SOLVER_STEPS, "solver_steps")
 # every value type (T real or complex); the CI compile check compiles them all
 register_elementwise("fc", *STEP_SOURCES.values())
 

@@ -4,8 +4,9 @@ Everything else in this package goes through the solvers' own modules
 (``linalg._operator``) and this one; only here does it reach into the core: the classes and
 their products (``sg.spgemm``, ``sg.galerkin_product``), where a matrix computes, its
 canonical CSR arrays there, a sparsegpu matrix made from device arrays without a trip
-through the host, and the registry of elementwise kernel sources. (Importing ``sparsegpu``
-itself from here would run up the floors: the package's face imports the solvers.)
+through the host, and the elementwise steps read from ``kernels/*.cu`` and their registry.
+(Importing ``sparsegpu`` itself from here would run up the floors: the package's face
+imports the solvers.)
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ import numpy as np
 from ...classes._matrix import _SparseGPUMixin, csr_matrix
 from ...classes._products import galerkin_product, spgemm
 from ...device import _cuda
-from ...device._compile import ElementwiseSource, register_elementwise
+from ...device._compile import register_elementwise
 from ...device._mirror import CUPY, DeviceMatrix
 from .._operator import Operator, as_operator
+from .._vector import step_sources
 
 __all__ = [
-    "ElementwiseSource",
     "Operator",
     "as_operator",
     "canonical",
@@ -31,6 +32,7 @@ __all__ = [
     "matrix_from_arrays",
     "register_elementwise",
     "spgemm",
+    "step_sources",
     "transpose",
     "where_computes",
 ]

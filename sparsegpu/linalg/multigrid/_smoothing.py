@@ -3,8 +3,9 @@
 A smoother step is a product with the level's matrix (its plan, into a buffer made at
 set-up) and one fused elementwise kernel reading the scalars it needs from its arguments:
 nothing allocates and nothing reads back to the host, so a V-cycle of them can be captured
-into the solver's CUDA graph. The kernels are data (``ElementwiseSource``), registered for
-the CI compile check like the solvers' own; on NumPy the same steps are plain expressions.
+into the solver's CUDA graph. The kernels' arithmetic is ``kernels/multigrid_steps.cu``, one
+device function a step, read and registered for the CI compile check like the solvers'
+own (``kernels/solver_steps.cu``); on NumPy the same steps are plain expressions.
 
 * weighted Jacobi, ``x += omega / rho * D^-1 (b - A x)`` with ``omega = 4/3`` and ``rho``
   the spectral radius of ``D^-1 A`` (PyAMG's ``('jacobi', {'omega': 4/3})`` with its
@@ -23,45 +24,17 @@ import functools
 import numpy as np
 import scipy.linalg
 
-from ._bridge import ElementwiseSource, register_elementwise
+from ._bridge import register_elementwise, step_sources
 
-_SOURCES = (
-    # x = c D^-1 b: the first step from x = 0
-    ElementwiseSource(
-        "T b, T dinv, float64 c", "T x", "x = (T)c * dinv * b;", "sparsegpu_amg_scaled"
-    ),  # fmt: skip
-    # x += c D^-1 (b - A x)
-    ElementwiseSource(
-        "T b, T ax, T dinv, float64 c",
-        "T x",
-        "x += (T)c * dinv * (b - ax);",
-        "sparsegpu_amg_jacobi",
-    ),  # fmt: skip
-    # r = b - A x
-    ElementwiseSource("T b, T ax", "T r", "r = b - ax;", "sparsegpu_amg_residual"),
-    # x += y (the coarse correction)
-    ElementwiseSource("T y", "T x", "x += y;", "sparsegpu_amg_add"),
-    # d = c D^-1 b, x = d: Chebyshev's first step from x = 0
-    ElementwiseSource(
-        "T b, T dinv, float64 c",
-        "T d, T x",
-        "d = (T)c * dinv * b; x = d;",
-        "sparsegpu_amg_chebyshev_start",
-    ),  # fmt: skip
-    # d = a d + c D^-1 (b - A x), x += d
-    ElementwiseSource(
-        "T b, T ax, T dinv, float64 a, float64 c",
-        "T d, T x",
-        "d = (T)a * d + (T)c * dinv * (b - ax); x += d;",
-        "sparsegpu_amg_chebyshev",
-    ),
-)
-register_elementwise("fc", *_SOURCES)
+# the cycle's steps, read from kernels/multigrid_steps.cu (every value type, real or
+# complex: the CI compile check compiles them all)
+_SOURCES = step_sources("multigrid_steps.cu", "multigrid_steps", prefix="sparsegpu_amg_")
+register_elementwise("fc", *_SOURCES.values())
 
 
 @functools.cache
 def _kernels():
-    return {source.name.removeprefix("sparsegpu_amg_"): source.kernel() for source in _SOURCES}
+    return {name: source.kernel() for name, source in _SOURCES.items()}
 
 
 class Steps:
