@@ -1,16 +1,19 @@
 """Measure Matrix Market reading and the SuiteSparse cache (CPU).
 
 1. ``sparsegpu.io.mmread`` against ``scipy.io.mmread`` and ``scipy.io.mmread(...).tocsr()``
-   (the same CSR result as ours) on generated coordinate files of at least 100 MB: real
-   and complex, general and symmetric. Same process, the three readers in alternation,
-   best of ``--repeat`` wall times each; sparsegpu's result is checked equal to scipy's.
+   (the same CSR result as ours) on generated coordinate files of at least 100 MB: real,
+   integer and complex, general and symmetric. Same process, the three readers in
+   alternation, best of ``--repeat`` wall times each; sparsegpu's result is checked equal
+   to scipy's. Peak memory: each of ``scipy.io.mmread(...).tocsr()`` and
+   ``sparsegpu.io.mmread`` alone in a fresh process, its peak resident set (``VmHWM``)
+   less the resident set just before the read.
 2. With ``--cache``: ``sparsegpu.io.suitesparse.load`` of a matrix served as a collection
    archive from a local HTTP server: the first load (download, extract, parse, write the
    binary copy) against the second (the binary copy only).
 
 Usage::
 
-    python tools/bench_io.py [--repeat 3] [--json FILE] [--md FILE] [--cache]
+    python tools/bench_io.py [--repeat 3] [--json FILE] [--md FILE] [--cache] [--case NAME ...]
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ import http.server
 import json
 import os
 import platform
+import subprocess
+import sys
 import tarfile
 import tempfile
 import threading
@@ -38,6 +43,7 @@ import sparsegpu as sg
 CASES = {
     "real general": (np.float64, "general", 4_000_000),
     "real symmetric": (np.float64, "symmetric", 4_000_000),
+    "integer general": (np.int64, "general", 5_000_000),
     "complex general": (np.complex128, "general", 2_500_000),
     "complex symmetric": (np.complex128, "symmetric", 2_500_000),
 }
@@ -63,6 +69,8 @@ def write_case(path: Path, dtype, symmetry: str, entries: int, seed: int = 0) ->
     if symmetry != "general":
         rows, cols = np.maximum(rows, cols), np.minimum(rows, cols)
     values = rng.standard_normal(entries)
+    if np.dtype(dtype).kind == "i":
+        values = rng.integers(-(10**6), 10**6, entries)
     if np.dtype(dtype).kind == "c":
         values = values + 1j * rng.standard_normal(entries)
     A = sp.coo_matrix((values.astype(dtype), (rows, cols)), shape=(ROWS, ROWS))
@@ -86,13 +94,51 @@ def time_readers(path: Path, repeat: int) -> dict:
     return best
 
 
-def measure_reading(work: Path, repeat: int) -> list[dict]:
+# Run alone in a fresh process: the read's peak resident set over the one before it, in MB.
+# (VmHWM, the process's own high-water mark: ru_maxrss would carry the parent's over fork.)
+_PEAK = """
+import sys
+import scipy.io
+import sparsegpu as sg
+
+def status_kb(key):
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith(key))
+
+before = status_kb("VmRSS")
+if sys.argv[1] == "scipy":
+    scipy.io.mmread(sys.argv[2]).tocsr()
+else:
+    sg.io.mmread(sys.argv[2])
+print((status_kb("VmHWM") - before) / 1024)
+"""
+
+
+def peak_mb(reader: str, path: Path) -> float:
+    """The peak resident memory one read adds, in MB, in a fresh process (Linux)."""
+    env = dict(os.environ, PYTHONPATH=str(Path(sg.__file__).parents[1]))
+    out = subprocess.run(
+        [sys.executable, "-c", _PEAK, reader, str(path)],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def measure_reading(work: Path, repeat: int, cases) -> list[dict]:
     rows = []
-    for name, (dtype, symmetry, entries) in CASES.items():
+    for name in cases:
+        dtype, symmetry, entries = CASES[name]
         path = work / (name.replace(" ", "_") + ".mtx")
         write_case(path, dtype, symmetry, entries)
         times = time_readers(path, repeat)
         ours = times["sparsegpu_mmread_s"]
+        memory = {
+            "scipy_mmread_tocsr_peak_mb": min(peak_mb("scipy", path) for _ in range(repeat)),
+            "sparsegpu_mmread_peak_mb": min(peak_mb("sparsegpu", path) for _ in range(repeat)),
+        }
         rows.append(
             {
                 "case": name,
@@ -101,6 +147,10 @@ def measure_reading(work: Path, repeat: int) -> list[dict]:
                 **{k: round(v, 3) for k, v in times.items()},
                 "ratio_to_mmread": round(ours / times["scipy_mmread_s"], 2),
                 "ratio_to_mmread_tocsr": round(ours / times["scipy_mmread_tocsr_s"], 2),
+                **{k: round(v, 1) for k, v in memory.items()},
+                "peak_ratio_to_mmread_tocsr": round(
+                    memory["sparsegpu_mmread_peak_mb"] / memory["scipy_mmread_tocsr_peak_mb"], 2
+                ),
             }
         )
         print(rows[-1], flush=True)
@@ -176,18 +226,24 @@ def markdown(result: dict) -> str:
         f"{m['cpu']}, {m['cores']} cores; Python {m['python']}, numpy {m['numpy']}, "
         f"scipy {m['scipy']}. Best of {result['repeat']} wall times, the three readers in "
         "alternation in one process; load average "
-        f"{result['load_before']} before and {result['load_after']} after.",
+        f"{result['load_before']} before and {result['load_after']} after. Peak memory: "
+        "the least of the same number of fresh processes, each reading once, its peak "
+        "resident set over the one before the read.",
+        "",
+        f"Command: `{result['command']}`",
         "",
         "| file | MB | entries | scipy `mmread` | scipy `mmread().tocsr()` | `sg.io.mmread` "
-        "| vs `mmread` | vs `mmread().tocsr()` |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| vs `mmread` | vs `mmread().tocsr()` | peak MB, scipy `.tocsr()` | peak MB, "
+        "`sg.io.mmread` | peak vs `.tocsr()` |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in result["reading"]:
         lines.append(
             f"| {row['case']} | {row['file_mb']} | {row['entries']:,} | "
             f"{row['scipy_mmread_s']:.3f} s | {row['scipy_mmread_tocsr_s']:.3f} s | "
             f"{row['sparsegpu_mmread_s']:.3f} s | {row['ratio_to_mmread']:.2f}x | "
-            f"{row['ratio_to_mmread_tocsr']:.2f}x |"
+            f"{row['ratio_to_mmread_tocsr']:.2f}x | {row['scipy_mmread_tocsr_peak_mb']:.0f} | "
+            f"{row['sparsegpu_mmread_peak_mb']:.0f} | {row['peak_ratio_to_mmread_tocsr']:.2f}x |"
         )
     return "\n".join(lines) + "\n"
 
@@ -198,11 +254,19 @@ def main() -> None:
     parser.add_argument("--json", help="write the figures here")
     parser.add_argument("--md", help="write a markdown table here")
     parser.add_argument("--cache", action="store_true", help="also time the SuiteSparse cache")
+    parser.add_argument(
+        "--case", action="append", choices=list(CASES), help="only these files (repeatable)"
+    )
     args = parser.parse_args()
 
-    result = {"machine": machine(), "repeat": args.repeat, "load_before": os.getloadavg()[0]}
+    result = {
+        "machine": machine(),
+        "repeat": args.repeat,
+        "command": " ".join(["python", "tools/bench_io.py", *sys.argv[1:]]),
+        "load_before": os.getloadavg()[0],
+    }
     with tempfile.TemporaryDirectory() as work:
-        result["reading"] = measure_reading(Path(work), args.repeat)
+        result["reading"] = measure_reading(Path(work), args.repeat, args.case or list(CASES))
         if args.cache:
             result["cache"] = measure_cache(Path(work), args.repeat)
     result["load_after"] = round(os.getloadavg()[0], 2)

@@ -5,11 +5,13 @@ own parser before). Around it: the header is read and checked first (:mod:`._hea
 so a bad file gets a ValueError naming the file and nothing is allocated before the
 declared sizes are known to fit; then every entry is checked against the header
 (:mod:`._body`: scipy silently drops what it does not expect, and crashes on a NUL byte)
-while scipy parses the file on another thread, and scipy's result is used only when every
-entry passed; the symmetric triangle is checked and the result becomes a
-:class:`sparsegpu.csr_matrix`. On a 2-core machine, files of about 137 MB take 1.6-2.2x
-scipy's own ``mmread(...).tocsr()`` (``tools/bench_io.py``,
-docs/benchmarks/results/mmread_cpu.md): the check costs about as much CPU as scipy's parse.
+before scipy's parse starts; the symmetric triangle is checked and the result becomes a
+:class:`sparsegpu.csr_matrix`. A plain file is checked from a stream of bounded chunks
+and parsed by scipy from its path, so it is never held whole in memory: the peak is
+within 1.2x of scipy's own ``mmread(...).tocsr()``; the time is about 1.7x on two cores
+(``tools/bench_io.py``, docs/benchmarks/results/mmread_cpu.md): scipy's parser holds the
+GIL while it runs on every core, so the check cannot run beside it, and it costs about
+as much CPU as scipy's parse.
 """
 
 from __future__ import annotations
@@ -163,17 +165,19 @@ def _parse_body(open_stream, source, info: MMInfo, convert):
 
     Every entry is checked (:func:`._body.check_body`) against the header, and scipy's
     parse is used only when all of them pass: its parser silently drops what it does not
-    expect. The check runs while scipy parses (and ``convert`` converts) on another thread,
-    from the file's bytes: a plain file mapped into memory, a compressed file or archive
-    member of up to :data:`_IN_MEMORY_BYTES` decompressed once, into memory, for both. A
-    NUL byte, which crashes scipy's parser, is looked for before it starts. A longer
+    expect. A plain file is checked from a stream, then parsed from its path. A compressed
+    file or archive member of up to :data:`_IN_MEMORY_BYTES` is decompressed once, into
+    memory, and checked while scipy parses it (and ``convert`` converts) on another thread;
+    a NUL byte, which crashes scipy's parser, is looked for before it starts. A longer
     compressed text is checked from a stream of its own first, then parsed.
     """
     check_memory(info)
     if isinstance(source, str) and _compression(source) is None:
-        with open(source, "rb") as file:
-            mapped = _mapped(file)
-        return _check_while_parsing(mapped, source, info, convert)
+        # checked from a stream of bounded chunks, then parsed by scipy from the path: the
+        # file is never held whole in memory (scipy's parser streams it too), and scipy's
+        # parser holds the GIL, so a check beside it would only wait for it.
+        _check_entries(open_stream, info)
+        return convert(_scipy_parse(source, info, functools.partial(_mapped, source)))
     text = _read_whole(open_stream, info)
     if text is not None:
         return _check_while_parsing(text, io.BytesIO(text), info, convert)
@@ -181,12 +185,10 @@ def _parse_body(open_stream, source, info: MMInfo, convert):
     return convert(_scipy_parse(source, info))
 
 
-def _mapped(file) -> mmap.mmap:
-    """The file's bytes, mapped read-only, its pages read in at once where the system can
-    (Linux: one pass instead of a fault a page). Unmapped when the last view of it goes
-    (an error's traceback may hold some), not closed here."""
-    populate = getattr(mmap, "MAP_POPULATE", 0)
-    return mmap.mmap(file.fileno(), 0, flags=mmap.MAP_SHARED | populate, prot=mmap.PROT_READ)
+def _mapped(path: str) -> mmap.mmap:
+    """A plain file's bytes, mapped read-only: only when an error message needs a line."""
+    with open(path, "rb") as file:
+        return mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
 
 
 def _check_while_parsing(text, source, info: MMInfo, convert):
@@ -229,7 +231,8 @@ _OUT_OF_RANGE = re.compile(r"Line (\d+): (Row|Column) index out of bounds")
 
 def _scipy_parse(source, info: MMInfo, text=None):
     """scipy's parse; its errors named by file, an index out of range with its value and
-    bound when the file's bytes are at hand (``text``)."""
+    bound when the file's bytes are at hand (``text``: the bytes, or a function that
+    returns them)."""
     try:
         return scipy.io.mmread(source, **_mmread_kwargs())
     except MemoryError:
@@ -239,6 +242,7 @@ def _scipy_parse(source, info: MMInfo, text=None):
         if found is None:
             raise bad_file(info.source, f"bad entries: {exc}") from exc
         line, which = int(found[1]), found[2].lower()
+        text = text() if callable(text) else text
         raise bad_file(info.source, _out_of_range(text, line, which, info)) from exc
 
 
