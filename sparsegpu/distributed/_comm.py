@@ -41,16 +41,21 @@ import numpy as np
 
 ENV_TIMEOUT = "SPARSEGPU_MPI_TIMEOUT"
 DEFAULT_TIMEOUT = 120.0
-# how long a wait spins before it starts sleeping between tests
-_SPIN_SECONDS = 1e-3
-_SLEEP_SECONDS = 1e-4
+# Between the tests of a wait: yields of the core for the first _YIELD_SECONDS, then
+# sleeps from the first to the longest, doubling. A wait never spins without yielding:
+# with more ranks than cores (4 ranks on 2), a spinning rank holds the core the rank it
+# waits for needs (a CG took 30-60x longer); a yield costs a microsecond when no other
+# process wants the core, so a short wait on a core of its own still ends at once.
+_YIELD_SECONDS = 1e-3
+_FIRST_SLEEP_SECONDS = 1e-5
+_LONGEST_SLEEP_SECONDS = 1e-3
 # message tags on a context's private communicator
 HALO_TAG, ROLL_TAG, NOTICE_TAG, SETUP_TAG = 17, 18, 19, 20
 # bytes of an error's text carried by a notice
 MESSAGE_BYTES = 1024
 
 #: The guarded collectives, by the code their roll call carries.
-COLLECTIVES = ("csr_matrix", "scatter", "gather", "explain", "the end of a solve")
+COLLECTIVES = ("csr_matrix", "scatter", "gather", "explain", "the end of a solve", "a solve")
 
 
 class RankError(RuntimeError):
@@ -118,6 +123,32 @@ def _timeout_error(what: str, timeout: float, detail: str) -> TimeoutError:
     )
 
 
+class Backoff:
+    """The pause between two tests of a wait: for its first :data:`_YIELD_SECONDS` a
+    yield of the core (``os.sched_yield``: another rank on this core runs, else the test
+    comes again at once), then sleeps from :data:`_FIRST_SLEEP_SECONDS` doubling to
+    :data:`_LONGEST_SLEEP_SECONDS`. A message that arrives during a sleep is seen at most
+    one sleep late (1 ms at worst, after more than a millisecond of waiting)."""
+
+    def __init__(self):
+        self.start = time.monotonic()
+        self.seconds = _FIRST_SLEEP_SECONDS
+
+    def pause(self) -> None:
+        if time.monotonic() - self.start < _YIELD_SECONDS:
+            _yield_core()
+            return
+        time.sleep(self.seconds)
+        self.seconds = min(2 * self.seconds, _LONGEST_SLEEP_SECONDS)
+
+
+def _yield_core() -> None:
+    if hasattr(os, "sched_yield"):
+        os.sched_yield()
+    else:  # Windows
+        time.sleep(0)
+
+
 def wait_all(requests: list, timeout: float | None, what: str, peers=None, poll=None) -> None:
     """Complete ``requests`` or raise TimeoutError after ``timeout`` seconds.
 
@@ -130,19 +161,17 @@ def wait_all(requests: list, timeout: float | None, what: str, peers=None, poll=
     if timeout is None and poll is None:
         MPI.Request.Waitall(requests)
         return
-    start = time.monotonic()
+    start, backoff = time.monotonic(), Backoff()
     while not MPI.Request.Testall(requests):
         if poll is not None:
             poll()
-        elapsed = time.monotonic() - start
-        if timeout is not None and elapsed > timeout:
+        if timeout is not None and time.monotonic() - start > timeout:
             silent = ""
             if peers is not None:
                 pending = sorted({peers[i] for i, r in enumerate(requests) if not r.Test()})
                 silent = f" (still waiting on rank(s) {pending})"
             raise _timeout_error(what, timeout, silent)
-        if elapsed > _SPIN_SECONDS:
-            time.sleep(_SLEEP_SECONDS)
+        backoff.pause()
 
 
 def _text_buffer(text: str) -> np.ndarray:
@@ -270,14 +299,12 @@ class Context:
         if event.done:
             self.check()
             return
-        start = time.monotonic()
+        start, backoff = time.monotonic(), Backoff()
         while not event.done:
             self.check()
-            elapsed = time.monotonic() - start
-            if self.timeout is not None and elapsed > self.timeout:
+            if self.timeout is not None and time.monotonic() - start > self.timeout:
                 raise self._fail(_timeout_error(what, self.timeout, detail)) from None
-            if elapsed > _SPIN_SECONDS:
-                time.sleep(_SLEEP_SECONDS)
+            backoff.pause()
         self.check()
 
     def allreduce(self, values: np.ndarray, what: str, op=None) -> np.ndarray:
@@ -331,14 +358,17 @@ class Context:
                 for start, size in zip(displacements, sizes, strict=True)]  # fmt: skip
 
     # ------------------------------------------------------ guarded collectives
-    def enter(self, what: str) -> None:
-        """The roll call opening guarded collective ``what`` (one of COLLECTIVES).
+    def enter(self, collective: str, what: str | None = None) -> None:
+        """The roll call opening guarded ``collective`` (one of COLLECTIVES), called
+        ``what`` in messages (the collective's own name by default: a solve is named by
+        its solver).
 
         Raises TimeoutError naming the ranks that did not enter within the deadline, or
         RankError naming those that entered another collective.
         """
         self.check()
-        code = COLLECTIVES.index(what)
+        code = COLLECTIVES.index(collective)
+        what = what or collective
         sequence = self._sequence
         self._sequence += 1
         if self.size == 1:
@@ -349,11 +379,10 @@ class Context:
         receives = [self.comm.Irecv(tokens[r], source=r, tag=ROLL_TAG) for r in others]
         sends = [self.comm.Isend(mine, dest=r, tag=ROLL_TAG) for r in others]
         MPI = mpi()
-        start = time.monotonic()
+        start, backoff = time.monotonic(), Backoff()
         while not MPI.Request.Testall(receives):
             self.check()
-            elapsed = time.monotonic() - start
-            if self.timeout is not None and elapsed > self.timeout:
+            if self.timeout is not None and time.monotonic() - start > self.timeout:
                 missing = [r for r, request in zip(others, receives, strict=True)
                            if not request.Test()]  # fmt: skip
                 raise self._fail(
@@ -364,8 +393,7 @@ class Context:
                         "on one); a rank that died or raised elsewhere never arrives"
                     )
                 ) from None
-            if elapsed > _SPIN_SECONDS:
-                time.sleep(_SLEEP_SECONDS)
+            backoff.pause()
         MPI.Request.Waitall(sends)
         astray = [r for r in others if tokens[r, 0] != sequence or tokens[r, 1] != code]
         if astray:

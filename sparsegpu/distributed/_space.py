@@ -5,7 +5,8 @@ on each rank's blocks: products are the distributed matrix's (halo exchange and 
 plans), each local dot is followed by an allreduce through the matrix's transport (on
 the GPUs with NCCL, so an iteration never waits on the host), the host's reads of the
 convergence flag have the distributed deadline and look for other ranks' errors, a CUDA
-graph is captured on every rank or none, and the end of a solve is a guarded collective.
+graph is captured on every rank or none, and the start (naming a rank that never calls
+the solver) and the end of a solve are guarded collectives.
 """
 
 from __future__ import annotations
@@ -169,9 +170,10 @@ class DistributedSpace(VectorSpace):
         self.layout = A.row_layout
 
     def system(self, name, A, b, x0, M, square, capturable) -> DistributedSystem:
-        """The system on this rank's blocks; bad arguments on any rank raise the same
-        RankError on every rank (one agreement per solve)."""
-        self.ctx.check()
+        """The system on this rank's blocks, after a roll call (a rank that never calls
+        the solver is named in the TimeoutError of the others); bad arguments on any rank
+        raise the same RankError on every rank (one agreement per solve)."""
+        self.ctx.enter("a solve", name)
         system = error = None
         try:
             system = DistributedSystem(self, name, A, b, x0, M, square, capturable)

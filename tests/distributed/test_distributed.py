@@ -716,6 +716,52 @@ def test_explain_on_one_rank_names_the_others_within_the_deadline(comm):
         A.explain()
 
 
+def test_waits_yield_then_sleep_longer_and_never_spin(monkeypatch):
+    """4 ranks on 2 cores took 60x the time of 2: waits spun before they slept. Every
+    pause of a wait now gives the core away: yields first, then sleeps doubling to 1 ms."""
+    from sparsegpu.distributed import _comm
+
+    pauses = []
+
+    class Clock:  # the module's time, stood in for: sleeps advance it
+        now = 0.0
+
+        @classmethod
+        def monotonic(cls):
+            return cls.now
+
+        @classmethod
+        def sleep(cls, seconds):
+            pauses.append(seconds)
+            cls.now += seconds
+
+    monkeypatch.setattr(_comm, "time", Clock)
+    monkeypatch.setattr(_comm, "_yield_core", lambda: pauses.append("yield"))
+    backoff = _comm.Backoff()
+    for _ in range(3):
+        backoff.pause()
+    assert pauses == ["yield"] * 3
+    Clock.now += _comm._YIELD_SECONDS
+    pauses.clear()
+    for _ in range(10):
+        backoff.pause()
+    assert pauses[:3] == [1e-5, 2e-5, 4e-5]
+    assert pauses[-1] == _comm._LONGEST_SLEEP_SECONDS == max(pauses)
+
+
+def test_a_rank_that_never_calls_the_solver_is_named_in_the_others_timeout(comm):
+    needs_ranks(comm, 2)
+    A = distribute(stencil_2d(6), comm, timeout=SHORT)
+    b = scatter(A, np.ones(36), comm)
+    missing = comm.Get_size() - 1
+    if comm.Get_rank() == missing:  # never enters cg
+        return
+    began = time.monotonic()
+    with pytest.raises(TimeoutError, match=rf"cg: rank\(s\) \[{missing}\] did not enter it"):
+        sg.linalg.cg(A, b)
+    assert time.monotonic() - began < SHORT + SLACK
+
+
 def test_ranks_in_different_collectives_fail_at_once_naming_each_other(comm):
     needs_ranks(comm, 2)
     A = distribute(stencil_2d(6), comm, timeout=60.0)
