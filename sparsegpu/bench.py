@@ -10,8 +10,9 @@ repeats. Each row reports the median time, GB/s of the bytes a product must move
 same run (the ``cusparse`` backend when it is registered, else CuPy's
 ``cupyx.scipy.sparse`` product, reported as ``cupyx``).
 
-Matrices are given by file path (``.mtx``, ``.mtx.gz``, ``.mtx.bz2``, ``.npz``), bundled
-name, synthetic suite name or SuiteSparse ``Group/Name``; by default the synthetic
+Matrices are given by synthetic suite name, or as every command takes them
+(:func:`sparsegpu.io.resolve_matrix`: a file path, ``.mtx``, ``.mtx.gz``, ``.mtx.bz2``,
+``.npz`` or an archive; a bundled name; a SuiteSparse ``Group/Name``); by default the synthetic
 ``suite("full")`` on a GPU, and the bundled real matrices on a CPU-only machine.
 """
 
@@ -33,6 +34,7 @@ import scipy.sparse as sp
 
 from ._version import __version__
 from .backends.policy import format_knobs
+from . import io
 from .datasets import synthetic
 from .device import _cuda
 from .device._dtypes import HALF_DTYPES, is_half
@@ -50,7 +52,6 @@ REFERENCE_NAME = "cupyx"
 # The bar every backend is compared with: cuSPARSE through our backend when registered,
 # else cuSPARSE through CuPy's own sparse product.
 BASELINE_PREFERENCE = ("cusparse", REFERENCE_NAME)
-MATRIX_SUFFIXES = (".mtx", ".mtx.gz", ".mtx.bz2", ".npz")
 STATUSES = ("ok", "wrong", "refused", "error")
 
 
@@ -61,7 +62,8 @@ class BenchError(ValueError):
 # --------------------------------------------------------------------------- matrices
 @dataclass(frozen=True)
 class MatrixSource:
-    """A matrix to benchmark: its name, where it comes from, and how to build it."""
+    """A matrix to benchmark: its name, where it comes from, and how to build it
+    (``load()`` raises BenchError for a matrix that cannot be read)."""
 
     name: str
     origin: str
@@ -78,6 +80,8 @@ class MatrixSource:
         """
         try:
             return self.load()
+        except BenchError:
+            raise
         except (OSError, ValueError, suitesparse.DownloadError) as exc:
             raise BenchError(f"{self.name}: {exc}") from None
 
@@ -96,31 +100,6 @@ def bundled_files() -> dict[str, object]:
     }
 
 
-def read_matrix_file(path) -> sp.spmatrix:
-    """Read a Matrix Market (or scipy ``.npz``) file as CSR.
-
-    Uses ``sparsegpu.io.mmread`` when this build has it, else ``scipy.io.mmread``.
-
-    Raises
-    ------
-    BenchError
-        Naming the file and what was wrong with it.
-    """
-    path = Path(path)
-    try:
-        if path.name.endswith(".npz"):
-            return sp.csr_matrix(sp.load_npz(path))
-        try:
-            reader = importlib.import_module("sparsegpu.io").mmread
-        except (ImportError, AttributeError):
-            import scipy.io
-
-            reader = scipy.io.mmread
-        return sp.csr_matrix(reader(str(path)))
-    except (OSError, ValueError, TypeError, EOFError) as exc:
-        raise BenchError(f"cannot read matrix file {str(path)!r}: {exc}") from exc
-
-
 def _synthetic_sources(gpu: bool) -> dict[str, MatrixSource]:
     cupy = _cuda.cupy_or_none() if gpu else None
     xp = cupy if cupy is not None else np
@@ -131,57 +110,50 @@ def _synthetic_sources(gpu: bool) -> dict[str, MatrixSource]:
     return out
 
 
-def _bundled_source(name: str, entry) -> MatrixSource:
-    return MatrixSource(name, "bundled", lambda: _read_bundled(entry))
+def _opened(source: io.MatrixSource) -> MatrixSource:
+    """Bench's source of a matrix resolved by :func:`sparsegpu.io.resolve_matrix`: its
+    errors become BenchError, the name said once (a file's error already starts with it)."""
 
+    def load():
+        try:
+            return source.load()
+        except (OSError, ValueError, suitesparse.DownloadError) as exc:
+            text = str(exc)
+            named = source.name in text.split(":", 1)[0]
+            raise BenchError(text if named else f"{source.name}: {text}") from None
 
-def _suitesparse_source(name: str) -> MatrixSource:
-    """A SuiteSparse ``Group/Name`` (one shipped with sparsegpu loads offline too)."""
-    return MatrixSource(name, "SuiteSparse", lambda: suitesparse.load(name, progress=False))
+    return MatrixSource(source.name, source.origin, load)
 
 
 def resolve_matrices(specs, gpu: bool) -> list[MatrixSource]:
     """Turn command-line matrix specs into sources; none given: the default suite.
 
-    Each spec is tried as a file path, then a synthetic suite name, then a bundled name,
-    then (when it contains a ``/``) a SuiteSparse ``Group/Name``.
+    A synthetic suite name is the synthetic matrix; anything else is resolved as every
+    command resolves a matrix (:func:`sparsegpu.io.resolve_matrix`: a file path, a bundled
+    name, a SuiteSparse ``Group/Name``).
     """
     synthetic_sources = _synthetic_sources(gpu)
-    bundled = bundled_files()
     if not specs:
         if gpu:
             return [s for s in synthetic_sources.values() if s.origin.endswith("(full suite)")]
+        bundled = bundled_files()
         if bundled:
-            return [_bundled_source(name, entry) for name, entry in bundled.items()]
+            return [_opened(io.resolve_matrix(name)) for name in bundled]
         return [s for s in synthetic_sources.values() if s.origin.endswith("(small suite)")]
     sources = []
     for spec in specs:
-        path = Path(spec).expanduser()
-        if path.is_file():
-            name = path.name
-            for suffix in MATRIX_SUFFIXES:
-                name = name[: -len(suffix)] if name.endswith(suffix) else name
-            sources.append(MatrixSource(name, str(path), lambda p=path: read_matrix_file(p)))
-        elif spec in synthetic_sources:
+        if spec in synthetic_sources:
             sources.append(synthetic_sources[spec])
-        elif spec in bundled:
-            sources.append(_bundled_source(spec, bundled[spec]))
-        elif spec.endswith(MATRIX_SUFFIXES):
-            raise BenchError(f"matrix file {spec!r} does not exist")
-        elif "/" in spec:
-            sources.append(_suitesparse_source(spec))
-        else:
-            known = sorted(bundled) + sorted(synthetic_sources)
+            continue
+        try:
+            sources.append(_opened(io.resolve_matrix(spec)))
+        except FileNotFoundError as exc:
+            raise BenchError(str(exc)) from None
+        except ValueError as exc:
             raise BenchError(
-                f"no matrix {spec!r}: not a file, a bundled or synthetic name, or a "
-                f"SuiteSparse 'Group/Name'; known names: {', '.join(known)}"
-            )
+                f"{exc}, or a synthetic name ({', '.join(sorted(synthetic_sources))})"
+            ) from None
     return sources
-
-
-def _read_bundled(entry) -> sp.spmatrix:
-    with importlib.resources.as_file(entry) as path:
-        return read_matrix_file(path)
 
 
 # -------------------------------------------------------------------------- contenders
@@ -298,9 +270,11 @@ def contender(name: str):
     BenchError
         For an unknown name, or one that cannot run here (the message says why).
     """
-    contenders, unavailable, _skipped = _contenders([name], gpu=False)
+    contenders, unavailable, skipped = _contenders([name], gpu=False)
     if unavailable:
         raise BenchError(f"{name!r} cannot run here: {unavailable[name]}")
+    if skipped:
+        raise BenchError(f"{name!r} is not a contender of a CSR product: {skipped[name]}")
     return contenders[0]
 
 

@@ -40,9 +40,7 @@ def require_matplotlib() -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError as exc:
-        raise CommandError(
-            f"--plot needs matplotlib ({exc}); pip install 'sparsegpu[bench]' or matplotlib"
-        ) from None
+        raise CommandError(f"--plot needs matplotlib ({exc}); pip install matplotlib") from None
 
 
 def expected_errors() -> tuple[type[BaseException], ...]:

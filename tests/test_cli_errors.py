@@ -41,11 +41,11 @@ def assert_one_line(capsys, status, expected_status, *words):
     ("argv", "status", "words"),
     [
         (["bench", "HB/west0479", "--repeat", "1"], 2, ("HB/west0479", "cannot download")),
-        (["bench", "missing.mtx.gz"], 2, ("missing.mtx.gz", "does not exist")),
+        (["bench", "missing.mtx.gz"], 2, ("missing.mtx.gz", "no such file")),
         (["bench", "karate", "--json", "/nonexistent/r.json"], 2, ("/nonexistent", "--json")),
         (["fetch", "--no-progress", "HB/west0479"], 1, ("cannot download",)),
         (["info", "HB/west0479"], 1, ("sparsegpu fetch HB/west0479",)),
-        (["autotune", "--no-save", "missing.mtx.gz"], 2, ("missing.mtx.gz", "does not exist")),
+        (["autotune", "--no-save", "missing.mtx.gz"], 2, ("missing.mtx.gz", "no such file")),
     ],
     ids=[
         "bench-offline",

@@ -397,7 +397,10 @@ def _run(args) -> int:
                     name=name,
                 )
             except (OSError, TypeError, ValueError, MemoryError) as exc:
-                raise CommandError(f"{name}: {exc}") from None
+                from ..bench import BenchError
+
+                named = isinstance(exc, BenchError)  # says its matrix already
+                raise CommandError(str(exc) if named else f"{name}: {exc}") from None
             reports.append(report)
     if args.plot:
         from ..tuning.plot import plot_block_size_sweep

@@ -84,6 +84,10 @@ def _check_outputs(args) -> None:
 
 
 def run(args) -> int:
+    try:  # a matrix that cannot be found fails first, before what --plot needs
+        bench.resolve_matrices(args.matrices, gpu=_cuda.cupy_or_none() is not None)
+    except bench.BenchError as exc:
+        raise CommandError(str(exc)) from None
     _check_outputs(args)
     try:
         with progress(transient=True) as bar:

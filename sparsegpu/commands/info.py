@@ -3,7 +3,6 @@ each given matrix is (shape, nnz, field, symmetry, row-length statistics, block 
 
 from __future__ import annotations
 
-import os
 import platform
 
 import numpy as np
@@ -15,6 +14,8 @@ from ..cli import CommandError
 from ..device import _cuda
 from ..engine import _registry, _rules
 
+_FIELDS = {"c": "complex", "i": "integer", "u": "integer", "b": "pattern"}
+
 HELP = "show versions, GPUs and backends; or, given matrices, their shape and row lengths"
 
 
@@ -23,53 +24,20 @@ def add_arguments(parser) -> None:
         "matrices",
         nargs="*",
         metavar="FILE|NAME",
-        help="a Matrix Market file or archive, a bundled dataset (bcsstk13 or HB/bcsstk13), "
-        "or a cached SuiteSparse matrix (Group/Name)",
+        help="a Matrix Market file or archive, a scipy .npz file, a bundled dataset (bcsstk13 "
+        "or HB/bcsstk13), or a cached SuiteSparse matrix (Group/Name)",
     )
     parser.add_argument("--data-dir", help="SuiteSparse cache directory (as for 'fetch')")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
 
-def _names_a_file(target: str) -> bool:
-    """Whether ``target`` can only be a path (``/x``, ``./x``, ``~/x``, ``x.mtx``...), never
-    a dataset or ``Group/Name``: a missing one is not worth a ``sparsegpu fetch``."""
-    from ..io import is_archive
+def _open(target: str, data_dir):
+    """(matrix, its Matrix Market file or None) for a file, a bundled dataset or a cached
+    SuiteSparse name: :func:`sparsegpu.io.resolve_matrix`, never downloading."""
+    from ..io import resolve_matrix
 
-    files = (".mtx", ".mtx.gz", ".mtx.bz2", ".npz")
-    return (
-        target.startswith(("/", "./", "../", "~"))
-        or target.lower().endswith(files)
-        or is_archive(target)
-    )
-
-
-def _open_matrix(target: str, data_dir):
-    """(matrix, header path) for a file, a bundled dataset or a cached SuiteSparse name."""
-    from .. import datasets
-    from ..io import mmread, suitesparse
-
-    if os.path.exists(target):
-        return mmread(target), target
-    if _names_a_file(target):
-        raise CommandError(f"{target}: no such file", status=1)
-    try:  # a bundled name, or the Group/Name of a bundled matrix (works offline)
-        bundled = datasets.path(target)
-    except ValueError:
-        bundled = None
-    if bundled is not None:
-        return datasets.load(target), bundled
-    cached = suitesparse.cached(data_dir)
-    full = target if "/" in target else next((c for c in cached if c.endswith(f"/{target}")), None)
-    if full in cached:
-        return suitesparse.load(full, data_dir=data_dir, download=False), suitesparse.path(
-            full, data_dir=data_dir
-        )
-    raise CommandError(
-        f"{target!r} is not a file, a bundled dataset ({', '.join(datasets.names())}) or a "
-        f"SuiteSparse matrix in the cache {suitesparse.cache_dir(data_dir)}; "
-        f"fetch it first: sparsegpu fetch {target}",
-        status=1,
-    )
+    source = resolve_matrix(target, data_dir=data_dir, download=False)
+    return source.load(), source.path
 
 
 def describe(target: str, data_dir=None) -> dict:
@@ -81,20 +49,21 @@ def describe(target: str, data_dir=None) -> dict:
     from ..io import mminfo
 
     try:
-        matrix, header_path = _open_matrix(target, data_dir)
-        header = mminfo(header_path)
+        matrix, header_path = _open(target, data_dir)
+        header = mminfo(header_path) if header_path is not None else None
     except (ValueError, OSError) as exc:
         raise CommandError(str(exc), status=1) from None
     stats = RowLengthStats.from_indptr(matrix.indptr, matrix.shape[1], np, indices=matrix.indices)
     blocks = host_block_structure(matrix)
-    collection = header.suitesparse
+    collection = header.suitesparse if header is not None else None
     return {
         "matrix": target,
         "shape": list(matrix.shape),
         "nnz": int(matrix.nnz),
         "dtype": str(matrix.dtype),
-        "field": header.field,
-        "symmetry": header.symmetry,
+        # a .npz file records neither: the field from the values, no symmetry
+        "field": header.field if header is not None else _FIELDS.get(matrix.dtype.kind, "real"),
+        "symmetry": header.symmetry if header is not None else None,
         "collection_name": collection.full_name if collection else None,
         "kind": collection.kind if collection else None,
         "row_lengths": {

@@ -48,7 +48,7 @@ def run(args) -> int:
     try:
         from mpi4py import MPI
     except ImportError as exc:
-        raise CommandError(f"mpibench needs mpi4py ({exc}); pip install 'sparsegpu[mpi]'") from None
+        raise CommandError(f'mpibench needs mpi4py ({exc}); pip install -e ".[mpi]"') from None
     from .. import distributed as sgd
     from ..datasets.synthetic import permuted, stencil_3d
     from ..distributed import _bench

@@ -11,7 +11,7 @@ host staging otherwise: ``_transport``), ordered by CUDA events, never by host w
 Errors on one rank reach every rank; waits have deadlines and collectives are guarded
 (see ``_comm``), so nothing hangs.
 
-Needs mpi4py (``pip install 'sparsegpu[mpi]'``); importing this module does not.
+Needs mpi4py (``pip install -e ".[mpi]"``); importing this module does not.
 
 .. code-block:: python
 

@@ -79,8 +79,8 @@ def mpi():
     except ImportError as exc:
         raise ImportError(
             f"sparsegpu.distributed needs mpi4py ({exc}); install it with "
-            "pip install 'sparsegpu[mpi]' (mpi4py and MPICH from PyPI) or against your "
-            "cluster's MPI (env MPICC=mpicc pip install mpi4py)"
+            'pip install -e ".[mpi]" from the clone (mpi4py and MPICH from PyPI), or '
+            "against your cluster's MPI (env MPICC=mpicc pip install mpi4py)"
         ) from None
     return MPI
 

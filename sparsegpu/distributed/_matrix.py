@@ -306,7 +306,7 @@ class csr_matrix:  # noqa: N801 - named like sparsegpu.csr_matrix, whose role it
         ``"rows"`` (default): contiguous row blocks balanced by nonzeros, PETSc's split,
         right for matrices numbered with locality (stencils, RCM-ordered meshes).
         ``"graph"``: a graph partition of a square matrix's pattern (METIS, through the
-        optional pymetis: ``pip install 'sparsegpu[partition]'``) that cuts the halo of an
+        optional pymetis: ``pip install -e ".[partition]"``) that cuts the halo of an
         irregularly numbered matrix; the rows are renumbered part by part, which
         ``scatter`` and ``gather`` undo (they need ``root=0``). Without pymetis it warns
         and splits by rows.

@@ -72,7 +72,7 @@ def graph_order(S, parts: int):
     note)``: new row k is S's row ``order[k]``, part r holds new rows
     ``offsets[r]:offsets[r + 1]``, and ``note`` says what was done.
 
-    Without pymetis (``pip install 'sparsegpu[partition]'``) the rows stay in order and are
+    Without pymetis (``pip install -e ".[partition]"``) the rows stay in order and are
     split into contiguous blocks balanced by nonzeros, with a warning (``order`` None).
     """
     if S.shape[0] != S.shape[1]:
@@ -86,7 +86,7 @@ def graph_order(S, parts: int):
     except ImportError as exc:
         note = (
             f"graph partition asked for, but pymetis is not installed ({exc}; pip install "
-            "'sparsegpu[partition]'): contiguous row blocks balanced by nonzeros instead"
+            "pymetis): contiguous row blocks balanced by nonzeros instead"
         )
         warnings.warn(note, RuntimeWarning, stacklevel=3)
         return None, balanced_offsets(S.indptr, parts), note

@@ -1,4 +1,5 @@
-"""Matrix Market files: read (plain, gzip, bzip2, SuiteSparse archives), check, write.
+"""Matrix Market files: read (plain, gzip, bzip2, SuiteSparse archives), check, write; and
+``open_matrix``, a matrix from a file, a bundled name or a SuiteSparse name.
 
 >>> import sparsegpu as sg
 >>> info = sg.io.mminfo(sg.datasets.path("bcsstk13"))
@@ -8,5 +9,16 @@
 
 from ._header import MMInfo, SuiteSparseMetadata
 from ._matrix_market import is_archive, mminfo, mmread, mmwrite
+from ._open import MatrixSource, open_matrix, resolve_matrix
 
-__all__ = ["MMInfo", "SuiteSparseMetadata", "is_archive", "mminfo", "mmread", "mmwrite"]
+__all__ = [
+    "MMInfo",
+    "MatrixSource",
+    "SuiteSparseMetadata",
+    "is_archive",
+    "mminfo",
+    "mmread",
+    "mmwrite",
+    "open_matrix",
+    "resolve_matrix",
+]

@@ -58,8 +58,7 @@ def require_matplotlib() -> None:
         import matplotlib  # noqa: F401
     except ImportError as exc:
         raise ImportError(
-            f"drawing the plot needs matplotlib ({exc}); install it with "
-            "pip install 'sparsegpu[bench]' or pip install matplotlib"
+            f"drawing the plot needs matplotlib ({exc}); pip install matplotlib"
         ) from None
 
 

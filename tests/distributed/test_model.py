@@ -68,7 +68,7 @@ def test_cost_model_refuses_zero_ranks():
     importlib.util.find_spec("mpi4py") is not None, reason="mpi4py is installed here"
 )
 def test_without_mpi4py_the_constructor_says_how_to_install_it():
-    with pytest.raises(ImportError, match=r"pip install 'sparsegpu\[mpi\]'"):
+    with pytest.raises(ImportError, match=r'pip install -e "\.\[mpi\]" from the clone'):
         sgd.csr_matrix(None)
 
 
