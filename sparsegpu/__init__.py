@@ -56,7 +56,18 @@ from .engine._registry import (
 )
 from .engine._select import use_backend
 from .io import suitesparse
-from .tuning.autotune import AutotuneReport, autotune
+
+
+def __getattr__(name: str):
+    # The autotuner is imported when first asked for: it was a tenth of `import sparsegpu`.
+    if name in ("AutotuneReport", "autotune"):
+        from .tuning import autotune as module
+
+        value = getattr(module, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'sparsegpu' has no attribute {name!r}")
+
 
 # What help(sparsegpu) documents in full: not the six matrix classes, whose help repeats
 # ~1,000 lines of scipy's each (help(sparsegpu) was 5,000 lines); the docstring names them.

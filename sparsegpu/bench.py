@@ -32,9 +32,9 @@ import numpy as np
 import scipy
 import scipy.sparse as sp
 
+from . import io
 from ._version import __version__
 from .backends.policy import format_knobs
-from . import io
 from .datasets import synthetic
 from .device import _cuda
 from .device._dtypes import HALF_DTYPES, is_half

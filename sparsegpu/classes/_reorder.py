@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.sparse.csgraph import reverse_cuthill_mckee
 
 from ..device import _cuda
 from ._matrix import _SparseGPUMixin
@@ -37,6 +36,9 @@ def rcm_permutation(A, symmetric: bool = False) -> np.ndarray:
     pattern = sp.csr_matrix((np.ones(S.nnz, dtype=np.int8), S.indices, S.indptr), shape=S.shape)
     if not symmetric:
         pattern = (pattern + pattern.T).tocsr()
+    # imported here: csgraph imports scipy.sparse.linalg and scipy.linalg (0.1 s)
+    from scipy.sparse.csgraph import reverse_cuthill_mckee
+
     return np.asarray(reverse_cuthill_mckee(pattern, symmetric_mode=True), dtype=np.int64)
 
 

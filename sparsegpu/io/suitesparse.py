@@ -34,14 +34,11 @@ import csv
 import errno
 import fnmatch
 import gzip
-import http.client
 import os
 import re
 import shutil
 import tempfile
 import time
-import urllib.error
-import urllib.request
 import warnings
 import zipfile
 from dataclasses import dataclass
@@ -442,6 +439,11 @@ def _download(url: str, destination: Path, label: str, progress: bool) -> int:
     The whole transfer must end within :func:`download_deadline` (a read waits at most
     ``TIMEOUT_S`` more); a full disk is reported as such, with the bytes written.
     """
+    # imported here: http.client pulls in ssl, a tenth of the time `import sparsegpu` took
+    import http.client
+    import urllib.error
+    import urllib.request
+
     deadline = download_deadline()
     give_up = time.monotonic() + deadline
     request = urllib.request.Request(url, headers={"User-Agent": f"sparsegpu/{__version__}"})

@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-import scipy.sparse.linalg as spl
 
 from ..classes import _reorder
 from ..classes._matrix import _SparseGPUMixin
@@ -188,6 +187,8 @@ class Ordering:
             return M
         if isinstance(M, _SparseGPUMixin) or sp.issparse(M):
             return _reorder.permute(M, self.perm)
+        import scipy.sparse.linalg as spl  # here: it imports scipy.linalg (0.1 s)
+
         M = spl.aslinearoperator(M)
         return spl.LinearOperator(
             M.shape, matvec=lambda v: self.forward(M.matvec(self.back(v.ravel()))), dtype=M.dtype
