@@ -24,6 +24,7 @@ import http.server
 import json
 import os
 import platform
+import shlex
 import subprocess
 import sys
 import tarfile
@@ -262,7 +263,7 @@ def main() -> None:
     result = {
         "machine": machine(),
         "repeat": args.repeat,
-        "command": " ".join(["python", "tools/bench_io.py", *sys.argv[1:]]),
+        "command": shlex.join(["python", "tools/bench_io.py", *sys.argv[1:]]),
         "load_before": os.getloadavg()[0],
     }
     with tempfile.TemporaryDirectory() as work:

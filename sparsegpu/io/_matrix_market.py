@@ -8,8 +8,8 @@ declared sizes are known to fit; then every entry is checked against the header
 before scipy's parse starts; the symmetric triangle is checked and the result becomes a
 :class:`sparsegpu.csr_matrix`. A plain file is checked from a stream of bounded chunks
 and parsed by scipy from its path, so it is never held whole in memory: the peak is
-within 1.2x of scipy's own ``mmread(...).tocsr()``; the time is about 1.7x on two cores
-(``tools/bench_io.py``, docs/benchmarks/results/mmread_cpu.md): scipy's parser holds the
+within 1.15x of scipy's own ``mmread(...).tocsr()``; the time is 1.7-2.6x on two cores
+(``tools/bench_io.py``, docs/benchmarks/results/mmread_memory_cpu.md): scipy's parser holds the
 GIL while it runs on every core, so the check cannot run beside it, and it costs about
 as much CPU as scipy's parse.
 """
