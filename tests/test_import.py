@@ -17,11 +17,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 # module: what needs it
 LAZY = {
-    "scipy.sparse.linalg": "a solve's preconditioner operator, reverse Cuthill-McKee",
+    "scipy.sparse.linalg": "a preconditioner operator, reverse Cuthill-McKee, multigrid",
     "scipy.linalg": "the same",
     "http.client": "a SuiteSparse download",
     "ssl": "a SuiteSparse download",
     "sparsegpu.tuning.autotune": "sparsegpu.autotune",
+    "sparsegpu.linalg.multigrid": "sparsegpu.linalg.amg",
     "rich": "the command line's tables",
     "cupy": "a GPU product",
 }
@@ -49,5 +50,8 @@ def test_the_lazy_names_still_resolve():
     from sparsegpu.tuning.autotune import AutotuneReport, autotune
 
     assert sg.autotune is autotune and sg.AutotuneReport is AutotuneReport
+    from sparsegpu.linalg import multigrid
+
+    assert sg.linalg.amg is multigrid.amg and sg.linalg.AMGHierarchy is multigrid.AMGHierarchy
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
         sg.nothing  # noqa: B018
