@@ -25,6 +25,7 @@ True
 """
 
 from . import datasets, io, linalg
+from ._lazy import lazy_names
 from ._version import __version__
 from .classes._construct import (
     block_diag,
@@ -57,16 +58,10 @@ from .engine._registry import (
 from .engine._select import use_backend
 from .io import suitesparse
 
-
-def __getattr__(name: str):
-    # The autotuner is imported when first asked for: it was a tenth of `import sparsegpu`.
-    if name in ("AutotuneReport", "autotune"):
-        from .tuning import autotune as module
-
-        value = getattr(module, name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'sparsegpu' has no attribute {name!r}")
+# The autotuner is imported when first asked for: it was a tenth of `import sparsegpu`.
+__getattr__ = lazy_names(
+    __name__, globals(), {"AutotuneReport": ".tuning.autotune", "autotune": ".tuning.autotune"}
+)
 
 
 # What help(sparsegpu) documents in full: not the six matrix classes, whose help repeats

@@ -16,22 +16,15 @@ the result comes back as NumPy). See each solver for how often it synchronises.
 0
 """
 
+from .._lazy import lazy_names
 from ._gmres import gmres
 from ._krylov import bicgstab, cg, minres
 from ._lsqr import lsqr
 from ._options import SolveInfo, last_solve_info
 
-
-def __getattr__(name: str):
-    # Multigrid is imported when first asked for: its hierarchy is a scipy LinearOperator,
-    # and scipy.sparse.linalg (with scipy.linalg) was a third of `import sparsegpu`.
-    if name in ("AMGHierarchy", "amg"):
-        from . import multigrid
-
-        value = getattr(multigrid, name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'sparsegpu.linalg' has no attribute {name!r}")
+# Multigrid is imported when first asked for: its hierarchy is a scipy LinearOperator,
+# and scipy.sparse.linalg (with scipy.linalg) was a third of `import sparsegpu`.
+__getattr__ = lazy_names(__name__, globals(), {"AMGHierarchy": ".multigrid", "amg": ".multigrid"})
 
 
 __all__ = [
