@@ -718,7 +718,7 @@ def test_explain_on_one_rank_names_the_others_within_the_deadline(comm):
 
 def test_waits_yield_then_sleep_longer_and_never_spin(monkeypatch):
     """4 ranks on 2 cores took 60x the time of 2: waits spun before they slept. Every
-    pause of a wait now gives the core away: yields first, then sleeps doubling to 1 ms."""
+    pause of a wait now gives the core away: yields first, then sleeps doubling to 0.2 ms."""
     from sparsegpu.distributed import _comm
 
     pauses = []
