@@ -41,7 +41,7 @@ from ._model import (
     stencil_halo,
 )
 from ._partition import PARTITIONS, balanced_offsets
-from ._transport import ENV_TRANSPORT, TRANSPORTS
+from ._transport_choice import ENV_TRANSPORT, TRANSPORTS
 from ._vector import DistributedVector, Layout
 
 

@@ -12,7 +12,7 @@ from ..classes._matrix import csr_matrix as _local_csr
 from ..device import _cuda
 from ..engine import _planning, _select
 from ..measure._oracle import random_vector
-from . import _comm, _transport
+from . import _comm, _halo_kernels, _transport_choice
 from ._comm import SETUP_TAG
 from ._exchange import make_plan
 from ._partition import (
@@ -375,7 +375,7 @@ class csr_matrix:  # noqa: N801 - named like sparsegpu.csr_matrix, whose role it
         """Build from the matrix ``read()`` returns on ``root`` (called there only)."""
         comm = _comm.resolve_comm(comm)
         timeout = _comm.resolve_timeout(timeout)
-        transport = _transport.resolve_name(transport)
+        transport = _transport_choice.resolve_name(transport)
         check_partition(partition)
         ctx = _comm.open_context(comm, timeout)
         size, rank = ctx.size, ctx.rank
@@ -445,7 +445,7 @@ class csr_matrix:  # noqa: N801 - named like sparsegpu.csr_matrix, whose role it
         self = cls.__new__(cls)
         comm = _comm.resolve_comm(comm)
         timeout = _comm.resolve_timeout(timeout)
-        transport = _transport.resolve_name(transport)
+        transport = _transport_choice.resolve_name(transport)
         ctx = _comm.open_context(comm, timeout)
         self._setup(ctx, local_block, row_start, n_global_cols, backend, transport, None, 0,
                     "rows: each rank's own block" if ctx.rank == 0 else "")  # fmt: skip
@@ -495,7 +495,7 @@ class csr_matrix:  # noqa: N801 - named like sparsegpu.csr_matrix, whose role it
             error = exc
         ctx.agree(error, "csr_matrix: the local blocks")
         self._halo = make_plan(ctx, ghosts, col_offsets)
-        self._transport = _transport.choose(ctx, xp, transport)
+        self._transport = _transport_choice.choose(ctx, xp, transport)
         error = None
         try:
             self._transport.warm_up(self._halo)
@@ -623,7 +623,7 @@ class csr_matrix:  # noqa: N801 - named like sparsegpu.csr_matrix, whose role it
         if error is None and work.offd is not None:
             try:
                 work.offd.matvec(ghosts, out=work.sums)
-                _transport.add_rows(out, work.rows, work.sums)
+                _halo_kernels.add_rows(out, work.rows, work.sums)
             except Exception as exc:
                 error = exc
         if error is not None:
@@ -642,7 +642,7 @@ class csr_matrix:  # noqa: N801 - named like sparsegpu.csr_matrix, whose role it
         error = None
         try:
             if offd is not None:
-                _transport.gather(x, work.rows, rows)
+                _halo_kernels.gather(x, work.rows, rows)
                 offd.matvec(rows, out=contributions)
         except Exception as exc:
             error = exc
@@ -659,7 +659,7 @@ class csr_matrix:  # noqa: N801 - named like sparsegpu.csr_matrix, whose role it
         returned = work.halo.finish_reverse()
         if error is None:
             try:
-                _transport.add_at(out, work.halo.pack, returned)
+                _halo_kernels.add_at(out, work.halo.pack, returned)
                 if conjugate:
                     self.row_layout.xp.conj(out, out=out)
             except Exception as exc:

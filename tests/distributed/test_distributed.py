@@ -271,7 +271,7 @@ def test_the_transposed_product_matches_scipy(comm):
 def test_the_reverse_halo_sums_repeated_entries(where, dtype):
     """``add_at`` adds each returned contribution at its column, repeated columns summed
     (complex values too: CuPy's ``add.at`` takes real values only)."""
-    from sparsegpu.distributed import _transport
+    from sparsegpu.distributed import _halo_kernels
 
     xp = np if where == "numpy" else _cuda.cupy_or_none()
     if xp is None:
@@ -282,7 +282,7 @@ def test_the_reverse_halo_sums_repeated_entries(where, dtype):
     expected = y.copy()
     np.add.at(expected, index, values)
     out = xp.asarray(y)
-    _transport.add_at(out, xp.asarray(index), xp.asarray(values))
+    _halo_kernels.add_at(out, xp.asarray(index), xp.asarray(values))
     np.testing.assert_allclose(_cuda.to_host(out), expected, rtol=1e-6)
 
 

@@ -12,7 +12,7 @@ import pytest
 import scipy.sparse as sp
 
 import sparsegpu.distributed as sgd
-from sparsegpu.distributed import _partition, _transport
+from sparsegpu.distributed import _partition, _transport_choice
 
 
 def test_cost_model_is_the_documented_formula():
@@ -155,7 +155,7 @@ def _table(*rows):
     ],
 )  # fmt: skip
 def test_which_device_transports_can_run(rows, nccl, aware):
-    refusals = _transport._refusals(_table(*rows), {})
+    refusals = _transport_choice._refusals(_table(*rows), {})
     for name, expected in (("nccl", nccl), ("cuda-aware-mpi", aware)):
         if expected is None:
             assert refusals[name] is None, name
@@ -165,13 +165,13 @@ def test_which_device_transports_can_run(rows, nccl, aware):
 
 def test_transport_names_come_from_the_argument_then_the_environment(monkeypatch):
     monkeypatch.delenv(sgd.ENV_TRANSPORT, raising=False)
-    assert _transport.resolve_name(None) == "auto"
+    assert _transport_choice.resolve_name(None) == "auto"
     monkeypatch.setenv(sgd.ENV_TRANSPORT, "host")
-    assert _transport.resolve_name(None) == "host"
-    assert _transport.resolve_name("nccl") == "nccl"
+    assert _transport_choice.resolve_name(None) == "host"
+    assert _transport_choice.resolve_name("nccl") == "nccl"
     monkeypatch.setenv(sgd.ENV_TRANSPORT, "tcp")
     with pytest.raises(ValueError, match="SPARSEGPU_TRANSPORT must be one of 'auto', 'nccl'"):
-        _transport.resolve_name(None)
+        _transport_choice.resolve_name(None)
 
 
 # ---------------------------------------------------------------- partitions
