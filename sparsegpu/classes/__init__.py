@@ -3,7 +3,6 @@
 The top floor of the library. ``_matrix`` holds the scipy subclasses (argument handling,
 the product hooks, mirrors and their invalidation), ``_construct`` scipy's construction
 functions returning them, ``_products`` the product functions (``sg.spgemm``,
-``sg.galerkin_product``, ``sg.explain``), ``_reorder`` ``sg.reorder`` and
-``_write_through`` writes through ``A.data[...]`` that reach the device copy. Everything
+``sg.galerkin_product``, ``sg.explain``) and ``_reorder`` ``sg.reorder``. Everything
 here calls down into :mod:`sparsegpu.engine`; nothing below imports it.
 """

@@ -11,10 +11,11 @@ Never stale
 A mirror that copies the arrays (a GPU upload, a dtype cast, a transpose) is dropped by
 every path that changes the matrix: assignment to ``data``/``indices``/``indptr``/shape
 (property setters) and every scipy method that changes the arrays in place (wrapped
-below). While such a mirror lives the host arrays are read-only, so an in-place write
-like ``A.data[0] = 1`` is refused by numpy instead of going unseen; assigning a new array
-(``A.data = new``) or calling any scipy method works as usual. Matrices sharing arrays
-(``A.T`` shares ``A``'s) drop their mirrors together.
+below). The host arrays stay writable, as in scipy, by Python and compiled code alike: an
+array handed out while a mirror holds it marks its buffer, and the next product compares
+the arrays with the fingerprint taken then, dropping the mirrors if they were written
+(:mod:`sparsegpu.device._host_buffers`). Matrices sharing arrays (``A.T`` shares ``A``'s)
+drop their mirrors together.
 
 Results kept on the device
 --------------------------
@@ -27,25 +28,27 @@ to the host. Its shape, dtype, nnz and transposes need no host arrays either.
 from __future__ import annotations
 
 import operator
+import threading
 import weakref
 
 import numpy as np
 import scipy.sparse as sp
 
-from ..device import _cuda
+from ..device import _cuda, _host_buffers
 from ..device._block_mirror import DeviceBlockMatrix
 from ..device._dtypes import is_half
 from ..device._host_buffers import (
     ARRAY_NAMES,
     MIRROR_LOCK,
     apply_forgotten,
-    free_born_locked,
+    expose,
     hold,
     holders_of,
     is_held,
     live_refs,
     live_sharers,
     own_arrays,
+    reached_from_outside,
     root_id,
     same_memory,
     unhold,
@@ -54,7 +57,6 @@ from ..device._mirror import DeviceMatrix, MatrixCache, MirrorKey, Residence
 from ..device._pending import PendingArrays
 from ..engine import _dispatch, _planning, _registry, _sparse_product
 from ..engine._choice import Operand
-from ._write_through import write_through
 
 
 def _half_target(dtype, arg1) -> np.dtype | None:
@@ -86,15 +88,57 @@ def _attributes_of(cls) -> dict:
     return found
 
 
-def _release(matrix) -> set[int]:
-    """Drop a matrix's mirrors and its holds on buffers (call under MIRROR_LOCK).
-
-    Returns the buffers that became writable again.
-    """
+def _release(matrix) -> None:
+    """Drop a matrix's mirrors and its holds on buffers (call under MIRROR_LOCK)."""
     d = matrix.__dict__
     d.pop("_sg_cache", None)
     d.pop("_sg_shared", None)
-    return {root for root in d.pop("_sg_roots", ()) if unhold(root, id(matrix))}
+    d.pop("_sg_print", None)
+    for root in d.pop("_sg_roots", ()):
+        unhold(root, id(matrix))
+
+
+def _has_copy(matrix) -> bool:
+    """True when the matrix shares a device copy of its arrays (which a write leaves stale;
+    its host mirrors read the arrays themselves)."""
+    return any(key != "sharers" for key in matrix.__dict__.get("_sg_shared", ()))
+
+
+def _arrays_of(matrix) -> list:
+    d = matrix.__dict__
+    return [d[n] for n in ARRAY_NAMES]
+
+
+def _print_now(matrix) -> int:
+    return _host_buffers.fingerprint(_arrays_of(matrix))
+
+
+# Reads of the arrays by sparsegpu itself, whose results are copies or views it tracks
+# (a transpose sharing the arrays): they expose nothing.
+_internal = threading.local()
+
+
+class _reading_internally:
+    def __enter__(self):
+        _internal.depth = getattr(_internal, "depth", 0) + 1
+
+    def __exit__(self, *exc):
+        _internal.depth -= 1
+
+
+def _expose(value) -> None:
+    """``value``, a matrix's array, is handed out: if a mirror holds its buffer, mark
+    its buffer, so that the next product checks whether it was written (compiled code
+    writes without Python seeing it)."""
+    if getattr(_internal, "depth", 0):
+        return
+    root = root_id(value)
+    if root in _host_buffers.exposed:
+        return
+    with MIRROR_LOCK:
+        holders = holders_of(root)
+        if holders:
+            expose(root, holders, _arrays_of)
 
 
 def _stored(name):
@@ -108,9 +152,8 @@ def _stored(name):
                 raise
             self._sg_materialise()  # a result kept on the device: first host use
             value = self.__dict__[name]
-        # while a mirror holds the buffer, hand out a view whose writes drop the mirror
-        if "_sg_roots" in self.__dict__ and type(value) is np.ndarray and not value.flags.writeable:
-            return write_through(value, self)
+        if _host_buffers.held_any() and name != "_shape":
+            _expose(value)
         return value
 
     def fset(self, value):
@@ -127,9 +170,7 @@ def _stored(name):
         # either finished before (and is dropped here) or reads the new array.
         with MIRROR_LOCK:
             self.__dict__[name] = value
-            unlocked = self._sg_drop()
-        if name != "_shape":
-            free_born_locked(value, unlocked)
+            self._sg_drop()
 
     return property(
         fget,
@@ -281,7 +322,8 @@ class _SparseGPUMixin:
         pending = self.__dict__.get("_sg_pending")
         if pending is not None:
             return pending.index_dtype
-        return np.promote_types(self.indices.dtype, self.indptr.dtype)
+        d = self.__dict__
+        return np.promote_types(d["indices"].dtype, d["indptr"].dtype)
 
     def _sg_layout(self):
         """(CSR shape of the stored arrays, True when they are this matrix's transpose)."""
@@ -289,6 +331,7 @@ class _SparseGPUMixin:
 
     def _sg_operand(self) -> Operand:
         """What selection and planning read of this matrix, its mirrors included."""
+        self._sg_check_writes()
         return Operand(
             self.dtype, self._sg_index_dtype(), self._sg_backend, self._sg_policy,
             self._sg_planning, self._sg_mixed, self._sg_mirror, self._sg_cache_dict,
@@ -302,6 +345,7 @@ class _SparseGPUMixin:
         ``transpose`` the mirror of ``self.T``, made from the device arrays this matrix
         shares with its views (no transpose on the host: ``A.T @ A`` and the Galerkin
         product's ``P.T``)."""
+        self._sg_check_writes()
         value_dtype = np.dtype(value_dtype)
         key = MirrorKey(residence.name, value_dtype if residence.copies else None, transpose)
         cache = self.__dict__.get("_sg_cache")
@@ -342,11 +386,16 @@ class _SparseGPUMixin:
         if stored is None:
             self._sg_materialise()  # a result kept on another residence's device
             arrays = [self.__dict__[n] for n in ARRAY_NAMES]
-            arrays = own_arrays(live_sharers(shared), arrays)
+            written = self.__dict__.pop("_sg_written", False)
+            if not written:
+                arrays = own_arrays(live_sharers(shared), arrays)
             stored = self._sg_mirror_type.from_host(*arrays, csr_shape, residence)
             shared[(residence.name, "stored")] = stored
+            del arrays
             for sharer in live_sharers(shared):
                 sharer._sg_lock_arrays([sharer.__dict__[n] for n in ARRAY_NAMES])
+            if written:  # arrays still reachable from outside stay watched
+                self._sg_watch_if_reached()
         stored.settle()  # a product may still write it, on another stream
         base = stored
         if transposed != transpose:
@@ -454,20 +503,17 @@ class _SparseGPUMixin:
         """Hold the buffers behind ``arrays`` read-only while this matrix's mirror lives."""
         hold(self, self.__dict__.setdefault("_sg_roots", set()), arrays)
 
-    def _sg_drop(self) -> set[int]:
-        """Drop this matrix's own mirrors (an attribute now refers to another array).
-
-        Returns the buffers that became writable again.
-        """
+    def _sg_drop(self) -> None:
+        """Drop this matrix's own mirrors (an attribute now refers to another array)."""
         d = self.__dict__
         if "_sg_cache" in d or "_sg_roots" in d:
             with MIRROR_LOCK:
                 apply_forgotten()
-                return _release(self)
-        return set()
+                _release(self)
 
     def _sg_cache_dict(self) -> MatrixCache:
         """The cache holding this matrix's mirrors and choices (made under the lock)."""
+        self._sg_check_writes()
         with MIRROR_LOCK:
             cache = self.__dict__.get("_sg_cache")
             if cache is None:
@@ -476,7 +522,7 @@ class _SparseGPUMixin:
 
     def _sg_invalidate(self) -> None:
         """The arrays' contents are about to change: drop the mirrors of every matrix that
-        shares a buffer with this one (``A.T`` shares ``A``'s), and give the buffers back."""
+        shares a buffer with this one (``A.T`` shares ``A``'s)."""
         self._sg_materialise()
         d = self.__dict__
         roots = {root_id(d[n]) for n in ARRAY_NAMES if n in d}
@@ -485,14 +531,48 @@ class _SparseGPUMixin:
             return  # no mirror here nor on any matrix sharing these buffers
         with MIRROR_LOCK:
             apply_forgotten()
-            unlocked = set()
             for root in roots:
                 for other in holders_of(root):
-                    unlocked |= _release(other)
-            unlocked |= _release(self)
-            for name in ARRAY_NAMES:
-                if name in d:
-                    free_born_locked(d[name], unlocked)
+                    _release(other)
+            _release(self)
+
+    def _sg_watch_if_reached(self) -> None:
+        """Mark the buffers of this matrix's arrays exposed (fingerprinted now) while
+        something besides their holders can reach them (call under MIRROR_LOCK)."""
+        roots = set(self.__dict__.get("_sg_roots", ()))
+        holders = {id(m): m for root in roots for m in holders_of(root)}
+        if reached_from_outside([a for m in holders.values() for a in _arrays_of(m)]):
+            for root in roots:
+                expose(root, holders_of(root), _arrays_of)
+
+    def _sg_check_writes(self) -> None:
+        """Before a product: if a buffer this matrix holds was handed out since its last
+        check, compare its holders' arrays with their fingerprints; a difference (a write,
+        by Python or compiled code) drops the mirrors, so the product rebuilds them from
+        the arrays as they are now. The mark stays while something besides the holders
+        can still reach the buffers (see :mod:`sparsegpu.device._host_buffers`)."""
+        roots = self.__dict__.get("_sg_roots")
+        if not _host_buffers.exposed or not roots or _host_buffers.exposed.isdisjoint(roots):
+            return
+        with MIRROR_LOCK:
+            apply_forgotten()
+            marked = roots & _host_buffers.exposed
+            holders = list({id(m): m for root in marked for m in holders_of(root)}.values())
+            written = [m for m in holders if m.__dict__.get("_sg_print") != _print_now(m)]
+            for matrix in written:
+                matrix._sg_invalidate()
+                # an array written from outside keeps reaching the matrix, as in scipy:
+                # the next upload reads it as it is (no copy-on-upload), watched
+                matrix.__dict__["_sg_written"] = True
+            if written:
+                return  # dropped: the rebuilt mirrors are checked anew
+            if any(_has_copy(m) for m in holders) and reached_from_outside(
+                [a for m in holders for a in _arrays_of(m)]
+            ):
+                return  # still reachable: the next product checks again
+            _host_buffers.exposed.difference_update(marked)
+            for matrix in holders:
+                matrix.__dict__.pop("_sg_print", None)
 
     @property
     def shape(self):
@@ -530,14 +610,18 @@ class _SparseGPUMixin:
         """Number of stored values, including explicit zeros (scipy's; known without host
         arrays for a result kept on the device)."""
         pending = self.__dict__.get("_sg_pending")
-        return pending.nnz if pending is not None else super().nnz
+        if pending is not None:
+            return pending.nnz
+        with _reading_internally():  # indptr[-1] is read, not handed out
+            return super().nnz
 
     def __getstate__(self):
         self._sg_materialise()
         state = dict(self.__dict__)
         state.pop("_sg_cache", None)
         state.pop("_sg_shared", None)
-        state.pop("_sg_roots", None)
+        for key in ("_sg_roots", "_sg_print", "_sg_written"):
+            state.pop(key, None)
         return state
 
     # in-place scipy methods: each drops the mirror before changing anything
@@ -633,7 +717,8 @@ class _SparseGPUMixin:
             if copy:
                 return cls._sg_on_device(pending.device, shape, self)
             return cls._sg_on_device(pending.device, shape, self, pending, self._sg_shared)
-        result = self._sg_inherit(super().transpose(axes=axes, copy=copy))
+        with _reading_internally():  # a view this matrix tracks (a sharer), or a copy
+            result = self._sg_inherit(super().transpose(axes=axes, copy=copy))
         if not copy and isinstance(result, _SparseGPUMixin):
             self._sg_share_with(result)
         return result
@@ -644,7 +729,8 @@ class _SparseGPUMixin:
         pending = self.__dict__.get("_sg_pending")
         if pending is not None:  # device arrays are never written: the copy may share them
             return type(self)._sg_on_device(pending.device, self.shape, self)
-        result = self._sg_inherit(super().copy())
+        with _reading_internally():
+            result = self._sg_inherit(super().copy())
         self._sg_seed_copy(result, conjugate=False)
         return result
 
@@ -682,7 +768,8 @@ class _SparseGPUMixin:
         return self._sg_inherit(super()._binopt(other, op))
 
     def conjugate(self, copy=True):
-        result = super().conjugate(copy=copy)
+        with _reading_internally():  # a copy, or this matrix itself
+            result = super().conjugate(copy=copy)
         if result is not self and self.dtype.kind == "c":
             self._sg_seed_copy(result, conjugate=True)
         return result

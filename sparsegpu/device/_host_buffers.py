@@ -1,14 +1,25 @@
-"""Host buffers held read-only while a GPU copy of them lives, and copy-on-upload.
+"""Host buffers behind a matrix's mirrors: who holds them, writes by compiled code, copy-on-upload.
 
-A matrix whose mirror copies its arrays (a GPU upload, a cast, a transpose) holds the
-buffers behind them read-only, so an in-place write (``A.data[0] = 1``) is refused by numpy
-or goes through :mod:`sparsegpu.classes._write_through` instead of leaving the copy stale. This
-module is the process-wide registry of those holds: which matrices hold which buffer, and
-which arrays sparsegpu itself made read-only (only those are made writable again). Before
-an upload, :func:`own_arrays` replaces any array something else can reach by a private copy.
+A matrix whose mirror is made from its host arrays *holds* their buffers: this module is
+the process-wide registry of those holds (which matrices hold which buffer), so that a
+change through one matrix drops the mirrors of every matrix sharing the buffer.
 
-Everything here runs under :data:`MIRROR_LOCK`, the lock every mirror build, drop and
-assignment takes.
+The buffers stay writable, as in scipy: compiled code (pybind11, Cython, ``np.copyto``,
+``out=``) writes them without asking Python. A write cannot go unseen all the same:
+
+* handing an array out (``A.data``, ``A.indices``, ``A.indptr`` read while a mirror holds
+  it) marks its buffer *exposed* (:func:`expose`) and records, first, a fingerprint of the
+  holders' arrays (:func:`fingerprint`, CRC-32 of their bytes);
+* the next product of a holder compares the fingerprints again (:func:`check_exposed`);
+  a difference drops the mirrors, and the product builds (and validates) them anew;
+* the buffer stays exposed while something besides its holders can still reach it (an
+  array kept from ``A.data``, a view of it: :func:`reached_from_outside`, by reference
+  counts), so every product re-checks until that reference is gone; with none left, a
+  product of unchanged arrays clears the mark and the products after it check nothing.
+
+Before an upload, :func:`own_arrays` replaces any array something else can reach by a
+private copy (copy-on-upload). Everything here runs under :data:`MIRROR_LOCK`, the lock
+every mirror build, drop and assignment takes.
 """
 
 from __future__ import annotations
@@ -18,19 +29,18 @@ import functools
 import sys
 import threading
 import weakref
+import zlib
 
 import numpy as np
 
 ARRAY_NAMES = ("data", "indices", "indptr")
 
 MIRROR_LOCK = threading.RLock()
-# A host buffer is read-only while any matrix holds a copying mirror made from it.
+# A host buffer is held while any matrix holds a mirror made from it.
 # id(buffer) -> {id(matrix): weakref(matrix)}: the matrices holding it
 _holders: dict[int, dict[int, weakref.ref]] = {}
-# id(buffer) -> the arrays of it (the buffer itself first, when it was writable) that
-# sparsegpu made read-only; only these are made writable again, so a user's read-only
-# array stays read-only
-_locked: dict[int, list] = {}
+# the buffers handed out since their holders' last check (see the module docstring)
+exposed: set[int] = set()
 
 
 def base_chain(a):
@@ -45,22 +55,15 @@ def root_id(a) -> int:
     return id(base_chain(a)[-1])
 
 
-def unhold(root: int, matrix_id: int) -> bool:
-    """Remove one holder of a buffer; the last one out makes it writable again (True)."""
+def unhold(root: int, matrix_id: int) -> None:
+    """Remove one holder of a buffer; the last one out forgets the buffer."""
     holders = _holders.get(root)
     if holders is None:
-        return False
+        return
     holders.pop(matrix_id, None)
-    if holders:
-        return False
-    del _holders[root]
-    # in locking order, the buffer first: numpy lets a view be writable only when its base is
-    for arr in _locked.pop(root, ()):
-        try:
-            arr.flags.writeable = True
-        except ValueError:  # read-only before sparsegpu saw it: not ours to unlock
-            pass
-    return True
+    if not holders:
+        del _holders[root]
+        exposed.discard(root)
 
 
 # holds released by garbage-collected matrices, applied under MIRROR_LOCK
@@ -90,23 +93,22 @@ def apply_forgotten() -> None:
 
 
 def hold(matrix, roots: set, arrays) -> None:
-    """Hold the buffers behind ``arrays`` read-only for ``matrix`` (call under MIRROR_LOCK).
+    """Hold the buffers behind ``arrays`` for ``matrix`` (call under MIRROR_LOCK).
 
     ``roots`` is the matrix's own set of held buffer ids, updated in place.
     """
     apply_forgotten()
     for a in arrays:
-        chain = base_chain(a)
-        root = id(chain[-1])
+        root = root_id(a)
         holders = _holders.setdefault(root, {})
         if id(matrix) not in holders:
             holders[id(matrix)] = weakref.ref(matrix, functools.partial(_forget, root, id(matrix)))
         roots.add(root)
-        flipped = _locked.setdefault(root, [])
-        for arr in reversed(chain):  # the buffer first
-            if arr.flags.writeable:
-                arr.flags.writeable = False
-                flipped.append(arr)
+
+
+def held_any() -> bool:
+    """True when any buffer is held (else a handed-out array needs no marking)."""
+    return bool(_holders)
 
 
 def is_held(roots) -> bool:
@@ -117,23 +119,6 @@ def is_held(roots) -> bool:
 def holders_of(root: int) -> list:
     """The live matrices holding buffer ``root``."""
     return [m for m in (ref() for ref in list(_holders.get(root, {}).values())) if m is not None]
-
-
-def free_born_locked(a, unlocked: set[int]) -> None:
-    """Make writable the views in ``a``'s chain made while its buffer was locked.
-
-    A view of a read-only buffer is born read-only (``A.data[:nnz]`` taken after a product,
-    scipy's ``prune``): once sparsegpu gives the buffer back (its id in ``unlocked``), such
-    views follow it.
-    """
-    chain = base_chain(a)
-    if id(chain[-1]) not in unlocked or not chain[-1].flags.writeable:
-        return
-    for arr in reversed(chain[:-1]):
-        try:
-            arr.flags.writeable = True
-        except ValueError:
-            break
 
 
 def own_arrays(sharers: list, arrays: list) -> list:
@@ -195,3 +180,55 @@ def same_memory(a, b) -> bool:
         and ia["data"][0] == ib["data"][0]
         and ia.get("strides") == ib.get("strides")
     )
+
+
+# ------------------------------------------------------------ writes by compiled code
+def fingerprint(arrays) -> int:
+    """A CRC-32 of the arrays' bytes (with their lengths and dtypes): what a product
+    compares to see whether an exposed buffer was written. About 1 GB/s on one core."""
+    crc = 0
+    for a in arrays:
+        crc = zlib.crc32(f"{a.dtype.str}{a.shape}".encode(), crc)
+        crc = zlib.crc32(memoryview(np.ascontiguousarray(a)).cast("B"), crc)
+    return crc
+
+
+def expose(root: int, holders: list, arrays_of) -> None:
+    """Buffer ``root`` is being handed out: fingerprint its holders' arrays (those not
+    fingerprinted since their last check), then mark it (call under MIRROR_LOCK)."""
+    for matrix in holders:
+        d = matrix.__dict__
+        if "_sg_print" not in d:
+            d["_sg_print"] = fingerprint(arrays_of(matrix))
+    exposed.add(root)
+
+
+def reached_from_outside(arrays) -> bool:
+    """True when something besides the dict entries that ``arrays`` lists (one entry per
+    holder's reference) can reach their memory: an array kept from ``A.data``, a view of
+    one, a non-array owner (a bytearray, an mmap).
+
+    Counted references: each object is referred to by the entries of ``arrays`` that are
+    it, by the views in the chains whose base it is, and here by ``arrays`` itself (once
+    per entry), ``seen`` and getrefcount's argument.
+    """
+    listed = collections.Counter(id(a) for a in arrays)
+    links: collections.Counter = collections.Counter()
+    seen: dict[int, np.ndarray] = {}
+    a = x = base = None
+    for a in arrays:
+        x = a
+        while id(x) not in seen:
+            seen[id(x)] = x
+            base = x.base
+            if base is None:
+                break
+            if not isinstance(base, np.ndarray):
+                return True
+            links[id(base)] += 1
+            x = base
+    del a, x, base
+    for key in seen:
+        if sys.getrefcount(seen[key]) - 2 > 2 * listed[key] + links[key]:
+            return True
+    return False

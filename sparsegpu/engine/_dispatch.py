@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..device import _cuda
+from ..device import _cuda, _host_buffers
 from ..device._mirror import ChoiceKey, DeviceMemoryError, is_out_of_memory, memory_error
 from ..device._staging import from_residence, to_residence
 from . import _registry
@@ -48,6 +48,8 @@ def product(matrix_obj, x, *, backend: str | None = None, policy=None, out=None,
 
 def _product(matrix_obj, x, backend, policy, out, planning=None):
     _cuda.ensure_context()
+    if _host_buffers.exposed:  # its arrays were handed out: were they written?
+        matrix_obj._sg_check_writes()
     operation, order = VECTOR, "C"
     if x.ndim == 2:
         if x.shape[1] == 1:  # one column is A @ x: the vector product's plan and choice
