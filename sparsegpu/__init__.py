@@ -27,7 +27,9 @@ True
 from . import datasets, io, linalg
 from ._lazy import lazy_names
 from ._version import __version__
+from .classes._class_loss import ScipyClassResultWarning
 from .classes._construct import (
+    as_sparsegpu,
     block_diag,
     bmat,
     diags,
@@ -70,7 +72,9 @@ __all__ = [
     "AutotuneReport",
     "BackendStatus",
     "BackendUnavailableError",
+    "ScipyClassResultWarning",
     "__version__",
+    "as_sparsegpu",
     "autotune",
     "backends",
     "block_diag",

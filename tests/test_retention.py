@@ -9,6 +9,7 @@ send its own products through sparsegpu's dispatcher.
 from __future__ import annotations
 
 import doctest
+import warnings
 
 import numpy as np
 import pytest
@@ -178,3 +179,102 @@ def test_policy_is_inherited(op, operands):
     A.policy = CsrVectorPolicy(block_size=64, threads_per_row=4)
     case = {**DERIVED, **REFLECTED, "vstack": lambda A, B: sg.vstack([A, B])}[op]
     assert case(A, B).policy == A.policy
+
+
+# ------------------------------------------------- scipy operands of other classes on the left
+LEFT_FORMATS = ["csr", "csc", "bsr", "coo"]
+OPERATORS = {
+    "matmul": lambda L, R: L @ R,
+    "add": lambda L, R: L + R,
+    "sub": lambda L, R: L - R,
+    "star": lambda L, R: L * R,
+}
+
+
+@pytest.fixture
+def fresh_warning(monkeypatch):
+    """The once-per-process class-loss warning, not yet shown."""
+    from sparsegpu.classes import _class_loss
+
+    monkeypatch.setattr(_class_loss, "_warned", False)
+
+
+@pytest.mark.parametrize("op", list(OPERATORS))
+@pytest.mark.parametrize("right", list(SPARSEGPU_CLASSES), ids="-".join)
+@pytest.mark.parametrize("left_kind", ["matrix", "array"])
+@pytest.mark.parametrize("left_format", LEFT_FORMATS)
+def test_scipy_left_operand_keeps_the_class_or_warns_once(
+    left_format, left_kind, right, op, fresh_warning
+):
+    """Where scipy's rules let the right operand answer (its class a subclass of the
+    left's), the result is sparsegpu's; elsewhere scipy's, with one warning the first time."""
+    S = sp.random(12, 12, density=0.3, format="csr", random_state=45)
+    T = sp.random(12, 12, density=0.3, format="csr", random_state=46)
+    L = getattr(sp, f"{left_format}_{left_kind}")(S)
+    R = SPARSEGPU_CLASSES[right](T)
+    R.backend = "scipy"
+    plain = getattr(sp, f"{right[0]}_{right[1]}")(T)
+    expected = OPERATORS[op](L, plain)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = OPERATORS[op](L, R)
+        again = OPERATORS[op](L, R)
+    lost = [w for w in caught if w.category is sg.ScipyClassResultWarning]
+    np.testing.assert_allclose(result.toarray(), expected.toarray(), rtol=1e-12)
+    if isinstance(R, type(L)):
+        assert type(result) is SPARSEGPU_CLASSES[(expected.format, right[1])]
+        assert result.backend == "scipy" and not lost
+    else:
+        assert type(result) is type(expected) and type(again) is type(expected)
+        assert len(lost) == 1, [str(w.message) for w in caught]
+        assert "sg.as_sparsegpu" in str(lost[0].message)
+
+
+def test_the_reflected_operators_warn_nothing(fresh_warning):
+    A = sg.csr_array(sp.random(12, 12, density=0.3, format="csr", random_state=47))
+    S = sp.csr_array(sp.random(12, 12, density=0.3, format="csr", random_state=48))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", sg.ScipyClassResultWarning)
+        for result in (S @ A, S + A, S - A, S * A, A @ S, A + S):
+            assert type(result) is sg.csr_array
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc", "bsr", "coo", "dia"])
+@pytest.mark.parametrize("kind", ["matrix", "array"])
+def test_as_sparsegpu_of_a_matrix(fmt, kind):
+    S = getattr(sp, f"{fmt}_{kind}")(sp.random(12, 12, density=0.3, random_state=49))
+    A = sg.as_sparsegpu(S, backend="scipy")
+    want = fmt if fmt in ("csr", "csc", "bsr") else "csr"
+    assert type(A) is SPARSEGPU_CLASSES[(want, kind)]
+    assert A.backend == "scipy"
+    np.testing.assert_array_equal(A.toarray(), S.toarray())
+    assert sg.as_sparsegpu(A) is A
+
+
+def test_as_sparsegpu_refuses_other_objects():
+    with pytest.raises(TypeError, match="scipy sparse matrix or a hierarchy.*ndarray"):
+        sg.as_sparsegpu(np.eye(3))
+
+
+@pytest.mark.parametrize("solver", ["smoothed_aggregation_solver", "ruge_stuben_solver"])
+@pytest.mark.parametrize("cls", [sg.csr_matrix, sg.csr_array], ids=["matrix", "array"])
+def test_pyamg_hierarchy_keeps_sparsegpu_classes(solver, cls, fresh_warning):
+    """Built from sparsegpu input, at most one warning; converted, every level's A, P and R
+    is a sparsegpu class, and the solve is scipy's."""
+    pyamg = pytest.importorskip("pyamg")
+    A = pyamg.gallery.poisson((24, 24), format="csr")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ml = getattr(pyamg, solver)(cls(A), max_coarse=10)
+    assert len([w for w in caught if w.category is sg.ScipyClassResultWarning]) <= 1
+    assert sg.as_sparsegpu(ml, backend="scipy") is ml
+    assert len(ml.levels) >= 3
+    for level in ml.levels:
+        for name in ("A", "P", "R"):
+            matrix = getattr(level, name, None)
+            if matrix is not None:
+                assert type(matrix).__module__.startswith("sparsegpu."), (name, type(matrix))
+                assert matrix.backend == "scipy"
+    b = np.linspace(-1.0, 1.0, A.shape[0])
+    plain = getattr(pyamg, solver)(A, max_coarse=10)
+    np.testing.assert_allclose(ml.solve(b, tol=1e-10), plain.solve(b, tol=1e-10), rtol=1e-8)

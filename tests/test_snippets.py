@@ -8,8 +8,9 @@ the SuiteSparse collection (``tests/collection_server.py``), so nothing needs a 
 
 The convention (CONTRIBUTING.md, "Snippets in the docs"): without a usable GPU, a line
 whose comment starts with ``# GPU only`` is not run (nor the indented block it opens), and
-a block whose first line is ``# GPU only`` is skipped. Blocks in other languages (bash,
-console, text) are never run.
+a block whose first line is ``# GPU only`` is skipped; a block importing an optional
+module that is not installed (PyAMG) is skipped, and left out of the later blocks' runs.
+Blocks in other languages (bash, console, text) are never run.
 """
 
 from __future__ import annotations
@@ -133,6 +134,21 @@ def run(snippet: Snippet, namespace: dict, gpu: bool) -> None:
     exec(compile(code, snippet.id, "exec"), namespace)
 
 
+OPTIONAL_MODULES = ("pyamg",)  # a block importing one is skipped where it is not installed
+
+
+def missing_module(snippet: Snippet) -> str | None:
+    """The optional module (PyAMG: ``.[amg]``) that ``snippet`` imports and this
+    environment lacks, or None."""
+    for name in OPTIONAL_MODULES:
+        if re.search(rf"^\s*import .*\b{name}\b", snippet.code, re.MULTILINE):
+            try:
+                __import__(name)
+            except ImportError:
+                return name
+    return None
+
+
 def needs_mpi(snippet: Snippet) -> bool:
     """Whether ``snippet`` runs after (or is) a block of its document that uses mpi4py (the
     distributed page, the README's "Several GPUs" block)."""
@@ -149,10 +165,14 @@ def test_snippet_runs(snippet, server, tmp_path, monkeypatch):
     if needs_mpi(snippet):
         # one process is a communicator of size 1: the block runs wherever mpi4py imports
         pytest.importorskip("mpi4py.MPI", reason=f"{snippet.id} needs mpi4py")
+    missing = missing_module(snippet)
+    if missing is not None:
+        pytest.skip(f"{snippet.id} needs {missing} (pip install -e '.[amg]')")
     monkeypatch.chdir(tmp_path)
     namespace = {"__name__": "__snippet__"}
     for earlier in (s for s in ALL if s.path == snippet.path and s.line < snippet.line):
-        run(earlier, namespace, gpu)
+        if missing_module(earlier) is None:  # later blocks never use an optional module's
+            run(earlier, namespace, gpu)
     run(snippet, namespace, gpu)
 
 

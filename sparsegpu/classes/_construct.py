@@ -325,3 +325,56 @@ def random(m, n, density=0.01, format=None, dtype=None, random_state=None, data_
         data_rvs=data_rvs,
     )
     return _sparsegpu(result, format)
+
+
+def as_sparsegpu(obj, backend=None):
+    """A scipy sparse matrix, or every matrix of a multigrid hierarchy, as sparsegpu classes.
+
+    Parameters
+    ----------
+    obj : scipy sparse matrix or array, or a hierarchy
+        A matrix comes back as the sparsegpu class of its format and kind, sharing its
+        arrays (CSR, CSC and BSR as they are; other formats as CSR); a sparsegpu matrix
+        comes back as it is. A hierarchy is an object with ``levels``, each holding its
+        matrices as attributes (PyAMG's ``MultilevelSolver``: ``A``, ``P``, ``R`` and the
+        strength and aggregation matrices): each sparse attribute of each level is
+        replaced by its sparsegpu class, in place, and the hierarchy is returned, so that
+        the products of every level's cycle run on sparsegpu's backends.
+    backend : str, optional
+        Set as ``backend`` of every matrix converted or returned.
+
+    Returns
+    -------
+    The sparsegpu matrix, or ``obj`` itself for a hierarchy.
+
+    Examples
+    --------
+    >>> import pyamg, sparsegpu as sg                                  # doctest: +SKIP
+    >>> A = pyamg.gallery.poisson((100, 100), format="csr")            # doctest: +SKIP
+    >>> ml = sg.as_sparsegpu(pyamg.smoothed_aggregation_solver(A))     # doctest: +SKIP
+    >>> type(ml.levels[1].A).__name__, type(ml.levels[0].P).__name__  # doctest: +SKIP
+    ('bsr_array', 'bsr_array')
+    """
+    if sp.issparse(obj):
+        return _as_class(obj, backend)
+    levels = getattr(obj, "levels", None)
+    if levels is None:
+        raise TypeError(
+            "as_sparsegpu takes a scipy sparse matrix or a hierarchy with levels (PyAMG's "
+            f"MultilevelSolver), got {type(obj).__name__}"
+        )
+    for level in levels:
+        for name, value in vars(level).items():
+            if sp.issparse(value) and value.ndim == 2:
+                setattr(level, name, _as_class(value, backend))
+    return obj
+
+
+def _as_class(matrix, backend):
+    if not isinstance(matrix, _SparseGPUMixin):
+        if matrix.format not in _FORMATS:
+            matrix = matrix.tocsr()
+        matrix = _SparseGPUMixin._sg_class(matrix.format, isinstance(matrix, sp.sparray))(matrix)
+    if backend is not None:
+        matrix.backend = backend
+    return matrix

@@ -57,6 +57,7 @@ from ..device._mirror import DeviceMatrix, MatrixCache, MirrorKey, Residence
 from ..device._pending import PendingArrays
 from ..engine import _dispatch, _planning, _registry, _sparse_product
 from ..engine._choice import Operand
+from ._class_loss import adopting, warn_if_lost
 
 
 def _half_target(dtype, arg1) -> np.dtype | None:
@@ -130,10 +131,8 @@ def _expose(value) -> None:
     """``value``, a matrix's array, is handed out: if a mirror holds its buffer, mark
     its buffer, so that the next product checks whether it was written (compiled code
     writes without Python seeing it)."""
-    if getattr(_internal, "depth", 0):
-        return
-    root = root_id(value)
-    if root in _host_buffers.exposed:
+    root = _host_buffers.unmarked_root(value)
+    if root is None or getattr(_internal, "depth", 0):
         return
     with MIRROR_LOCK:
         holders = holders_of(root)
@@ -152,7 +151,7 @@ def _stored(name):
                 raise
             self._sg_materialise()  # a result kept on the device: first host use
             value = self.__dict__[name]
-        if _host_buffers.held_any() and name != "_shape":
+        if name != "_shape" and _host_buffers.held_any():
             _expose(value)
         return value
 
@@ -809,17 +808,28 @@ class _SparseGPUMixin:
     def __getitem__(self, key):
         return self._sg_adopt(super().__getitem__(key))
 
+    # scipy's operators convert a right operand of another class through these: where the
+    # left operand is scipy's, the result will be too (one warning, _class_loss)
+    def asformat(self, format, copy=False):
+        warn_if_lost(self)
+        return super().asformat(format, copy=copy)
+
+    asformat.__doc__ = sp.csr_matrix.asformat.__doc__
+
     def tocsr(self, copy=False):
+        warn_if_lost(self)
         return self._sg_adopt(super().tocsr(copy=copy))
 
     tocsr.__doc__ = sp.csr_matrix.tocsr.__doc__
 
     def tocsc(self, copy=False):
+        warn_if_lost(self)
         return self._sg_adopt(super().tocsc(copy=copy))
 
     tocsc.__doc__ = sp.csr_matrix.tocsc.__doc__
 
     def tobsr(self, *args, **kwargs):  # scipy's defaults (copy=True for CSR, False for BSR)
+        warn_if_lost(self)
         return self._sg_adopt(super().tobsr(*args, **kwargs))
 
     tobsr.__doc__ = sp.csr_matrix.tobsr.__doc__
@@ -845,12 +855,14 @@ class _SparseGPUMixin:
 
     def __rsub__(self, other):  # other - self
         if sp.issparse(other):
-            return self._sg_adopt(other.__sub__(self))
+            with adopting():
+                return self._sg_adopt(other.__sub__(self))
         return super().__rsub__(other)
 
     def __rmul__(self, other):  # other * self
         if sp.issparse(other):
-            return self._sg_adopt(other.__mul__(self))
+            with adopting():
+                return self._sg_adopt(other.__mul__(self))
         return super().__rmul__(other)
 
     # the classes scipy's own methods build their results with (tocsr, transpose, tobsr)

@@ -106,6 +106,16 @@ def hold(matrix, roots: set, arrays) -> None:
         roots.add(root)
 
 
+def unmarked_root(a) -> int | None:
+    """The id of the buffer behind ``a`` when a matrix holds it and it is not marked
+    exposed yet, else None (every read of ``A.data`` asks: kept short)."""
+    base = getattr(a, "base", None)
+    while isinstance(base, np.ndarray):
+        a, base = base, base.base
+    root = id(a)
+    return root if root in _holders and root not in exposed else None
+
+
 def held_any() -> bool:
     """True when any buffer is held (else a handed-out array needs no marking)."""
     return bool(_holders)
