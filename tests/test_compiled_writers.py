@@ -234,3 +234,12 @@ def test_gpu_product_of_a_written_copy_is_not_stale(gpu_backend_name, cupy):
         300,
     )
     assert_product_close((C @ cupy.asarray(x)).get(), S @ x, np.float64, 300)
+
+
+@pytest.mark.parametrize("fmt", ["csr", "bsr"])
+def test_an_empty_matrix_read_after_a_product(fmt):
+    """An empty BSR matrix's data is (0, R, C): its fingerprint is of no bytes."""
+    A = sg.csr_matrix((6, 4)) if fmt == "csr" else sg.bsr_matrix((6, 4), blocksize=(2, 2))
+    A @ np.ones(4)
+    assert A.data.size == 0
+    np.testing.assert_array_equal(A @ np.ones(4), np.zeros(6))

@@ -199,7 +199,7 @@ def fingerprint(arrays) -> int:
     crc = 0
     for a in arrays:
         crc = zlib.crc32(f"{a.dtype.str}{a.shape}".encode(), crc)
-        crc = zlib.crc32(memoryview(np.ascontiguousarray(a)).cast("B"), crc)
+        crc = zlib.crc32(np.ascontiguousarray(a).reshape(-1).view(np.uint8), crc)
     return crc
 
 
