@@ -71,7 +71,7 @@ def main(argv=None) -> int:
             x_single = cupy.asarray(x_single)
         single = S
         result["single_gpu_ms"] = _bench.time_ms(lambda: single @ x_single, comm, args.repeat)
-        single.__dict__.pop("_sg_cache", None)  # free the single-GPU mirror before distributing
+        single._sg_drop()  # free the single-GPU mirror before distributing
         del single, x_single
     comm.Barrier()
 

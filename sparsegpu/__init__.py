@@ -46,8 +46,7 @@ from .classes._matrix import csc_array as csc_array
 from .classes._matrix import csc_matrix as csc_matrix
 from .classes._matrix import csr_array as csr_array
 from .classes._matrix import csr_matrix as csr_matrix
-from .classes._matrix import matvec
-from .classes._products import explain, galerkin_product, spgemm
+from .classes._products import explain, galerkin_product, matvec, spgemm
 from .classes._reorder import reorder
 from .engine._planning import choose, plan, planning
 from .engine._registry import (

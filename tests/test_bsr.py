@@ -486,7 +486,7 @@ def test_a_block_right_operand_leaves_no_mirror(backend, blocksize):
     C = A @ B
     assert type(C) is sg.csr_matrix
     np.testing.assert_allclose(C.toarray(), (S @ T).toarray(), rtol=1e-13, atol=1e-13)
-    assert "_sg_cache" not in B.__dict__ and "_sg_shared" not in B.__dict__
+    assert "_sg_mirrors" not in B.__dict__
     B.data[0] *= 2
     T = T.copy()
     T.data[0] *= 2

@@ -230,7 +230,7 @@ def test_mirror_made_once_and_reused():
         x = np.ones(A.shape[1])
         for _ in range(3):
             sg.matvec(A, x, backend="counting-mirror")
-        cache = A.__dict__["_sg_cache"]
+        cache = A.__dict__["_sg_mirrors"].cache
         mirrors = [m for k, m in cache.mirrors.items() if k.residence == "host-copy"]
         assert len(mirrors) == 1
         assert len(mirrors[0].plans) == 1  # made once
@@ -262,7 +262,7 @@ def test_threads_share_one_mirror(copying_backend):
     assert len(results) == 160
     for y in results:
         assert_product_close(y, expected, np.float64, 400)
-    keys = [k for k in A.__dict__["_sg_shared"] if k != "sharers" and k[1] == "stored"]
+    keys = [k for k in A.__dict__["_sg_mirrors"].shared if k != "sharers" and k[1] == "stored"]
     assert len(keys) == 1
 
 
@@ -279,7 +279,7 @@ def test_pickle_and_copy_drop_the_mirror(copying_backend, dump):
         B = A.copy()
     assert type(B) is sg.csr_matrix
     assert B.backend == "scipy"
-    assert B.__dict__.get("_sg_cache") is None
+    assert getattr(B.__dict__.get("_sg_mirrors"), "cache", None) is None
     B.data = B.data.copy()
     B.data[0] = 5.0
     _check(B, copying_backend, dump)

@@ -1,4 +1,4 @@
-"""The scipy subclasses: argument handling, the device mirror, and the product hooks.
+"""The scipy subclasses: argument handling, the product hooks, the hooks of the mirrors.
 
 ``sparsegpu.csr_matrix`` / ``csr_array`` (and the ``csc`` classes that ``A.T`` returns)
 are scipy classes in every respect but one: their products (``A @ x``, ``A.dot``,
@@ -13,9 +13,10 @@ every path that changes the matrix: assignment to ``data``/``indices``/``indptr`
 (property setters) and every scipy method that changes the arrays in place (wrapped
 below). The host arrays stay writable, as in scipy, by Python and compiled code alike: an
 array handed out while a mirror holds it marks its buffer, and the next product compares
-the arrays with the fingerprint taken then, dropping the mirrors if they were written
-(:mod:`sparsegpu.device._host_buffers`). Matrices sharing arrays (``A.T`` shares ``A``'s)
-drop their mirrors together.
+the arrays with the fingerprint taken then, dropping the mirrors if they were written.
+Matrices sharing arrays (``A.T`` shares ``A``'s) drop their mirrors together. The mirror
+state and those rules live in one :class:`~sparsegpu.classes._mirrors.MatrixMirrors` a
+matrix holds; the methods here are the hooks that reach it.
 
 Results kept on the device
 --------------------------
@@ -28,36 +29,20 @@ to the host. Its shape, dtype, nnz and transposes need no host arrays either.
 from __future__ import annotations
 
 import operator
-import threading
-import weakref
 
 import numpy as np
 import scipy.sparse as sp
 
-from ..device import _cuda, _host_buffers
+from ..device import _cuda
 from ..device._block_mirror import DeviceBlockMatrix
 from ..device._dtypes import is_half
-from ..device._host_buffers import (
-    ARRAY_NAMES,
-    MIRROR_LOCK,
-    apply_forgotten,
-    expose,
-    hold,
-    holders_of,
-    is_held,
-    live_refs,
-    live_sharers,
-    own_arrays,
-    reached_from_outside,
-    root_id,
-    same_memory,
-    unhold,
-)
-from ..device._mirror import DeviceMatrix, MatrixCache, MirrorKey, Residence
+from ..device._host_buffers import ARRAY_NAMES, MIRROR_LOCK
+from ..device._mirror import DeviceMatrix, MatrixCache, Residence
 from ..device._pending import PendingArrays
 from ..engine import _dispatch, _planning, _registry, _sparse_product
 from ..engine._choice import Operand
 from ._class_loss import adopting, warn_if_lost
+from ._mirrors import MatrixMirrors, expose, invalidate, mirrors_of, reading_internally
 
 
 def _half_target(dtype, arg1) -> np.dtype | None:
@@ -89,57 +74,6 @@ def _attributes_of(cls) -> dict:
     return found
 
 
-def _release(matrix) -> None:
-    """Drop a matrix's mirrors and its holds on buffers (call under MIRROR_LOCK)."""
-    d = matrix.__dict__
-    d.pop("_sg_cache", None)
-    d.pop("_sg_shared", None)
-    d.pop("_sg_print", None)
-    for root in d.pop("_sg_roots", ()):
-        unhold(root, id(matrix))
-
-
-def _has_copy(matrix) -> bool:
-    """True when the matrix shares a device copy of its arrays (which a write leaves stale;
-    its host mirrors read the arrays themselves)."""
-    return any(key != "sharers" for key in matrix.__dict__.get("_sg_shared", ()))
-
-
-def _arrays_of(matrix) -> list:
-    d = matrix.__dict__
-    return [d[n] for n in ARRAY_NAMES]
-
-
-def _print_now(matrix) -> int:
-    return _host_buffers.fingerprint(_arrays_of(matrix))
-
-
-# Reads of the arrays by sparsegpu itself, whose results are copies or views it tracks
-# (a transpose sharing the arrays): they expose nothing.
-_internal = threading.local()
-
-
-class _reading_internally:
-    def __enter__(self):
-        _internal.depth = getattr(_internal, "depth", 0) + 1
-
-    def __exit__(self, *exc):
-        _internal.depth -= 1
-
-
-def _expose(value) -> None:
-    """``value``, a matrix's array, is handed out: if a mirror holds its buffer, mark
-    its buffer, so that the next product checks whether it was written (compiled code
-    writes without Python seeing it)."""
-    root = _host_buffers.unmarked_root(value)
-    if root is None or getattr(_internal, "depth", 0):
-        return
-    with MIRROR_LOCK:
-        holders = holders_of(root)
-        if holders:
-            expose(root, holders, _arrays_of)
-
-
 def _stored(name):
     """A property storing ``name`` in the instance dict; assignment drops the mirrors."""
 
@@ -151,8 +85,8 @@ def _stored(name):
                 raise
             self._sg_materialise()  # a result kept on the device: first host use
             value = self.__dict__[name]
-        if name != "_shape" and _host_buffers.held_any():
-            _expose(value)
+        if name != "_shape":
+            expose(value)
         return value
 
     def fset(self, value):
@@ -303,9 +237,9 @@ class _SparseGPUMixin:
         if not isinstance(value, (bool, np.bool_)):
             raise TypeError(f"mixed_precision must be True or False, got {value!r}")
         self._sg_mixed = bool(value)
-        cache = self.__dict__.get("_sg_cache")
-        if cache is not None:  # choices made under the other setting
-            cache.choices.clear()
+        mirrors = self.__dict__.get("_sg_mirrors")
+        if mirrors is not None and mirrors.cache is not None:  # choices made under the other
+            mirrors.cache.choices.clear()
 
     def _sg_inherit(self, other):
         """Pass this matrix's backend choice on to a matrix derived from it."""
@@ -337,6 +271,8 @@ class _SparseGPUMixin:
             self._sg_mirror_type.format,
         )  # fmt: skip
 
+    # The mirror state and what keeps it fresh live in a MatrixMirrors (_mirrors); these
+    # are the hooks the layers below call, each handing this matrix to it.
     def _sg_mirror(
         self, residence: Residence, value_dtype, transpose: bool = False
     ) -> DeviceMatrix:
@@ -344,139 +280,43 @@ class _SparseGPUMixin:
         ``transpose`` the mirror of ``self.T``, made from the device arrays this matrix
         shares with its views (no transpose on the host: ``A.T @ A`` and the Galerkin
         product's ``P.T``)."""
-        self._sg_check_writes()
-        value_dtype = np.dtype(value_dtype)
-        key = MirrorKey(residence.name, value_dtype if residence.copies else None, transpose)
-        cache = self.__dict__.get("_sg_cache")
-        if cache is not None:
-            mirror = cache.mirrors.get(key)
-            if mirror is not None:
-                return mirror
-        with MIRROR_LOCK:
-            cache = self.__dict__.get("_sg_cache")
-            if cache is None:  # never made, or dropped by _sg_invalidate
-                cache = self.__dict__["_sg_cache"] = MatrixCache()
-            mirror = cache.mirrors.get(key)
-            if mirror is None:
-                mirror = self._sg_build_mirror(residence, value_dtype, transpose)
-                mirror.settle()  # usable from any stream once published
-                cache.mirrors[key] = mirror
-            return mirror
+        mirrors = mirrors_of(self)
+        mirrors.check_writes(self)
+        return mirrors.mirror(self, residence, value_dtype, transpose)
 
-    def _sg_build_mirror(self, residence, value_dtype, transpose=False) -> DeviceMatrix:
-        csr_shape, transposed = self._sg_layout()
-        if not residence.copies:
-            self._sg_materialise()
-            arrays = [self.__dict__[n] for n in ARRAY_NAMES]
-            # The host mirror aliases the arrays (scipy computes on them, also in CSC
-            # layout), so it is never stale; they are still held, so that a write through
-            # A.data/A.indices drops the mirror and the next product validates them again
-            # (an index written out of range is a ValueError, not a crash in scipy's kernel).
-            mirror = self._sg_mirror_type.from_host(*arrays, csr_shape, residence)
-            mirror.layout = "csc" if transposed != transpose else "csr"
-            mirror.shape = self.shape[::-1] if transpose else self.shape
-            self._sg_lock_arrays(arrays)
-            return mirror
-        # "stored" (the arrays as CSR) and "transposed" live in a dict shared with the
-        # views holding the same arrays (A, every A.T, A.T.T): A.T is a new object each
-        # time it is evaluated, and this way it uploads and transposes only once.
-        shared = self._sg_shared_arrays()
-        stored = shared.get((residence.name, "stored"))
-        if stored is None:
-            self._sg_materialise()  # a result kept on another residence's device
-            arrays = [self.__dict__[n] for n in ARRAY_NAMES]
-            written = self.__dict__.pop("_sg_written", False)
-            if not written:
-                arrays = own_arrays(live_sharers(shared), arrays)
-            stored = self._sg_mirror_type.from_host(*arrays, csr_shape, residence)
-            shared[(residence.name, "stored")] = stored
-            del arrays
-            for sharer in live_sharers(shared):
-                sharer._sg_lock_arrays([sharer.__dict__[n] for n in ARRAY_NAMES])
-            if written:  # arrays still reachable from outside stay watched
-                self._sg_watch_if_reached()
-        stored.settle()  # a product may still write it, on another stream
-        base = stored
-        if transposed != transpose:
-            base = shared.get((residence.name, "transposed"))
-            if base is None:
-                base = shared[(residence.name, "transposed")] = _sparse_product.transposed(stored)
-        return base if base.dtype == value_dtype else base.astype(value_dtype)
+    def _sg_cache_dict(self) -> MatrixCache:
+        """The cache holding this matrix's mirrors and choices (made under the lock)."""
+        mirrors = mirrors_of(self)
+        mirrors.check_writes(self)
+        return mirrors.cache_dict()
 
-    def _sg_shared_arrays(self) -> dict:
-        """The device arrays this matrix shares with views of the same arrays."""
-        shared = self.__dict__.get("_sg_shared")
-        if shared is None:
-            shared = self.__dict__["_sg_shared"] = {"sharers": [weakref.ref(self)]}
-        return shared
-
-    def _sg_share_with(self, view) -> None:
-        """Let ``view``, holding the same memory as this matrix, share its device arrays.
-
-        Invariant: while the shared dict holds a device copy, every live sharer holds the
-        buffers (read-only, registered), so a change through any of them drops them all.
-        """
-        arrays = [self.__dict__.get(n) for n in ARRAY_NAMES]
-        theirs = [view.__dict__.get(n) for n in ARRAY_NAMES]
-        if any(
-            a is None or b is None or not same_memory(a, b)
-            for a, b in zip(arrays, theirs, strict=True)
-        ):
-            return
-        with MIRROR_LOCK:
-            shared = self._sg_shared_arrays()
-            shared["sharers"] = live_refs(shared["sharers"]) + [weakref.ref(view)]
-            view.__dict__["_sg_shared"] = shared
-            if any(key != "sharers" for key in shared):
-                view._sg_lock_arrays(theirs)
-
-    def _sg_seed_copy(self, other, conjugate: bool) -> None:
-        """Give ``other``, a fresh copy (or conjugate) of this matrix, the device arrays
-        this matrix already has, so that ``A.copy()`` and ``A.conj()`` (hence ``A.H`` and
-        scipy's adjoint operators) upload and transpose nothing again.
-
-        ``other``'s arrays equal this matrix's now and this matrix's device arrays are
-        never stale, so the seeded ones are exact; ``other``'s arrays are then held like
-        those of any matrix whose mirror was built from them.
-        """
-        shared = self.__dict__.get("_sg_shared")
-        if not shared or not isinstance(other, _SparseGPUMixin):
-            return
-        with MIRROR_LOCK:
-            seeded = {
-                key: (mirror.conj() if conjugate else mirror)
-                for key, mirror in shared.items()
-                if key != "sharers"
-            }
-            if not seeded:
-                return
-            other.__dict__["_sg_shared"] = {"sharers": [weakref.ref(other)], **seeded}
-            other._sg_lock_arrays([other.__dict__[n] for n in ARRAY_NAMES])
+    def _sg_check_writes(self) -> None:
+        """Before a product: were the arrays written since they were handed out?"""
+        mirrors = self.__dict__.get("_sg_mirrors")
+        if mirrors is not None:
+            mirrors.check_writes(self)
 
     def _sg_materialise(self) -> None:
-        """Make the host arrays of a result kept on the device (its first host use).
+        """Make the host arrays of a result kept on the device (its first host use)."""
+        if "_sg_pending" in self.__dict__:
+            mirrors_of(self).materialise(self)
 
-        Every live matrix sharing the same pending arrays (a result and its transposes)
-        takes the same downloaded arrays; as a device copy of them lives, they are held
-        read-only like those of any matrix with a mirror.
-        """
-        if "_sg_pending" not in self.__dict__:
-            return
-        with MIRROR_LOCK:
-            pending = self.__dict__.get("_sg_pending")
-            if pending is None:
-                return
-            arrays = pending.host()
-            shared = self.__dict__.get("_sg_shared") or {"sharers": [weakref.ref(self)]}
-            for sharer in [self, *live_sharers(shared)]:
-                d = sharer.__dict__
-                if d.get("_sg_pending") is not pending:
-                    continue
-                d.update(zip(ARRAY_NAMES, arrays, strict=True))
-                del d["_sg_pending"]
-                if any(key != "sharers" for key in d.get("_sg_shared", ())):
-                    sharer._sg_lock_arrays(arrays)
-            pending.forget_host()
+    def _sg_drop(self) -> None:
+        """Drop this matrix's own mirrors (an attribute now refers to another array)."""
+        mirrors = self.__dict__.get("_sg_mirrors")
+        if mirrors is not None:
+            mirrors.drop(self)
+
+    def _sg_invalidate(self) -> None:
+        """The arrays' contents are about to change: drop the mirrors of every matrix that
+        shares a buffer with this one (``A.T`` shares ``A``'s)."""
+        invalidate(self)
+
+    def _sg_seed_copy(self, other, conjugate: bool) -> None:
+        """Give ``other``, a fresh copy (or conjugate) of this matrix, its device arrays."""
+        mirrors = self.__dict__.get("_sg_mirrors")
+        if mirrors is not None and isinstance(other, _SparseGPUMixin):
+            mirrors.seed_copy(other, conjugate)
 
     @classmethod
     def _sg_on_device(cls, stored: DeviceMatrix, shape, like, pending=None, shared=None):
@@ -490,88 +330,8 @@ class _SparseGPUMixin:
         d["_shape"] = (int(shape[0]), int(shape[1]))
         d["_has_sorted_indices"] = True
         d["_has_canonical_format"] = True
-        d["_sg_pending"] = pending or PendingArrays(stored)
-        if shared is None:
-            shared = {"sharers": [], (stored.residence.name, "stored"): stored}
-        with MIRROR_LOCK:
-            shared["sharers"] = live_refs(shared["sharers"]) + [weakref.ref(matrix)]
-        d["_sg_shared"] = shared
+        MatrixMirrors.kept_on_device(matrix, stored, pending or PendingArrays(stored), shared)
         return like._sg_inherit(matrix)
-
-    def _sg_lock_arrays(self, arrays) -> None:
-        """Hold the buffers behind ``arrays`` read-only while this matrix's mirror lives."""
-        hold(self, self.__dict__.setdefault("_sg_roots", set()), arrays)
-
-    def _sg_drop(self) -> None:
-        """Drop this matrix's own mirrors (an attribute now refers to another array)."""
-        d = self.__dict__
-        if "_sg_cache" in d or "_sg_roots" in d:
-            with MIRROR_LOCK:
-                apply_forgotten()
-                _release(self)
-
-    def _sg_cache_dict(self) -> MatrixCache:
-        """The cache holding this matrix's mirrors and choices (made under the lock)."""
-        self._sg_check_writes()
-        with MIRROR_LOCK:
-            cache = self.__dict__.get("_sg_cache")
-            if cache is None:
-                cache = self.__dict__["_sg_cache"] = MatrixCache()
-            return cache
-
-    def _sg_invalidate(self) -> None:
-        """The arrays' contents are about to change: drop the mirrors of every matrix that
-        shares a buffer with this one (``A.T`` shares ``A``'s)."""
-        self._sg_materialise()
-        d = self.__dict__
-        roots = {root_id(d[n]) for n in ARRAY_NAMES if n in d}
-        roots.update(d.get("_sg_roots", ()))
-        if "_sg_cache" not in d and not is_held(roots):
-            return  # no mirror here nor on any matrix sharing these buffers
-        with MIRROR_LOCK:
-            apply_forgotten()
-            for root in roots:
-                for other in holders_of(root):
-                    _release(other)
-            _release(self)
-
-    def _sg_watch_if_reached(self) -> None:
-        """Mark the buffers of this matrix's arrays exposed (fingerprinted now) while
-        something besides their holders can reach them (call under MIRROR_LOCK)."""
-        roots = set(self.__dict__.get("_sg_roots", ()))
-        holders = {id(m): m for root in roots for m in holders_of(root)}
-        if reached_from_outside([a for m in holders.values() for a in _arrays_of(m)]):
-            for root in roots:
-                expose(root, holders_of(root), _arrays_of)
-
-    def _sg_check_writes(self) -> None:
-        """Before a product: if a buffer this matrix holds was handed out since its last
-        check, compare its holders' arrays with their fingerprints; a difference (a write,
-        by Python or compiled code) drops the mirrors, so the product rebuilds them from
-        the arrays as they are now. The mark stays while something besides the holders
-        can still reach the buffers (see :mod:`sparsegpu.device._host_buffers`)."""
-        roots = self.__dict__.get("_sg_roots")
-        if not _host_buffers.exposed or not roots or _host_buffers.exposed.isdisjoint(roots):
-            return
-        with MIRROR_LOCK:
-            apply_forgotten()
-            marked = roots & _host_buffers.exposed
-            holders = list({id(m): m for root in marked for m in holders_of(root)}.values())
-            written = [m for m in holders if m.__dict__.get("_sg_print") != _print_now(m)]
-            for matrix in written:
-                matrix._sg_invalidate()
-                # an array written from outside keeps reaching the matrix, as in scipy:
-                # the next upload reads it as it is (no copy-on-upload), watched
-                matrix.__dict__["_sg_written"] = True
-            if written:
-                return  # dropped: the rebuilt mirrors are checked anew
-            if any(_has_copy(m) for m in holders) and reached_from_outside(
-                [a for m in holders for a in _arrays_of(m)]
-            ):
-                return  # still reachable: the next product checks again
-            _host_buffers.exposed.difference_update(marked)
-            for matrix in holders:
-                matrix.__dict__.pop("_sg_print", None)
 
     @property
     def shape(self):
@@ -611,16 +371,13 @@ class _SparseGPUMixin:
         pending = self.__dict__.get("_sg_pending")
         if pending is not None:
             return pending.nnz
-        with _reading_internally():  # indptr[-1] is read, not handed out
+        with reading_internally():  # indptr[-1] is read, not handed out
             return super().nnz
 
     def __getstate__(self):
         self._sg_materialise()
         state = dict(self.__dict__)
-        state.pop("_sg_cache", None)
-        state.pop("_sg_shared", None)
-        for key in ("_sg_roots", "_sg_print", "_sg_written"):
-            state.pop(key, None)
+        state.pop("_sg_mirrors", None)
         return state
 
     # in-place scipy methods: each drops the mirror before changing anything
@@ -715,11 +472,12 @@ class _SparseGPUMixin:
             shape = self.shape[::-1]
             if copy:
                 return cls._sg_on_device(pending.device, shape, self)
-            return cls._sg_on_device(pending.device, shape, self, pending, self._sg_shared)
-        with _reading_internally():  # a view this matrix tracks (a sharer), or a copy
+            shared = mirrors_of(self).shared
+            return cls._sg_on_device(pending.device, shape, self, pending, shared)
+        with reading_internally():  # a view this matrix tracks (a sharer), or a copy
             result = self._sg_inherit(super().transpose(axes=axes, copy=copy))
         if not copy and isinstance(result, _SparseGPUMixin):
-            self._sg_share_with(result)
+            mirrors_of(self).share_with(self, result)
         return result
 
     transpose.__doc__ = sp.csr_matrix.transpose.__doc__
@@ -728,7 +486,7 @@ class _SparseGPUMixin:
         pending = self.__dict__.get("_sg_pending")
         if pending is not None:  # device arrays are never written: the copy may share them
             return type(self)._sg_on_device(pending.device, self.shape, self)
-        with _reading_internally():
+        with reading_internally():
             result = self._sg_inherit(super().copy())
         self._sg_seed_copy(result, conjugate=False)
         return result
@@ -767,7 +525,7 @@ class _SparseGPUMixin:
         return self._sg_inherit(super()._binopt(other, op))
 
     def conjugate(self, copy=True):
-        with _reading_internally():  # a copy, or this matrix itself
+        with reading_internally():  # a copy, or this matrix itself
             result = super().conjugate(copy=copy)
         if result is not self and self.dtype.kind == "c":
             self._sg_seed_copy(result, conjugate=True)
@@ -1025,42 +783,3 @@ class bsr_array(_BSRMixin, sp.bsr_array):
 
     See :class:`bsr_matrix`; ``*`` is element-wise, as for every scipy sparse array.
     """
-
-
-def matvec(A, x, *, backend: str | None = None, policy=None, out=None, planning=None):
-    """``A @ x`` with an explicit backend and policy (the top of the precedence).
-
-    Parameters
-    ----------
-    A : sparsegpu.csr_matrix, csr_array, csc_matrix or csc_array
-    x : numpy.ndarray or cupy.ndarray
-        1-D of length ``A.shape[1]``, or 2-D with that many rows.
-    backend : str, optional
-        Backend name; default: ``A.backend``, then ``use_backend``, then env, then auto.
-    policy : Policy, optional
-        Launch policy of that backend's kernel family.
-    out : array, optional
-        Where to write the result (same module and dtype as the result).
-    planning : {"estimate", "measure", "exhaustive"}, optional
-        How ``auto`` plans this product (default: ``A.planning``, ``sparsegpu.planning``,
-        ``SPARSEGPU_PLANNING``, then ``"measure"``).
-
-    Returns
-    -------
-    y : array in x's array module, with scipy's result dtype.
-    """
-    if planning is not None:
-        _planning.check_level(planning)
-    if not isinstance(A, _SparseGPUMixin):
-        raise TypeError(
-            f"A must be a sparsegpu matrix, got {type(A).__name__}; wrap it with "
-            "sparsegpu.csr_matrix(A)"
-        )
-    if not (_cuda.is_cupy_array(x) or isinstance(x, np.ndarray)):
-        x = np.asarray(x)
-    if x.ndim not in (1, 2) or x.shape[0] != A.shape[1]:
-        raise ValueError(
-            f"dimension mismatch: A has shape {A.shape} but x has shape {x.shape}; "
-            f"x needs {A.shape[1]} rows"
-        )
-    return _dispatch.product(A, x, backend=backend, policy=policy, out=out, planning=planning)

@@ -1,4 +1,4 @@
-"""Sparse products with options: ``sg.spgemm``, ``sg.galerkin_product`` and ``sg.explain``.
+"""Products with options: ``sg.matvec``, ``sg.spgemm``, ``sg.galerkin_product``, ``sg.explain``.
 
 ``A @ B`` already runs on the GPU for sparsegpu operands (:mod:`sparsegpu.engine._sparse_product`);
 these functions add what an operator cannot take: the algorithm, a memory limit, the
@@ -7,9 +7,11 @@ planning level, and the Galerkin triple product without a transpose on the host.
 
 from __future__ import annotations
 
+import numpy as np
 import scipy.sparse as sp
 
-from ..engine import _planning, _sparse_product
+from ..device import _cuda
+from ..engine import _dispatch, _planning, _sparse_product
 from ._matrix import _SparseGPUMixin, csr_array, csr_matrix
 
 
@@ -125,3 +127,42 @@ def explain(A, other=None):
         _sparse_product.check_operands(A, other)
         return _sparse_product.explain(A, other)
     return _planning.explain(A, other)
+
+
+def matvec(A, x, *, backend: str | None = None, policy=None, out=None, planning=None):
+    """``A @ x`` with an explicit backend and policy (the top of the precedence).
+
+    Parameters
+    ----------
+    A : sparsegpu.csr_matrix, csr_array, csc_matrix or csc_array
+    x : numpy.ndarray or cupy.ndarray
+        1-D of length ``A.shape[1]``, or 2-D with that many rows.
+    backend : str, optional
+        Backend name; default: ``A.backend``, then ``use_backend``, then env, then auto.
+    policy : Policy, optional
+        Launch policy of that backend's kernel family.
+    out : array, optional
+        Where to write the result (same module and dtype as the result).
+    planning : {"estimate", "measure", "exhaustive"}, optional
+        How ``auto`` plans this product (default: ``A.planning``, ``sparsegpu.planning``,
+        ``SPARSEGPU_PLANNING``, then ``"measure"``).
+
+    Returns
+    -------
+    y : array in x's array module, with scipy's result dtype.
+    """
+    if planning is not None:
+        _planning.check_level(planning)
+    if not isinstance(A, _SparseGPUMixin):
+        raise TypeError(
+            f"A must be a sparsegpu matrix, got {type(A).__name__}; wrap it with "
+            "sparsegpu.csr_matrix(A)"
+        )
+    if not (_cuda.is_cupy_array(x) or isinstance(x, np.ndarray)):
+        x = np.asarray(x)
+    if x.ndim not in (1, 2) or x.shape[0] != A.shape[1]:
+        raise ValueError(
+            f"dimension mismatch: A has shape {A.shape} but x has shape {x.shape}; "
+            f"x needs {A.shape[1]} rows"
+        )
+    return _dispatch.product(A, x, backend=backend, policy=policy, out=out, planning=planning)

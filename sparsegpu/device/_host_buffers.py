@@ -8,10 +8,11 @@ The buffers stay writable, as in scipy: compiled code (pybind11, Cython, ``np.co
 ``out=``) writes them without asking Python. A write cannot go unseen all the same:
 
 * handing an array out (``A.data``, ``A.indices``, ``A.indptr`` read while a mirror holds
-  it) marks its buffer *exposed* (:func:`expose`) and records, first, a fingerprint of the
-  holders' arrays (:func:`fingerprint`, CRC-32 of their bytes);
-* the next product of a holder compares the fingerprints again (:func:`check_exposed`);
-  a difference drops the mirrors, and the product builds (and validates) them anew;
+  it) marks its buffer *exposed* (:data:`exposed`) and records, first, a fingerprint of
+  the holders' arrays (:func:`fingerprint`, CRC-32 of their bytes);
+* the next product of a holder compares the fingerprints again; a difference drops the
+  mirrors, and the product builds (and validates) them anew
+  (:mod:`sparsegpu.classes._mirrors` does both);
 * the buffer stays exposed while something besides its holders can still reach it (an
   array kept from ``A.data``, a view of it: :func:`reached_from_outside`, by reference
   counts), so every product re-checks until that reference is gone; with none left, a
@@ -201,16 +202,6 @@ def fingerprint(arrays) -> int:
         crc = zlib.crc32(f"{a.dtype.str}{a.shape}".encode(), crc)
         crc = zlib.crc32(np.ascontiguousarray(a).reshape(-1).view(np.uint8), crc)
     return crc
-
-
-def expose(root: int, holders: list, arrays_of) -> None:
-    """Buffer ``root`` is being handed out: fingerprint its holders' arrays (those not
-    fingerprinted since their last check), then mark it (call under MIRROR_LOCK)."""
-    for matrix in holders:
-        d = matrix.__dict__
-        if "_sg_print" not in d:
-            d["_sg_print"] = fingerprint(arrays_of(matrix))
-    exposed.add(root)
 
 
 def reached_from_outside(arrays) -> bool:

@@ -68,7 +68,8 @@ def _product(matrix_obj, x, backend, policy, out, planning=None):
         _registry.generation,
         operation,
     )
-    cache = matrix_obj.__dict__.get("_sg_cache")
+    mirrors = matrix_obj.__dict__.get("_sg_mirrors")
+    cache = mirrors.cache if mirrors is not None else None
     entry = cache.choices.get(key) if cache is not None else None
     if entry is None:
         # Into the cache that holds the mirrors this choice was made from: if another
