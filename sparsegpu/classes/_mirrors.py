@@ -300,8 +300,8 @@ def invalidate(matrix) -> None:
 def mirrors_of(matrix) -> MatrixMirrors:
     """The matrix's mirror state (made on first use)."""
     mirrors = matrix.__dict__.get("_sg_mirrors")
-    if mirrors is None:
-        mirrors = matrix.__dict__["_sg_mirrors"] = MatrixMirrors()
+    if mirrors is None:  # setdefault: two threads making it keep the same one
+        mirrors = matrix.__dict__.setdefault("_sg_mirrors", MatrixMirrors())
     return mirrors
 
 
