@@ -278,3 +278,11 @@ def test_pyamg_hierarchy_keeps_sparsegpu_classes(solver, cls, fresh_warning):
     b = np.linspace(-1.0, 1.0, A.shape[0])
     plain = getattr(pyamg, solver)(A, max_coarse=10)
     np.testing.assert_allclose(ml.solve(b, tol=1e-10), plain.solve(b, tol=1e-10), rtol=1e-8)
+
+
+def test_the_warning_names_the_left_operand_as_written(fresh_warning):
+    """``sp.diags(d) @ A``: scipy converts the DIA operand to CSR before A; the warning
+    names the DIA matrix the user wrote."""
+    A = sg.csr_matrix(sp.random(6, 6, density=0.5, format="csr", random_state=50))
+    with pytest.warns(sg.ScipyClassResultWarning, match="scipy's dia_matrix on the left"):
+        sp.diags(np.ones(6)) @ A

@@ -43,7 +43,7 @@ _OPERATORS = frozenset(
     }
 )
 _SCIPY_SPARSE = os.path.dirname(sp.__file__)
-_FRAMES = 8  # scipy's deepest path from the operator to the conversion is 5 frames
+_FRAMES = 10  # scipy's operators reach the conversion within a few frames
 
 _state = threading.local()
 _warned = False
@@ -69,17 +69,21 @@ def warn_if_lost(matrix) -> None:
     operand, whose result will be scipy's class."""
     if _warned or getattr(_state, "depth", 0):
         return
-    frame = sys._getframe(2)
-    for _ in range(_FRAMES):
-        if frame is None:
-            return
+    frame, left = sys._getframe(2), None
+    for _ in range(_FRAMES):  # the operator nearest the conversion decides; the
+        if frame is None:  # outermost names the class (sp.diags(d) @ A converts d first)
+            break
         code = frame.f_code
         if code.co_name in _OPERATORS and code.co_filename.startswith(_SCIPY_SPARSE):
-            left = frame.f_locals.get("self")
-            if sp.issparse(left) and not _is_sparsegpu(left):
-                _warn(left, matrix)
-            return
+            operand = frame.f_locals.get("self")
+            if not sp.issparse(operand) or _is_sparsegpu(operand):
+                break
+            left = operand
+        elif left is not None:
+            break
         frame = frame.f_back
+    if left is not None:
+        _warn(left, matrix)
 
 
 def _warn(left, right) -> None:
