@@ -96,8 +96,9 @@ def _warn(left, right) -> None:
         "answer first only when it is a subclass of the left's: the same format and kind), "
         "so products with the result run in scipy on the host. Make the left operand a "
         "sparsegpu matrix too (sg.csr_array(S), sg.bsr_array(S)), or convert what was "
-        "built: sg.as_sparsegpu(M), or sg.as_sparsegpu(ml) for every level of a PyAMG "
-        "hierarchy. This warning is shown once.",
+        "built: sg.as_sparsegpu(M); for a PyAMG hierarchy, sg.as_sparsegpu(ml) (every "
+        "level, PyAMG's cycle) or sg.linalg.amg(ml) (the cycle on the device). This "
+        "warning is shown once.",
         ScipyClassResultWarning,
         stacklevel=_caller_level(),
     )
