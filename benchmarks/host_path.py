@@ -173,7 +173,7 @@ def put_in_cache(A, plan, x) -> None:
         _select.AUTO, x.dtype, None, None, A._sg_policy, A._sg_planning,
         _registry.generation, _planning.operation_of(x),
     )  # fmt: skip
-    A._sg_cache_dict().choices[key] = _planning.PlannedProduct(plan, x.dtype, False, None)
+    A._sg_cache_dict().choices[key] = _planning.PlannedChoice(plan, x.dtype, False, None)
 
 
 def per_call_us(fn, calls: int, repeats: int) -> float:

@@ -59,7 +59,7 @@ from benchmarks.common import GALERKIN, DirectSpGEMM
 from sparsegpu import measure
 from sparsegpu.backends import spgemm
 from sparsegpu.device import _cuda, _mirror
-from sparsegpu.engine import _sparse_product
+from sparsegpu.engine import _sparse_dispatch
 from sparsegpu.measure import tolerance
 
 # the bars of issue 34
@@ -284,7 +284,7 @@ def blocked_completion(builder, cupy, log) -> dict:
     S = sp.csr_matrix(builder())
     pool, previous = cupy.cuda.MemoryPool(), cupy.cuda.get_allocator()
     cupy.cuda.set_allocator(pool.malloc)
-    engine = _sparse_product.engine_for(_mirror.CUPY)
+    engine = _sparse_dispatch.engine_for(_mirror.CUPY)
     lean = type(engine).lean_algorithms
     try:
         A = sg.csr_matrix(S)

@@ -65,7 +65,7 @@ from sparsegpu import datasets, measure
 from sparsegpu.backends import spgemm
 from sparsegpu.datasets import synthetic
 from sparsegpu.device._mirror import CUPY
-from sparsegpu.engine import _sparse_planning, _sparse_product
+from sparsegpu.engine import _sparse_dispatch, _sparse_planning
 
 RMAT = {"a": 0.45, "b": 0.55 / 3, "c": 0.55 / 3}
 
@@ -132,8 +132,8 @@ def run_dtype(group, name, form, S, dtype, repeat, cupy, cupyx_sparse, log) -> d
     row.update(shape=list(S.shape), nnz=int(S.nnz))
     fns, operands, P = _products(form, S, dtype, cupyx_sparse)
     if operands is not None:
-        engine, residence, value_dtype, _ = _sparse_product.where(*operands)
-        left, right = _sparse_product.operands(*operands, residence, value_dtype)
+        engine, residence, value_dtype, _ = _sparse_dispatch.where(*operands)
+        left, right = _sparse_dispatch.operands(*operands, residence, value_dtype)
         left, right = spgemm.canonical(left), spgemm.canonical(right)
         row["rule"], row["rule_reason"] = engine.estimate(left, right)
         row["bound"] = int(left.stats.max) * int(right.stats.max)

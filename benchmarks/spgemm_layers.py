@@ -43,7 +43,7 @@ from benchmarks import spgemm as spgemm_bench
 from benchmarks.common import DirectSpGEMM
 from sparsegpu import measure
 from sparsegpu.backends import spgemm
-from sparsegpu.engine import _sparse_planning, _sparse_product
+from sparsegpu.engine import _sparse_dispatch, _sparse_planning
 
 LAYERS = ("op", "spgemm", "planning", "driver", "engine", "cusparse_alg1", "cupyx")
 
@@ -56,8 +56,8 @@ def layer_fns(form, S, dtype, cupyx_sparse) -> tuple[dict, str]:
     Acx.sum_duplicates()
     left, right = (A, A) if form == "A@A" else (A.T, A)
     left_cx, right_cx = (Acx, Acx) if form == "A@A" else (Acx.T, Acx)
-    engine, residence, value_dtype, _ = _sparse_product.where(left, right)
-    L, R = _sparse_product.operands(left, right, residence, value_dtype)
+    engine, residence, value_dtype, _ = _sparse_dispatch.where(left, right)
+    L, R = _sparse_dispatch.operands(left, right, residence, value_dtype)
     L, R = spgemm.canonical(L), spgemm.canonical(R)
     algorithm = engine.rule(L, R)
 

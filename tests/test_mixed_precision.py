@@ -72,7 +72,7 @@ def test_values_stay_narrow_and_the_answer_is_the_wide_one(cupy, backend, index_
     assert isinstance(y, cupy.ndarray) and y.dtype == wide
     # the float64 product of the float32 values, to float64's tolerance
     assert_product_close(y, S.astype(wide) @ x, wide, _max_row(S), what=matrix_name)
-    resolved = _planning.planned_product(A, wide)
+    resolved = _planning.planned_choice(A, wide)
     assert resolved.choice.backend == (backend or resolved.choice.backend)
     assert resolved.choice.storage_dtype == narrow
     if resolved.choice.backend == "cusparse" and S.nnz > S.shape[0] * S.shape[1]:
@@ -108,12 +108,12 @@ def test_never_chosen_without_the_opt_in(cupy):
     A = sg.csr_matrix(S)
     x = cupy.asarray(random_vector(S.shape[1], np.float64, seed=5))
     A @ x
-    resolved = _planning.planned_product(A, np.float64)
+    resolved = _planning.planned_choice(A, np.float64)
     assert resolved.choice.storage_dtype is None
     assert resolved.plan.matrix.dtype == np.float64  # widened on the device, as before
     A.mixed_precision = True  # the switch takes effect on the next product
     A @ x
-    assert _planning.planned_product(A, np.float64).plan.matrix.dtype == np.float32
+    assert _planning.planned_choice(A, np.float64).plan.matrix.dtype == np.float32
     assert "mixed precision: the values stay float32" in str(sg.explain(A, np.float64))
 
 
@@ -137,7 +137,7 @@ def test_complex_products_are_widened_as_before(cupy):
     assert_product_close(
         A @ cupy.asarray(x), S.astype(np.complex128) @ x, np.complex128, _max_row(S)
     )
-    assert _planning.planned_product(A, np.complex128).choice.storage_dtype is None
+    assert _planning.planned_choice(A, np.complex128).choice.storage_dtype is None
 
 
 def test_products_in_the_narrow_dtype_are_not_mixed(cupy):
@@ -146,7 +146,7 @@ def test_products_in_the_narrow_dtype_are_not_mixed(cupy):
     A.mixed_precision = True
     y = A @ cupy.ones(S.shape[1], dtype=np.float32)
     assert y.dtype == np.float32
-    assert _planning.planned_product(A, np.float32).choice.storage_dtype is None
+    assert _planning.planned_choice(A, np.float32).choice.storage_dtype is None
 
 
 @pytest.mark.parametrize("backend", ["texture", "swcache", "merge_path"])

@@ -52,13 +52,13 @@ def operands(kind):
 def dispatched(monkeypatch):
     """Counts the products that reach sparsegpu's dispatcher."""
     calls = []
-    product = _dispatch.product
+    product = _dispatch.apply
 
     def counting(matrix, x, **kwargs):
         calls.append(type(matrix))
         return product(matrix, x, **kwargs)
 
-    monkeypatch.setattr(_dispatch, "product", counting)
+    monkeypatch.setattr(_dispatch, "apply", counting)
     return calls
 
 

@@ -22,7 +22,7 @@ import sparsegpu as sg
 from sparsegpu.backends import spgemm
 from sparsegpu.device import _cuda
 from sparsegpu.device._mirror import DeviceMemoryError
-from sparsegpu.engine import _sparse_planning, _sparse_product
+from sparsegpu.engine import _sparse_dispatch, _sparse_planning
 from sparsegpu.testing import (
     INDEX_DTYPES,
     VALUE_DTYPES,
@@ -324,10 +324,10 @@ def test_a_widened_result_keeps_what_is_known_of_its_rows(engine):
     matrix of the same rows: its statistics and recorded bound carry over."""
     S = random_sparse((40, 40), 0.15, 15, np.float64)
     A = _on(engine, S)
-    residence = _sparse_product.where(A, A)[1]
+    residence = _sparse_dispatch.where(A, A)[1]
     C = _sparse_planning.multiply_sparse(
-        *_sparse_product.operands(A, A, residence, np.float64),
-        _sparse_product.where(A, A)[0],
+        *_sparse_dispatch.operands(A, A, residence, np.float64),
+        _sparse_dispatch.where(A, A)[0],
         level="estimate",
     )
     stats = C.row_stats
@@ -469,7 +469,7 @@ def test_scipy_backend_is_scipys_product(engine):
 
 
 def test_auto_without_a_gpu_stays_on_scipy(monkeypatch):
-    monkeypatch.setattr(_sparse_product._cuda, "unavailable_reason", lambda: "no GPU (test)")
+    monkeypatch.setattr(_sparse_dispatch._cuda, "unavailable_reason", lambda: "no GPU (test)")
     S = random_sparse((30, 20), 0.2, 10, np.float64)
     A = sg.csr_matrix(S)
     C = A @ A.T
@@ -502,7 +502,7 @@ def test_a_product_whose_work_space_does_not_fit_runs_in_row_blocks(engine, monk
     peak = sg.explain(A, A).peak_bytes
     result = _result_bytes(whole)
     assert peak > result
-    monkeypatch.setattr(type(_sparse_product.where(A, A)[0]), "lean_algorithms", lambda self: ())
+    monkeypatch.setattr(type(_sparse_dispatch.where(A, A)[0]), "lean_algorithms", lambda self: ())
     limit = result + (peak - result) // 6
     C = sg.spgemm(A, A, memory_limit=limit, planning="estimate")
     last = sg.explain(A, A).last
@@ -521,7 +521,7 @@ def test_a_capped_cupy_pool_makes_the_product_complete_in_row_blocks(cupy, monke
         A = _on("gpu", S)
         whole = sg.spgemm(A, A, algorithm="alg1")
         peak, result = sg.explain(A, A).peak_bytes, _result_bytes(whole)
-        engine = type(_sparse_product.where(A, A)[0])
+        engine = type(_sparse_dispatch.where(A, A)[0])
         monkeypatch.setattr(engine, "lean_algorithms", lambda self: ())
         pool.free_all_blocks()
         pool.set_limit(size=pool.total_bytes() + result + (peak - result) // 4)
@@ -556,7 +556,7 @@ def test_a_result_that_cannot_fit_raises_memory_error(engine):
 
 @pytest.mark.parametrize("algorithm", ["alg1", "alg2", "alg3", "hash"])
 def test_each_algorithm_by_name(engine, algorithm):
-    engine_obj = _sparse_product.where(*(2 * [_on(engine, sp.eye(2))]))[0]
+    engine_obj = _sparse_dispatch.where(*(2 * [_on(engine, sp.eye(2))]))[0]
     if algorithm not in engine_obj.algorithms() + engine_obj.lean_algorithms():
         pytest.skip(f"{engine_obj.name} has no {algorithm}")
     S = random_sparse((300, 200), 0.03, 14, np.complex64)
@@ -651,7 +651,7 @@ def test_exhaustive_times_every_algorithm_on_the_second_product(engine):
     assert not sg.explain(A, A).measurements
     check_product(A @ A, S @ S, np.float64, 120)
     plan = sg.explain(A, A)
-    engine_obj = _sparse_product.where(A, A)[0]
+    engine_obj = _sparse_dispatch.where(A, A)[0]
     names = {m.algorithm for m in plan.measurements}
     assert names == {*engine_obj.algorithms(), "reuse"}, names
     assert plan.level == "exhaustive" and plan.algorithm in names
@@ -675,8 +675,8 @@ def test_estimate_measures_nothing(engine):
     for _ in range(3):
         A @ A
     plan = sg.explain(A, A)
-    engine_obj, residence, dtype, _ = _sparse_product.where(A, A)
-    ruled, reason = engine_obj.estimate(*_sparse_product.operands(A, A, residence, dtype))
+    engine_obj, residence, dtype, _ = _sparse_dispatch.where(A, A)
+    ruled, reason = engine_obj.estimate(*_sparse_dispatch.operands(A, A, residence, dtype))
     assert plan.algorithm == ruled and not plan.measurements and plan.level == "estimate"
     assert reason in plan.reason and sg.explain(A, A).last.algorithm == ruled
 
@@ -700,8 +700,8 @@ def test_the_reuse_plan_recomputes_values_only_for_the_same_patterns(engine, mon
 def test_reuse_plans_compare_patterns_exactly(engine):
     S = random_sparse((60, 60), 0.1, 19, np.float64)
     A = _on(engine, S)
-    engine_obj, residence, dtype, _ = _sparse_product.where(A, A)
-    left, right = _sparse_product.operands(A, A, residence, dtype)
+    engine_obj, residence, dtype, _ = _sparse_dispatch.where(A, A)
+    left, right = _sparse_dispatch.operands(A, A, residence, dtype)
     from sparsegpu.backends.spgemm import Budget
 
     plan = engine_obj.reuse(left, right, Budget(left.xp))
@@ -709,7 +709,7 @@ def test_reuse_plans_compare_patterns_exactly(engine):
         pytest.skip(f"{engine_obj.name} has no reuse here")
     assert plan.matches(left, right)
     other = _on(engine, S + sp.eye(60))
-    o_left, o_right = _sparse_product.operands(other, other, residence, dtype)
+    o_left, o_right = _sparse_dispatch.operands(other, other, residence, dtype)
     assert not plan.matches(o_left, o_right)
     product = plan.compute(left, right, Budget(left.xp))
     assert product.nnz == (S @ S).nnz
@@ -743,7 +743,7 @@ def test_reuse_plans_are_kept_within_their_count_and_memory(engine, monkeypatch)
     for seed in range(4):
         A = _on(engine, random_sparse((50, 50), 0.1, 30 + seed, np.float64))
         pair = _sparse_planning._pair(
-            *_sparse_product.operands(A, A, *_sparse_product.where(A, A)[1:3])
+            *_sparse_dispatch.operands(A, A, *_sparse_dispatch.where(A, A)[1:3])
         )
         pair.reuse = type("Plan", (), {"held_bytes": 10})()
         plans.append(pair)

@@ -20,7 +20,7 @@ import sparsegpu as sg
 from sparsegpu.backends import spgemm
 from sparsegpu.backends.spgemm import Budget, Refused, SpgemmError, register_engine
 from sparsegpu.device import _cuda
-from sparsegpu.engine import _sparse_product
+from sparsegpu.engine import _sparse_dispatch
 from sparsegpu.testing import HostSpgemm, assert_product_close, no_gpu_reason
 
 FUZZ_CASES = 48
@@ -83,8 +83,8 @@ def test_awkward_products_equal_scipys(engine, case):
 
 def _mirrors(engine, S, T):
     A, B = _on(engine, S), _on(engine, T)
-    engine_obj, residence, dtype, _ = _sparse_product.where(A, B)
-    left, right = _sparse_product.operands(A, B, residence, dtype)
+    engine_obj, residence, dtype, _ = _sparse_dispatch.where(A, B)
+    left, right = _sparse_dispatch.operands(A, B, residence, dtype)
     return engine_obj, spgemm.canonical(left), spgemm.canonical(right)
 
 
@@ -225,11 +225,11 @@ def test_a_transpose_on_the_device_is_the_sorted_transpose(engine, case):
     dtype = [np.float64, np.complex64][case % 2]
     S = awkward_operand(rng, tuple(int(v) for v in rng.integers(1, 50, size=2)), dtype, np.int32)
     A = _on(engine, S)
-    _, residence, value_dtype, _ = _sparse_product.where(A, A)
+    _, residence, value_dtype, _ = _sparse_dispatch.where(A, A)
     mirror = A._sg_mirror(residence, value_dtype)
     fast = cusparse.transpose(mirror)
     assert (fast is None) == (engine == "host-copy")
-    ours = _sparse_product.transposed(mirror)
+    ours = _sparse_dispatch.transposed(mirror)
     sorted_ = mirror.transpose()
     for got, want in ((ours.indptr, sorted_.indptr), (ours.indices, sorted_.indices)):
         np.testing.assert_array_equal(_host(got), _host(want))
@@ -256,7 +256,7 @@ def test_the_transpose_of_p_takes_what_is_known_of_p(engine, monkeypatch):
     )
     G = sg.galerkin_product(A, Psg)
     assert (8, 60) not in checked and (60, 8) in checked, checked
-    _, residence, dtype, _ = _sparse_product.where(A, Psg)
+    _, residence, dtype, _ = _sparse_dispatch.where(A, Psg)
     PT = Psg._sg_mirror(residence, dtype, transpose=True)
     assert PT.formats["pattern_key"][3][0] == "T"
     assert_product_close(G.toarray(), (P.T @ S @ P).toarray(), np.float64, 60)

@@ -10,7 +10,7 @@ alternation, after checking that both sides' whole products agree:
 * ``sg_A_P``: ``A @ P`` (a fresh result each time, as inside the Galerkin product);
 * ``sg_PT_mirror``: ``P.transpose()`` and its device mirror (kept with ``P``'s: should
   cost nothing after the first);
-* ``sg_PT_AP``: ``P.T @ AP`` with a fixed ``AP`` through ``_sparse_product.product`` (the
+* ``sg_PT_AP``: ``P.T @ AP`` with a fixed ``AP`` through ``_sparse_dispatch.product`` (the
   Galerkin product's second half as it runs), and ``sg_PT_AP_alg1`` the same through
   ``sg.spgemm(algorithm="alg1")`` (no planning);
 * ``direct_A_P``, ``direct_PT_AP``: cuSPARSE SpGEMM ALG1 called directly on the same
@@ -41,7 +41,7 @@ from sparsegpu.backends import spgemm
 from sparsegpu.datasets import synthetic
 from sparsegpu.device import _cuda
 from sparsegpu.device._mirror import CUPY
-from sparsegpu.engine import _sparse_product
+from sparsegpu.engine import _sparse_dispatch
 
 
 def phases(n: int, dtype, repeat: int, cupy, cupyx_sparse) -> dict:
@@ -68,7 +68,7 @@ def phases(n: int, dtype, repeat: int, cupy, cupyx_sparse) -> dict:
         "sg_galerkin": lambda: sg.galerkin_product(A, Psg),
         "sg_A_P": lambda: A @ Psg,
         "sg_PT_mirror": pt_mirror,
-        "sg_PT_AP": lambda: _sparse_product.product(PT, AP, as_csr=True),
+        "sg_PT_AP": lambda: _sparse_dispatch.multiply(PT, AP, as_csr=True),
         "sg_PT_AP_alg1": lambda: sg.spgemm(PT, AP, algorithm="alg1"),
         "direct_A_P": bench.DirectSpGEMM(*left_AP),
         "direct_PT_AP": bench.DirectSpGEMM(*left_PT),

@@ -35,7 +35,7 @@ from sparsegpu.backends import cusparse_spgemm, hash_spgemm, spgemm
 from sparsegpu.datasets import synthetic
 from sparsegpu.device import _cuda
 from sparsegpu.device._mirror import CUPY, DeviceMatrix
-from sparsegpu.engine import _sparse_planning, _sparse_product
+from sparsegpu.engine import _sparse_dispatch, _sparse_planning
 
 FIRST = spgemm_first
 fresh_sg, fresh_cupyx = FIRST.fresh_sg, FIRST.fresh_cupyx
@@ -150,7 +150,7 @@ def _products(base, identity, Acx, dtype, cupy, cupyx_sparse) -> dict:
         row[f"{key}_ms"] = float(np.median(samples))
     A = fresh_sg(base, identity)
     left = spgemm.canonical(A._sg_mirror(CUPY, np.dtype(dtype)))
-    row["rule"] = _sparse_product.engine_for(left.residence).estimate(left, left)[1]
+    row["rule"] = _sparse_dispatch.engine_for(left.residence).estimate(left, left)[1]
     A = fresh_sg(base, identity)
     row["phases_ms"] = phase_times(lambda A=A: A @ A, cupy)
     A = fresh_sg(base, identity)

@@ -102,7 +102,7 @@ def main(argv=None) -> int:
         "plan.matmat(X, out=Y)": lambda: plan.matmat(X, out=Y),
         "plan._block_results.take": lambda: plan._block_results.take(k, False),
         "plan.matmat(X)": lambda: plan.matmat(X),
-        "_dispatch.product(A, X)": lambda: _dispatch.product(A, X),
+        "_dispatch.apply(A, X)": lambda: _dispatch.apply(A, X),
         "A @ X": lambda: A @ X,
         "cupy.empty((n, k))": lambda: cupy.empty((S.shape[0], k)),
         "cuSPARSE ALG3 direct": direct,

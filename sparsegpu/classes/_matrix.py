@@ -39,7 +39,7 @@ from ..device._dtypes import is_half
 from ..device._host_buffers import ARRAY_NAMES, MIRROR_LOCK
 from ..device._mirror import DeviceMatrix, MatrixCache, Residence
 from ..device._pending import PendingArrays
-from ..engine import _dispatch, _planning, _registry, _sparse_product
+from ..engine import _dispatch, _planning, _registry, _sparse_dispatch
 from ..engine._choice import Operand
 from ._class_loss import adopting, warn_if_lost
 from ._mirrors import MatrixMirrors, expose, invalidate, mirrors_of, reading_internally
@@ -396,12 +396,12 @@ class _SparseGPUMixin:
     def _matmul_vector(self, other):
         if self.ndim != 2:
             return super()._matmul_vector(other)
-        return _dispatch.product(self, other)
+        return _dispatch.apply(self, other)
 
     def _matmul_multivector(self, other):
         if self.ndim != 2:
             return super()._matmul_multivector(other)
-        return _dispatch.product(self, other)
+        return _dispatch.apply(self, other)
 
     # scipy < 1.13 names the same hooks _mul_vector / _mul_multivector
     _mul_vector = _matmul_vector
@@ -417,15 +417,15 @@ class _SparseGPUMixin:
                     f"(k={other.shape[0]},1?)->(n,1?)"
                 )
             if other.ndim == 1:
-                return _dispatch.product(self, other)
-            return _dispatch.product(self, other.ravel()).reshape(M, 1)
+                return _dispatch.apply(self, other)
+            return _dispatch.apply(self, other.ravel()).reshape(M, 1)
         if other.ndim == 2:
             if other.shape[0] != N:
                 raise ValueError(
                     f"matmul: dimension mismatch with signature (n,k={N}),"
                     f"(k={other.shape[0]},m)->(n,m)"
                 )
-            return _dispatch.product(self, other)
+            return _dispatch.apply(self, other)
         raise ValueError(f"could not interpret dimensions: operand has shape {other.shape}")
 
     def __matmul__(self, other):
@@ -440,11 +440,11 @@ class _SparseGPUMixin:
             and len(shape) == 2
             and other.shape[0] == shape[1]
         ):
-            return _dispatch.product(self, other)
+            return _dispatch.apply(self, other)
         if _cuda.is_cupy_array(other) and len(shape) == 2:
             if other.ndim in (1, 2) and other.shape[0] == shape[1]:
                 # a solver's x or a block method's X, shapes as scipy's
-                return _dispatch.product(self, other)
+                return _dispatch.apply(self, other)
             return self._sg_cupy_matmul(other)
         return super().__matmul__(other)
 
@@ -593,13 +593,13 @@ class _SparseGPUMixin:
     tobsr.__doc__ = sp.csr_matrix.tobsr.__doc__
 
     def _matmul_sparse(self, other):
-        stored = _sparse_product.product(self, other)
+        stored = _sparse_dispatch.multiply(self, other)
         if stored is not None:  # computed on the GPU: kept there
             return type(self)._sg_on_device(stored, (self.shape[0], other.shape[1]), self)
         return self._sg_adopt(super()._matmul_sparse(other))
 
     def _mul_sparse_matrix(self, other):  # scipy < 1.13
-        stored = _sparse_product.product(self, other)
+        stored = _sparse_dispatch.multiply(self, other)
         if stored is not None:
             return type(self)._sg_on_device(stored, (self.shape[0], other.shape[1]), self)
         return self._sg_adopt(super()._mul_sparse_matrix(other))

@@ -45,7 +45,7 @@ from ..device._host_buffers import (
     unhold,
 )
 from ..device._mirror import DeviceMatrix, MatrixCache, MirrorKey, Residence
-from ..engine import _sparse_product
+from ..engine import _sparse_dispatch
 
 
 class MatrixMirrors:
@@ -123,7 +123,7 @@ class MatrixMirrors:
         if transposed != transpose:
             base = shared.get((residence.name, "transposed"))
             if base is None:
-                base = shared[(residence.name, "transposed")] = _sparse_product.transposed(stored)
+                base = shared[(residence.name, "transposed")] = _sparse_dispatch.transposed(stored)
         return base if base.dtype == value_dtype else base.astype(value_dtype)
 
     # ------------------------------------------------------------------ sharing

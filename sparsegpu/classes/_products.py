@@ -1,6 +1,6 @@
 """Products with options: ``sg.matvec``, ``sg.spgemm``, ``sg.galerkin_product``, ``sg.explain``.
 
-``A @ B`` already runs on the GPU for sparsegpu operands (:mod:`sparsegpu.engine._sparse_product`);
+``A @ B`` already runs on the GPU for sparsegpu operands (:mod:`sparsegpu.engine._sparse_dispatch`);
 these functions add what an operator cannot take: the algorithm, a memory limit, the
 planning level, and the Galerkin triple product without a transpose on the host.
 """
@@ -11,7 +11,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..device import _cuda
-from ..engine import _dispatch, _planning, _sparse_product
+from ..engine import _dispatch, _planning, _sparse_dispatch
 from ._matrix import _SparseGPUMixin, csr_array, csr_matrix
 
 
@@ -56,10 +56,10 @@ def spgemm(A, B, *, algorithm=None, memory_limit=None, planning=None):
     >>> C.shape
     (50, 50)
     """
-    _sparse_product.check_operands(A, B)
+    _sparse_dispatch.check_operands(A, B)
     if planning is not None:
         _planning.check_level(planning)
-    stored = _sparse_product.product(
+    stored = _sparse_dispatch.multiply(
         A, B, algorithm=algorithm, memory_limit=memory_limit, planning=planning
     )
     if stored is None:
@@ -91,13 +91,13 @@ def galerkin_product(A, P):
     >>> sg.galerkin_product(A, P).shape
     (6, 6)
     """
-    _sparse_product.check_operands(A, P)
+    _sparse_dispatch.check_operands(A, P)
     if A.shape[0] != A.shape[1]:
         raise ValueError(f"A must be square for P.T @ A @ P, got shape {A.shape}")
     kind = csr_matrix if isinstance(A, sp.spmatrix) else csr_array
     if not isinstance(P, _SparseGPUMixin):
         P = A._sg_inherit(kind(P))  # shares a CSR P's arrays; its mirror is kept with it
-    stored = _sparse_product.galerkin(A, P)
+    stored = _sparse_dispatch.galerkin(A, P)
     if stored is None:
         return A._sg_adopt((P.transpose() @ (A @ P)).tocsr())
     return kind._sg_on_device(stored, (P.shape[1], P.shape[1]), A)
@@ -124,8 +124,8 @@ def explain(A, other=None):
     True
     """
     if sp.issparse(other):
-        _sparse_product.check_operands(A, other)
-        return _sparse_product.explain(A, other)
+        _sparse_dispatch.check_operands(A, other)
+        return _sparse_dispatch.explain(A, other)
     return _planning.explain(A, other)
 
 
@@ -165,4 +165,4 @@ def matvec(A, x, *, backend: str | None = None, policy=None, out=None, planning=
             f"dimension mismatch: A has shape {A.shape} but x has shape {x.shape}; "
             f"x needs {A.shape[1]} rows"
         )
-    return _dispatch.product(A, x, backend=backend, policy=policy, out=out, planning=planning)
+    return _dispatch.apply(A, x, backend=backend, policy=policy, out=out, planning=planning)

@@ -244,13 +244,13 @@ class _Work:
         self.diag = self.offd = None
         backends = []
         if matrix._diag.nnz:
-            planned = _planning.planned_product(matrix._diag, dtype, x=probe,
+            planned = _planning.planned_choice(matrix._diag, dtype, x=probe,
                                                 capturable=capturable)  # fmt: skip
             self.diag = planned.plan
             backends.append(planned.choice.implementation)
         if matrix._offd.nnz:
             ghosts = random_vector(matrix._offd.shape[1], dtype, seed=0, xp=xp)
-            planned = _planning.planned_product(matrix._offd, dtype, x=ghosts,
+            planned = _planning.planned_choice(matrix._offd, dtype, x=ghosts,
                                                 capturable=capturable)  # fmt: skip
             self.offd = planned.plan
             backends.append(planned.choice.implementation)
@@ -268,10 +268,10 @@ class _Work:
             xp, dtype = matrix.row_layout.xp, self.dtype
             diag = offd = None
             if matrix._diag.nnz:
-                diag = _planning.planned_product(matrix._diag.T, dtype, x=probe).plan
+                diag = _planning.planned_choice(matrix._diag.T, dtype, x=probe).plan
             if matrix._offd.nnz:
                 rows = random_vector(matrix._offd.shape[0], dtype, seed=0, xp=xp)
-                offd = _planning.planned_product(matrix._offd.T, dtype, x=rows).plan
+                offd = _planning.planned_choice(matrix._offd.T, dtype, x=rows).plan
             self._transposed = (diag, offd, xp.empty(matrix._offd.shape[0], dtype=dtype),
                                 xp.empty(matrix._offd.shape[1], dtype=dtype))  # fmt: skip
         return self._transposed

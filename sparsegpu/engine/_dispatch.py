@@ -1,6 +1,6 @@
 """Dispatch: one product moved to where its backend computes, and run there.
 
-:func:`product` takes ``A @ x`` from the scipy classes, asks planning
+:func:`apply` takes ``A @ x`` from the scipy classes, asks planning
 (:mod:`sparsegpu.engine._planning`) once per matrix, operation, x dtype and request which plan
 to run, moves x there and the result back into x's array module. Nothing here chooses:
 the choice and its reasons are selection's and planning's.
@@ -19,7 +19,7 @@ from ._planning import decide, measure_now, order_of
 from ._select import name_in_force
 
 
-def product(matrix_obj, x, *, backend: str | None = None, policy=None, out=None, planning=None):
+def apply(matrix_obj, x, *, backend: str | None = None, policy=None, out=None, planning=None):
     """``A @ x`` for a 1-D or 2-D x (numpy or cupy) through the chosen backend.
 
     The result is in x's array module with scipy's dtype. Shapes are the caller's job

@@ -462,7 +462,7 @@ def from_memory(operand: Operand, estimate: Choice) -> Choice | None:
 
 
 # ------------------------------------------------------------------ planned products
-class PlannedProduct(NamedTuple):
+class PlannedChoice(NamedTuple):
     """A product's choice with its plan: what a matrix keeps per :class:`ChoiceKey`.
 
     ``measure_next``: the choice is ``auto``'s estimate and the planning level asks for a
@@ -476,7 +476,7 @@ class PlannedProduct(NamedTuple):
     measure_next: bool = False
 
 
-def with_plan(operand: Operand, choice: Choice, measure_next: bool = False) -> PlannedProduct:
+def with_plan(operand: Operand, choice: Choice, measure_next: bool = False) -> PlannedChoice:
     """``choice`` with its plan (made once, on its mirror)."""
     backend = choice.implementation
     mixed = choice.storage_dtype is not None  # values kept narrow, vectors in value_dtype
@@ -489,12 +489,12 @@ def with_plan(operand: Operand, choice: Choice, measure_next: bool = False) -> P
         raise ValueError(f"backend {backend.name!r} cannot take this matrix: {reason}")
     plan = _plan_on(mirror, backend, choice.policy, choice.value_dtype if mixed else None)
     on_host = backend.residence.name == "host"
-    return PlannedProduct(plan, choice.value_dtype, on_host, choice, measure_next)
+    return PlannedChoice(plan, choice.value_dtype, on_host, choice, measure_next)
 
 
 def decide(
     operand: Operand, name: str, x_dtype, policy, planning=None, operation: Operation = VECTOR
-) -> PlannedProduct:
+) -> PlannedChoice:
     """The choice and plan of one product; the slow, cached part of dispatch: the
     estimate, or the plan measured on a matrix of the same fingerprint, or the estimate
     marked to be measured by the next product."""
@@ -531,8 +531,8 @@ def _plans_by_measurement(operand: Operand, choice: Choice, policy, planning) ->
 
 
 def measure_now(
-    operand: Operand, cache, key, entry: PlannedProduct, x, level=None, capturable=False
-) -> PlannedProduct:
+    operand: Operand, cache, key, entry: PlannedChoice, x, level=None, capturable=False
+) -> PlannedChoice:
     """Replace ``entry`` (an estimate, kept in ``cache`` under ``key``) by the plan
     measured on ``x`` (the product's right-hand side, anywhere), unless another thread is
     planning this matrix: then this product runs on the estimate (planning one matrix
@@ -665,9 +665,9 @@ def plan(A, x, *, level: str | None = None, capturable: bool = False) -> Choice:
     return choose(A, x, level=level, capturable=capturable)
 
 
-def planned_product(
+def planned_choice(
     A, x_dtype=None, *, backend: str | None = None, policy=None, x=None, capturable=False
-) -> PlannedProduct:
+) -> PlannedChoice:
     """The choice and plan a product ``A @ x`` with an x of ``x_dtype`` would run (made if
     needed).
 
@@ -695,8 +695,8 @@ def planned_product(
 
 def plan_for(A, x_dtype=None, *, backend: str | None = None, policy=None, x=None, capturable=False):
     """The :class:`~sparsegpu.backends.base.Plan` a product ``A @ x`` with an x of
-    ``x_dtype`` would run (made if needed): :func:`planned_product`'s plan."""
-    return planned_product(
+    ``x_dtype`` would run (made if needed): :func:`planned_choice`'s plan."""
+    return planned_choice(
         A, x_dtype, backend=backend, policy=policy, x=x, capturable=capturable
     ).plan
 

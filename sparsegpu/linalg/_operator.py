@@ -107,16 +107,16 @@ def _sparsegpu_operator(A, b_dtype, b=None, capturable=False) -> Operator:
     """The operator of a sparsegpu matrix: its plan, bound once per solve (planned by
     measurement on ``b`` when ``auto`` is in force: a solve multiplies many times; among
     the backends a CUDA graph can hold when ``capturable``, for a solve that captures)."""
-    planned = _planning.planned_product(A, b_dtype, x=b, capturable=capturable)
+    planned = _planning.planned_choice(A, b_dtype, x=b, capturable=capturable)
     plan, backend = planned.plan, planned.choice.implementation
     dtype = plan.matrix.dtype
     xp = plan.matrix.xp
-    transposed = []  # the transpose's PlannedProduct, made on the first adjoint product
+    transposed = []  # the transpose's PlannedChoice, made on the first adjoint product
     scratch = []  # conj(x) for complex adjoint products into out
 
     def adjoint():
         if not transposed:
-            transposed.append(_planning.planned_product(A.T, b_dtype, x=b, capturable=capturable))
+            transposed.append(_planning.planned_choice(A.T, b_dtype, x=b, capturable=capturable))
         return transposed[0]
 
     def rmatvec(x, out=None):

@@ -136,7 +136,7 @@ def _on_device(A, B):
     return engine, residence, value_dtype
 
 
-def product(
+def multiply(
     A, B, *, algorithm=None, memory_limit=None, planning=None, as_csr=False
 ) -> DeviceMatrix | None:
     """The stored layout of ``A @ B`` computed where ``A``'s backend computes (a canonical
