@@ -71,3 +71,15 @@ def create_beside(directory, prefix: str, suffix: str = "") -> tuple[int, str]:
         except FileExistsError:
             continue
     raise FileExistsError(f"{directory}: no unused temporary name {prefix}XXXX{suffix} found")
+
+
+def save_figure(figure, path) -> Path:
+    """Lay a matplotlib figure out tightly, write it to ``path`` (PNG at 120 dpi) and close
+    it: how the commands' plots are written."""
+    import matplotlib.pyplot as plt
+
+    figure.tight_layout()
+    path = Path(path)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path

@@ -33,6 +33,7 @@ import scipy
 import scipy.sparse as sp
 
 from . import io
+from ._files import save_figure
 from ._version import __version__
 from .backends.policy import format_knobs
 from .datasets import synthetic
@@ -683,8 +684,4 @@ def plot(data: dict, path) -> Path:
             ax.legend(fontsize=8, ncol=min(len(names) + 1, 5))
     gpu = (data.get("machine") or {}).get("gpu") or {}
     fig.suptitle(f"sparsegpu bench: {gpu.get('name') or 'CPU'} ({data.get('created', '')})")
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

@@ -35,6 +35,31 @@ def positive_int(text: str) -> int:
     return value
 
 
+def comma_list(text: str) -> list[str]:
+    """An argparse type: a comma-separated list of names, none empty."""
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list, got {text!r}")
+    return items
+
+
+def add_matrix_arguments(
+    parser, default: str, *, synthetic: bool = True, download: bool = True
+) -> None:
+    """The positional ``MATRIX`` arguments of a command that reads matrices (resolved by
+    :func:`sparsegpu.io.resolve_matrix`, synthetic names by ``sparsegpu.bench``);
+    ``default`` says what the command takes without any."""
+    names = "a bundled or synthetic name" if synthetic else "a bundled name"
+    collection = "a SuiteSparse Group/Name" + ("" if download else " already in the cache")
+    parser.add_argument(
+        "matrices",
+        nargs="*",
+        metavar="MATRIX",
+        help=f"a .mtx/.mtx.gz/.mtx.bz2/.npz path or a SuiteSparse archive, {names}, or "
+        f"{collection} (default: {default})",
+    )
+
+
 def require_matplotlib() -> None:
     """For ``--plot``: a one-line error when matplotlib is missing."""
     try:

@@ -22,7 +22,7 @@ import numpy as np
 from .._console import console, progress, table
 from ..backends import canonical_name
 from ..backends.policy import format_knobs
-from ..cli import CommandError, require_matplotlib
+from ..cli import CommandError, add_matrix_arguments, comma_list, require_matplotlib
 from ..engine import _registry
 
 HELP = "tune every backend's launch policy on this GPU and remember the winners"
@@ -83,13 +83,7 @@ def default_suite(scale: str = "full") -> dict:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument(
-        "matrices",
-        nargs="*",
-        metavar="MATRIX",
-        help="Matrix Market file, bundled or synthetic matrix name, or SuiteSparse name "
-        "(Group/Name), as for `sparsegpu bench`; default: a synthetic matrix per row-length class",
-    )
+    add_matrix_arguments(parser, "a synthetic matrix per row-length class")
     parser.add_argument(
         "--backends",
         type=comma_list,
@@ -127,13 +121,6 @@ def add_arguments(parser) -> None:
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--show", action="store_true", help="list the tuning cache and exit")
     what.add_argument("--clear", action="store_true", help="delete the tuning cache and exit")
-
-
-def comma_list(text: str) -> list[str]:
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    if not names:
-        raise ValueError("empty list")
-    return names
 
 
 # --------------------------------------------------------------------------- checks

@@ -2,39 +2,31 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 from .. import bench
 from .._console import console, group_by_reason, progress, table
 from ..backends import canonical_name
-from ..cli import CommandError, positive_int, require_matplotlib
+from ..cli import (
+    CommandError,
+    add_matrix_arguments,
+    comma_list,
+    positive_int,
+    require_matplotlib,
+)
 from ..device import _cuda
 
 HELP = "time every available backend and cuSPARSE on matrices: ms, GB/s, share of peak, speed-up"
 
 
-def _csv(text: str) -> list[str]:
-    items = [item.strip() for item in text.split(",") if item.strip()]
-    if not items:
-        raise argparse.ArgumentTypeError(f"expected a comma-separated list, got {text!r}")
-    return items
-
-
 def _backend_names(text: str) -> list[str]:
     """Comma-separated backend names, former names (``adaptive``) mapped to current ones."""
-    return [canonical_name(name) for name in _csv(text)]
+    return [canonical_name(name) for name in comma_list(text)]
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument(
-        "matrices",
-        nargs="*",
-        metavar="MATRIX",
-        help="a .mtx/.mtx.gz/.npz path, a bundled or synthetic name, or a SuiteSparse "
-        "Group/Name (default: the synthetic suite on a GPU, the bundled matrices on a CPU)",
-    )
+    add_matrix_arguments(parser, "the synthetic suite on a GPU, the bundled matrices on a CPU")
     parser.add_argument(
         "--backends",
         type=_backend_names,
@@ -44,7 +36,7 @@ def add_arguments(parser) -> None:
     )
     parser.add_argument(
         "--dtypes",
-        type=_csv,
+        type=comma_list,
         default=["float64"],
         metavar="DTYPES",
         help=f"comma-separated value dtypes from {', '.join(bench.DTYPE_CHOICES)} "

@@ -10,7 +10,7 @@ import scipy
 
 from .. import __version__
 from .._console import console, group_by_reason, table
-from ..cli import CommandError
+from ..cli import CommandError, add_matrix_arguments
 from ..device import _cuda
 from ..engine import _registry, _rules
 
@@ -20,12 +20,8 @@ HELP = "show versions, GPUs and backends; or, given matrices, their shape and ro
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument(
-        "matrices",
-        nargs="*",
-        metavar="FILE|NAME",
-        help="a Matrix Market file or archive, a scipy .npz file, a bundled dataset (bcsstk13 "
-        "or HB/bcsstk13), or a cached SuiteSparse matrix (Group/Name)",
+    add_matrix_arguments(
+        parser, "this machine's versions, GPUs and backends", synthetic=False, download=False
     )
     parser.add_argument("--data-dir", help="SuiteSparse cache directory (as for 'fetch')")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .._files import save_figure
 from .._version import __version__
 from ..device import _cuda
 from ..device._compile import KernelFamily, get_kernel, register_family
@@ -392,8 +393,4 @@ def plot(result: ProbeResult, path) -> Path:
     axes[0].set_ylabel("GB/s")
     axes[0].legend(loc="lower left")
     fig.suptitle(f"{result.device.get('name', '?')}: memory bandwidth ({result.dtype})")
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
