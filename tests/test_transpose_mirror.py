@@ -12,6 +12,7 @@ import scipy.sparse as sp
 
 import sparsegpu as sg
 from sparsegpu.device import _mirror
+from sparsegpu.engine import _sparse_dispatch
 
 COPYING_BACKENDS = ["host-copy"] + [
     name
@@ -30,20 +31,21 @@ def copying_backend(request):
 
 @pytest.fixture
 def builds(monkeypatch):
-    """Counts of mirror uploads and device transposes."""
+    """Counts of mirror uploads and device transposes (every transposed mirror is made by
+    ``_sparse_dispatch.transposed``: cuSPARSE's transposition on the GPU, else a sort)."""
     counts = {"upload": 0, "transpose": 0}
-    from_host, transpose = _mirror.DeviceMatrix.from_host.__func__, _mirror.DeviceMatrix.transpose
+    from_host, transposed = _mirror.DeviceMatrix.from_host.__func__, _sparse_dispatch.transposed
 
     def counting_from_host(cls, *args, **kwargs):
         counts["upload"] += 1
         return from_host(cls, *args, **kwargs)
 
-    def counting_transpose(self):
+    def counting_transposed(matrix):
         counts["transpose"] += 1
-        return transpose(self)
+        return transposed(matrix)
 
     monkeypatch.setattr(_mirror.DeviceMatrix, "from_host", classmethod(counting_from_host))
-    monkeypatch.setattr(_mirror.DeviceMatrix, "transpose", counting_transpose)
+    monkeypatch.setattr(_sparse_dispatch, "transposed", counting_transposed)
     return counts
 
 
