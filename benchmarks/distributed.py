@@ -37,8 +37,6 @@ from sparsegpu.distributed import _bench
 
 
 def main(argv=None) -> int:
-    from mpi4py import MPI
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="JSON file written by rank 0")
     parser.add_argument("--n", type=int, default=190, help="stencil grid edge (default 190)")
@@ -47,6 +45,8 @@ def main(argv=None) -> int:
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--cg-iterations", type=int, default=50)
     args = parser.parse_args(argv)
+    from mpi4py import MPI  # after the arguments: --help needs no MPI (the mpi extra)
+
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
     dtype = np.dtype(args.dtype)
