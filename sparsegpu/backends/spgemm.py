@@ -318,10 +318,6 @@ def register_engine(residence_name: str, engine: SpgemmEngine) -> None:
     _engines[residence_name] = engine
 
 
-def unregister_engine(residence_name: str) -> None:
-    _engines.pop(residence_name, None)
-
-
 def registered_engine(residence_name: str) -> SpgemmEngine | None:
     """The engine registered for ``residence_name``, or None."""
     return _engines.get(residence_name)
