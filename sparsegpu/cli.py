@@ -60,6 +60,18 @@ def add_matrix_arguments(
     )
 
 
+def add_backend_arguments(
+    parser, backends: str, dtypes: str, *, names=comma_list, default_dtypes=None, metavar=None
+) -> None:
+    """``--backends`` and ``--dtypes`` of a command that runs backends on value dtypes: each a
+    comma-separated list (``names`` reads the backends'), ``backends`` and ``dtypes`` their
+    help; ``metavar`` the backends' (``BACKENDS`` when None)."""
+    parser.add_argument("--backends", type=names, metavar=metavar, help=backends)
+    parser.add_argument(
+        "--dtypes", type=comma_list, default=default_dtypes, metavar="DTYPES", help=dtypes
+    )
+
+
 def require_matplotlib() -> None:
     """For ``--plot``: a one-line error when matplotlib is missing."""
     try:

@@ -23,8 +23,7 @@ from ..device._launch import (
     CXX_INDEX_TYPES,
     CXX_VALUE_TYPES,
     KernelLaunch,
-    mixed_name_expression,
-    name_expression,
+    precision_name_expression,
 )
 from ..device._mirror import DeviceMatrix
 from ._spmm import BLOCK_SIZE as SPMM_BLOCK_SIZE
@@ -76,11 +75,9 @@ def kernel_name(
     a ``matrix_dtype`` other than ``value_dtype`` (mixed precision: float32 values, float64
     vectors), ``csr_vector_mixed_precision<double, float, int, 8, 2, 1>``."""
     parameters = (threads_per_row, load_path, reduction)
-    if matrix_dtype is not None and np.dtype(matrix_dtype) != np.dtype(value_dtype):
-        return mixed_name_expression(
-            "csr_vector_mixed_precision", value_dtype, matrix_dtype, index_dtype, *parameters
-        )
-    return name_expression("csr_vector", value_dtype, index_dtype, *parameters)
+    return precision_name_expression(
+        "csr_vector", value_dtype, index_dtype, *parameters, matrix_dtype=matrix_dtype
+    )
 
 
 def nearby_threads_per_row(threads_per_row: int) -> list[int]:
@@ -232,17 +229,25 @@ class TextureCache:
             entry[2].record()
 
 
-class CsrVectorPlan(KernelPlan):
+class RowGroupPlan(KernelPlan):
+    """What the plans of the row-group kernels (``csr_vector``, ``delta16``) share: each is
+    made by its backend's :meth:`RowGroupBackend.plan`, which hands itself over to compile
+    the kernel. Subclasses compile and bind in :meth:`_prepare`."""
+
+    def __init__(self, matrix: DeviceMatrix, policy, backend: RowGroupBackend, vector_dtype=None):
+        super().__init__(matrix, policy, vector_dtype)
+        self._prepare(matrix, policy, backend)
+
+    def _prepare(self, matrix: DeviceMatrix, policy, backend: RowGroupBackend) -> None:
+        raise NotImplementedError
+
+
+class CsrVectorPlan(RowGroupPlan):
     """A compiled ``csr_vector`` instantiation and its launch shape for one mirror."""
 
-    def __init__(
-        self,
-        matrix: DeviceMatrix,
-        policy: CsrVectorPolicy,
-        backend: CsrVectorBackend,
-        vector_dtype=None,
-    ):
-        super().__init__(matrix, policy, vector_dtype)
+    def _prepare(
+        self, matrix: DeviceMatrix, policy: CsrVectorPolicy, backend: CsrVectorBackend
+    ) -> None:
         self.load_path = backend.load_path
         self.reduction = backend.reduction
         self.textures = None
@@ -280,8 +285,9 @@ class CsrVectorPlan(KernelPlan):
 
 class RowGroupBackend(Backend):
     """What the backends of the row-group kernels (``csr_vector``, ``delta16``) share: the
-    untuned policy and the autotuner's sweep. Subclasses set ``policy_type`` (an
-    :class:`~sparsegpu.tuning.UnrolledRowPolicy`) and ``_kernel(matrix, policy)``."""
+    untuned policy, the autotuner's sweep and the plan. Subclasses set ``policy_type`` (an
+    :class:`~sparsegpu.tuning.UnrolledRowPolicy`), ``plan_type`` (a :class:`RowGroupPlan`)
+    and ``_kernel(matrix, policy)``."""
 
     def shared_bytes(self, block_size: int, value_dtype) -> int:
         """Dynamic shared memory of one block (none unless the reduction needs it)."""
@@ -306,6 +312,9 @@ class RowGroupBackend(Backend):
         """:func:`sweep` around the untuned policy."""
         return sweep(self.default_policy(matrix))
 
+    def plan(self, matrix: DeviceMatrix, policy, vector_dtype=None) -> RowGroupPlan:
+        return self.plan_type(matrix, policy, self, vector_dtype)
+
 
 class CsrVectorBackend(RowGroupBackend):
     """One member of the CSR vector family: an x-load path and a reduction.
@@ -320,6 +329,7 @@ class CsrVectorBackend(RowGroupBackend):
     """
 
     policy_type = CsrVectorPolicy
+    plan_type = CsrVectorPlan
 
     def __init__(self, name: str, description: str, load_path: int, reduction: int):
         self.name = name
@@ -370,9 +380,6 @@ class CsrVectorBackend(RowGroupBackend):
             ),
             policy.compile_options(),
         )
-
-    def plan(self, matrix: DeviceMatrix, policy: CsrVectorPolicy, vector_dtype=None):
-        return CsrVectorPlan(matrix, policy, self, vector_dtype)
 
     def matmat_candidates(self, matrix: DeviceMatrix, columns: int, order: str) -> list:
         # the planned member's row-split SpMM with the rule's lanes per row for the row's

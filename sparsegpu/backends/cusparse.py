@@ -480,24 +480,17 @@ class CusparseBackend(CusparseLibraryBackend):
 
     def candidates(self, matrix):
         preprocess = (False, True) if has_preprocess() else (False,)
-        return [
-            CusparsePolicy(algorithm=algorithm, preprocess=p, source="candidate")
-            for algorithm in CUSPARSE_ALGORITHMS
-            for p in preprocess
-        ]
+        return CusparsePolicy.grid(algorithm=CUSPARSE_ALGORITHMS, preprocess=preprocess)
 
     def planning_candidates(self, matrix):
         # the algorithm is the one knob whose best value differs by matrix (arrow-like rows:
         # ALG2 0.22 ms against ALG1 0.28 on the H200; most others: ALG1 by 5-20%)
-        return [CusparsePolicy(algorithm=a, source="candidate") for a in CUSPARSE_ALGORITHMS]
+        return CusparsePolicy.grid(algorithm=CUSPARSE_ALGORITHMS)
 
     def matmat_candidates(self, matrix, columns, order):
         # SpMM's algorithms, each with the default SpMV policy (what A @ x keeps running)
         default = self.default_policy(matrix)
-        return [
-            CusparsePolicy(default.algorithm, spmm_algorithm=a, source="candidate")
-            for a in SPMM_ALGORITHMS
-        ]
+        return CusparsePolicy.grid(algorithm=(default.algorithm,), spmm_algorithm=SPMM_ALGORITHMS)
 
     def plan(self, matrix, policy, vector_dtype=None):
         return CusparsePlan(matrix, policy, vector_dtype)

@@ -34,12 +34,11 @@ from ..device._launch import (
     CXX_INDEX_TYPES,
     CXX_VALUE_TYPES,
     KernelLaunch,
-    mixed_name_expression,
-    name_expression,
+    precision_name_expression,
 )
 from ..device._mirror import DeviceMatrix, is_out_of_memory, memory_error
 from .base import FLOAT_AND_COMPLEX
-from .csr_vector import KernelPlan, RowGroupBackend
+from .csr_vector import RowGroupBackend, RowGroupPlan
 from .policy import THREADS_PER_ROW_CHOICES, UnrolledRowPolicy
 
 SOURCE = "delta16.cu"
@@ -72,11 +71,9 @@ def kernel_name(value_dtype, index_dtype, threads_per_row, mixed: bool, matrix_d
     (``mixed``: some chunks are kept full-width); with a ``matrix_dtype`` other than
     ``value_dtype`` (mixed precision), ``delta16_spmv_mixed_precision<double, float, ...>``."""
     parameters = (threads_per_row, int(mixed))
-    if matrix_dtype is not None and np.dtype(matrix_dtype) != np.dtype(value_dtype):
-        return mixed_name_expression(
-            "delta16_spmv_mixed_precision", value_dtype, matrix_dtype, index_dtype, *parameters
-        )
-    return name_expression("delta16_spmv", value_dtype, index_dtype, *parameters)
+    return precision_name_expression(
+        "delta16_spmv", value_dtype, index_dtype, *parameters, matrix_dtype=matrix_dtype
+    )
 
 
 def _build_kernel_name(kernel: str, index_dtype) -> str:
@@ -202,17 +199,12 @@ def compressed_columns(matrix: DeviceMatrix) -> CompressedColumns:
     return matrix.derived("delta16.columns", make)
 
 
-class Delta16Plan(KernelPlan):
+class Delta16Plan(RowGroupPlan):
     """A compiled ``delta16_spmv`` instantiation over a mirror's compressed columns."""
 
-    def __init__(
-        self,
-        matrix: DeviceMatrix,
-        policy: Delta16Policy,
-        backend: Delta16Backend,
-        vector_dtype=None,
-    ):
-        super().__init__(matrix, policy, vector_dtype)
+    def _prepare(
+        self, matrix: DeviceMatrix, policy: Delta16Policy, backend: Delta16Backend
+    ) -> None:
         if not self.launches:
             return
         self.columns = columns = compressed_columns(matrix)
@@ -245,6 +237,7 @@ class Delta16Backend(RowGroupBackend):
         "full-width columns where a chunk spans too many"
     )
     policy_type = Delta16Policy
+    plan_type = Delta16Plan
     # float16/bfloat16 with 16-bit offsets: 4 bytes per nonzero
     value_dtypes = FLOAT_AND_COMPLEX + HALF_DTYPES
     # mixed precision: float32 values (with 16-bit offsets, 6 bytes a nonzero), float64
@@ -275,9 +268,6 @@ class Delta16Backend(RowGroupBackend):
             kernel_name(value, matrix.index_dtype, policy.threads_per_row, mixed, matrix.dtype),
             policy.compile_options(),
         )
-
-    def plan(self, matrix: DeviceMatrix, policy: Delta16Policy, vector_dtype=None):
-        return Delta16Plan(matrix, policy, self, vector_dtype)
 
 
 BACKENDS = [Delta16Backend()]

@@ -11,6 +11,7 @@ a compiled plan.
 
 from __future__ import annotations
 
+import itertools
 import numbers
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
@@ -91,6 +92,16 @@ class Policy:
             if f.metadata.get("secondary") and getattr(self, f.name) == f.default
         }
         return {k: v for k, v in self.knobs().items() if k not in hidden}
+
+    @classmethod
+    def grid(cls, **choices) -> list:
+        """Candidate policies, one per combination of the knobs' ``choices`` (name ->
+        values; the last knob varies fastest), every other knob at its default."""
+        names = list(choices)
+        return [
+            cls(**dict(zip(names, values, strict=True)), source="candidate")
+            for values in itertools.product(*choices.values())
+        ]
 
     @classmethod
     def from_knobs(cls, knobs: Mapping, source: str = "explicit"):

@@ -22,7 +22,7 @@ import numpy as np
 from .._console import console, progress, table
 from ..backends import canonical_name
 from ..backends.policy import format_knobs
-from ..cli import CommandError, add_matrix_arguments, comma_list, require_matplotlib
+from ..cli import CommandError, add_backend_arguments, add_matrix_arguments, require_matplotlib
 from ..engine import _registry
 
 HELP = "tune every backend's launch policy on this GPU and remember the winners"
@@ -84,18 +84,11 @@ def default_suite(scale: str = "full") -> dict:
 
 def add_arguments(parser) -> None:
     add_matrix_arguments(parser, "a synthetic matrix per row-length class")
-    parser.add_argument(
-        "--backends",
-        type=comma_list,
-        help="comma-separated backends to tune (default: every available GPU backend)",
-    )
-    parser.add_argument(
-        "--dtypes",
-        type=comma_list,
-        default=None,
-        help="comma-separated value dtypes (float32,float64,complex64,complex128, and "
-        "float16,bfloat16); "
-        "default: each matrix's own dtype (float64 for the default suite)",
+    add_backend_arguments(
+        parser,
+        "comma-separated backends to tune (default: every available GPU backend)",
+        "comma-separated value dtypes (float32,float64,complex64,complex128, and "
+        "float16,bfloat16); default: each matrix's own dtype (float64 for the default suite)",
     )
     parser.add_argument(
         "--index-dtype", choices=("int32", "int64"), help="index dtype (default: the matrix's)"

@@ -10,6 +10,7 @@ from .._console import console, group_by_reason, progress, table
 from ..backends import canonical_name
 from ..cli import (
     CommandError,
+    add_backend_arguments,
     add_matrix_arguments,
     comma_list,
     positive_int,
@@ -27,20 +28,14 @@ def _backend_names(text: str) -> list[str]:
 
 def add_arguments(parser) -> None:
     add_matrix_arguments(parser, "the synthetic suite on a GPU, the bundled matrices on a CPU")
-    parser.add_argument(
-        "--backends",
-        type=_backend_names,
-        metavar="NAMES",
-        help="comma-separated backends to time ('cupyx' is CuPy's own product); "
+    add_backend_arguments(
+        parser,
+        "comma-separated backends to time ('cupyx' is CuPy's own product); "
         "default: every available one",
-    )
-    parser.add_argument(
-        "--dtypes",
-        type=comma_list,
-        default=["float64"],
-        metavar="DTYPES",
-        help=f"comma-separated value dtypes from {', '.join(bench.DTYPE_CHOICES)} "
-        "(default: float64)",
+        f"comma-separated value dtypes from {', '.join(bench.DTYPE_CHOICES)} (default: float64)",
+        names=_backend_names,
+        default_dtypes=["float64"],
+        metavar="NAMES",
     )
     parser.add_argument(
         "--repeat", type=positive_int, default=20, help="timed samples per row (median kept)"

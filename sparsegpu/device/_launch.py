@@ -53,6 +53,20 @@ def mixed_name_expression(
     return f"{head}, {CXX_VALUE_TYPES[np.dtype(matrix_dtype)]}, {rest}"
 
 
+def precision_name_expression(
+    template: str, value_dtype, index_dtype, *parameters, matrix_dtype=None
+) -> str:
+    """The C++ name of one instantiation of a family with a mixed-precision twin (the
+    row-group families): :func:`name_expression`'s, or with a ``matrix_dtype`` other than
+    ``value_dtype`` (float32 values, float64 vectors) the :func:`mixed_name_expression` of
+    ``template + "_mixed_precision"``."""
+    if matrix_dtype is not None and np.dtype(matrix_dtype) != np.dtype(value_dtype):
+        return mixed_name_expression(
+            f"{template}_mixed_precision", value_dtype, matrix_dtype, index_dtype, *parameters
+        )
+    return name_expression(template, value_dtype, index_dtype, *parameters)
+
+
 def kernel_handle(kernel) -> int:
     """The ``CUfunction`` handle of a ``cupy.RawKernel`` (compiles it if needed)."""
     return getattr(kernel, "kernel", kernel).ptr

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..linalg import _options as options
-from ..linalg._operator import _work_dtype
+from ..linalg._operator import SystemBase, _work_dtype
 from ..linalg._space import VectorSpace
 from ._vector import DistributedVector
 
@@ -82,17 +82,13 @@ class _Callable:
         return out
 
 
-class DistributedSystem:
+class DistributedSystem(SystemBase):
     """``A x = b`` on this rank's blocks (what ``_operator.System`` is for arrays)."""
 
     def __init__(self, space, name, A, b, x0, M, square, capturable):
         self.space = space
         rows, cols = A.row_layout, A.col_layout
-        if square and A.shape[0] != A.shape[1]:
-            raise ValueError(
-                f"{name} needs a square matrix, got shape {A.shape}; use "
-                "sparsegpu.linalg.lsqr for least-squares problems"
-            )
+        self._check_square(name, A.shape, square)
         for label, vector, layout in (("b", b, rows), ("x0", x0, cols)):
             if vector is None and label == "x0":
                 continue
@@ -136,20 +132,10 @@ class DistributedSystem:
                 f"function of DistributedVectors, got {type(M).__name__}"
             )
 
-    def precondition(self, r):
-        if self.M is None:
-            return r
-        return self.M.matvec(r)
-
     def result(self, x):
         """x as a DistributedVector of A's columns."""
         layout = self._layouts[1] if x.shape[0] == self.cols else self._layouts[0]
         return DistributedVector(x, layout)
-
-    def wrap_callback(self, callback):
-        if callback is None:
-            return None
-        return lambda x: callback(self.result(x))
 
 
 def _probe(layout, dtype):

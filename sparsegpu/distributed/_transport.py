@@ -218,11 +218,16 @@ class _HostHalo(_Halo):
         self._post(*self.forward_lists(self.send_host, self.recv_host))
         return error
 
+    def _arrived(self, what, device, host):
+        """Wait for the messages of ``what``, then copy ``host`` (where they arrived) into
+        ``device``, unless the two are one buffer."""
+        self._wait(what)
+        if device is not host and device.size:
+            device.set(host)
+        return device
+
     def finish(self):
-        self._wait("halo exchange")
-        if self.ghosts is not self.recv_host and self.ghosts.size:
-            self.ghosts.set(self.recv_host)
-        return self.ghosts
+        return self._arrived("halo exchange", self.ghosts, self.recv_host)
 
     def start_reverse(self, contributions):
         if isinstance(contributions, np.ndarray):
@@ -233,10 +238,7 @@ class _HostHalo(_Halo):
         return None
 
     def finish_reverse(self):
-        self._wait("transposed halo exchange")
-        if self.packed is not self.send_host and self.packed.size:
-            self.packed.set(self.send_host)
-        return self.packed
+        return self._arrived("transposed halo exchange", self.packed, self.send_host)
 
 
 class CudaAwareMpi(Transport):

@@ -199,7 +199,40 @@ def as_operator(A, b_dtype, b_xp, what: str = "A", capturable=False) -> Operator
     return _generic_operator(A, b_dtype, b_xp)
 
 
-class System:
+class SystemBase:
+    """What the systems of every vector space share (:class:`System` here, the distributed
+    space's ``DistributedSystem`` on a rank's blocks): the square check, ``M @ r`` and the
+    user's callback, through each one's ``M``, :meth:`_here` and :meth:`result`."""
+
+    @staticmethod
+    def _check_square(name, shape, square) -> None:
+        if square and shape[0] != shape[1]:
+            raise ValueError(
+                f"{name} needs a square matrix, got shape {shape}; use "
+                "sparsegpu.linalg.lsqr for least-squares problems"
+            )
+
+    def _here(self, y):
+        """A product of M as the solver's vectors are (as it comes, unless overridden)."""
+        return y
+
+    def precondition(self, r):
+        """``M @ r``, or r itself without a preconditioner."""
+        if self.M is None:
+            return r
+        return self._here(self.M.matvec(r))
+
+    def result(self, x):
+        raise NotImplementedError
+
+    def wrap_callback(self, callback):
+        """The user's callback, called with x as :meth:`result` gives it."""
+        if callback is None:
+            return None
+        return lambda x: callback(self.result(x))
+
+
+class System(SystemBase):
     """A linear system ``A x = b`` set up in the operator's module and dtype.
 
     Attributes
@@ -227,11 +260,7 @@ class System:
         m, n = self.A.shape
         self.rows, self.cols = m, n  # the lengths of this process's vectors
         self.space = None  # set by the space that made it (``_space``)
-        if square and m != n:
-            raise ValueError(
-                f"{name} needs a square matrix, got shape {self.A.shape}; use "
-                "sparsegpu.linalg.lsqr for least-squares problems"
-            )
+        self._check_square(name, self.A.shape, square)
         if b.shape not in ((m,), (m, 1)):
             raise ValueError(
                 f"{name}: A has shape {self.A.shape} but b has shape {b.shape}; b must have "
@@ -269,11 +298,9 @@ class System:
                     f"({n}, {n}) like A"
                 )
 
-    def precondition(self, r):
-        """``M @ r``, or r itself without a preconditioner."""
-        if self.M is None:
-            return r
-        return to_module(self.M.matvec(r), self.xp, self.dtype)
+    def _here(self, y):
+        """``y`` in the operator's module and dtype."""
+        return to_module(y, self.xp, self.dtype)
 
     def result(self, x):
         """x in the module the right-hand side came in."""
@@ -281,8 +308,6 @@ class System:
 
     def wrap_callback(self, callback):
         """The user's callback, called with x in the right-hand side's module."""
-        if callback is None:
-            return None
         if self.out_xp is self.xp:
             return callback
-        return lambda x: callback(to_module(x, self.out_xp))
+        return super().wrap_callback(callback)
