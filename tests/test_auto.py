@@ -285,3 +285,51 @@ def test_tuning_lookups_do_not_decide_small_latency_bound_products(fake_gpu, mon
     _registry.invalidate_choices()
     B = _awkward("random_200x150")
     assert sg.explain(B, np.float64).backend == "cusparse"
+
+
+def _awkward_indptrs():
+    rng = np.random.default_rng(7)
+    long_rows = np.concatenate([[0], np.cumsum(rng.choice([0, 1, 3, 5000], size=3000))])
+    return {
+        "one_row": np.array([0, 4]),
+        "one_empty_row": np.array([0, 0]),
+        "all_empty": np.zeros(5000, dtype=np.int64),
+        "regular": np.arange(0, 7 * 4000 + 1, 7),
+        "power_law_with_empty_rows": long_rows,
+        "small_coarse_level": np.concatenate([[0], np.cumsum(rng.integers(0, 30, size=355))]),
+    }
+
+
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("name", sorted(_awkward_indptrs()))
+def test_row_stats_on_the_device_equal_numpys(cupy, name, index_dtype):
+    """The one-pass kernel (kernels/row_stats.cu) against the NumPy statistics, exactly."""
+    indptr = _awkward_indptrs()[name].astype(index_dtype)
+    n_cols = 9000
+    indices = (np.arange(indptr[-1]) * 7919 % n_cols).astype(index_dtype)
+    on_host = RowLengthStats.from_indptr(indptr, n_cols, np, indices=indices)
+    on_device = RowLengthStats.from_indptr(
+        cupy.asarray(indptr), n_cols, cupy, indices=cupy.asarray(indices)
+    )
+    assert on_device == on_host
+    lengths = np.diff(indptr)
+    assert (on_device.min, on_device.max, on_device.empty_rows) == (
+        lengths.min(), lengths.max(), int((lengths == 0).sum())
+    )
+    assert on_device.std == pytest.approx(lengths.std(), rel=1e-12, abs=1e-12)
+
+
+@pytest.mark.parametrize("bad", ["decreasing_indptr", "negative_index", "index_past_the_end"])
+def test_the_upload_check_names_the_bad_spot_on_the_device(cupy, bad):
+    """The check made in the row statistics' pass still refuses what it refused."""
+    from sparsegpu.device._mirror import CUPY, DeviceMatrix
+
+    indptr, indices = np.array([0, 2, 3, 5]), np.array([0, 3, 1, 2, 4])
+    if bad == "decreasing_indptr":
+        indptr = np.array([0, 3, 2, 5])
+    elif bad == "negative_index":
+        indices[3] = -1
+    else:
+        indices[3] = 5
+    with pytest.raises(ValueError, match=r"not monotone|out of range: indices\[3\]"):
+        DeviceMatrix.from_host(np.ones(5), indices, indptr, (3, 5), CUPY)

@@ -35,6 +35,7 @@ from ..device._mirror import (
     device_free_bytes,
     is_out_of_memory,
     memory_error,
+    pattern_key_of,
 )
 from .base import FLOAT_AND_COMPLEX
 
@@ -627,16 +628,14 @@ def _to_host(a):
     return a.get() if _cuda.is_cupy_array(a) else np.asarray(a)
 
 
-# Entries of each index array sampled for a pattern's key (evenly spaced).
-PATTERN_SAMPLES = 32
-
-
 def describe_product(product: DeviceMatrix, left: DeviceMatrix, right: DeviceMatrix):
     """``product`` (``left @ right``, fresh) with what its operands tell of it recorded, so
     that a product with it needs no pass over it first: a bound of its longest row (the
-    operands' longest rows multiplied) and, where the operands have theirs, its pattern's
-    key (theirs determine its pattern)."""
-    product.row_bound = min(left.longest_row * right.longest_row, product.shape[1])
+    operands' longest rows multiplied, where both are known without a pass) and, where the
+    operands have theirs, its pattern's key (theirs determine its pattern)."""
+    bounds = (left.known_longest_row, right.known_longest_row)
+    if None not in bounds:  # never a pass for it: a later product reads one when it needs it
+        product.row_bound = min(bounds[0] * bounds[1], product.shape[1])
     keys = (left.formats.get("pattern_key"), right.formats.get("pattern_key"))
     if None not in keys:  # hashed: a chain of products keeps a key of one size
         key = (product.shape, product.nnz, product.index_dtype, ("product", hash(keys)))
@@ -645,19 +644,8 @@ def describe_product(product: DeviceMatrix, left: DeviceMatrix, right: DeviceMat
 
 
 def pattern_key(matrix: DeviceMatrix) -> tuple:
-    """A cheap key of ``matrix``'s pattern: shape, nnz, index dtype and a sample of its
-    index arrays (computed once per mirror; one small transfer). Equal keys suggest, and
-    never prove, equal patterns: whatever reuses work across patterns compares them."""
-
-    def key():
-        xp = matrix.xp
-        picks = []
-        for array in (matrix.indptr, matrix.indices):
-            if array.shape[0]:
-                where = np.linspace(0, array.shape[0] - 1, PATTERN_SAMPLES).astype(np.int64)
-                where = xp.asarray(where)  # made on the host: no kernel for the positions
-                picks.append(array[where].astype(np.int64))
-        sample = _to_host(xp.concatenate(picks)) if picks else np.zeros(0)
-        return (matrix.shape, matrix.nnz, str(matrix.index_dtype), tuple(sample.tolist()))
-
-    return matrix.derived("pattern_key", key)
+    """:func:`~sparsegpu.device._mirror.pattern_key_of` ``matrix``'s arrays, computed once
+    per mirror (a mirror made from host arrays has it from them: no transfer)."""
+    return matrix.derived(
+        "pattern_key", lambda: pattern_key_of(matrix.indptr, matrix.indices, matrix)
+    )

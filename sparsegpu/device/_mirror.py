@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import _cuda
+from . import _compile, _cuda
 
 
 @dataclass(frozen=True)
@@ -89,46 +89,138 @@ class RowLengthStats:
     @classmethod
     def from_indptr(cls, indptr, n_cols: int, xp, indices=None) -> RowLengthStats:
         """Statistics of the rows of ``indptr`` (and, given ``indices``, the column spread);
-        one device-to-host transfer."""
+        on the GPU one launch (``kernels/row_stats.cu``) and one device-to-host transfer."""
         n_rows = int(indptr.shape[0]) - 1
         if n_rows <= 0:
             return cls(max(n_rows, 0), n_cols, 0, 0.0, 0.0, 0, 0, 0)
-        lengths = xp.diff(indptr).astype(np.float64)
-        mean = lengths.mean()
-        centered = lengths - mean
-        parts = [
-            mean,
-            (centered * centered).mean(),  # the variance (CuPy's std took 1.7 ms on 4M rows)
+        spread = indices is not None and indices.shape[0] and n_cols
+        samples = _spread_samples(indptr, indices, n_rows, xp) if spread else None
+        if xp is np:
+            summary = np.concatenate([_row_summary_on_host(indptr)] + ([samples] if spread else []))
+        else:
+            indptr = xp.ascontiguousarray(indptr)
+            summary = _row_stats_on_device(indptr, n_rows, xp, samples).get()
+        return cls.from_summary(summary, n_rows, n_cols, spread=bool(spread))
+
+    @classmethod
+    def from_summary(cls, summary, n_rows: int, n_cols: int, spread: bool = False):
+        """The statistics from ``row_length_stats``' six integers (``kernels/row_stats.cu``)
+        and, with ``spread``, the column spread's samples after them."""
+        empty, lo, hi, squares, first, nnz = (int(v) for v in summary[:6])
+        total = nnz - first  # the sum of the lengths
+        mean = total / n_rows
+        variance = (squares * n_rows - total * total) / (n_rows * n_rows)  # exact integers
+        column_spread = _column_spread(summary[6:], n_rows, n_cols) if spread else 0.0
+        return cls(
+            n_rows, n_cols, nnz, mean, math.sqrt(max(variance, 0.0)), lo, hi, empty, column_spread
+        )
+
+
+ROW_STATS_BLOCK = 256
+ROW_STATS_FAMILY = _compile.register_family(
+    _compile.KernelFamily(
+        "row_stats.cu",
+        tuple(
+            f"{k}<{t}>" for k in ("row_length_stats", "index_range") for t in ("int", "long long")
+        ),
+    )
+)
+
+
+def _row_summary_on_host(indptr) -> np.ndarray:
+    """``row_length_stats``' six integers (see ``kernels/row_stats.cu``) with NumPy."""
+    lengths = np.diff(indptr).astype(np.int64)
+    return np.array(
+        [
+            (lengths == 0).sum(),
             lengths.min(),
             lengths.max(),
-            (lengths == 0).sum().astype(np.float64),
-            indptr[-1:].astype(np.float64)[0],
-        ]
-        if indices is not None and indices.shape[0] and n_cols:
-            parts.append(_column_spread(indptr, indices, n_rows, n_cols, xp))
-        summary = _to_host(xp.stack(parts), xp)
-        mean, variance, lo, hi, empty, nnz = (float(v) for v in summary[:6])
-        std = math.sqrt(max(variance, 0.0))
-        spread = float(summary[6]) if len(summary) > 6 else 0.0
-        return cls(n_rows, n_cols, int(nnz), mean, std, int(lo), int(hi), int(empty), spread)
+            (lengths * lengths).sum(),
+            indptr[0],
+            indptr[-1],
+        ],
+        dtype=np.int64,
+    )
 
 
-def _column_spread(indptr, indices, n_rows: int, n_cols: int, xp):
-    """Mean |column - diagonal position| / n_cols of the first and last stored entry of up
-    to SPREAD_SAMPLE_ROWS evenly spaced rows (a 0-d array; empty rows are left out)."""
+def _row_stats_on_device(indptr, n_rows: int, xp, samples=None, indices=None):
+    """One int64 array on the device: ``row_length_stats``' six integers (see
+    ``kernels/row_stats.cu``), then, given ``indices``, their smallest and largest
+    (``index_range``), then ``samples``."""
+    index = _cxx_index(indptr)
+    head = np.array([0, np.iinfo(np.int64).max, np.iinfo(np.int64).min, 0, 0, 0], np.int64)
+    if indices is not None:
+        head = np.concatenate([head, [np.iinfo(np.int64).max, np.iinfo(np.int64).min]])
+    out = xp.asarray(head)
+    _launch_stats(f"row_length_stats<{index}>", n_rows, (indptr, np.int64(n_rows), out))
+    if indices is not None and indices.shape[0]:
+        index = _cxx_index(indices)
+        n = indices.shape[0]
+        _launch_stats(f"index_range<{index}>", n, (indices, np.int64(n), out[6:]))
+    return out if samples is None else xp.concatenate([out, samples])
+
+
+# Entries of each index array sampled for a pattern's key (evenly spaced).
+PATTERN_SAMPLES = 32
+
+
+def pattern_key_of(indptr, indices, matrix) -> tuple:
+    """A cheap key of the pattern of ``matrix`` whose index arrays (on the device or
+    still on the host) are ``indptr`` and ``indices``: shape, nnz, index dtype and a sample
+    of the arrays (one small transfer from the device). Equal keys suggest, and never
+    prove, equal patterns: whatever reuses work across patterns compares them."""
+    xp = np if isinstance(indptr, np.ndarray) else matrix.xp
+    picks = []
+    for array in (indptr, indices):
+        if array.shape[0]:
+            where = np.linspace(0, array.shape[0] - 1, PATTERN_SAMPLES).astype(np.int64)
+            where = xp.asarray(where)  # made on the host: no kernel for the positions
+            picks.append(array[where].astype(np.int64))
+    sample = _to_host(xp.concatenate(picks), xp) if picks else np.zeros(0)
+    return (matrix.shape, matrix.nnz, str(matrix.index_dtype), tuple(sample.tolist()))
+
+
+def _cxx_index(array) -> str:
+    """The C++ index type of a contiguous int32 or int64 device array (the kernels'
+    ``Index``)."""
+    if array.dtype == np.int32:
+        return "int"
+    if array.dtype == np.int64:
+        return "long long"
+    raise TypeError(f"index arrays must be int32 or int64, got {array.dtype}")
+
+
+def _launch_stats(name: str, n: int, arguments) -> None:
+    blocks = max(1, min(-(-n // ROW_STATS_BLOCK), 1024))
+    kernel = _compile.get_kernel("row_stats.cu", name)
+    kernel((blocks,), (ROW_STATS_BLOCK,), arguments)
+
+
+def _spread_samples(indptr, indices, n_rows: int, xp):
+    """The column spread's samples as one int64 array: up to SPREAD_SAMPLE_ROWS evenly
+    spaced rows' numbers, starts, ends, first and last stored columns (gathers only: no
+    reduction on the device)."""
     # the sample's row numbers are made on the host (no sort on the device, no wait)
     rows = np.unique(np.linspace(0, n_rows - 1, min(n_rows, SPREAD_SAMPLE_ROWS)).astype(np.int64))
-    rows = xp.asarray(rows)
-    starts = indptr[rows].astype(np.int64)
-    ends = indptr[rows + 1].astype(np.int64)
-    filled = ends > starts
+    on = xp.asarray(rows)
+    starts = indptr[on].astype(np.int64)
+    ends = indptr[on + 1].astype(np.int64)
     nnz = int(indices.shape[0])
-    first = indices[xp.minimum(starts, nnz - 1)].astype(np.float64)
-    last = indices[xp.clip(ends - 1, 0, nnz - 1)].astype(np.float64)
-    diagonal = rows.astype(np.float64) * (n_cols / n_rows)
-    distance = (xp.abs(first - diagonal) + xp.abs(last - diagonal)) / (2.0 * n_cols)
-    count = filled.sum()
-    return xp.where(count > 0, (distance * filled).sum() / xp.maximum(count, 1), 0.0)
+    first = indices[xp.minimum(starts, nnz - 1)].astype(np.int64)
+    last = indices[xp.clip(ends - 1, 0, nnz - 1)].astype(np.int64)
+    return xp.concatenate([on, starts, ends, first, last])
+
+
+def _column_spread(samples: np.ndarray, n_rows: int, n_cols: int) -> float:
+    """Mean |column - diagonal position| / n_cols of the first and last stored entry of the
+    sampled rows (:func:`_spread_samples`, on the host; empty rows are left out)."""
+    rows, starts, ends, first, last = np.asarray(samples, dtype=np.int64).reshape(5, -1)
+    filled = ends > starts
+    if not filled.any():
+        return 0.0
+    diagonal = rows[filled] * (n_cols / n_rows)
+    distance = np.abs(first[filled] - diagonal) + np.abs(last[filled] - diagonal)
+    return float((distance / (2.0 * n_cols)).mean())
 
 
 def _to_host(a, xp):
@@ -288,6 +380,12 @@ class DeviceMatrix:
         return self._stats
 
     @property
+    def known_longest_row(self) -> int | None:
+        """:attr:`longest_row` where it is known without a pass over the matrix, else None."""
+        known = self._stats or self._row_stats
+        return known.max if known is not None else self.row_bound
+
+    @property
     def longest_row(self) -> int:
         """An upper bound of the longest row's length: exact where the row statistics are
         known, else the bound a product recorded (:attr:`row_bound`), else computed (the
@@ -401,8 +499,11 @@ class DeviceMatrix:
         )
         what = f"the device mirror of this matrix ({nnz:,} nonzeros, {value_dtype})"
         dev = upload_arrays(host, residence, value_dtype, what)
-        _validate(dev[2], dev[1], n_cols, residence.xp)
-        return cls(dev[0], dev[1], dev[2], (n_rows, n_cols), residence)
+        stats = _validate(dev[2], dev[1], n_cols, residence.xp)
+        matrix = cls(dev[0], dev[1], dev[2], (n_rows, n_cols), residence)
+        matrix._row_stats = stats  # read in the check's pass (None on the host)
+        matrix.formats["pattern_key"] = pattern_key_of(host[2], host[1], matrix)
+        return matrix
 
     def transpose(self) -> DeviceMatrix:
         """CSR of the transpose, built where the mirror lives (one stable sort of the
@@ -466,20 +567,26 @@ def upload_arrays(host, residence: Residence, value_dtype, what: str) -> list:
     return dev
 
 
-def _validate(indptr, indices, n_cols: int, xp, unit: str = "column") -> None:
+def _validate(indptr, indices, n_cols: int, xp, unit: str = "column"):
     """Check monotone indptr and in-range indices with one transfer; name the first bad spot
-    (``unit``: what an index counts, ``"column"`` or ``"block column"``)."""
+    (``unit``: what an index counts, ``"column"`` or ``"block column"``). Returns the row
+    statistics where the check computed them (on the GPU: the same pass), else None."""
     n_rows = indptr.shape[0] - 1
-    checks = []
-    if n_rows > 0:
-        checks.append((indptr[1:] < indptr[:-1]).any())
-    if indices.shape[0]:
-        checks.append(indices.min() < 0)
-        checks.append(indices.max() >= n_cols)
-    if not checks:
-        return
-    if not bool(_to_host(xp.stack(checks), xp).any()):
-        return
+    if n_rows <= 0:
+        if not indices.shape[0] or 0 <= indices.min() and indices.max() < n_cols:
+            return None
+    else:
+        if xp is np:
+            summary = np.concatenate(
+                [_row_summary_on_host(indptr)]
+                + ([[indices.min(), indices.max()]] if indices.shape[0] else [])
+            )
+        else:
+            summary = _row_stats_on_device(indptr, n_rows, xp, indices=indices).get()
+        stats = RowLengthStats.from_summary(summary, n_rows, n_cols)
+        bad_index = indices.shape[0] and (summary[6] < 0 or summary[7] >= n_cols)
+        if stats.min >= 0 and not bad_index:
+            return stats
     if n_rows > 0:
         drops = indptr[1:] < indptr[:-1]
         if bool(drops.any()):
