@@ -117,6 +117,23 @@ def is_cupy_array(obj) -> bool:
     return False
 
 
+# CuPy reduces an array with a CUB kernel that it compiles (about 1.7 s on an H200; once a
+# machine, then cached on disk) for each operation, dtype and size class of arrays under
+# about 2,048 entries, whose block size follows the size. Such arrays are reduced on the
+# host instead (:func:`reducible`), so that the sizes of a user's matrices (a multigrid
+# hierarchy's coarse levels) never cost a compilation.
+SMALL_REDUCTION = 2048
+
+
+def reducible(a):
+    """``a``, or its host copy when it is a CuPy array of fewer than
+    :data:`SMALL_REDUCTION` entries: what to call a reduction (``.any()``, ``.sum()``) on
+    (a transfer of a few KiB, where CuPy would compile a kernel for that size)."""
+    if is_cupy_array(a) and a.size < SMALL_REDUCTION:
+        return a.get()
+    return a
+
+
 def to_host(a):
     """CuPy arrays and cupyx sparse matrices as their numpy / scipy copies (tuples item by
     item); anything else unchanged. For handing GPU inputs to scipy's constructors and writers."""

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._bridge import reducible
+
 
 def row_ids(indptr, xp):
     """The row of every stored entry (on the GPU by a binary search of each entry in
@@ -107,13 +109,13 @@ def mis2_aggregate(indptr, indices, xp, seed: int = 0):
     root_key = np.uint64(n + 1)
     while True:
         undecided = (key > 0) & (key < root_key)
-        if not bool(undecided.any()):
+        if not bool(reducible(undecided).any()):
             break
         near = _spread_max(_spread_max(key, rows, cols, xp), rows, cols, xp)
         key = xp.where(undecided & (near == key), root_key, key)
         key = xp.where(undecided & (near == root_key) & (key != root_key), np.uint64(0), key)
     roots = key == root_key
-    count = int(roots.sum())
+    count = int(reducible(roots).sum())
     # aggregate numbers shifted by one (0: none yet): the roots', then their neighbours'
     # (one root within distance 1: roots are 3 apart), then the rest join a neighbour's
     shifted = xp.where(roots, xp.cumsum(roots), 0).astype(np.uint64)
@@ -122,7 +124,7 @@ def mis2_aggregate(indptr, indices, xp, seed: int = 0):
     shifted = xp.where(shifted > 0, shifted, second)
     aggregate = xp.where(isolated, -1, shifted.astype(np.int64) - 1)
     left = (aggregate < 0) & ~isolated  # only on a graph that is not symmetric
-    extra = int(left.sum())
+    extra = int(reducible(left).sum())
     if extra:
         aggregate = xp.where(left, count + xp.cumsum(left) - 1, aggregate)
         count += extra

@@ -21,6 +21,8 @@ from ...device._mirror import CUPY, DeviceMatrix
 from .._operator import Operator, as_operator
 from .._vector import step_sources
 
+reducible = _cuda.reducible
+
 __all__ = [
     "Operator",
     "as_operator",
@@ -30,6 +32,7 @@ __all__ = [
     "cupy_or_none",
     "is_device_array",
     "matrix_from_arrays",
+    "reducible",
     "register_elementwise",
     "spgemm",
     "step_sources",

@@ -16,6 +16,7 @@ from ._bridge import (
     csr_arrays,
     cupy_or_none,
     is_device_array,
+    reducible,
     where_computes,
 )
 from ._cycle import Cycle, CycleOperator
@@ -302,7 +303,7 @@ class AMGHierarchy(spl.LinearOperator):
         indptr, indices, data = csr_arrays(A, xp)
         kept_indptr, kept_indices = self._pattern
         same = indices.shape == kept_indices.shape and bool(
-            (indptr == kept_indptr).all() and (indices == kept_indices).all()
+            reducible(indptr == kept_indptr).all() and reducible(indices == kept_indices).all()
         )
         if not same:
             raise ValueError(

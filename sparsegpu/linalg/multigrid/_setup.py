@@ -22,6 +22,7 @@ from ._bridge import (
     csr_arrays,
     galerkin_product,
     matrix_from_arrays,
+    reducible,
     spgemm,
     transpose,
 )
@@ -83,7 +84,7 @@ class Clock:
 
 def check_values(data, xp, what: str) -> None:
     finite = xp.isfinite(data)
-    if not bool(finite.all()):
+    if not bool(reducible(finite).all()):
         where = int(xp.argmin(finite))
         raise ValueError(
             f"amg: {what} has a non-finite value ({data[where].item()!r} at stored entry "
@@ -95,7 +96,7 @@ def diagonal_of(A, xp):
     indptr, indices, data = csr_arrays(A, xp)
     d = agg.diagonal(indptr, indices, data, xp)
     zero = d == 0
-    if bool(zero.any()):
+    if bool(reducible(zero).any()):
         row = int(xp.argmax(zero))
         raise ValueError(
             f"amg: the matrix ({A.shape[0]} rows) has a zero (or missing) diagonal entry "
@@ -233,7 +234,7 @@ def _cholesky_inverse(dense, xp):
         lower = xp.linalg.cholesky(dense)
     except np.linalg.LinAlgError:
         return None
-    if not bool(xp.isfinite(lower).all()):  # CuPy answers NaN instead of raising
+    if not bool(reducible(xp.isfinite(lower)).all()):  # CuPy answers NaN instead of raising
         return None
     lower_inverse = xp.linalg.inv(lower)
     return lower_inverse.conj().T @ lower_inverse
@@ -241,16 +242,16 @@ def _cholesky_inverse(dense, xp):
 
 def _check_inverse(dense, inverse, solver: str, xp) -> None:
     n = dense.shape[0]
-    singular = inverse is None or not bool(xp.isfinite(inverse).all())
+    singular = inverse is None or not bool(reducible(xp.isfinite(inverse)).all())
     if not singular and solver != "pinv":
-        norm_1 = float(xp.abs(dense).sum(axis=0).max())
-        inverse_1 = float(xp.abs(inverse).sum(axis=0).max())
+        norm_1 = float(reducible(xp.abs(dense).sum(axis=0)).max())
+        inverse_1 = float(reducible(xp.abs(inverse).sum(axis=0)).max())
         singular = norm_1 * inverse_1 > 1e-2 / np.finfo(dense.dtype).eps
         condition = norm_1 * inverse_1
     if singular:
         estimate = (
             ""
-            if inverse is None or not bool(xp.isfinite(inverse).all())
+            if inverse is None or not bool(reducible(xp.isfinite(inverse)).all())
             else (f" (condition number about {condition:.2g})")
         )
         raise ValueError(
