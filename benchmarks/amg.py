@@ -286,8 +286,15 @@ def warm_up() -> None:
     on small problems, not timed: the first set-up of a process otherwise carries NVRTC's
     compilations (cached on disk by CuPy for later processes)."""
     import sparsegpu as sg
+    from sparsegpu.datasets.synthetic import power_law
 
     cupy = _device()
+    # hash rows' kernels, every table size (the problems below are too small for the rule
+    # to take them; the measured ones take them on the elasticity levels)
+    M = sg.csr_matrix(power_law(200_000, mean=30.0, seed=3))
+    M.planning = "estimate"
+    M @ M
+    sg.spgemm(M, M, algorithm="hash")
     for A, B in (poisson3d(40), jumping3d(32, 9), anisotropic2d(96), elasticity3d(8)):
         ml = sg.linalg.amg(sg.bsr_matrix(A) if A.format == "bsr" else sg.csr_matrix(A), B=B,
                            max_coarse=10)  # fmt: skip
