@@ -291,10 +291,11 @@ def warm_up() -> None:
     cupy = _device()
     # hash rows' kernels, every table size (the problems below are too small for the rule
     # to take them; the measured ones take them on the elasticity levels)
-    M = sg.csr_matrix(power_law(200_000, mean=30.0, seed=3))
-    M.planning = "estimate"
-    M @ M
-    sg.spgemm(M, M, algorithm="hash")
+    for mean in (3.0, 8.0, 30.0):  # short rows take groups of 8 or 16 lanes, long a warp
+        M = sg.csr_matrix(power_law(200_000, mean=mean, seed=3))
+        M.planning = "estimate"
+        M @ M
+        sg.spgemm(M, M, algorithm="hash")
     for A, B in (poisson3d(40), jumping3d(32, 9), anisotropic2d(96), elasticity3d(8)):
         ml = sg.linalg.amg(sg.bsr_matrix(A) if A.format == "bsr" else sg.csr_matrix(A), B=B,
                            max_coarse=10)  # fmt: skip
