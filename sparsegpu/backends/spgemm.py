@@ -36,6 +36,7 @@ from ..device._mirror import (
     is_out_of_memory,
     memory_error,
     pattern_key_of,
+    rows_rise_on_device,
 )
 from .base import FLOAT_AND_COMPLEX
 
@@ -331,6 +332,8 @@ def is_canonical(matrix: DeviceMatrix) -> bool:
     xp, nnz = matrix.xp, matrix.nnz
     if nnz < 2:
         return True
+    if xp is not np and matrix.indptr.dtype == matrix.indices.dtype:
+        return rows_rise_on_device(matrix.indptr, matrix.indices, xp)
     starts = xp.zeros(nnz + 1, dtype=bool)
     starts[matrix.indptr[:-1]] = True  # an empty row marks the next row's start
     rising = matrix.indices[1:] > matrix.indices[:-1]
@@ -523,8 +526,9 @@ def compute_operands(engine: SpgemmEngine, left, right, budget: Budget):
     kernels) unless a size of theirs or of the result needs int64.
 
     The result has at most as many nonzeros as the intermediate products and as
-    ``m x n``; the products are bounded by ``nnz(L)`` times R's longest row, and counted
-    (:meth:`SpgemmEngine.total_products`, one pass) only when that bound is over int32.
+    ``m x n``; the products are bounded by ``nnz(L)`` times R's longest row (and by
+    ``nnz(R)`` times L's fullest column, where that is known), and counted
+    (:meth:`SpgemmEngine.total_products`, one pass) only when the bound is over int32.
     Products past int32 take int64 indices: cuSPARSE's 32-bit SpGEMM does not compute
     them (cupyx's product of R-MAT scale 18 by itself came back empty). The result's
     nonzeros are then counted (:meth:`SpgemmEngine.result_nnz`, a symbolic pass) where
@@ -535,7 +539,7 @@ def compute_operands(engine: SpgemmEngine, left, right, budget: Budget):
     wide = max(left.nnz, right.nnz, *left.shape, *right.shape) > INT32_MAX
     m, n = left.shape[0], right.shape[1]
     nnz = None
-    if not wide and m * n > INT32_MAX and left.nnz * min(right.longest_row, n) > INT32_MAX:
+    if not wide and m * n > INT32_MAX and _products_may_pass_int32(left, right, n):
         products = engine.total_products(left, right)
         wide = products > INT32_MAX
         if wide and (engine.narrows_by_result or not _may_fit(left, right, products, budget)):
@@ -547,6 +551,16 @@ def compute_operands(engine: SpgemmEngine, left, right, budget: Budget):
                 wide = nnz > INT32_MAX
     index_dtype = np.dtype(np.int64 if wide else np.int32)
     return with_index_dtype(left, index_dtype), with_index_dtype(right, index_dtype), nnz
+
+
+def _products_may_pass_int32(left, right, n: int) -> bool:
+    """Whether the bounds of ``left @ right``'s intermediate products allow more than
+    int32 holds: ``nnz(L)`` times R's longest row, and, where L's columns are known (a
+    transpose's), ``nnz(R)`` times the most entries a column of L holds (what a
+    transposed prolongation's product reads before any pass: P's longest row)."""
+    if left.column_bound is not None and right.nnz * left.column_bound <= INT32_MAX:
+        return False
+    return left.nnz * min(right.longest_row, n) > INT32_MAX
 
 
 def _may_fit(left, right, products: int, budget: Budget) -> bool:

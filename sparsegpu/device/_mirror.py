@@ -121,7 +121,9 @@ ROW_STATS_FAMILY = _compile.register_family(
     _compile.KernelFamily(
         "row_stats.cu",
         tuple(
-            f"{k}<{t}>" for k in ("row_length_stats", "index_range") for t in ("int", "long long")
+            f"{k}<{t}>"
+            for k in ("row_length_stats", "index_range", "rows_rising")
+            for t in ("int", "long long")
         ),
     )
 )
@@ -178,6 +180,18 @@ def pattern_key_of(indptr, indices, matrix) -> tuple:
             picks.append(array[where].astype(np.int64))
     sample = _to_host(xp.concatenate(picks), xp) if picks else np.zeros(0)
     return (matrix.shape, matrix.nnz, str(matrix.index_dtype), tuple(sample.tolist()))
+
+
+def rows_rise_on_device(indptr, indices, xp) -> bool:
+    """Whether every row's column indices strictly increase (``rows_rising`` of
+    ``kernels/row_stats.cu``: one launch, one transfer); indptr and indices contiguous
+    device arrays of one index dtype."""
+    n_rows = indptr.shape[0] - 1
+    out = xp.zeros(1, dtype=np.uint64)
+    _launch_stats(
+        f"rows_rising<{_cxx_index(indptr)}>", n_rows, (indptr, indices, np.int64(n_rows), out)
+    )
+    return int(out.get()[0]) == 0
 
 
 def _cxx_index(array) -> str:
@@ -342,6 +356,9 @@ class DeviceMatrix:
         # an upper bound of the longest row, where a product recorded one (its operands'
         # longest rows multiplied): what sparse products read before any pass over it
         self.row_bound: int | None = None
+        # an upper bound of the most entries a column holds, where one is known (a
+        # transpose's: its matrix's longest row)
+        self.column_bound: int | None = None
         # the event after the work still writing these arrays (a product's result,
         # returned without waiting for it), which settle() waits for
         self._ready = None
@@ -546,6 +563,7 @@ class DeviceMatrix:
             self.residence,
         )
         same._stats, same._row_stats, same.row_bound = self._stats, self._row_stats, self.row_bound
+        same.column_bound = self.column_bound
         return same.queued() if self._ready is not None else same
 
 

@@ -104,9 +104,11 @@ def _csr(M, residence, value_dtype, transpose: bool = False) -> DeviceMatrix:
 def _known_from_the_matrix(transpose: DeviceMatrix, stored: DeviceMatrix) -> None:
     """What the transpose's mirror can take from its matrix's without a pass over it: the
     transpose (:func:`transposed`) of a canonical matrix is canonical (one check, of the
-    matrix), and its pattern is the matrix's, so its pattern key derives from theirs."""
+    matrix), its pattern is the matrix's, so its pattern key derives from theirs, and its
+    columns are the matrix's rows."""
     if "canonical" not in transpose.formats and spgemm.canonical(stored) is stored:
         spgemm.mark_canonical(transpose)
+    transpose.column_bound = stored.known_longest_row
     key = stored.formats.get("pattern_key")
     if key is not None:
         derived = (transpose.shape, transpose.nnz, str(transpose.index_dtype), ("T", hash(key)))
