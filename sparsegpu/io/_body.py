@@ -3,8 +3,8 @@
 scipy's parser (fast_matrix_market) reads a number from the front of each token and
 drops the rest: ``0x1p3`` is read as 0, ``2.5`` in an ``integer`` file as 2, a second
 value on a ``real`` line is ignored, and a NUL byte after the last value crashes the
-process. Every byte of the body is checked here first, vectorized (numpy), a chunk of
-whole lines at a time:
+process. Every byte of the body is checked here, vectorized (numpy), a chunk of whole
+lines at a time:
 
 * only digits, ``+ - . e E``, letters of ``inf``/``nan``, spaces, tabs and line ends;
 * every non-blank line holds exactly the numbers one entry of the header's format and
@@ -12,6 +12,13 @@ whole lines at a time:
 * there are exactly as many entries as the size line declares;
 * indices are unsigned integers, ``integer`` values have no ``.`` or exponent, and every
   value is a whole decimal number (sign, digits, one ``.``, one exponent, in that order).
+
+Each chunk is first checked bit-parallel (:func:`_certain_entries`): every byte's class as
+bit-planes, one bit a byte, 64 bytes a ``uint64`` word, and the rules as a few dozen
+whole-array operations on the words; an addition's carry runs along a run of ones, which
+finds each line's next token or a number's next non-digit for every line at once. A chunk
+it cannot pass (a bad line, ``inf``/``nan``, a run of 64 bytes without a token) is checked
+again byte by byte (:meth:`_Body.check_lines`), which names the first bad line.
 
 Chunks are checked on several threads at once (numpy releases the GIL). Index ranges are
 checked by scipy's parser, the stored triangle of symmetric files on the parsed arrays.
@@ -28,9 +35,9 @@ import numpy as np
 
 from ._header import MMInfo, bad_file
 
-# Bytes of whole lines checked at once: small enough for the temporaries to stay cheap
-# (about 8x the chunk per worker).
-CHUNK_BYTES = 2 << 20
+# Bytes of whole lines checked at once: small enough for the bit-planes (an eighth of the
+# chunk each) to stay in the core's cache and under malloc's mmap threshold.
+CHUNK_BYTES = 512 << 10
 # Chunks checked at once.
 _WORKERS = min(8, os.cpu_count() or 1)
 # An entry line longer than this is damage, not a number.
@@ -116,6 +123,124 @@ def _starts_up_to(start: np.ndarray):
     return at
 
 
+# ------------------------------------------------------------------ bit-parallel check
+# Each byte's class as a 3-bit code: the three bits become three bit-planes of the chunk.
+_WS3, _DIGIT3, _SIGN3, _DOT3, _NL3, _EXP3, _LETTER3, _BAD3 = range(8)
+_CODE = np.full(256, _BAD3, dtype=np.uint8)
+_CODE[_CLASS == _WS] = _WS3
+_CODE[_CLASS == _NL] = _NL3
+_CODE[_CLASS == _DIGIT] = _DIGIT3
+_CODE[_CLASS == _SIGN] = _SIGN3
+_CODE[_CLASS == _DOT] = _DOT3
+_CODE[_CLASS == _EXP] = _EXP3
+_CODE[_CLASS == _LETTER] = _LETTER3
+_CODE_TABLE = _CODE.tobytes()
+_ONE, _TOP = np.uint64(1), np.uint64(63)
+# Words a carry may run on past the one it starts in before the chunk is left to the
+# byte-by-byte check (a carry runs along a gap between tokens, or along a number).
+_CARRY_WORDS = 4
+
+
+class _Unusual(Exception):
+    """A chunk the bit-parallel check leaves to the byte-by-byte one."""
+
+
+def _ones(words: np.ndarray) -> int:
+    return int(_popcount(words.view(np.uint8)).sum(dtype=np.int64))
+
+
+def _after(x: np.ndarray) -> np.ndarray:
+    """Each byte's bit moved onto the byte after it."""
+    out = x << _ONE
+    out[1:] |= x[:-1] >> _TOP
+    return out
+
+
+def _landing(ones: np.ndarray, sources: np.ndarray) -> np.ndarray:
+    """The first zero of ``ones`` after each of ``sources`` (bits of ``ones``): where the
+    carry of ``ones + sources`` comes out of each source's run of ones."""
+    total = ones + sources
+    carry = total < ones
+    for _ in range(_CARRY_WORDS):
+        if not carry[:-1].any():
+            total &= ~ones
+            return total
+        carried = total[1:] + carry[:-1]
+        carry[1:] = carried < total[1:]  # a word of ones passes the carry on
+        carry[0] = False
+        total[1:] = carried
+    raise _Unusual
+
+
+def _planes(data) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The three bit-planes of the chunk's class codes (bytes past its end are blanks)."""
+    codes = np.frombuffer(bytes(data).translate(_CODE_TABLE), dtype=np.uint8)
+    if codes.max() > _EXP3:  # a letter (inf, nan) or a byte no entry has
+        raise _Unusual
+    words = -(-codes.size // 64)
+    planes = np.zeros((3, words), dtype=np.uint64)
+    for k in range(3):
+        bits = np.packbits(codes & (1 << k), bitorder="little")
+        planes[k].view(np.uint8)[: bits.size] = bits
+    return planes[0], planes[1], planes[2]
+
+
+def _certain_entries(data, per_line: int, indices: int, field: str) -> tuple[int, int]:
+    """The entries and lines of a chunk (a newline, then whole lines) whose every line
+    passes, found
+    with bit-planes; raises :class:`_Unusual` where the byte-by-byte check must decide.
+
+    Bit ``i`` of a plane is byte ``i`` of the chunk. ``_landing(ones, sources)`` is the
+    first zero after each source's run of ones, for every source at once: the next event
+    (token start or line end) after each token of one column gives the next column's
+    tokens; the next non-digit after an index's first digit must end the token; the next
+    non-digit after a point or an exponent must be neither a second point nor exponent.
+    """
+    b0, b1, b2 = _planes(data)
+    token = b0 | b1
+    exp = b2 & b0
+    newline = b2 ^ exp
+    digit = b0 & ~(b1 | b2)
+    after_token = _after(token)
+    start = token & ~after_token
+    gaps = ~(start | newline)  # neither a token's start nor a line end
+    column = _landing(gaps | newline, newline)  # the first token of each non-blank line
+    entries = _ones(column)
+    index_starts = column.copy() if indices else None
+    bad = np.zeros_like(token)
+    for k in range(1, per_line + 1):
+        column = _landing(gaps | column, column)  # the next token, or the line's end
+        bad |= (column & newline) if k < per_line else (column & start)
+        if k < indices:
+            index_starts |= column
+    if indices:  # an index is digits only
+        bad |= index_starts & ~digit
+        bad |= _landing(digit, index_starts) & token
+    if per_line > indices:
+        sign = b1 & ~b0
+        if field == "integer":  # a sign, then digits
+            bad |= b1 & b0  # a point
+            bad |= exp
+            bad |= sign & after_token
+            bad |= _after(sign) & ~digit
+        else:  # sign? (digits [point] digits?) | (point digits), then (exponent sign? digits)?
+            point = b1 & b0
+            after_exp, after_digit, after_point = _after(exp), _after(digit), _after(point)
+            bad |= sign & after_token & ~after_exp  # a sign starts the number or its exponent
+            bad |= exp & ~(after_digit | after_point)
+            bad |= point & (after_point | after_exp)
+            bad |= (_after(sign) | after_exp) & ~token  # a number ending in a sign or exponent
+            bad |= _after(point & ~after_digit) & ~digit  # a point with no digit beside it
+            exp_sign = sign & after_exp
+            after_exp_sign = _after(exp_sign)
+            bad |= after_exp_sign & point
+            bad |= _landing(digit, after_point & digit) & point
+            bad |= _landing(digit, (after_exp | after_exp_sign) & digit) & (point | exp)
+    if bad.any():
+        raise _Unusual
+    return entries, _ones(newline) - 1
+
+
 class _BadLine(Exception):
     """A bad line, numbered within its chunk (the chunk's first line is line 1)."""
 
@@ -142,11 +267,22 @@ class _Body:
     def fail(line: int, problem: str):
         raise _BadLine(line, problem)
 
-    def check(self, data) -> tuple[np.ndarray, int]:
+    def check(self, data) -> tuple[int, int]:
         """Check ``data`` (bytes-like): a newline, then whole lines.
 
-        Returns the chunk's entry lines (0-based) and its number of lines; the caller
-        checks the entries' total against the size line.
+        Returns the chunk's entries and its number of lines; the caller checks the
+        entries' total against the size line.
+        """
+        try:
+            return _certain_entries(data, self.per_line, self.indices, self.info.field)
+        except _Unusual:
+            entry_lines, lines = self.check_lines(data)
+            return entry_lines.size, lines
+
+    def check_lines(self, data) -> tuple[np.ndarray, int]:
+        """Check ``data`` byte by byte; the first bad line raises :class:`_BadLine`.
+
+        Returns the chunk's entry lines (0-based) and its number of lines.
         """
         a = np.frombuffer(data, dtype=np.uint8)
         # bytes.translate: a third of the cost of _CLASS.take(a), which widens the indices
@@ -221,9 +357,10 @@ class _Body:
                 f"'{self.layout}' ({self.per_line}); the file does not match its header",
             )
 
-    def too_many(self, data, entry_lines: np.ndarray, seen: int):
+    def too_many(self, data, seen: int):
         """Refuse the chunk's line holding entry ``declared + 1`` (``seen`` came before)."""
         declared = self.info.entries
+        entry_lines, _ = self.check_lines(data)
         k = int(entry_lines[declared - seen])
         self.fail(
             k + 1,
@@ -332,12 +469,12 @@ def _collect(body: _Body, job, seen: int, line: int) -> tuple[int, int]:
     """
     future, data = job
     try:
-        entry_lines, lines = future.result()
-        if seen + entry_lines.size > body.info.entries:
-            body.too_many(data, entry_lines, seen)
+        entries, lines = future.result()
+        if seen + entries > body.info.entries:
+            body.too_many(data, seen)
     except _BadLine as bad:
         raise bad_file(body.info.source, f"line {line + bad.line - 1}: {bad.problem}") from None
-    return seen + entry_lines.size, line + lines
+    return seen + entries, line + lines
 
 
 def _buffer_chunks(buffer, info: MMInfo):
