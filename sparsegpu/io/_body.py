@@ -135,10 +135,7 @@ _CODE[_CLASS == _DOT] = _DOT3
 _CODE[_CLASS == _EXP] = _EXP3
 _CODE[_CLASS == _LETTER] = _LETTER3
 _CODE_TABLE = _CODE.tobytes()
-_ONE, _TOP = np.uint64(1), np.uint64(63)
-# Words a carry may run on past the one it starts in before the chunk is left to the
-# byte-by-byte check (a carry runs along a gap between tokens, or along a number).
-_CARRY_WORDS = 4
+_ONE, _TOP, _FULL = np.uint64(1), np.uint64(63), np.uint64(2**64 - 1)
 
 
 class _Unusual(Exception):
@@ -158,18 +155,20 @@ def _after(x: np.ndarray) -> np.ndarray:
 
 def _landing(ones: np.ndarray, sources: np.ndarray) -> np.ndarray:
     """The first zero of ``ones`` after each of ``sources`` (bits of ``ones``): where the
-    carry of ``ones + sources`` comes out of each source's run of ones."""
+    carry of ``ones + sources`` comes out of each source's run of ones.
+
+    A carry crosses into the next word at most once, unless a word of ``ones`` is all
+    ones (64 bytes without a token, a line end or a non-digit): such a chunk is left to
+    the byte-by-byte check. (The last word's carry leaves the chunk, whose last byte is a
+    line end: its blanks after the end may fill the word.)
+    """
+    if (ones[:-1] == _FULL).any():
+        raise _Unusual
     total = ones + sources
-    carry = total < ones
-    for _ in range(_CARRY_WORDS):
-        if not carry[:-1].any():
-            total &= ~ones
-            return total
-        carried = total[1:] + carry[:-1]
-        carry[1:] = carried < total[1:]  # a word of ones passes the carry on
-        carry[0] = False
-        total[1:] = carried
-    raise _Unusual
+    carry = total < ones  # the words whose carry goes on into the next
+    np.add(total[1:], carry[:-1], out=total[1:], casting="unsafe")
+    total &= ~ones
+    return total
 
 
 def _planes(data) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -177,8 +176,7 @@ def _planes(data) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     codes = np.frombuffer(bytes(data).translate(_CODE_TABLE), dtype=np.uint8)
     if codes.max() > _EXP3:  # a letter (inf, nan) or a byte no entry has
         raise _Unusual
-    words = -(-codes.size // 64)
-    planes = np.zeros((3, words), dtype=np.uint64)
+    planes = np.zeros((3, -(-codes.size // 64)), dtype=np.uint64)
     for k in range(3):
         bits = np.packbits(codes & (1 << k), bitorder="little")
         planes[k].view(np.uint8)[: bits.size] = bits
@@ -187,8 +185,8 @@ def _planes(data) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def _certain_entries(data, per_line: int, indices: int, field: str) -> tuple[int, int]:
     """The entries and lines of a chunk (a newline, then whole lines) whose every line
-    passes, found
-    with bit-planes; raises :class:`_Unusual` where the byte-by-byte check must decide.
+    passes, found with bit-planes; raises :class:`_Unusual` where the byte-by-byte check
+    must decide.
 
     Bit ``i`` of a plane is byte ``i`` of the chunk. ``_landing(ones, sources)`` is the
     first zero after each source's run of ones, for every source at once: the next event
@@ -197,11 +195,12 @@ def _certain_entries(data, per_line: int, indices: int, field: str) -> tuple[int
     non-digit after a point or an exponent must be neither a second point nor exponent.
     """
     b0, b1, b2 = _planes(data)
+    a0, a1, a2 = _after(b0), _after(b1), _after(b2)  # the previous byte's planes
     token = b0 | b1
     exp = b2 & b0
     newline = b2 ^ exp
     digit = b0 & ~(b1 | b2)
-    after_token = _after(token)
+    after_token = a0 | a1
     start = token & ~after_token
     gaps = ~(start | newline)  # neither a token's start nor a line end
     column = _landing(gaps | newline, newline)  # the first token of each non-blank line
@@ -218,21 +217,22 @@ def _certain_entries(data, per_line: int, indices: int, field: str) -> tuple[int
         bad |= _landing(digit, index_starts) & token
     if per_line > indices:
         sign = b1 & ~b0
+        after_sign = a1 & ~a0
         if field == "integer":  # a sign, then digits
             bad |= b1 & b0  # a point
             bad |= exp
             bad |= sign & after_token
-            bad |= _after(sign) & ~digit
+            bad |= after_sign & ~digit
         else:  # sign? (digits [point] digits?) | (point digits), then (exponent sign? digits)?
             point = b1 & b0
-            after_exp, after_digit, after_point = _after(exp), _after(digit), _after(point)
+            after_exp, after_point = a2 & a0, a1 & a0
+            after_digit = a0 & ~(a1 | a2)
             bad |= sign & after_token & ~after_exp  # a sign starts the number or its exponent
             bad |= exp & ~(after_digit | after_point)
             bad |= point & (after_point | after_exp)
-            bad |= (_after(sign) | after_exp) & ~token  # a number ending in a sign or exponent
+            bad |= (after_sign | after_exp) & ~token  # a number ending in a sign or exponent
             bad |= _after(point & ~after_digit) & ~digit  # a point with no digit beside it
-            exp_sign = sign & after_exp
-            after_exp_sign = _after(exp_sign)
+            after_exp_sign = _after(sign & after_exp)
             bad |= after_exp_sign & point
             bad |= _landing(digit, after_point & digit) & point
             bad |= _landing(digit, (after_exp | after_exp_sign) & digit) & (point | exp)

@@ -173,16 +173,58 @@ def _parse_body(open_stream, source, info: MMInfo, convert):
     """
     check_memory(info)
     if isinstance(source, str) and _compression(source) is None:
-        # checked from a stream of bounded chunks, then parsed by scipy from the path: the
-        # file is never held whole in memory (scipy's parser streams it too), and scipy's
-        # parser holds the GIL, so a check beside it would only wait for it.
-        _check_entries(open_stream, info)
-        return convert(_scipy_parse(source, info, functools.partial(_mapped, source)))
+        return _parse_then_check(source, open_stream, info, convert)
     text = _read_whole(open_stream, info)
     if text is not None:
         return _check_while_parsing(text, io.BytesIO(text), info, convert)
     _check_entries(open_stream, info)
     return convert(_scipy_parse(source, info))
+
+
+def _parse_then_check(path: str, open_stream, info: MMInfo, convert):
+    """``convert`` of scipy's parse of the plain file ``path``, its entries checked while
+    ``convert`` runs.
+
+    scipy's parser holds the GIL and uses every core, so nothing can run beside it; the
+    conversion to CSR releases the GIL on one core, and the check (from a stream of bounded
+    chunks: the file is never held whole in memory) runs beside it. What crashes the parser
+    (a NUL byte, a damaged last line without its line end) is looked for first; a parse
+    that fails is reported after the check, so a bad entry is named as such.
+    """
+    if _may_crash_the_parser(path, info):
+        _check_entries(open_stream, info)  # refuses the first bad line: the NUL's, say
+    try:
+        parsed = _scipy_parse(path, info, functools.partial(_mapped, path))
+    except ValueError:
+        _check_entries(open_stream, info)
+        raise
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    converted = pool.submit(convert, parsed)
+    try:
+        _check_entries(open_stream, info)
+    finally:
+        pool.shutdown(wait=False)  # a bad line is reported now, not after the conversion
+    return converted.result()
+
+
+# Bytes of a plain file looked at a time for what crashes scipy's parser.
+_SCAN_BYTES = 4 << 20
+
+
+def _may_crash_the_parser(path: str, info: MMInfo) -> bool:
+    """Whether the body of ``path`` holds a NUL byte or its last line has no line end: what
+    crashes scipy's parser (fast_matrix_market reads past the end of its buffer)."""
+    buffer = bytearray(_SCAN_BYTES)
+    last = b"\n"
+    with open(path, "rb", buffering=0) as file:
+        file.seek(info.header_bytes)
+        while True:
+            got = file.readinto(buffer)
+            if not got:
+                return last != b"\n"
+            if not np.frombuffer(buffer, dtype=np.uint8, count=got).all():
+                return True
+            last = buffer[got - 1 : got]
 
 
 def _mapped(path: str) -> mmap.mmap:
