@@ -124,17 +124,6 @@ def _starts_up_to(start: np.ndarray):
 
 
 # ------------------------------------------------------------------ bit-parallel check
-# Each byte's class as a 3-bit code: the three bits become three bit-planes of the chunk.
-_WS3, _DIGIT3, _SIGN3, _DOT3, _NL3, _EXP3, _LETTER3, _BAD3 = range(8)
-_CODE = np.full(256, _BAD3, dtype=np.uint8)
-_CODE[_CLASS == _WS] = _WS3
-_CODE[_CLASS == _NL] = _NL3
-_CODE[_CLASS == _DIGIT] = _DIGIT3
-_CODE[_CLASS == _SIGN] = _SIGN3
-_CODE[_CLASS == _DOT] = _DOT3
-_CODE[_CLASS == _EXP] = _EXP3
-_CODE[_CLASS == _LETTER] = _LETTER3
-_CODE_TABLE = _CODE.tobytes()
 _ONE, _TOP, _FULL = np.uint64(1), np.uint64(63), np.uint64(2**64 - 1)
 
 
@@ -171,16 +160,33 @@ def _landing(ones: np.ndarray, sources: np.ndarray) -> np.ndarray:
     return total
 
 
-def _planes(data) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The three bit-planes of the chunk's class codes (bytes past its end are blanks)."""
-    codes = np.frombuffer(bytes(data).translate(_CODE_TABLE), dtype=np.uint8)
-    if codes.max() > _EXP3:  # a letter (inf, nan) or a byte no entry has
+def _packed(mask: np.ndarray, words: int) -> np.ndarray:
+    """``mask`` (one bool a byte) as bits, 64 a word; bytes past its end are zeros."""
+    out = np.zeros(words, dtype=np.uint64)
+    bits = np.packbits(mask, bitorder="little")
+    out.view(np.uint8)[: bits.size] = bits
+    return out
+
+
+def _planes(data) -> tuple[np.ndarray, ...]:
+    """Digits, signs, points, exponents and line ends of a chunk, as bits; raises
+    :class:`_Unusual` when it holds any other byte than blanks (a letter of ``inf``/``nan``,
+    a byte no entry has). numpy comparisons, which release the GIL (``bytes.translate``
+    does not), so that chunks are classified on every core."""
+    a = np.frombuffer(data, dtype=np.uint8)
+    words = -(-a.size // 64)
+    digit = np.subtract(a, ord("0"), dtype=np.uint8) < 10
+    newline, point = a == ord("\n"), a == ord(".")
+    plus, minus = a == ord("+"), a == ord("-")
+    exp = np.bitwise_or(a, 32) == ord("e")  # e or E
+    classes = [digit, newline, point, plus, minus, exp]
+    counted = sum(np.count_nonzero(mask) for mask in classes)
+    # blanks: spaces, and tabs and carriage returns (9 | 4 = 13 | 4 = 13)
+    counted += np.count_nonzero(a == ord(" ")) + np.count_nonzero(np.bitwise_or(a, 4) == ord("\r"))
+    if counted != a.size:
         raise _Unusual
-    planes = np.zeros((3, -(-codes.size // 64)), dtype=np.uint64)
-    for k in range(3):
-        bits = np.packbits(codes & (1 << k), bitorder="little")
-        planes[k].view(np.uint8)[: bits.size] = bits
-    return planes[0], planes[1], planes[2]
+    plus |= minus
+    return tuple(_packed(mask, words) for mask in (digit, newline, point, plus, exp))
 
 
 def _certain_entries(data, per_line: int, indices: int, field: str) -> tuple[int, int]:
@@ -194,13 +200,9 @@ def _certain_entries(data, per_line: int, indices: int, field: str) -> tuple[int
     tokens; the next non-digit after an index's first digit must end the token; the next
     non-digit after a point or an exponent must be neither a second point nor exponent.
     """
-    b0, b1, b2 = _planes(data)
-    a0, a1, a2 = _after(b0), _after(b1), _after(b2)  # the previous byte's planes
-    token = b0 | b1
-    exp = b2 & b0
-    newline = b2 ^ exp
-    digit = b0 & ~(b1 | b2)
-    after_token = a0 | a1
+    digit, newline, point, sign, exp = _planes(data)
+    token = digit | point | sign | exp
+    after_token = _after(token)
     start = token & ~after_token
     gaps = ~(start | newline)  # neither a token's start nor a line end
     column = _landing(gaps | newline, newline)  # the first token of each non-blank line
@@ -216,17 +218,14 @@ def _certain_entries(data, per_line: int, indices: int, field: str) -> tuple[int
         bad |= index_starts & ~digit
         bad |= _landing(digit, index_starts) & token
     if per_line > indices:
-        sign = b1 & ~b0
-        after_sign = a1 & ~a0
+        after_sign = _after(sign)
         if field == "integer":  # a sign, then digits
-            bad |= b1 & b0  # a point
+            bad |= point
             bad |= exp
             bad |= sign & after_token
             bad |= after_sign & ~digit
         else:  # sign? (digits [point] digits?) | (point digits), then (exponent sign? digits)?
-            point = b1 & b0
-            after_exp, after_point = a2 & a0, a1 & a0
-            after_digit = a0 & ~(a1 | a2)
+            after_exp, after_point, after_digit = _after(exp), _after(point), _after(digit)
             bad |= sign & after_token & ~after_exp  # a sign starts the number or its exponent
             bad |= exp & ~(after_digit | after_point)
             bad |= point & (after_point | after_exp)
