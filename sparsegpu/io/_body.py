@@ -30,6 +30,7 @@ import collections
 import concurrent.futures
 import io
 import os
+import threading
 
 import numpy as np
 
@@ -132,6 +133,8 @@ class _Unusual(Exception):
 
 
 def _ones(words: np.ndarray) -> int:
+    if hasattr(np, "bitwise_count"):  # numpy >= 2.0: one count a word
+        return int(np.bitwise_count(words).sum(dtype=np.int64))
     return int(_popcount(words.view(np.uint8)).sum(dtype=np.int64))
 
 
@@ -160,33 +163,46 @@ def _landing(ones: np.ndarray, sources: np.ndarray) -> np.ndarray:
     return total
 
 
-def _packed(mask: np.ndarray, words: int) -> np.ndarray:
-    """``mask`` (one bool a byte) as bits, 64 a word; bytes past its end are zeros."""
-    out = np.zeros(words, dtype=np.uint64)
-    bits = np.packbits(mask, bitorder="little")
-    out.view(np.uint8)[: bits.size] = bits
-    return out
+_SCRATCH = threading.local()  # each checking thread's byte-sized buffers, kept
+
+
+def _scratch(size: int) -> tuple[np.ndarray, np.ndarray]:
+    """A byte buffer and a bool buffer of ``size``: fresh ones each chunk would cost page
+    faults (malloc maps buffers this large anew) several times the comparisons' own time."""
+    buffers = getattr(_SCRATCH, "buffers", None)
+    if buffers is None or buffers.shape[1] < size:
+        buffers = _SCRATCH.buffers = np.empty((2, max(size, CHUNK_BYTES + 1)), dtype=np.uint8)
+    return buffers[0, :size], buffers[1, :size].view(bool)
 
 
 def _planes(data) -> tuple[np.ndarray, ...]:
-    """Digits, signs, points, exponents and line ends of a chunk, as bits; raises
-    :class:`_Unusual` when it holds any other byte than blanks (a letter of ``inf``/``nan``,
-    a byte no entry has). numpy comparisons, which release the GIL (``bytes.translate``
-    does not), so that chunks are classified on every core."""
+    """Digits, signs, points, exponents and line ends of a chunk, as bits (64 bytes a word,
+    zeros past its end); raises :class:`_Unusual` when it holds any other byte than blanks
+    (a letter of ``inf``/``nan``, a byte no entry has). numpy comparisons, which release
+    the GIL (``bytes.translate`` does not), so that chunks are classified on every core."""
     a = np.frombuffer(data, dtype=np.uint8)
-    words = -(-a.size // 64)
-    digit = np.subtract(a, ord("0"), dtype=np.uint8) < 10
-    newline, point = a == ord("\n"), a == ord(".")
-    plus, minus = a == ord("+"), a == ord("-")
-    exp = np.bitwise_or(a, 32) == ord("e")  # e or E
-    classes = [digit, newline, point, plus, minus, exp]
-    counted = sum(np.count_nonzero(mask) for mask in classes)
-    # blanks: spaces, and tabs and carriage returns (9 | 4 = 13 | 4 = 13)
-    counted += np.count_nonzero(a == ord(" ")) + np.count_nonzero(np.bitwise_or(a, 4) == ord("\r"))
+    byte, mask = _scratch(a.size)
+    planes = np.zeros((5, -(-a.size // 64)), dtype=np.uint64)
+
+    def plane(k: int) -> None:
+        bits = np.packbits(mask, bitorder="little")
+        planes[k].view(np.uint8)[: bits.size] |= bits
+
+    np.less(np.subtract(a, ord("0"), out=byte), 10, out=mask)
+    plane(0)
+    for k, value in ((1, "\n"), (2, "."), (3, "+"), (3, "-")):
+        np.equal(a, ord(value), out=mask)
+        plane(k)
+    np.equal(np.bitwise_or(a, 32, out=byte), ord("e"), out=mask)  # e or E
+    plane(4)
+    # the classes are disjoint: every byte is in one, or a blank: a space, or a tab or a
+    # carriage return (9 | 4 = 13 | 4 = 13)
+    counted = sum(_ones(words) for words in planes)
+    counted += np.count_nonzero(np.equal(a, ord(" "), out=mask))
+    counted += np.count_nonzero(np.equal(np.bitwise_or(a, 4, out=byte), ord("\r"), out=mask))
     if counted != a.size:
         raise _Unusual
-    plus |= minus
-    return tuple(_packed(mask, words) for mask in (digit, newline, point, plus, exp))
+    return tuple(planes)
 
 
 def _certain_entries(data, per_line: int, indices: int, field: str) -> tuple[int, int]:

@@ -3,15 +3,14 @@
 The body is parsed by :func:`scipy.io.mmread` (fast_matrix_market on scipy >= 1.12, its
 own parser before). Around it: the header is read and checked first (:mod:`._header`),
 so a bad file gets a ValueError naming the file and nothing is allocated before the
-declared sizes are known to fit; then every entry is checked against the header
-(:mod:`._body`: scipy silently drops what it does not expect, and crashes on a NUL byte)
-before scipy's parse starts; the symmetric triangle is checked and the result becomes a
-:class:`sparsegpu.csr_matrix`. A plain file is checked from a stream of bounded chunks
-and parsed by scipy from its path, so it is never held whole in memory: the peak is
-within 1.15x of scipy's own ``mmread(...).tocsr()``; the time is 1.7-2.6x on two cores
-(``tools/bench_io.py``, docs/benchmarks/results/mmread_memory_cpu.md): scipy's parser holds the
-GIL while it runs on every core, so the check cannot run beside it, and it costs about
-as much CPU as scipy's parse.
+declared sizes are known to fit; every entry is checked against the header (:mod:`._body`:
+scipy silently drops what it does not expect, and crashes on a NUL byte) before scipy's
+parse of it is used; the symmetric triangle is checked and the result becomes a
+:class:`sparsegpu.csr_matrix`. A plain file is parsed by scipy from its path first (what
+crashes the parser is looked for before), then checked from a stream of bounded chunks
+while the parse becomes CSR on another thread: scipy's parser holds the GIL and uses every
+core, the conversion releases it on one. The file is never held whole in memory.
+A compressed file is checked while scipy parses it (:func:`_check_while_parsing`).
 """
 
 from __future__ import annotations
