@@ -522,3 +522,58 @@ def test_an_overlong_line_is_refused_with_its_number(tmp_path, monkeypatch):
     path = write_text(tmp_path / "m.mtx", BANNER + "3 3 2\n1 1 1\n2 2 " + "1" * 40 + "\n")
     with pytest.raises(ValueError, match="line 4: is longer than 16 bytes"):
         sg.io.mmread(path)
+
+
+def test_a_damaged_last_line_without_its_end_never_reaches_scipy(tmp_path, monkeypatch):
+    # fast_matrix_market reads past its buffer on such a line and crashes the process
+    monkeypatch.setattr(scipy.io, "mmread", lambda *a, **k: pytest.fail("parser called"))
+    path = write_text(tmp_path / "m.mtx", BANNER + "3 3 2\n1 1 1.5\n2 2 2.5E-")
+    with pytest.raises(ValueError, match=r"line 4: '2\.5E-' is not a decimal"):
+        sg.io.mmread(path)
+
+
+LAYOUTS = [("coordinate", f) for f in ("real", "integer", "complex", "pattern")] + [
+    ("array", f) for f in ("real", "integer", "complex")
+]
+
+
+@pytest.mark.parametrize(("fmt", "field"), LAYOUTS, ids=["-".join(x) for x in LAYOUTS])
+def test_the_bit_parallel_check_passes_only_what_the_line_check_passes(fmt, field):
+    """Every chunk the bit-parallel check passes, the byte-by-byte one passes with the same
+    counts; every well-formed chunk passes the bit-parallel one (none left to the slow one)."""
+    from sparsegpu.io import _body
+
+    info = _header.MMInfo("m.mtx", fmt, field, "general", (9, 9), 10**9)
+    body = _body._Body(info)
+    rng = np.random.default_rng(len(fmt) * 10 + len(field))
+
+    def number(integer: bool) -> str:
+        digits = "".join(rng.choice(list("0123456789"), int(rng.integers(1, 4))))
+        if integer:
+            return rng.choice(["", "-", "+"]) + digits
+        mantissa = rng.choice([digits, digits + ".", "." + digits, digits + "." + digits])
+        exponent = rng.choice(["", "e7", "E-12", "e+3"])
+        return rng.choice(["", "-", "+"]) + mantissa + exponent
+
+    indices = ["".join(rng.choice(list("123456789"), 2)) for _ in range(body.indices)]
+    for _ in range(150):
+        lines = []
+        for _ in range(int(rng.integers(1, 12))):
+            values = [number(field == "integer") for _ in range(body.per_line - body.indices)]
+            lines.append(rng.choice([" ", "\t", "  "]).join(indices + values))
+        text = bytearray(("\n" + "\n".join(lines) + "\n").encode())
+        assert _body._certain_entries(bytes(text), body.per_line, body.indices, field) == (
+            len(lines),
+            len(lines),
+        )
+        for _ in range(int(rng.integers(1, 3))):  # damage it, maybe
+            where = int(rng.integers(1, len(text) - 1))
+            text[where : where + int(rng.integers(0, 2))] = bytes(
+                [int(rng.choice(list(b"0123456789+-.eE \t\nx\0")))]
+            )
+        try:
+            fast = _body._certain_entries(bytes(text), body.per_line, body.indices, field)
+        except _body._Unusual:
+            continue
+        entry_lines, lines_seen = body.check_lines(bytes(text))
+        assert fast == (entry_lines.size, lines_seen), bytes(text)

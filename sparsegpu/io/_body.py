@@ -3,8 +3,8 @@
 scipy's parser (fast_matrix_market) reads a number from the front of each token and
 drops the rest: ``0x1p3`` is read as 0, ``2.5`` in an ``integer`` file as 2, a second
 value on a ``real`` line is ignored, and a NUL byte after the last value crashes the
-process. Every byte of the body is checked here first, vectorized (numpy), a chunk of
-whole lines at a time:
+process. Every byte of the body is checked here, vectorized (numpy), a chunk of whole
+lines at a time:
 
 * only digits, ``+ - . e E``, letters of ``inf``/``nan``, spaces, tabs and line ends;
 * every non-blank line holds exactly the numbers one entry of the header's format and
@@ -12,6 +12,13 @@ whole lines at a time:
 * there are exactly as many entries as the size line declares;
 * indices are unsigned integers, ``integer`` values have no ``.`` or exponent, and every
   value is a whole decimal number (sign, digits, one ``.``, one exponent, in that order).
+
+Each chunk is first checked bit-parallel (:func:`_certain_entries`): every byte's class as
+bit-planes, one bit a byte, 64 bytes a ``uint64`` word, and the rules as a few dozen
+whole-array operations on the words; an addition's carry runs along a run of ones, which
+finds each line's next token or a number's next non-digit for every line at once. A chunk
+it cannot pass (a bad line, ``inf``/``nan``, a run of 64 bytes without a token) is checked
+again byte by byte (:meth:`_Body.check_lines`), which names the first bad line.
 
 Chunks are checked on several threads at once (numpy releases the GIL). Index ranges are
 checked by scipy's parser, the stored triangle of symmetric files on the parsed arrays.
@@ -23,14 +30,15 @@ import collections
 import concurrent.futures
 import io
 import os
+import threading
 
 import numpy as np
 
 from ._header import MMInfo, bad_file
 
-# Bytes of whole lines checked at once: small enough for the temporaries to stay cheap
-# (about 8x the chunk per worker).
-CHUNK_BYTES = 2 << 20
+# Bytes of whole lines checked at once: small enough for the bit-planes (an eighth of the
+# chunk each) to stay in the core's cache and under malloc's mmap threshold.
+CHUNK_BYTES = 512 << 10
 # Chunks checked at once.
 _WORKERS = min(8, os.cpu_count() or 1)
 # An entry line longer than this is damage, not a number.
@@ -116,6 +124,138 @@ def _starts_up_to(start: np.ndarray):
     return at
 
 
+# ------------------------------------------------------------------ bit-parallel check
+_ONE, _TOP, _FULL = np.uint64(1), np.uint64(63), np.uint64(2**64 - 1)
+
+
+class _Unusual(Exception):
+    """A chunk the bit-parallel check leaves to the byte-by-byte one."""
+
+
+def _ones(words: np.ndarray) -> int:
+    if hasattr(np, "bitwise_count"):  # numpy >= 2.0: one count a word
+        return int(np.bitwise_count(words).sum(dtype=np.int64))
+    return int(_popcount(words.view(np.uint8)).sum(dtype=np.int64))
+
+
+def _after(x: np.ndarray) -> np.ndarray:
+    """Each byte's bit moved onto the byte after it."""
+    out = x << _ONE
+    out[1:] |= x[:-1] >> _TOP
+    return out
+
+
+def _landing(ones: np.ndarray, sources: np.ndarray) -> np.ndarray:
+    """The first zero of ``ones`` after each of ``sources`` (bits of ``ones``): where the
+    carry of ``ones + sources`` comes out of each source's run of ones.
+
+    A carry crosses into the next word at most once, unless a word of ``ones`` is all
+    ones (64 bytes without a token, a line end or a non-digit): such a chunk is left to
+    the byte-by-byte check. (The last word's carry leaves the chunk, whose last byte is a
+    line end: its blanks after the end may fill the word.)
+    """
+    if (ones[:-1] == _FULL).any():
+        raise _Unusual
+    total = ones + sources
+    carry = total < ones  # the words whose carry goes on into the next
+    np.add(total[1:], carry[:-1], out=total[1:], casting="unsafe")
+    total &= ~ones
+    return total
+
+
+_SCRATCH = threading.local()  # each checking thread's byte-sized buffers, kept
+
+
+def _scratch(size: int) -> tuple[np.ndarray, np.ndarray]:
+    """A byte buffer and a bool buffer of ``size``: fresh ones each chunk would cost page
+    faults (malloc maps buffers this large anew) several times the comparisons' own time."""
+    buffers = getattr(_SCRATCH, "buffers", None)
+    if buffers is None or buffers.shape[1] < size:
+        buffers = _SCRATCH.buffers = np.empty((2, max(size, CHUNK_BYTES + 1)), dtype=np.uint8)
+    return buffers[0, :size], buffers[1, :size].view(bool)
+
+
+def _planes(data) -> tuple[np.ndarray, ...]:
+    """Digits, signs, points, exponents and line ends of a chunk, as bits (64 bytes a word,
+    zeros past its end); raises :class:`_Unusual` when it holds any other byte than blanks
+    (a letter of ``inf``/``nan``, a byte no entry has). numpy comparisons, which release
+    the GIL (``bytes.translate`` does not), so that chunks are classified on every core."""
+    a = np.frombuffer(data, dtype=np.uint8)
+    byte, mask = _scratch(a.size)
+    planes = np.zeros((5, -(-a.size // 64)), dtype=np.uint64)
+
+    def plane(k: int) -> None:
+        bits = np.packbits(mask, bitorder="little")
+        planes[k].view(np.uint8)[: bits.size] |= bits
+
+    np.less(np.subtract(a, ord("0"), out=byte), 10, out=mask)
+    plane(0)
+    for k, value in ((1, "\n"), (2, "."), (3, "+"), (3, "-")):
+        np.equal(a, ord(value), out=mask)
+        plane(k)
+    np.equal(np.bitwise_or(a, 32, out=byte), ord("e"), out=mask)  # e or E
+    plane(4)
+    # the classes are disjoint: every byte is in one, or a blank: a space, or a tab or a
+    # carriage return (9 | 4 = 13 | 4 = 13)
+    counted = sum(_ones(words) for words in planes)
+    counted += np.count_nonzero(np.equal(a, ord(" "), out=mask))
+    counted += np.count_nonzero(np.equal(np.bitwise_or(a, 4, out=byte), ord("\r"), out=mask))
+    if counted != a.size:
+        raise _Unusual
+    return tuple(planes)
+
+
+def _certain_entries(data, per_line: int, indices: int, field: str) -> tuple[int, int]:
+    """The entries and lines of a chunk (a newline, then whole lines) whose every line
+    passes, found with bit-planes; raises :class:`_Unusual` where the byte-by-byte check
+    must decide.
+
+    Bit ``i`` of a plane is byte ``i`` of the chunk. ``_landing(ones, sources)`` is the
+    first zero after each source's run of ones, for every source at once: the next event
+    (token start or line end) after each token of one column gives the next column's
+    tokens; the next non-digit after an index's first digit must end the token; the next
+    non-digit after a point or an exponent must be neither a second point nor exponent.
+    """
+    digit, newline, point, sign, exp = _planes(data)
+    token = digit | point | sign | exp
+    after_token = _after(token)
+    start = token & ~after_token
+    gaps = ~(start | newline)  # neither a token's start nor a line end
+    column = _landing(gaps | newline, newline)  # the first token of each non-blank line
+    entries = _ones(column)
+    index_starts = column.copy() if indices else None
+    bad = np.zeros_like(token)
+    for k in range(1, per_line + 1):
+        column = _landing(gaps | column, column)  # the next token, or the line's end
+        bad |= (column & newline) if k < per_line else (column & start)
+        if k < indices:
+            index_starts |= column
+    if indices:  # an index is digits only
+        bad |= index_starts & ~digit
+        bad |= _landing(digit, index_starts) & token
+    if per_line > indices:
+        after_sign = _after(sign)
+        if field == "integer":  # a sign, then digits
+            bad |= point
+            bad |= exp
+            bad |= sign & after_token
+            bad |= after_sign & ~digit
+        else:  # sign? (digits [point] digits?) | (point digits), then (exponent sign? digits)?
+            after_exp, after_point, after_digit = _after(exp), _after(point), _after(digit)
+            bad |= sign & after_token & ~after_exp  # a sign starts the number or its exponent
+            bad |= exp & ~(after_digit | after_point)
+            bad |= point & (after_point | after_exp)
+            bad |= (after_sign | after_exp) & ~token  # a number ending in a sign or exponent
+            bad |= _after(point & ~after_digit) & ~digit  # a point with no digit beside it
+            after_exp_sign = _after(sign & after_exp)
+            bad |= after_exp_sign & point
+            bad |= _landing(digit, after_point & digit) & point
+            bad |= _landing(digit, (after_exp | after_exp_sign) & digit) & (point | exp)
+    if bad.any():
+        raise _Unusual
+    return entries, _ones(newline) - 1
+
+
 class _BadLine(Exception):
     """A bad line, numbered within its chunk (the chunk's first line is line 1)."""
 
@@ -142,11 +282,22 @@ class _Body:
     def fail(line: int, problem: str):
         raise _BadLine(line, problem)
 
-    def check(self, data) -> tuple[np.ndarray, int]:
+    def check(self, data) -> tuple[int, int]:
         """Check ``data`` (bytes-like): a newline, then whole lines.
 
-        Returns the chunk's entry lines (0-based) and its number of lines; the caller
-        checks the entries' total against the size line.
+        Returns the chunk's entries and its number of lines; the caller checks the
+        entries' total against the size line.
+        """
+        try:
+            return _certain_entries(data, self.per_line, self.indices, self.info.field)
+        except _Unusual:
+            entry_lines, lines = self.check_lines(data)
+            return entry_lines.size, lines
+
+    def check_lines(self, data) -> tuple[np.ndarray, int]:
+        """Check ``data`` byte by byte; the first bad line raises :class:`_BadLine`.
+
+        Returns the chunk's entry lines (0-based) and its number of lines.
         """
         a = np.frombuffer(data, dtype=np.uint8)
         # bytes.translate: a third of the cost of _CLASS.take(a), which widens the indices
@@ -221,9 +372,10 @@ class _Body:
                 f"'{self.layout}' ({self.per_line}); the file does not match its header",
             )
 
-    def too_many(self, data, entry_lines: np.ndarray, seen: int):
+    def too_many(self, data, seen: int):
         """Refuse the chunk's line holding entry ``declared + 1`` (``seen`` came before)."""
         declared = self.info.entries
+        entry_lines, _ = self.check_lines(data)
         k = int(entry_lines[declared - seen])
         self.fail(
             k + 1,
@@ -332,12 +484,12 @@ def _collect(body: _Body, job, seen: int, line: int) -> tuple[int, int]:
     """
     future, data = job
     try:
-        entry_lines, lines = future.result()
-        if seen + entry_lines.size > body.info.entries:
-            body.too_many(data, entry_lines, seen)
+        entries, lines = future.result()
+        if seen + entries > body.info.entries:
+            body.too_many(data, seen)
     except _BadLine as bad:
         raise bad_file(body.info.source, f"line {line + bad.line - 1}: {bad.problem}") from None
-    return seen + entry_lines.size, line + lines
+    return seen + entries, line + lines
 
 
 def _buffer_chunks(buffer, info: MMInfo):

@@ -3,15 +3,14 @@
 The body is parsed by :func:`scipy.io.mmread` (fast_matrix_market on scipy >= 1.12, its
 own parser before). Around it: the header is read and checked first (:mod:`._header`),
 so a bad file gets a ValueError naming the file and nothing is allocated before the
-declared sizes are known to fit; then every entry is checked against the header
-(:mod:`._body`: scipy silently drops what it does not expect, and crashes on a NUL byte)
-before scipy's parse starts; the symmetric triangle is checked and the result becomes a
-:class:`sparsegpu.csr_matrix`. A plain file is checked from a stream of bounded chunks
-and parsed by scipy from its path, so it is never held whole in memory: the peak is
-within 1.15x of scipy's own ``mmread(...).tocsr()``; the time is 1.7-2.6x on two cores
-(``tools/bench_io.py``, docs/benchmarks/results/mmread_memory_cpu.md): scipy's parser holds the
-GIL while it runs on every core, so the check cannot run beside it, and it costs about
-as much CPU as scipy's parse.
+declared sizes are known to fit; every entry is checked against the header (:mod:`._body`:
+scipy silently drops what it does not expect, and crashes on a NUL byte) before scipy's
+parse of it is used; the symmetric triangle is checked and the result becomes a
+:class:`sparsegpu.csr_matrix`. A plain file is parsed by scipy from its path first (what
+crashes the parser is looked for before), then checked from a stream of bounded chunks
+while the parse becomes CSR on another thread: scipy's parser holds the GIL and uses every
+core, the conversion releases it on one. The file is never held whole in memory.
+A compressed file is checked while scipy parses it (:func:`_check_while_parsing`).
 """
 
 from __future__ import annotations
@@ -173,16 +172,65 @@ def _parse_body(open_stream, source, info: MMInfo, convert):
     """
     check_memory(info)
     if isinstance(source, str) and _compression(source) is None:
-        # checked from a stream of bounded chunks, then parsed by scipy from the path: the
-        # file is never held whole in memory (scipy's parser streams it too), and scipy's
-        # parser holds the GIL, so a check beside it would only wait for it.
-        _check_entries(open_stream, info)
-        return convert(_scipy_parse(source, info, functools.partial(_mapped, source)))
+        return _parse_then_check(source, open_stream, info, convert)
     text = _read_whole(open_stream, info)
     if text is not None:
         return _check_while_parsing(text, io.BytesIO(text), info, convert)
     _check_entries(open_stream, info)
     return convert(_scipy_parse(source, info))
+
+
+def _parse_then_check(path: str, open_stream, info: MMInfo, convert):
+    """``convert`` of scipy's parse of the plain file ``path``, its entries checked while
+    ``convert`` runs.
+
+    scipy's parser holds the GIL and uses every core, so nothing can run beside it; the
+    conversion to CSR releases the GIL on one core, and the check (from a stream of bounded
+    chunks: the file is never held whole in memory) runs beside it. What crashes the parser
+    (a NUL byte, a damaged last line without its line end) is looked for first; a parse
+    that fails is reported after the check, so a bad entry is named as such.
+    """
+    if _may_crash_the_parser(path, info):
+        _check_entries(open_stream, info)  # refuses the first bad line: the NUL's, say
+    try:
+        parsed = _scipy_parse(path, info, functools.partial(_mapped, path))
+    except ValueError:
+        _check_entries(open_stream, info)
+        raise
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    converted = pool.submit(convert, parsed)
+    try:
+        _check_entries(open_stream, info)
+    finally:
+        pool.shutdown(wait=False)  # a bad line is reported now, not after the conversion
+    return converted.result()
+
+
+# Bytes of a plain file mapped at a time to look for what crashes scipy's parser.
+_SCAN_BYTES = 16 << 20
+
+
+def _may_crash_the_parser(path: str, info: MMInfo) -> bool:
+    """Whether the body of ``path`` holds a NUL byte or its last line has no line end: what
+    crashes scipy's parser (fast_matrix_market reads past the end of its buffer).
+
+    The file is mapped a window at a time (the page cache's pages, not a copy of them),
+    so that the look costs little more than a memchr.
+    """
+    size = os.path.getsize(path)
+    if size <= info.header_bytes:
+        return False
+    with open(path, "rb") as file:
+        file.seek(size - 1)
+        if file.read(1) != b"\n":
+            return True
+        first = info.header_bytes - info.header_bytes % mmap.ALLOCATIONGRANULARITY
+        for offset in range(first, size, _SCAN_BYTES):
+            length = min(_SCAN_BYTES, size - offset)
+            with mmap.mmap(file.fileno(), length, offset=offset, access=mmap.ACCESS_READ) as view:
+                if view.find(b"\0", max(0, info.header_bytes - offset)) >= 0:
+                    return True
+    return False
 
 
 def _mapped(path: str) -> mmap.mmap:
