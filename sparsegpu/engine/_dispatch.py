@@ -14,8 +14,8 @@ from ..device import _cuda, _host_buffers
 from ..device._mirror import ChoiceKey, DeviceMemoryError, is_out_of_memory, memory_error
 from ..device._staging import from_residence, to_residence
 from . import _registry
-from ._choice import VECTOR, matmat_operation
-from ._planning import decide, measure_now, order_of
+from ._choice import VECTOR, operation_of
+from ._planning import decide, measure_now
 from ._select import name_in_force
 
 
@@ -50,12 +50,11 @@ def _product(matrix_obj, x, backend, policy, out, planning=None):
     _cuda.ensure_context()
     if _host_buffers.exposed:  # its arrays were handed out: were they written?
         matrix_obj._sg_check_writes()
-    operation, order = VECTOR, "C"
+    operation = VECTOR
     if x.ndim == 2:
         if x.shape[1] == 1:  # one column is A @ x: the vector product's plan and choice
             return _one_column(matrix_obj, x, backend, policy, out, planning)
-        order = order_of(x)
-        operation = matmat_operation(x.shape[1], order)
+        operation = operation_of(x)  # what planning is told of x: its operation and dtype
     name = name_in_force(backend, matrix_obj._sg_backend)
     # A plain tuple finds the ChoiceKey it equals (same hash): cheaper per call to build.
     key = (
@@ -102,6 +101,7 @@ def _product(matrix_obj, x, backend, policy, out, planning=None):
     if out is not None:
         _check_out(out, x, matrix_obj.shape[0], value_dtype)
     residence = plan.matrix.residence
+    order = operation.order
     xr = to_residence(x, residence, value_dtype, plan.matrix, order)
     target = None
     if out is not None and (
