@@ -41,7 +41,6 @@ import weakref
 import numpy as np
 
 from . import _cuda
-from ._host_buffers import base_chain
 
 REGISTER_MIN_BYTES = 1 << 20
 """Smaller vectors are copied into the staging buffer: the copy costs less than the call
@@ -161,7 +160,9 @@ def release_registered() -> None:
 def _sendable(x: np.ndarray, cupy) -> bool:
     """True when x's memory is page-locked, by sparsegpu (on x's second sighting) or by
     whoever allocated it, so the device can read it where it is."""
-    root = base_chain(x)[-1]
+    root = x  # the array that owns x's memory (x may view it)
+    while isinstance(root.base, np.ndarray):
+        root = root.base
     if _registered.locked(root):
         return True
     runtime = cupy.cuda.runtime
