@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..device._mirror import CUPY, DeviceMatrix, Residence
+from ..device._mirror import CUPY, DeviceMatrix, PlanKey, Residence
 from ..device._result_buffers import BlockResults, ResultBuffers
 from ._spmm import RowSplitSpmm, is_fortran, spmm_supports
 from .policy import Policy
@@ -194,6 +194,17 @@ class Plan:
         """(lanes splitting a row's nonzeros or None for the rule, block size) of the
         row-split SpMM this plan runs; the vector family's plans take their policy's."""
         return None, 256
+
+
+def plan_on(matrix: DeviceMatrix, backend, policy, vector_dtype=None) -> Plan:
+    """The plan of ``backend`` and ``policy`` on ``matrix`` (made once, kept on the mirror);
+    with a ``vector_dtype``, the mixed-precision plan reading vectors of that dtype."""
+    if vector_dtype is None:
+        return matrix.get_plan(PlanKey(backend.name, policy), lambda: backend.plan(matrix, policy))
+    return matrix.get_plan(
+        PlanKey(backend.name, policy, vector_dtype),
+        lambda: backend.plan(matrix, policy, vector_dtype=vector_dtype),
+    )
 
 
 _LAYOUTS = {"C": "C-contiguous", "F": "Fortran-contiguous", "CF": "C- or Fortran-contiguous"}

@@ -41,7 +41,6 @@ import weakref
 import numpy as np
 
 from . import _cuda
-from ._host_buffers import base_chain
 
 REGISTER_MIN_BYTES = 1 << 20
 """Smaller vectors are copied into the staging buffer: the copy costs less than the call
@@ -161,7 +160,9 @@ def release_registered() -> None:
 def _sendable(x: np.ndarray, cupy) -> bool:
     """True when x's memory is page-locked, by sparsegpu (on x's second sighting) or by
     whoever allocated it, so the device can read it where it is."""
-    root = base_chain(x)[-1]
+    root = x  # the array that owns x's memory (x may view it)
+    while isinstance(root.base, np.ndarray):
+        root = root.base
     if _registered.locked(root):
         return True
     runtime = cupy.cuda.runtime
@@ -312,6 +313,56 @@ def download_pageable(y) -> np.ndarray:
     return out
 
 
+def operands(x, out, matrix, dtype, order: str = "C"):
+    """A product's operands where ``matrix`` (its plan's mirror) computes: ``(xr, out,
+    target)``.
+
+    ``out`` is checked first (:func:`check_out`: before anything is computed); ``xr`` is
+    ``x`` moved there in ``dtype`` and memory ``order`` (:func:`to_residence`, through
+    ``matrix``'s staging buffer); ``out`` comes back where the result can be written into
+    it as it is (there, in ``dtype`` and ``order``, sharing no memory with ``xr``), else
+    None, and ``target`` is the caller's ``out`` to copy the result into.
+    """
+    if out is not None:
+        check_out(out, x, matrix.shape[0], dtype)
+    residence = matrix.residence
+    xr = to_residence(x, residence, dtype, matrix, order)
+    if out is None or (
+        isinstance(out, np.ndarray) == (residence.xp is np)
+        and out.dtype == dtype
+        and (out.flags.f_contiguous if order == "F" else out.flags.c_contiguous)
+        and not (isinstance(out, np.ndarray) == isinstance(xr, np.ndarray) and _may_share(out, xr))
+    ):
+        return xr, out, None
+    return xr, None, out  # the caller's buffer can't be written directly: copied into after
+
+
+def check_out(out, x, n_rows: int, dtype=None) -> None:
+    """Refuse an ``out`` the result of ``A @ x`` (``n_rows`` rows) cannot go into, before
+    anything is computed.
+
+    Like numpy's ``out=``: a numpy or cupy array of exactly the result's shape (no
+    broadcasting), and, given the result's ``dtype``, one that dtype casts to under
+    ``same_kind`` (no float into int).
+    """
+    if not (isinstance(out, np.ndarray) or _cuda.is_cupy_array(out)):
+        raise TypeError(f"out must be a numpy or cupy array, got {type(out).__name__}")
+    want = (n_rows,) if x.ndim == 1 else (n_rows, x.shape[1])
+    if out.shape != want:
+        raise ValueError(f"out has shape {out.shape} but the product has shape {want}")
+    if dtype is not None and not np.can_cast(dtype, out.dtype, "same_kind"):
+        raise TypeError(
+            f"cannot write the {dtype} product into an out of dtype {out.dtype} "
+            f"(casting rule 'same_kind'); pass an out of dtype {dtype}"
+        )
+
+
+def _may_share(a, b) -> bool:
+    """True when ``a`` and ``b``, arrays of one module, may share memory."""
+    xp = np if isinstance(a, np.ndarray) else _cuda.cupy_or_none()
+    return bool(xp.may_share_memory(a, b))
+
+
 def to_residence(x, residence, dtype, owner=None, order: str = "C"):
     """x moved (if needed) to where a backend computes, in ``dtype`` and memory order
     ``order`` (``"C"``, or ``"F"`` for an (n, k) X a plan reads as it is); a NumPy x goes
@@ -320,6 +371,8 @@ def to_residence(x, residence, dtype, owner=None, order: str = "C"):
     Parameters
     ----------
     x : numpy.ndarray or cupy.ndarray
+        (A CuPy array is anything that is not a NumPy array: dispatch and planning hand
+        nothing else.)
     residence : Residence
         Where the plan's mirror lives.
     dtype : dtype
@@ -329,11 +382,12 @@ def to_residence(x, residence, dtype, owner=None, order: str = "C"):
     """
     xp = residence.xp
     fortran = order == "F" and x.ndim == 2
+    on_device = not isinstance(x, np.ndarray)  # (x is one or the other)
     if xp is np:  # the scipy backend (and the test backends that copy on the host)
-        if _cuda.is_cupy_array(x):
+        if on_device:
             x = x.get()
         return np.asfortranarray(x, dtype=dtype) if fortran else np.ascontiguousarray(x, dtype)
-    if _cuda.is_cupy_array(x):
+    if on_device:
         if x.dtype != dtype:
             x = x.astype(dtype)
         return xp.asfortranarray(x) if fortran else xp.ascontiguousarray(x)

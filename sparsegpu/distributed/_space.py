@@ -30,15 +30,18 @@ def _distributed(operator) -> bool:
 
 
 class _Operator:
-    """A distributed matrix's products on this rank's blocks, as the solvers call them."""
+    """A distributed matrix's products on this rank's blocks, as the solvers call them,
+    planned on ``probe`` (a block of A's columns; None: a seeded random one)."""
 
-    def __init__(self, A, dtype, capturable, probe):
+    def __init__(self, A, dtype, capturable, probe=None):
         self.matrix = A
         self.shape = A.shape
         self.dtype = np.dtype(dtype)
         self.xp = A.row_layout.xp
         self._capturable = capturable
-        work = A._work_for(self.dtype, probe, capturable)
+        if probe is None:
+            probe = _probe(A.col_layout, self.dtype)
+        work = A._work_for(self.dtype, probe.astype(self.dtype, copy=False), capturable)
         self.backend = work.backend
         self.capturable = work.capturable
 
@@ -108,8 +111,7 @@ class DistributedSystem(SystemBase):
         self.xp = self.out_xp = rows.xp
         self.rows, self.cols = rows.n_local, cols.n_local
         self._layouts = rows, cols
-        probe = x0.local if x0 is not None else _probe(cols, self.dtype)
-        self.A = _Operator(A, self.dtype, capturable, probe.astype(self.dtype, copy=False))
+        self.A = _Operator(A, self.dtype, capturable, None if x0 is None else x0.local)
         self.b = b.local.astype(self.dtype)
         self.x0_given = x0 is not None
         if x0 is None:

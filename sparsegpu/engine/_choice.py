@@ -2,8 +2,10 @@
 
 Plain values handed between dispatch, planning and selection (:mod:`sparsegpu.engine._select`):
 :class:`Operand` (a matrix as they see it), :class:`Operation` (``A @ x`` or ``A @ X`` by
-k bucket and order), :class:`Request` (what the caller named) and :class:`Choice` (the
-backend and policy of one product, and why: what ``explain`` shows).
+k bucket and order: what dispatch tells planning of x, with its dtype), :class:`Request`
+(what the caller named), :class:`Choice` (the backend and policy of one product, and why:
+what ``explain`` shows) and :class:`Shortlist` (selection's one answer to planning's
+question of what to time).
 """
 
 from __future__ import annotations
@@ -112,6 +114,26 @@ def matmat_operation(k: int, order: str) -> Operation:
     return VECTOR if k == 1 else Operation("A @ X", k_bucket(k), order)
 
 
+def order_of(x) -> str:
+    """The memory order of a product's right-hand side ``x`` and result: ``"F"`` for an X
+    stored column by column, and not also row by row (a plan reads it as it is), else
+    ``"C"`` (any other X is copied to C order)."""
+    if x.ndim != 2:
+        return "C"
+    if hasattr(x, "_f_contiguous"):  # CuPy keeps both as attributes (.flags builds an object)
+        return "F" if x._f_contiguous and not x._c_contiguous else "C"
+    return "F" if x.flags.f_contiguous and not x.flags.c_contiguous else "C"
+
+
+def operation_of(x) -> Operation:
+    """The operation of a product with right-hand side ``x``: ``A @ x`` for a vector or a
+    single column, else ``A @ X`` by X's column bucket and memory order (what dispatch
+    hands planning of x, with its dtype: never x itself)."""
+    if x.ndim == 1:
+        return VECTOR
+    return matmat_operation(x.shape[1], order_of(x))
+
+
 @dataclass(frozen=True)
 class Choice:
     """The backend and policy of one product, and why (what :func:`explain` shows).
@@ -208,3 +230,16 @@ class Choice:
         return "\n".join(lines)
 
     __repr__ = __str__
+
+
+class Shortlist(NamedTuple):
+    """What selection answers planning's one question, what to time for an estimate
+    (:func:`sparsegpu.engine._select.short_list`).
+
+    ``pairs``: the (backend, policy) pairs, the estimate's first; ``structure``: what the
+    usable GPU backends found in the matrix's structure (``block``: its block size and
+    fill, or why it was not timed), for ``auto``'s product; empty otherwise.
+    """
+
+    pairs: list
+    structure: tuple = ()

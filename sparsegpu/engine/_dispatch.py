@@ -12,10 +12,10 @@ import numpy as np
 
 from ..device import _cuda, _host_buffers
 from ..device._mirror import ChoiceKey, DeviceMemoryError, is_out_of_memory, memory_error
-from ..device._staging import from_residence, to_residence
+from ..device._staging import from_residence, operands
 from . import _registry
-from ._choice import VECTOR, matmat_operation
-from ._planning import decide, measure_now, order_of
+from ._choice import VECTOR, operation_of
+from ._planning import decide, measure_now
 from ._select import name_in_force
 
 
@@ -50,12 +50,11 @@ def _product(matrix_obj, x, backend, policy, out, planning=None):
     _cuda.ensure_context()
     if _host_buffers.exposed:  # its arrays were handed out: were they written?
         matrix_obj._sg_check_writes()
-    operation, order = VECTOR, "C"
+    operation = VECTOR
     if x.ndim == 2:
         if x.shape[1] == 1:  # one column is A @ x: the vector product's plan and choice
             return _one_column(matrix_obj, x, backend, policy, out, planning)
-        order = order_of(x)
-        operation = matmat_operation(x.shape[1], order)
+        operation = operation_of(x)  # what planning is told of x: its operation and dtype
     name = name_in_force(backend, matrix_obj._sg_backend)
     # A plain tuple finds the ChoiceKey it equals (same hash): cheaper per call to build.
     key = (
@@ -98,21 +97,9 @@ def _product(matrix_obj, x, backend, policy, out, planning=None):
                 return plan.matmat(x)
             if plan.takes_out(x, out):
                 return plan.matmat(x, out=out)
-    want_cupy = _cuda.is_cupy_array(x)
-    if out is not None:
-        _check_out(out, x, matrix_obj.shape[0], value_dtype)
-    residence = plan.matrix.residence
-    xr = to_residence(x, residence, value_dtype, plan.matrix, order)
-    target = None
-    if out is not None and (
-        _cuda.is_cupy_array(out) != (residence.xp is not np)
-        or out.dtype != value_dtype
-        or not (out.flags.f_contiguous if order == "F" else out.flags.c_contiguous)
-        or _shares_memory(out, xr)
-    ):
-        target, out = out, None  # the caller's buffer can't be written directly; copy below
+    xr, out, target = operands(x, out, plan.matrix, value_dtype, operation.order)
     y = plan.matvec(xr, out=out) if xr.ndim == 1 else plan.matmat(xr, out=out)
-    y = from_residence(y, want_cupy)
+    y = from_residence(y, _cuda.is_cupy_array(x))
     if target is not None:
         target[...] = from_residence(y, _cuda.is_cupy_array(target))
         return target
@@ -123,38 +110,15 @@ def _one_column(matrix_obj, X, backend, policy, out, planning):
     """``A @ X`` for an X of one column, as the vector product of that column."""
     if out is None:
         return _product(matrix_obj, X[:, 0], backend, policy, None, planning)[:, None]
-    _check_out_shape(out, X, matrix_obj.shape[0])
+    _check_column(out, matrix_obj.shape[0])
     _product(matrix_obj, X[:, 0], backend, policy, out[:, 0], planning)
     return out
 
 
-def _check_out_shape(out, x, n_rows: int) -> None:
-    """Refuse an ``out`` that is not an array of exactly the product's shape."""
+def _check_column(out, n_rows: int) -> None:
+    """Refuse an ``out`` for ``A @ X`` of one column that is not an (n_rows, 1) array (its
+    dtype is checked with the column's product, :func:`~sparsegpu.device._staging.check_out`)."""
     if not (isinstance(out, np.ndarray) or _cuda.is_cupy_array(out)):
         raise TypeError(f"out must be a numpy or cupy array, got {type(out).__name__}")
-    want = (n_rows,) if x.ndim == 1 else (n_rows, x.shape[1])
-    if out.shape != want:
-        raise ValueError(f"out has shape {out.shape} but the product has shape {want}")
-
-
-def _check_out(out, x, n_rows: int, value_dtype: np.dtype) -> None:
-    """Refuse an ``out`` the result cannot go into, before anything is computed.
-
-    Like numpy's ``out=``: the shape must be the result's exactly (no broadcasting), and
-    the result's dtype must cast to out's under ``same_kind`` (no float into int).
-    """
-    _check_out_shape(out, x, n_rows)
-    if not np.can_cast(value_dtype, out.dtype, "same_kind"):
-        raise TypeError(
-            f"cannot write the {value_dtype} product into an out of dtype {out.dtype} "
-            "(casting rule 'same_kind'); pass an out of dtype "
-            f"{value_dtype}"
-        )
-
-
-def _shares_memory(a, b) -> bool:
-    """True when ``a`` and ``b`` (numpy or cupy) may share memory."""
-    if _cuda.is_cupy_array(a) != _cuda.is_cupy_array(b):
-        return False
-    xp = np if isinstance(a, np.ndarray) else _cuda.cupy_or_none()
-    return bool(xp.may_share_memory(a, b))
+    if out.shape != (n_rows, 1):
+        raise ValueError(f"out has shape {out.shape} but the product has shape {(n_rows, 1)}")

@@ -30,6 +30,7 @@ Levels
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -42,26 +43,26 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .._version import REMOVED_IN
-from ..backends._spmm import is_fortran
-from ..backends.base import Plan
+from ..backends.base import Plan, plan_on
 from ..device import _cuda
-from ..device._mirror import ChoiceKey, PlanKey
+from ..device._mirror import ChoiceKey
 from ..device._staging import to_residence
 from ..measure import _timing
-from ..measure._oracle import AnswerCheck, tolerance
+from ..measure._oracle import AnswerCheck
 from . import _registry, _select
-from ._choice import VECTOR, Choice, Operand, Operation, Request, matmat_operation
-from ._registry import AUTO, registered
+from ._choice import VECTOR, Choice, Operand, Operation, Request, operation_of
+from ._registry import AUTO
 from ._select import (
     auto_estimate,
-    default_policy,
     mixed_storage,
     name_in_force,
     result_dtype,
     select,
+    short_list,
 )
 
 PLANNING_ENV_VAR = "SPARSEGPU_PLANNING"
+_plan_on = plan_on  # the name a benchmark experiment calls
 LEVELS = ("estimate", "measure", "exhaustive")
 DEFAULT_LEVEL = "measure"
 
@@ -173,162 +174,16 @@ def forget_measurements() -> None:
         _measured.clear()
 
 
-# ----------------------------------------------------------------------- candidates
-def _short_list(operand: Operand, estimate: Choice, level: str, store, capturable) -> list:
-    """(backend, policy) pairs planning times: the estimate first, then, for ``measure``,
-    each backend's :meth:`~Backend.planning_candidates` (cuSPARSE's algorithms) and the
-    tuned and untuned policies of the ``planned`` backends (merge_path, shuffle, delta16)
-    that take the matrix, with their :meth:`~Backend.planned_policies` (merge_path's tile
-    shapes) (:func:`_planned_pairs`); for ``exhaustive``, every usable backend
-    with every candidate it has."""
-    value_dtype = estimate.value_dtype
-    pairs = [(estimate.implementation, estimate.policy)]
-    if capturable and not estimate.implementation.capturable:
-        pairs = []
-    if estimate.operation.kind == "A @ X":
-        return _unique(pairs + _matmat_pairs(operand, estimate, capturable))
-    if estimate.requested != AUTO:  # a backend named: plan its policy only
-        backend = estimate.implementation
-        mirror = operand.mirror(backend.residence, value_dtype)
-        return pairs + [
-            (backend, p) for p in backend.planning_candidates(mirror) if p != estimate.policy
-        ]
-    # through the module: tests stand in for the GPU backends there
-    family = type(operand.policy) if operand.policy else None
-    candidates = _select.gpu_candidates(value_dtype, family)
-    pairs += _planned_pairs(operand, candidates, value_dtype, level, store, capturable)
-    return _unique(pairs)
-
-
-def _planned_pairs(operand, backends, mirror_dtype, level, store, capturable, named=False):
-    """The (backend, policy) pairs planning times for each of ``backends`` that takes the
-    mirror of ``mirror_dtype`` (and can be captured, when ``capturable``): every candidate
-    for ``exhaustive``, else its planning candidates (cuSPARSE's algorithms), else, where it
-    is ``planned`` and no backend was ``named``, its tuned policy and its untuned one
-    and its :meth:`~Backend.planned_policies`.
-
-    Both, because a tuned policy is one matrix's winner applied to its whole row class:
-    the shipped ones were fitted on two stencils, and on matrices that took no part in
-    that the untuned policy (from the matrix's own mean row length) can be much faster
-    (H200, ``compressed_indices_h200_run2``, 2-D 9-point stencil in float64: planning
-    timed shuffle's and delta16's tuned short-row policies at 169 and 180 us a product,
-    where the best of each one's sweep took 140 and 129 us). Where no policy is tuned the
-    two are one.
-    """
-    pairs = []
-    for backend in backends:
-        mirror = operand.mirror(backend.residence, mirror_dtype)
-        if not backend.supports(mirror) or (capturable and not backend.capturable):
-            continue
-        if level == "exhaustive":
-            policies = backend.candidates(mirror)
-        elif not named and backend.planning_refuse_reason(mirror) is not None:
-            continue
-        elif backend.planning_candidates(mirror):
-            policies = backend.planning_candidates(mirror)
-        elif backend.planned and not named:
-            policies = [default_policy(backend, mirror, store), backend.default_policy(mirror)]
-            policies += backend.planned_policies(mirror)
-        else:
-            continue
-        pairs += [(backend, policy) for policy in policies]
-    return pairs
-
-
-def _matmat_pairs(operand: Operand, estimate: Choice, capturable) -> list:
-    """The (backend, policy) pairs planning times for ``A @ X`` besides the estimate: each
-    usable GPU backend's :meth:`~Backend.matmat_candidates` for X's column bucket and order
-    (cuSPARSE's SpMM algorithms, the row-split kernel's shapes, the merge-path SpMM's
-    runs); only the named backend's when one was named."""
-    operation, value_dtype = estimate.operation, estimate.value_dtype
-    if estimate.requested != AUTO:
-        backends = [estimate.implementation]
-    else:
-        family = type(operand.policy) if operand.policy else None
-        backends = _select.gpu_candidates(value_dtype, family)
-    pairs = []
-    for backend in backends:
-        mirror = operand.mirror(backend.residence, value_dtype)
-        if not backend.supports(mirror) or (capturable and not backend.capturable):
-            continue
-        policies = backend.matmat_candidates(mirror, operation.columns, operation.order)
-        pairs += [(backend, policy) for policy in policies]
-    return pairs
-
-
-def _short_list_mixed(operand: Operand, estimate: Choice, level: str, store, capturable) -> list:
-    """:func:`_short_list` for a mixed-precision product: the estimate, then each backend
-    that computes the pair, with its planning candidates (cuSPARSE's algorithms), its
-    tuned and untuned policies where it is ``planned`` (shuffle, delta16), or every candidate
-    (``exhaustive``); only the estimate's backend when one was named."""
-    storage, value_dtype = estimate.storage_dtype, estimate.value_dtype
-    pairs = [(estimate.implementation, estimate.policy)]
-    if capturable and not estimate.implementation.capturable:
-        pairs = []
-    named = estimate.requested != AUTO
-    if named:
-        backends = [estimate.implementation]
-    else:
-        backends = [
-            b
-            for b in registered().values()
-            if (storage, value_dtype) in b.mixed_pairs and b.unavailable_reason() is None
-        ]
-    pairs += _planned_pairs(operand, backends, storage, level, store, capturable, named)
-    return _unique(pairs)
-
-
-def _unique(pairs) -> list:
-    """``pairs`` without repeats of a (backend name, policy), in first-seen order."""
-    seen, unique = set(), []
-    for backend, policy in pairs:
-        if (backend.name, policy) not in seen:
-            seen.add((backend.name, policy))
-            unique.append((backend, policy))
-    return unique
-
-
 # ------------------------------------------------------------------------ measuring
-def _plan_on(mirror, backend, policy, vector_dtype=None) -> Plan:
-    """The plan of ``backend`` and ``policy`` on ``mirror`` (made once, kept on the mirror);
-    with a ``vector_dtype``, the mixed-precision plan reading vectors of that dtype."""
-    if vector_dtype is None:
-        return mirror.get_plan(PlanKey(backend.name, policy), lambda: backend.plan(mirror, policy))
-    return mirror.get_plan(
-        PlanKey(backend.name, policy, vector_dtype),
-        lambda: backend.plan(mirror, policy, vector_dtype=vector_dtype),
-    )
-
-
-def _runner(plan: Plan, x, y):
-    """A call running ``plan``'s product of ``x`` into ``y`` (a vector or several)."""
-    if x.ndim == 1:
-        return lambda: plan.matvec(x, out=y)
-    return lambda: plan.matmat(x, out=y)
-
-
-def _agreement_scale(mirror, x, y) -> float:
-    """How far a candidate's answer may be from the estimate's: the dtype's tolerance for
-    the longest row times a bound of the row sums' size (|y|, or |A|max |x|max x mean row
-    length when the rows cancel)."""
-    xp = mirror.xp
-    tol = tolerance(mirror.dtype, max(mirror.stats.max, 1))
-    size = float(xp.abs(y).max()) if y.size else 0.0
-    if mirror.nnz and x.size:
-        typical = (
-            float(xp.abs(mirror.data).max()) * float(xp.abs(x).max()) * max(mirror.stats.mean, 1.0)
-        )
-        size = max(size, typical)
-    return 4 * tol * max(size, 1.0)
-
-
 def measure(operand: Operand, x, estimate: Choice, level: str, *, store=None, capturable=False):
-    """Time the candidates of ``level`` for the estimate's product on ``x`` and return the
-    fastest that agrees with the estimate's answer (see the module docstring).
+    """Time the candidates of ``level`` for the estimate's product on ``x``: the fastest
+    that agrees with the estimate's answer, and its plan (see the module docstring).
 
-    ``x`` is a device array of the estimate's value dtype: a vector for ``A @ x``, an
-    (n_cols, k) array for ``A @ X``. Runs on the current stream and waits for it; each
-    candidate's plan is made once (kept on the mirror like any plan). The cost: per
+    Selection says what to time (:func:`~sparsegpu.engine._select.short_list`); each
+    candidate's plan is made once (kept on its mirror like any plan), then ``x`` (the
+    product's right-hand side, anywhere: a vector for ``A @ x``, an (n_cols, k) array for
+    ``A @ X``) is moved, once, to where the estimate computes, in its value dtype and the
+    operation's memory order. Runs on the current stream and waits for it. The cost: per
     candidate, one checked product, then one calibration sample (a loop of products
     streaming ``SAMPLE_BYTES``, at most ``SAMPLE_PRODUCTS`` of them) and, unless it is
     over ``HOPELESS`` times the fastest so far, a warm-up product and five samples taken in
@@ -338,55 +193,80 @@ def measure(operand: Operand, x, estimate: Choice, level: str, *, store=None, ca
     milliseconds.
     ``capturable``: only backends whose products a CUDA graph can hold (a solver about to
     capture its iterations).
+
+    Returns ``(choice, plan)``: ``(estimate, None)`` where nothing ran here; None where the
+    measurement ran out of memory (the estimate stays). A MemoryError moving ``x`` is the
+    product's own, and goes up.
     """
     start = time.perf_counter()
-    value_dtype = estimate.value_dtype
+    value_dtype, operation = estimate.value_dtype, estimate.operation
     storage = estimate.storage_dtype  # mixed precision: the values' dtype on the device
-    if storage is None:
-        pairs = _short_list(operand, estimate, level, store, capturable)
-    else:
-        pairs = _short_list_mixed(operand, estimate, level, store, capturable)
-    if not pairs:
-        return estimate
-    check = None
-    results: list[Measurement] = []
-    groups: dict = {}  # on the host? -> {index in results: product}
-    inner = 1
-    for backend, policy in pairs:
-        mirror = operand.mirror(backend.residence, storage or value_dtype)
-        try:
-            plan = _plan_on(mirror, backend, policy, value_dtype if storage else None)
-            xp = mirror.xp
-            y = xp.empty((mirror.shape[0],) + x.shape[1:], dtype=value_dtype, order=order_of(x))
-            product = _runner(plan, x, y)
-            product()
-        except Exception as exc:  # a candidate that cannot run here is left out
-            results.append(
-                Measurement(backend.name, policy, None, False, f"{type(exc).__name__}: {exc}")
+    vector_dtype = value_dtype if storage is not None else None
+    memo = None  # (mixed-precision winners are not remembered across matrices)
+    if storage is None:  # the fingerprint of the mirror every candidate computes on
+        mirror = operand.mirror(estimate.implementation.residence, value_dtype)
+        memo = (estimate.requested, operation, fingerprint(mirror))
+    try:
+        listed = short_list(operand, estimate, level, store, capturable)
+        if not listed.pairs:
+            return estimate, None
+        made = []  # (mirror, plan) per pair, or (mirror, why it cannot run here)
+        for backend, policy in listed.pairs:
+            mirror = operand.mirror(backend.residence, storage or value_dtype)
+            try:
+                made.append((mirror, plan_on(mirror, backend, policy, vector_dtype)))
+            except Exception as exc:  # a candidate that cannot run here is left out
+                made.append((mirror, f"{type(exc).__name__}: {exc}"))
+    except MemoryError:
+        return None
+    x = to_residence(x, estimate.implementation.residence, value_dtype, order=operation.order)
+    try:
+        check = None
+        results: list[Measurement] = []
+        groups: dict = {}  # on the host? -> {index in results: product}
+        inner = 1
+        for (backend, policy), (mirror, plan) in zip(listed.pairs, made, strict=True):
+            failure = plan if isinstance(plan, str) else None
+            if failure is None:
+                try:
+                    xp = mirror.xp
+                    shape = (mirror.shape[0],) + x.shape[1:]
+                    y = xp.empty(shape, dtype=value_dtype, order=operation.order)
+                    product = functools.partial(
+                        plan.matvec if x.ndim == 1 else plan.matmat, x, out=y
+                    )
+                    product()
+                except Exception as exc:  # a candidate that cannot run here is left out
+                    failure = f"{type(exc).__name__}: {exc}"
+            if failure is not None:
+                results.append(Measurement(backend.name, policy, None, False, failure))
+                continue
+            if check is None:
+                check = AnswerCheck.of_product(y, mirror, x, source="the estimate")
+                streamed = mirror.nbytes + 2 * x.nbytes
+                inner = max(1, min(SAMPLE_PRODUCTS, int(SAMPLE_BYTES // max(streamed, 1))))
+            agreed = check.error(y) is None
+            if agreed:
+                groups.setdefault(xp is np, {})[len(results)] = product
+            results.append(Measurement(backend.name, policy, None, agreed))
+        for on_host, products in groups.items():
+            timings = _timing.time_candidates(
+                products, on_host=on_host, warmup=0, repeat=5, inner=inner, hopeless=HOPELESS
             )
-            continue
-        if check is None:
-            check = AnswerCheck(y, _agreement_scale(mirror, x, y), source="the estimate")
-            streamed = mirror.nbytes + 2 * x.nbytes
-            inner = max(1, min(SAMPLE_PRODUCTS, int(SAMPLE_BYTES // max(streamed, 1))))
-        agreed = check.error(y) is None
-        if agreed:
-            groups.setdefault(xp is np, {})[len(results)] = product
-        results.append(Measurement(backend.name, policy, None, agreed))
-    for on_host, products in groups.items():
-        timings = _timing.time_candidates(
-            products, on_host=on_host, warmup=0, repeat=5, inner=inner, hopeless=HOPELESS
-        )
-        for i, timing in timings.items():
-            note = f"one sample: over {HOPELESS}x the fastest so far" if timing.cut_short else ""
-            results[i] = replace(results[i], ms=timing.median_ms, note=note)
+            for i, timing in timings.items():
+                note = (
+                    f"one sample: over {HOPELESS}x the fastest so far" if timing.cut_short else ""
+                )
+                results[i] = replace(results[i], ms=timing.median_ms, note=note)
+    except MemoryError:
+        return None
     best = None
-    for (backend, policy), m in zip(pairs, results, strict=True):
-        if m.agreed and m.ms is not None and (best is None or m.ms < best[2]):
-            best = (backend, policy, m.ms)
+    for i, m in enumerate(results):
+        if m.agreed and m.ms is not None and (best is None or m.ms < results[best].ms):
+            best = i
     if best is None:  # nothing ran here: keep the estimate
-        return estimate
-    backend, policy, ms = best
+        return estimate, None
+    (backend, policy), (_, plan), ms = listed.pairs[best], made[best], results[best].ms
     planning_ms = (time.perf_counter() - start) * 1e3
     timed = sum(m.ms is not None for m in results)
     reason = (
@@ -397,43 +277,19 @@ def measure(operand: Operand, x, estimate: Choice, level: str, *, store=None, ca
     if first.backend == estimate.backend and first.policy == estimate.policy and first.ms:
         reason += f"; the estimate, {estimate.backend}, {first.ms * 1e3:.1f} us"
     reason += ")" + (" among capturable backends" if capturable else "")
-    if storage is None:  # (mixed-precision winners are not remembered across matrices)
-        mirror = operand.mirror(backend.residence, value_dtype)
+    if memo is not None:
         with _measured_lock:
-            _measured[(estimate.requested, estimate.operation, fingerprint(mirror))] = (
-                backend.name,
-                policy,
-            )
+            _measured[memo] = (backend.name, policy)
     else:
         reason = f"mixed precision ({storage} values, {value_dtype} sums); {reason}"
-    structure = ()
-    if storage is None and estimate.requested == AUTO:
-        structure = _structure_notes(operand, value_dtype)
-    return Choice(
+    structure = listed.structure if storage is None and estimate.requested == AUTO else ()
+    choice = Choice(
         backend.name, policy, reason, estimate.stats, value_dtype, estimate.requested,
         level=level, measurements=tuple(results), planning_ms=planning_ms,
-        storage_dtype=storage, implementation=backend, operation=estimate.operation,
+        storage_dtype=storage, implementation=backend, operation=operation,
         structure=structure,
     )  # fmt: skip
-
-
-def _structure_notes(operand: Operand, mirror_dtype) -> tuple[str, ...]:
-    """``"backend: note"`` for each usable GPU backend that found something in the
-    matrix's structure (``block``: its block size and fill, and why it was not timed)."""
-    notes = []
-    for backend in _select.gpu_candidates(np.dtype(mirror_dtype)):
-        mirror = operand.mirror(backend.residence, mirror_dtype)
-        note = backend.structure_note(mirror) if backend.supports(mirror) else None
-        if note:
-            notes.append(f"{backend.name}: {note}")
-    return tuple(notes)
-
-
-def order_of(x) -> str:
-    """The memory order of a product's right-hand side ``x`` and result: ``"F"`` for an X
-    stored column by column (a plan reads it as it is), else ``"C"`` (any other X is copied
-    to C order)."""
-    return "F" if is_fortran(x) else "C"
+    return choice, plan
 
 
 def from_memory(operand: Operand, estimate: Choice) -> Choice | None:
@@ -487,7 +343,7 @@ def with_plan(operand: Operand, choice: Choice, measure_next: bool = False) -> P
             f"those it supports ({', '.join(map(str, backend.value_dtypes))})"
         )
         raise ValueError(f"backend {backend.name!r} cannot take this matrix: {reason}")
-    plan = _plan_on(mirror, backend, choice.policy, choice.value_dtype if mixed else None)
+    plan = plan_on(mirror, backend, choice.policy, choice.value_dtype if mixed else None)
     on_host = backend.residence.name == "host"
     return PlannedChoice(plan, choice.value_dtype, on_host, choice, measure_next)
 
@@ -551,13 +407,14 @@ def measure_now(
         operation = entry.choice.operation
         if operation == VECTOR and x.ndim == 2:
             x = x[:, 0]
-        xd = to_residence(x, entry.plan.matrix.residence, entry.value_dtype, order=order_of(x))
-        try:
-            choice = measure(operand, xd, entry.choice, level, capturable=capturable)
-        except MemoryError:
+        found = measure(operand, x, entry.choice, level, capturable=capturable)
+        if found is None:  # out of memory while measuring: the estimate stays
             new = entry._replace(measure_next=False)
         else:
-            new = with_plan(operand, choice)
+            choice, plan = found
+            on_host = choice.implementation.residence.name == "host"
+            plan = entry.plan if plan is None else plan
+            new = PlannedChoice(plan, entry.value_dtype, on_host, choice)
             if choice.requested == AUTO:  # what explain(A) shows
                 key_dtype = entry.value_dtype
                 if choice.storage_dtype is not None:
@@ -567,14 +424,6 @@ def measure_now(
         return new
     finally:
         cache.planning_lock.release()
-
-
-def operation_of(x) -> Operation:
-    """The operation of a product with right-hand side ``x``: ``A @ x`` for a vector or a
-    single column, else ``A @ X`` by X's column bucket and memory order."""
-    if x.ndim == 1:
-        return VECTOR
-    return matmat_operation(x.shape[1], order_of(x))
 
 
 def auto_key(operand: Operand, x_dtype, operation: Operation = VECTOR) -> ChoiceKey:

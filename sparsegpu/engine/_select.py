@@ -19,8 +19,9 @@ Policy
     is a TypeError; under ``auto`` a policy restricts the choice to its family.
 
 What :func:`select` gives is the *estimate*. Planning (:mod:`sparsegpu.engine._planning`) sits
-above: it asks here for the estimate and for the candidates (:func:`gpu_candidates`),
-times them, and keeps the fastest; selection never imports planning.
+above: it asks here for the estimate, then, to measure, one question more
+(:func:`short_list`: what to time, and what the backends found in the matrix's structure),
+times the pairs, and keeps the fastest; selection never imports planning.
 
 The tuning store (:mod:`sparsegpu.engine._tuning_store`) is plain data passed in here; nothing
 registers itself into selection.
@@ -40,7 +41,7 @@ from ..backends.base import Backend
 from ..device import _cuda
 from ..device._dtypes import MIXED_PARTNERS, half_result_dtype, is_half
 from . import _registry, _rules, _tuning_store
-from ._choice import VECTOR, Choice, Operand, Operation, Request
+from ._choice import VECTOR, Choice, Operand, Operation, Request, Shortlist
 from ._registry import AUTO, get_backend, registered
 from ._rules import AUTO_PREFERENCE, LONG_ROW, auto_rule, matmat_rule, row_class
 from ._tuning_store import (
@@ -357,6 +358,115 @@ def _check_mixed_pair(backend, storage, value_dtype) -> None:
             f"{' or '.join(repr(t) for t in takers) or 'another backend'} or 'auto', "
             "or set A.mixed_precision = False"
         )
+
+
+# ---------------------------------------------------------------- the short list
+def short_list(
+    operand: Operand, estimate: Choice, level: str, store=None, capturable: bool = False
+) -> Shortlist:
+    """What planning times for ``estimate``'s product at ``level``, in one answer.
+
+    The pairs: the estimate's first (unless ``capturable`` and its backend cannot be
+    captured), then, without repeats of a (backend name, policy):
+
+    - ``A @ X``: each usable GPU backend's :meth:`~Backend.matmat_candidates` for X's
+      column bucket and order (cuSPARSE's SpMM algorithms, the row-split kernel's shapes,
+      the merge-path SpMM's runs); only the named backend's when one was named;
+    - ``A @ x`` with a backend named: its :meth:`~Backend.planning_candidates` (cuSPARSE's
+      algorithms);
+    - ``A @ x`` under ``auto``: the pairs of :func:`_planned_pairs` for each usable GPU
+      backend (of ``A.policy``'s family, where one is set);
+    - mixed precision (``A.mixed_precision``): the same for each backend that computes
+      the pair (only the estimate's when one was named).
+
+    ``structure``, for ``auto``'s product without mixed precision: what each usable GPU
+    backend found in the matrix's structure (``block``: its block size and fill, and why
+    it was not timed).
+    """
+    value_dtype, storage = estimate.value_dtype, estimate.storage_dtype
+    named = estimate.requested != AUTO
+    structure = ()
+    if storage is None and not named:
+        structure = _structure_notes(operand, value_dtype)
+    backend = estimate.implementation
+    first = [] if capturable and not backend.capturable else [(backend, estimate.policy)]
+    if storage is None and named and estimate.operation.kind != "A @ X":
+        mirror = operand.mirror(backend.residence, value_dtype)
+        candidates = backend.planning_candidates(mirror)
+        return Shortlist(first + [(backend, p) for p in candidates if p != estimate.policy])
+    pairs = {(b.name, p): (b, p) for b, p in first}  # first seen first, no repeats
+    family = type(operand.policy) if operand.policy else None
+    if storage is not None:
+        backends = [backend] if named else _mixing_backends(storage, value_dtype)
+        _planned_pairs(pairs, operand, backends, storage, level, store, capturable, named)
+    elif estimate.operation.kind == "A @ X":
+        operation = estimate.operation
+        for b in [backend] if named else gpu_candidates(value_dtype, family):
+            mirror = operand.mirror(b.residence, value_dtype)
+            if b.supports(mirror) and (b.capturable or not capturable):
+                for p in b.matmat_candidates(mirror, operation.columns, operation.order):
+                    pairs.setdefault((b.name, p), (b, p))
+    else:
+        backends = gpu_candidates(value_dtype, family)
+        _planned_pairs(pairs, operand, backends, value_dtype, level, store, capturable)
+    return Shortlist(list(pairs.values()), structure)
+
+
+def _mixing_backends(storage, value_dtype) -> list[Backend]:
+    """Usable backends that compute ``storage`` values with ``value_dtype`` vectors."""
+    return [
+        b
+        for b in registered().values()
+        if (storage, value_dtype) in b.mixed_pairs and b.unavailable_reason() is None
+    ]
+
+
+def _structure_notes(operand: Operand, mirror_dtype) -> tuple[str, ...]:
+    """``"backend: note"`` for each usable GPU backend that found something in the
+    matrix's structure (``block``: its block size and fill, and why it was not timed)."""
+    notes = []
+    for backend in gpu_candidates(np.dtype(mirror_dtype)):
+        mirror = operand.mirror(backend.residence, mirror_dtype)
+        note = backend.structure_note(mirror) if backend.supports(mirror) else None
+        if note:
+            notes.append(f"{backend.name}: {note}")
+    return tuple(notes)
+
+
+def _planned_pairs(pairs, operand, backends, mirror_dtype, level, store, capturable, named=False):
+    """Add to ``pairs`` (``{(backend name, policy): (backend, policy)}``) those planning
+    times for each of ``backends`` that takes the mirror of ``mirror_dtype`` (and can be
+    captured, when ``capturable``): every candidate for ``exhaustive``, else its planning
+    candidates (cuSPARSE's algorithms), else, where it is ``planned`` and no backend was
+    ``named``, its untuned policy and its tuned one (the tuning store's entry) and its
+    :meth:`~Backend.planned_policies`.
+
+    Both, because a tuned policy is one matrix's winner applied to its whole row class:
+    the shipped ones were fitted on two stencils, and on matrices that took no part in
+    that the untuned policy (from the matrix's own mean row length) can be much faster
+    (H200, ``compressed_indices_h200_run2``, 2-D 9-point stencil in float64: planning
+    timed shuffle's and delta16's tuned short-row policies at 169 and 180 us a product,
+    where the best of each one's sweep took 140 and 129 us). Where no policy is tuned the
+    two are one.
+    """
+    for backend in backends:
+        mirror = operand.mirror(backend.residence, mirror_dtype)
+        if not backend.supports(mirror) or (capturable and not backend.capturable):
+            continue
+        if level == "exhaustive":
+            policies = backend.candidates(mirror)
+        elif not named and backend.planning_refuse_reason(mirror) is not None:
+            continue
+        elif backend.planning_candidates(mirror):
+            policies = backend.planning_candidates(mirror)
+        elif backend.planned and not named:
+            untuned = backend.default_policy(mirror)
+            policies = [default_policy(backend, mirror, store), untuned]
+            policies += backend.planned_policies(mirror)
+        else:
+            continue
+        for policy in policies:
+            pairs.setdefault((backend.name, policy), (backend, policy))
 
 
 # -------------------------------------------------------------- the tuning store

@@ -28,7 +28,6 @@ from ._krylov import (
     _check_iterations,
     _finish,
     _graph_refusal,
-    _reordered,
     _scalar,
     _start,
     _zero_rhs,
@@ -103,12 +102,12 @@ def gmres(A, b, x0=None, *, rtol=1e-5, atol=0.0, restart=None, maxiter=None, M=N
             f"gmres: callback_type must be 'legacy', 'pr_norm' or 'x', got {callback_type!r}"
         )
     per_x = callback_type == "x"
-    A, b, x0, M, callback_x, ordering = _reordered(
-        "gmres", A, b, x0, M, callback if per_x else None, reorder, info_out
-    )
     per_iteration = None if per_x else callback
     wanted = graphs is not False and per_iteration is None
-    system, ops, bnorm, tolerance, r = _start("gmres", A, b, x0, M, rtol, atol, wanted)
+    set_up, bnorm, tolerance, r = _start(
+        "gmres", A, b, x0, M, callback if per_x else None, reorder, info_out, rtol, atol, wanted
+    )
+    system, ops, A, M, callback_x, ordering = set_up
     n = system.A.shape[0]
     maxiter = _check_iterations("gmres", maxiter, 10 * n)
     if restart is not None and (

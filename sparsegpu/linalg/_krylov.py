@@ -20,6 +20,8 @@ Host synchronisation (the choice, per solver)
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import numpy as np
 
 from . import _graphs
@@ -42,14 +44,6 @@ def _check_tolerances(name: str, rtol, atol) -> None:
             raise ValueError(f"{name}: {label} must be a finite number >= 0, got {value!r}")
 
 
-def _reordered(name, A, b, x0, M, callback, reorder, info_out):
-    """The problem in the ordering ``reorder`` asks for: (A, b, x0, M, callback, ordering);
-    ``ordering.back`` brings the answer home."""
-    A, ordering = space_of(A).ordering(name, A, reorder, info_out)
-    return (A, ordering.forward(b), ordering.forward(x0), ordering.operator(M),
-            ordering.callback(callback), ordering)  # fmt: skip
-
-
 def _zero_rhs(system, ordering, info_out):
     """``(x, 0)`` for ``b = 0``: x = 0 (b itself, in its module), no iteration."""
     info_out.iterations = 0
@@ -67,21 +61,54 @@ def _finish(system, ordering, info_out, x, info):
     return ordering.back(system.result(x)), info
 
 
-def _system(name, A, b, x0, M, capturable, square=True):
-    """The system and its vector steps, in A's vector space (``_space``)."""
+class SetUp(NamedTuple):
+    """What a solve starts from (:func:`_set_up`): its system in the ordering asked for."""
+
+    system: Any  # A x = b in A's vector space (``_space``)
+    ops: VectorOps  # its vector steps
+    A: Any  # A and M as reordered: what a graph capture is asked of
+    M: Any
+    callback: Any  # the user's callback, seeing x in the original numbering
+    ordering: options.Ordering  # ``ordering.back`` brings the answer home
+
+
+def _set_up(name, A, b, x0, M, callback, reorder, info_out, capturable, square=True) -> SetUp:
+    """The solve's system in the ordering ``reorder`` asks for, in A's vector space, with
+    its vector steps: b goes down once, reordered, into the space's system."""
+    A, ordering = space_of(A).ordering(name, A, reorder, info_out)
+    b, x0 = ordering.forward(b), ordering.forward(x0)
+    M, callback = ordering.operator(M), ordering.callback(callback)
     system = space_of(A).system(name, A, b, x0, M, square, capturable)
-    return system, VectorOps(system.xp, system.dtype, system.space)
+    ops = VectorOps(system.xp, system.dtype, system.space)
+    return SetUp(system, ops, A, M, callback, ordering)
 
 
-def _start(name, A, b, x0, M, rtol, atol, capturable=False):
+def _start(name, A, b, x0, M, callback, reorder, info_out, rtol, atol, capturable=False):
+    """``(set_up, ||b||, tolerance, r)``: the tolerances checked, the :func:`_set_up`, the
+    stopping tolerance and the first residual."""
     _check_tolerances(name, rtol, atol)
-    system, ops = _system(name, A, b, x0, M, capturable)
+    set_up = _set_up(name, A, b, x0, M, callback, reorder, info_out, capturable)
+    system, ops = set_up.system, set_up.ops
     bnorm = ops.norm(system.b)
     if system.x0_given:
         r = system.b - system.A.matvec(system.x)
     else:
         r = system.b.copy()
-    return system, ops, bnorm, max(float(atol), float(rtol) * bnorm), r
+    return set_up, bnorm, max(float(atol), float(rtol) * bnorm), r
+
+
+def _begin(name, A, b, x0, M, callback, reorder, rtol, atol, graphs, maxiter):
+    """What ``cg`` and ``bicgstab`` begin with: ``(info_out, set_up, ||b||, tolerance, r,
+    maxiter)``, the ``graphs`` option checked, :func:`_start` asked for a system a graph
+    may capture (no callback), the iteration limit checked (default ``10 n``)."""
+    info_out = options.SolveInfo(name)
+    options.check_graphs(name, graphs)
+    wanted = graphs is not False and callback is None
+    set_up, bnorm, tolerance, r = _start(
+        name, A, b, x0, M, callback, reorder, info_out, rtol, atol, wanted
+    )
+    maxiter = _check_iterations(name, maxiter, 10 * set_up.system.A.shape[0])
+    return info_out, set_up, bnorm, tolerance, r, maxiter
 
 
 def cg(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None, callback=None,
@@ -135,13 +162,10 @@ def cg(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None, callback=Non
     >>> info, bool(np.linalg.norm(A @ x - b) <= 1e-10 * np.linalg.norm(b))
     (0, True)
     """
-    info_out = options.SolveInfo("cg")
-    options.check_graphs("cg", graphs)
-    A, b, x0, M, callback, ordering = _reordered("cg", A, b, x0, M, callback, reorder, info_out)
-    wanted = graphs is not False and callback is None
-    system, ops, bnorm, tolerance, r = _start("cg", A, b, x0, M, rtol, atol, wanted)
-    n = system.A.shape[0]
-    maxiter = _check_iterations("cg", maxiter, 10 * n)
+    info_out, set_up, bnorm, tolerance, r, maxiter = _begin(
+        "cg", A, b, x0, M, callback, reorder, rtol, atol, graphs, maxiter
+    )
+    system, ops, A, M, callback, ordering = set_up
     every = 1 if callback is not None else 8
     if check_every is not None:
         if isinstance(check_every, bool) or not isinstance(check_every, (int, np.integer)):
@@ -317,15 +341,10 @@ def bicgstab(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None, callba
     iterations, or between captured blocks of 16 with ``graphs``; iterations after the
     solve stopped change nothing), so ``graphs`` captures it as it does :func:`cg`.
     """
-    info_out = options.SolveInfo("bicgstab")
-    options.check_graphs("bicgstab", graphs)
-    A, b, x0, M, callback, ordering = _reordered(
-        "bicgstab", A, b, x0, M, callback, reorder, info_out
+    info_out, set_up, bnorm, tolerance, r, maxiter = _begin(
+        "bicgstab", A, b, x0, M, callback, reorder, rtol, atol, graphs, maxiter
     )
-    wanted = graphs is not False and callback is None
-    system, ops, bnorm, tolerance, r = _start("bicgstab", A, b, x0, M, rtol, atol, wanted)
-    n = system.A.shape[0]
-    maxiter = _check_iterations("bicgstab", maxiter, 10 * n)
+    system, ops, A, M, callback, ordering = set_up
     refusal = _graph_refusal(graphs, system, ops, callback, A, M)
     info_out.graphs_reason = refusal or ""
     if bnorm == 0:
@@ -425,9 +444,9 @@ def minres(A, b, x0=None, *, shift=0.0, rtol=1e-5, maxiter=None, M=None, callbac
     info_out = options.SolveInfo("minres")
     options.check_graphs("minres", graphs)
     _check_tolerances("minres", rtol, 0.0)
-    A, b, x0, M, callback, ordering = _reordered("minres", A, b, x0, M, callback, reorder, info_out)
     wanted = graphs is not False and callback is None
-    system, ops = _system("minres", A, b, x0, M, wanted)
+    set_up = _set_up("minres", A, b, x0, M, callback, reorder, info_out, wanted)
+    system, ops, A, M, callback, ordering = set_up
     maxiter = _check_iterations("minres", maxiter, 5 * system.A.shape[0])
     info_out.graphs_reason = _graph_refusal(graphs, system, ops, callback, A, M) or ""
     x, info = _minres(system, ops, shift, rtol, maxiter, system.wrap_callback(callback),

@@ -20,9 +20,8 @@ from ._krylov import (
     _check_iterations,
     _graph_refusal,
     _iterate,
-    _reordered,
     _scalar,
-    _system,
+    _set_up,
 )
 from ._vector import LSQR_STATE, recurrence_state, stop_flags
 
@@ -54,8 +53,10 @@ def lsqr(A, b, damp=0.0, atol=1e-6, btol=1e-6, conlim=1e8, iter_lim=None, show=F
     """
     info_out = options.SolveInfo("lsqr")
     options.check_graphs("lsqr", graphs)
-    A, b, x0, _, _, ordering = _reordered("lsqr", A, b, x0, None, None, reorder, info_out)
-    system, ops = _system("lsqr", A, b, x0, None, graphs is not False, square=False)
+    set_up = _set_up(
+        "lsqr", A, b, x0, None, None, reorder, info_out, graphs is not False, square=False
+    )
+    system, ops, A, _, _, ordering = set_up
     refusal = _graph_refusal(graphs, system, ops, None, A, None)
     if refusal is None:
         name, capturable = system.A.adjoint()

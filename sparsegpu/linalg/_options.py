@@ -157,19 +157,22 @@ class Ordering:
         """``v[perm]``: a vector of the original numbering in the solved one."""
         if self.perm is None or v is None:
             return v
-        if not (_cuda.is_cupy_array(v) or isinstance(v, np.ndarray)):
+        on_device = _cuda.is_cupy_array(v)
+        if not (on_device or isinstance(v, np.ndarray)):
             v = np.asarray(v)
-        return v.ravel()[self._index(v, "perm")].reshape(v.shape)
+        return v.ravel()[self._index("perm", on_device)].reshape(v.shape)
 
     def back(self, x):
         """x of the solved numbering in the original one (``out[perm] = x``)."""
         if self.perm is None:
             return x
-        return x[self._index(x, "inverse")]
+        return x[self._index("inverse", _cuda.is_cupy_array(x))]
 
-    def _index(self, like, which: str):
+    def _index(self, which: str, on_device: bool):
+        """``perm`` or ``inverse`` (``which``), a device copy of it (made once) for a vector
+        on the device."""
         index = getattr(self, which)
-        if not _cuda.is_cupy_array(like):
+        if not on_device:
             return index
         if which not in self._on_device:
             self._on_device[which] = _cuda.cupy_or_none().asarray(index)

@@ -92,6 +92,20 @@ class AnswerCheck:
         self._half = is_half(reference.dtype)
         self._on_device: dict = {}
 
+    @classmethod
+    def of_product(cls, y, matrix, x, source: str = "the reference") -> AnswerCheck:
+        """A check of other products against ``y = A @ x`` (``matrix``: A's mirror, where y
+        was computed): each entry may be off by the dtype's tolerance for the longest row
+        times a bound of the row sums' size (|y|, or |A|max |x|max x mean row length when
+        the rows cancel), four times over."""
+        xp = matrix.xp
+        tol = tolerance(matrix.dtype, max(matrix.stats.max, 1))
+        size = float(xp.abs(y).max()) if y.size else 0.0
+        if matrix.nnz and x.size:
+            typical = float(xp.abs(matrix.data).max()) * float(xp.abs(x).max())
+            size = max(size, typical * max(matrix.stats.mean, 1.0))
+        return cls(y, 4 * tol * max(size, 1.0), source)
+
     def _reference(self, xp):
         if xp is np or _cuda.is_cupy_array(self.y):
             return self.y, self.bound
