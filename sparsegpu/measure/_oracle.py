@@ -96,8 +96,8 @@ class AnswerCheck:
     def of_product(cls, y, matrix, x, source: str = "the reference") -> AnswerCheck:
         """A check of other products against ``y = A @ x`` (``matrix``: A's mirror, where y
         was computed): each entry may be off by the dtype's tolerance for the longest row
-        times a bound of the row sums' size (|y|, or |A|max |x|max x mean row length when
-        the rows cancel), four times over."""
+        times a bound of the row sums' size (``max |y|``, or ``max |A| * max |x|`` times the
+        mean row length when the rows cancel), four times over."""
         xp = matrix.xp
         tol = tolerance(matrix.dtype, max(matrix.stats.max, 1))
         size = float(xp.abs(y).max()) if y.size else 0.0
