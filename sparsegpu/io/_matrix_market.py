@@ -190,13 +190,17 @@ def _parse_then_check(path: str, open_stream, info: MMInfo, convert):
     (a NUL byte, a damaged last line without its line end) is looked for first; a parse
     that fails is reported after the check, so a bad entry is named as such.
     """
-    if _may_crash_the_parser(path, info):
+    checked = _may_crash_the_parser(path, info)
+    if checked:
         _check_entries(open_stream, info)  # refuses the first bad line: the NUL's, say
     try:
         parsed = _scipy_parse(path, info, functools.partial(_mapped, path))
     except ValueError:
-        _check_entries(open_stream, info)
+        if not checked:
+            _check_entries(open_stream, info)
         raise
+    if checked:  # every entry passed before the parse: nothing to check beside it
+        return convert(parsed)
     pool = concurrent.futures.ThreadPoolExecutor(1)
     converted = pool.submit(convert, parsed)
     try:
