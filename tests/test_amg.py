@@ -411,3 +411,81 @@ def test_set_up_fingerprints_no_host_array(cupy, monkeypatch):
     assert not made, "the set-up handed A's arrays out"
     x, info = sg.linalg.cg(A, cupy.asarray(rhs(A.shape[0])), rtol=1e-8, M=ml)
     assert info == 0
+
+
+# ---------------------------------------------------------------------- device twins
+def _awkward(value_dtype, index_dtype, n: int = 300, seed: int = 4):
+    """A Hermitian matrix with an empty row (no diagonal either) and a tie at the strength
+    threshold of theta 0.25 (|a_ij|^2 == theta^2 |a_ii| |a_jj|)."""
+    rng = np.random.default_rng(seed)
+    M = sp.random(n, n, density=0.03, random_state=rng, format="csr")
+    if np.dtype(value_dtype).kind == "c":
+        M = M + 1j * sp.random(n, n, density=0.03, random_state=rng, format="csr")
+    M = (M + M.conj().T).tolil()
+    M[10, :] = 0
+    M[:, 10] = 0
+    M.setdiag(np.r_[np.full(n // 2, 4.0), np.full(n - n // 2, 1.0)])
+    M[10, 10] = 0
+    M[20, 21] = M[21, 20] = 1.0  # 1 == 0.25^2 * 4 * 4
+    M = M.tocsr().astype(value_dtype)
+    M.sort_indices()
+    return M.indptr.astype(index_dtype), M.indices.astype(index_dtype), M.data
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("value_dtype", [np.float32, np.float64, np.complex64, np.complex128])
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("theta", [0.0, 0.25])
+def test_gpu_row_kernels_match_their_host_twins(cupy, value_dtype, index_dtype, theta):
+    indptr, indices, data = _awkward(value_dtype, index_dtype)
+    on_device = [cupy.asarray(a) for a in (indptr, indices, data)]
+    d_host = _aggregation.diagonal(indptr, indices, data, np)
+    d = _aggregation.diagonal(*on_device, cupy)
+    assert d.dtype == d_host.dtype and np.array_equal(d.get(), d_host)
+    graph_host = _aggregation.symmetric_strength(indptr, indices, data, theta, 1, np)
+    graph = _aggregation.symmetric_strength(*on_device, theta, 1, cupy)
+    for ours, theirs in zip(graph, graph_host, strict=True):
+        assert np.array_equal(ours.get(), theirs)
+    key = np.random.default_rng(2).permutation(len(d_host)).astype(np.uint64)
+    rows = _aggregation.row_ids(graph_host[0], np)
+    spread_host = _aggregation._spread_max(key, (*graph_host, rows), np)
+    spread = _aggregation._spread_max(cupy.asarray(key), (*graph, None), cupy)
+    assert np.array_equal(spread.get(), spread_host)
+    safe = np.where(d_host == 0, 1, d_host)
+    s_host = _aggregation.jacobi_smoothing(indptr, indices, data, safe, 0.7, np)
+    s = _aggregation.jacobi_smoothing(*on_device, cupy.asarray(safe), 0.7, cupy)
+    tolerance = 1e-5 if np.dtype(value_dtype) in (np.float32, np.complex64) else 1e-13
+    assert s.dtype == s_host.dtype and np.allclose(s.get(), s_host, rtol=tolerance, atol=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+def test_gpu_spectral_radius_matches_the_host_loop(cupy, dtype):
+    import cupyx.scipy.sparse as cupy_sparse
+
+    from sparsegpu.linalg.multigrid._smoothing import spectral_radius
+
+    A = (anisotropic(40) * (1 + 1j if np.dtype(dtype).kind == "c" else 1)).astype(dtype)
+    A = (A + A.conj().T) / 2
+    d_inv_sqrt = 1 / np.sqrt(np.abs(A.diagonal()))
+    host = spectral_radius(lambda x: A @ x, A.shape[0], d_inv_sqrt, np, seed=3, dtype=dtype)
+    A_device = cupy_sparse.csr_matrix(A)
+    device = spectral_radius(lambda x: A_device @ x, A.shape[0], cupy.asarray(d_inv_sqrt),
+                             cupy, seed=3, dtype=dtype)  # fmt: skip
+    exact = spl.eigsh(sp.diags(d_inv_sqrt) @ A @ sp.diags(d_inv_sqrt), k=1)[0][0]
+    assert 0.9 * exact <= host <= exact * (1 + 1e-12)
+    assert 0.9 * exact <= device <= exact * (1 + 1e-12)
+
+
+@pytest.mark.gpu
+def test_gpu_update_gathers_r_and_equals_a_fresh_set_up(cupy):
+    A = sg.csr_matrix(anisotropic(64))
+    ml = sg.linalg.amg(A, max_coarse=30, seed=5)
+    A_new = sg.csr_matrix(_new_values(A, seed=12))
+    ml.update(A_new)
+    fresh = sg.linalg.amg(A_new, max_coarse=30, seed=5)
+    for level, other in zip(ml.levels[:-1], fresh.levels[:-1], strict=True):
+        P, R = sp.csr_matrix(level.P), sp.csr_matrix(level.R)
+        assert (R != P.T.tocsr()).nnz == 0  # the gathered R is P's transpose exactly
+        assert abs(P - sp.csr_matrix(other.P)).max() <= 1e-12 * abs(P).max()
+    assert np.isclose(ml.levels[0].rho, fresh.levels[0].rho, rtol=1e-12)

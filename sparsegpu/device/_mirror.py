@@ -162,6 +162,10 @@ def _row_stats_on_device(indptr, n_rows: int, xp, samples=None, indices=None):
     return out if samples is None else xp.concatenate([out, samples])
 
 
+# What a mirror's formats hold of its pattern alone (kept by DeviceMatrix.with_values):
+# spgemm.canonical's mark and the pattern key.
+PATTERN_FORMATS = ("canonical", "pattern_key")
+
 # Entries of each index array sampled for a pattern's key (evenly spaced).
 PATTERN_SAMPLES = 32
 
@@ -363,6 +367,8 @@ class DeviceMatrix:
         # returned without waiting for it), which settle() waits for
         self._ready = None
         self._lock = threading.RLock()  # plans made under it may read stats
+        # a transpose's gather from its source's entries, when kept (transpose(keep_order))
+        self.source_order = None
 
     @property
     def nnz(self) -> int:
@@ -522,17 +528,24 @@ class DeviceMatrix:
         matrix.formats["pattern_key"] = pattern_key_of(host[2], host[1], matrix)
         return matrix
 
-    def transpose(self) -> DeviceMatrix:
+    def transpose(self, keep_order: bool = False) -> DeviceMatrix:
         """CSR of the transpose, built where the mirror lives (one stable sort of the
         column indices: entries are in row order, so equal columns keep their rows in
-        order, and the transpose of a canonical matrix is canonical)."""
+        order, and the transpose of a canonical matrix is canonical).
+
+        ``keep_order``: the transpose keeps that sort as ``source_order`` (its entry k is
+        this matrix's entry ``source_order[k]``), so the transpose of new values on this
+        pattern is one gather (:meth:`transposed_values`)."""
         xp = self.xp
         n_rows, n_cols = self.shape
-        lengths = xp.diff(self.indptr)
-        rows = xp.repeat(xp.arange(n_rows, dtype=self.index_dtype), lengths.astype(np.int64))
         # a sort of the 32-bit columns rather than of 64-bit (column, row) keys: half the
         # radix passes on the GPU
         order = xp.argsort(self.indices, kind="stable")
+        if xp is np:
+            rows = np.repeat(np.arange(n_rows, dtype=self.index_dtype), np.diff(self.indptr))
+            rows = rows[order]
+        else:  # the row of each entry taken, found in indptr (CuPy's repeat reads the host)
+            rows = xp.searchsorted(self.indptr, order, side="right") - 1
         counts = (
             xp.bincount(self.indices, minlength=n_cols)
             if self.nnz
@@ -541,7 +554,38 @@ class DeviceMatrix:
         indptr = xp.zeros(n_cols + 1, dtype=self.index_dtype)
         if n_cols:
             indptr[1:] = xp.cumsum(counts)
-        return DeviceMatrix(self.data[order], rows[order], indptr, (n_cols, n_rows), self.residence)
+        transposed = DeviceMatrix(
+            self.data[order], rows.astype(self.index_dtype, copy=False), indptr,
+            (n_cols, n_rows), self.residence,
+        )  # fmt: skip
+        transposed.source_order = order if keep_order else None
+        return transposed
+
+    def transposed_values(self, data) -> DeviceMatrix | None:
+        """This transpose (made with ``keep_order``) with the values ``data`` of its
+        source's pattern taken in its order: one gather, the index arrays and what is
+        known of the rows shared; None when no order was kept or the sizes differ."""
+        order = self.source_order
+        if order is None or data.shape != order.shape:
+            return None
+        same = self.with_values(data[order])
+        same.source_order = order
+        return same
+
+    def with_values(self, data, written_by: DeviceMatrix | None = None) -> DeviceMatrix:
+        """This pattern with other values (``data``, in this matrix's entry order): the
+        index arrays shared and what is known of the pattern kept (row statistics, bounds,
+        the canonical mark, the pattern key), so that planning it needs no pass over it.
+        ``written_by``: the mirror whose queued work still writes ``data`` (a product's
+        fresh result), whose event it takes."""
+        same = self.same_rows(data=data)
+        for name in PATTERN_FORMATS:
+            found = self.formats.get(name)
+            if found is not None and not isinstance(found, DeviceMatrix):
+                same.formats[name] = found  # (a canonical *copy* would hold old values)
+        if written_by is not None and written_by._ready is not None:
+            same._ready = written_by._ready
+        return same
 
     def astype(self, value_dtype) -> DeviceMatrix:
         """The same structure with values cast (shares the index arrays)."""

@@ -23,7 +23,42 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._bridge import reducible
+from ._bridge import (
+    CXX_INDEX_TYPES,
+    CXX_VALUE_TYPES,
+    KernelFamily,
+    get_kernel,
+    reducible,
+    register_family,
+)
+
+# The row-wise steps on the GPU (kernels/aggregation.cu): a thread a row
+AGGREGATION = "aggregation.cu"
+_VALUE_KERNELS = ("csr_diagonal", "strength_count", "strength_fill", "jacobi_prolongator")
+register_family(
+    KernelFamily(
+        AGGREGATION,
+        tuple(
+            f"{kernel}<{value}, {index}>"
+            for kernel in _VALUE_KERNELS
+            for value in CXX_VALUE_TYPES.values()
+            for index in CXX_INDEX_TYPES.values()
+        )
+        + tuple(f"spread_max<{index}>" for index in CXX_INDEX_TYPES.values()),
+    )
+)
+ROW_BLOCK = 256
+
+
+def _rows_kernel(name: str, n_rows: int, indptr, data=None):
+    """Launch ``name`` of kernels/aggregation.cu over ``n_rows`` rows (a thread a row):
+    a function of the kernel's arguments."""
+    types = [CXX_INDEX_TYPES[np.dtype(indptr.dtype)]]
+    if data is not None:
+        types.insert(0, CXX_VALUE_TYPES[np.dtype(data.dtype)])
+    kernel = get_kernel(AGGREGATION, f"{name}<{', '.join(types)}>")
+    blocks = max(1, min(-(-n_rows // ROW_BLOCK), 1 << 20))
+    return lambda *arguments: kernel((blocks,), (ROW_BLOCK,), arguments)
 
 
 def row_ids(indptr, xp):
@@ -39,11 +74,27 @@ def row_ids(indptr, xp):
 def diagonal(indptr, indices, data, xp):
     """The diagonal of a square canonical CSR matrix (zeros where none is stored)."""
     n = int(indptr.shape[0]) - 1
+    if xp is not np:
+        d = xp.empty(n, dtype=data.dtype)
+        _rows_kernel("csr_diagonal", n, indptr, data)(indptr, indices, data, np.int64(n), d)
+        return d
     rows = row_ids(indptr, xp)
     on = indices == rows
     d = xp.zeros(n, dtype=data.dtype)
     d[rows[on]] = data[on]
     return d
+
+
+def jacobi_smoothing(indptr, indices, data, d, scale: float, xp):
+    """The values of ``I - scale D^-1 A`` on A's (canonical) pattern, ``d`` A's diagonal."""
+    if xp is not np:
+        n = int(indptr.shape[0]) - 1
+        out = xp.empty_like(data)
+        launch = _rows_kernel("jacobi_prolongator", n, indptr, data)
+        launch(indptr, indices, data, 1 / d, np.float64(scale), np.int64(n), out)
+        return out
+    rows = row_ids(indptr, xp)
+    return (-scale) * data / d[rows] + (indices == rows)
 
 
 def _csr_from_mask(indptr, indices, rows, keep, n, xp):
@@ -57,6 +108,8 @@ def _csr_from_mask(indptr, indices, rows, keep, n, xp):
 def symmetric_strength(indptr, indices, data, theta: float, blocksize: int, xp):
     """The strength graph ``(indptr, indices)`` of nodes (``blocksize`` unknowns each),
     without its diagonal: the pairs with ``|a_ij| >= theta * sqrt(|a_ii| |a_jj|)``."""
+    if xp is not np and blocksize == 1:
+        return _strength_by_rows(indptr, indices, data, theta, xp)
     rows = row_ids(indptr, xp)
     values = xp.abs(data)
     cols = indices
@@ -82,9 +135,35 @@ def symmetric_strength(indptr, indices, data, theta: float, blocksize: int, xp):
     return _csr_from_mask(indptr, cols, rows, keep, n, xp)
 
 
-def _spread_max(key, rows, cols, xp):
-    """``max(key[i], max over neighbours j of key[j])`` for every node i (unsigned keys:
-    CuPy's scatter-max takes uint64, not int64)."""
+def _strength_by_rows(indptr, indices, data, theta: float, xp):
+    """:func:`symmetric_strength` of a scalar matrix on the GPU: its rows' kept entries
+    counted, then written (``strength_count``, ``strength_fill``)."""
+    n = int(indptr.shape[0]) - 1
+    magnitude = xp.abs(diagonal(indptr, indices, data, xp))
+    theta2 = magnitude.dtype.type(theta * theta)
+    counts = xp.empty(n, dtype=indptr.dtype)
+    _rows_kernel("strength_count", n, indptr, data)(
+        indptr, indices, data, magnitude, theta2, np.int64(n), counts
+    )
+    pointer = xp.zeros(n + 1, dtype=indptr.dtype)
+    pointer[1:] = xp.cumsum(counts)
+    kept = xp.empty(int(pointer[-1]), dtype=indices.dtype)
+    _rows_kernel("strength_fill", n, indptr, data)(
+        indptr, indices, data, magnitude, theta2, np.int64(n), pointer, kept
+    )
+    return pointer, kept
+
+
+def _spread_max(key, graph, xp):
+    """``max(key[i], max over neighbours j of key[j])`` for every node i of the symmetric
+    ``graph`` (indptr, indices, each entry's row); unsigned keys: CuPy's scatter-max
+    takes uint64, not int64. On the GPU gathered by rows (``spread_max``)."""
+    indptr, cols, rows = graph
+    if xp is not np:
+        n = key.shape[0]
+        out = xp.empty_like(key)
+        _rows_kernel("spread_max", n, indptr)(indptr, cols, key, np.int64(n), out)
+        return out
     out = key.copy()
     xp.maximum.at(out, rows, key[cols])
     return out
@@ -100,9 +179,8 @@ def mis2_aggregate(indptr, indices, xp, seed: int = 0):
     count : int
     """
     n = int(indptr.shape[0]) - 1
-    rows = row_ids(indptr, xp)
-    cols = indices
-    isolated = xp.bincount(rows, minlength=n) == 0
+    graph = (indptr, indices, row_ids(indptr, xp) if xp is np else None)
+    isolated = xp.diff(indptr) == 0
     # priorities: a random permutation (distinct keys), 0 once out, n + 1 once a root
     priority = xp.random.RandomState(seed).permutation(n).astype(np.uint64) + np.uint64(1)
     key = xp.where(isolated, np.uint64(0), priority)
@@ -111,7 +189,7 @@ def mis2_aggregate(indptr, indices, xp, seed: int = 0):
         undecided = (key > 0) & (key < root_key)
         if not bool(reducible(undecided).any()):
             break
-        near = _spread_max(_spread_max(key, rows, cols, xp), rows, cols, xp)
+        near = _spread_max(_spread_max(key, graph, xp), graph, xp)
         key = xp.where(undecided & (near == key), root_key, key)
         key = xp.where(undecided & (near == root_key) & (key != root_key), np.uint64(0), key)
     roots = key == root_key
@@ -119,8 +197,8 @@ def mis2_aggregate(indptr, indices, xp, seed: int = 0):
     # aggregate numbers shifted by one (0: none yet): the roots', then their neighbours'
     # (one root within distance 1: roots are 3 apart), then the rest join a neighbour's
     shifted = xp.where(roots, xp.cumsum(roots), 0).astype(np.uint64)
-    shifted = _spread_max(shifted, rows, cols, xp)
-    second = _spread_max(shifted, rows, cols, xp)
+    shifted = _spread_max(shifted, graph, xp)
+    second = _spread_max(shifted, graph, xp)
     shifted = xp.where(shifted > 0, shifted, second)
     aggregate = xp.where(isolated, -1, shifted.astype(np.int64) - 1)
     left = (aggregate < 0) & ~isolated  # only on a graph that is not symmetric

@@ -18,7 +18,8 @@ from ...classes._matrix import _SparseGPUMixin, csr_matrix
 from ...classes._mirrors import reading_internally
 from ...classes._products import galerkin_product, spgemm
 from ...device import _cuda
-from ...device._compile import register_elementwise
+from ...device._compile import KernelFamily, get_kernel, register_elementwise, register_family
+from ...device._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES
 from ...device._mirror import CUPY, DeviceMatrix
 from .._operator import Operator, as_operator
 from .._vector import step_sources
@@ -26,20 +27,26 @@ from .._vector import step_sources
 reducible = _cuda.reducible
 
 __all__ = [
+    "CXX_INDEX_TYPES",
+    "CXX_VALUE_TYPES",
+    "KernelFamily",
     "Operator",
     "as_operator",
     "canonical",
     "csr_arrays",
     "galerkin_product",
+    "get_kernel",
     "cupy_or_none",
     "is_device_array",
     "matrix_from_arrays",
     "reducible",
     "register_elementwise",
+    "register_family",
     "spgemm",
     "step_sources",
     "transpose",
     "where_computes",
+    "with_values",
 ]
 
 
@@ -98,11 +105,47 @@ def matrix_from_arrays(indptr, indices, data, shape, like):
     return csr_matrix._sg_on_device(stored, shape, like)
 
 
-def transpose(P):
-    """``P.T`` as its own CSR matrix (transposed where P lives, kept on the device)."""
-    xp = where_computes(P)
+def transpose(P, previous=None, xp=None):
+    """``P.T`` as its own CSR matrix (transposed where P lives, kept on the device; ``xp``
+    where that is, when the caller knows). ``previous``: the transpose of an earlier P of
+    this pattern (this function's), whose kept order makes this one a gather of P's
+    values."""
+    xp = xp or where_computes(P)
     if xp is np:
         return P._sg_inherit(csr_matrix(P.T.tocsr()))
-    mirror = P._sg_mirror(CUPY, P.dtype).transpose()
+    mirror = P._sg_mirror(CUPY, P.dtype)
     shape = (P.shape[1], P.shape[0])
-    return csr_matrix._sg_on_device(mirror, shape, P)
+    if previous is not None:
+        kept = previous._sg_mirror(CUPY, previous.dtype)
+        if kept.shape == shape and kept.dtype == mirror.dtype:
+            gathered = kept.transposed_values(mirror.data)
+            if gathered is not None:
+                return csr_matrix._sg_on_device(gathered, shape, P)
+    return csr_matrix._sg_on_device(mirror.transpose(keep_order=True), shape, P)
+
+
+def with_values(previous, values=None, fresh=None, xp=None):
+    """A matrix of ``previous``'s pattern with new values, which planning and products
+    take without a pass over it (:meth:`DeviceMatrix.with_values`: the pattern's
+    statistics and keys kept): ``values`` in previous's entry order, or a ``fresh``
+    matrix's (a product of the same pattern pair, which has the same pattern). None where
+    that cannot be (on the host, other sizes): the caller keeps what it has. ``xp``:
+    where previous computes, when the caller knows."""
+    if (xp or where_computes(previous)) is np:
+        return None
+    kept = previous._sg_mirror(CUPY, previous.dtype)
+    written_by = None
+    if fresh is not None:
+        written_by = fresh._sg_mirror(CUPY, fresh.dtype)
+        if fresh.shape != previous.shape or written_by.nnz != kept.nnz:
+            return None
+        xp = kept.xp  # the same pattern, checked (one comparison, one read), never assumed
+        if not bool(xp.array_equal(written_by.indices, kept.indices)) or not bool(
+            xp.array_equal(written_by.indptr, kept.indptr)
+        ):
+            return None
+        values = written_by.data
+    if values.shape != kept.data.shape or values.dtype != kept.dtype:
+        return None
+    stored = kept.with_values(values, written_by)
+    return type(previous)._sg_on_device(stored, previous.shape, previous)

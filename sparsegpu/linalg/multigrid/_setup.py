@@ -25,6 +25,7 @@ from ._bridge import (
     reducible,
     spgemm,
     transpose,
+    with_values,
 )
 from ._smoothing import chebyshev_coefficients, spectral_radius
 
@@ -43,6 +44,9 @@ class Level:
         Prolongation to this level from the next and restriction to it (None: coarsest).
     T : sparsegpu CSR matrix or None
         The tentative prolongator (kept: the aggregation re-set-up reuses).
+    S : sparsegpu CSR matrix or None
+        The Jacobi-smoothing matrix ``I - omega/rho D^-1 A`` of the last (re-)set-up (its
+        pattern is A's: re-set-up gives it new values).
     aggregates : array or None
         Each node's aggregate (-1: none).
     B : array
@@ -59,6 +63,7 @@ class Level:
     P: Any = None
     R: Any = None
     T: Any = None
+    S: Any = None
     aggregates: Any = None
     rho: float = 0.0
     smoother_diagonal: Any = None
@@ -110,19 +115,29 @@ def estimate_rho(A, d, xp, seed: int) -> float:
     """rho(D^-1 A) by Lanczos on A's plan (bound once: no dispatch, and no planning by
     measurement, for these few products)."""
     product = as_operator(A, A.dtype, xp)
-    return spectral_radius(product.matvec, A.shape[0], 1 / xp.sqrt(xp.abs(d)), xp, seed=seed)
+    d_inv_sqrt = 1 / xp.sqrt(xp.abs(d))
+    return spectral_radius(product.matvec, A.shape[0], d_inv_sqrt, xp, seed=seed, dtype=A.dtype)
 
 
-def smoothed_prolongator(A, T, d, rho, omega, xp):
-    """``P = (I - omega / rho D^-1 A) T``, one SpGEMM with A's pattern."""
+def smoothed_prolongator(level: Level, d, omega, xp):
+    """``P = (I - omega / rho D^-1 A) T``, one SpGEMM with A's pattern. On re-set-up the
+    smoothing matrix and P take the new values on the patterns kept from the set-up
+    (:func:`with_values`), so planning finds them known."""
+    A, T = level.A, level.T
     if omega is None:
         return T
     indptr, indices, data = csr_arrays(A, xp)
-    rows = agg.row_ids(indptr, xp)
-    values = (-(omega / rho)) * data / d[rows]
-    values = values + (indices == rows)
-    S = matrix_from_arrays(indptr, indices, values, A.shape, A)
-    return spgemm(S, T)
+    values = agg.jacobi_smoothing(indptr, indices, data, d, omega / level.rho, xp)
+    S = None if level.S is None else with_values(level.S, values, xp=xp)
+    level.S = matrix_from_arrays(indptr, indices, values, A.shape, A) if S is None else S
+    return _kept_pattern(level.P, spgemm(level.S, T), xp)
+
+
+def _kept_pattern(previous, made, xp):
+    """``made`` as a matrix of ``previous``'s pattern (re-set-up: what planning knows of
+    it kept), or ``made`` itself on the first set-up or where the patterns differ."""
+    kept = None if previous is None else with_values(previous, fresh=made, xp=xp)
+    return made if kept is None else kept
 
 
 def coarsen(level: Level, theta: float, omega, seed: int, clock: Clock, xp):
@@ -157,13 +172,14 @@ def recompute(level: Level, coarse: Level, omega, seed: int, clock: Clock, xp, s
     level.rho = estimate_rho(level.A, d, xp, seed)
     started = clock.phase("spectral radius", started)
     if level.T is not None:
-        level.P = smoothed_prolongator(level.A, level.T, d, level.rho, omega, xp)
-        level.R = transpose(level.P)
+        level.P = smoothed_prolongator(level, d, omega, xp)
+        level.R = transpose(level.P, previous=level.R, xp=xp)  # re-set-up: P's pattern kept
         started = clock.phase("prolongator", started)
     if level.R is not None and level.T is None:  # a PyAMG hierarchy's own P and R
-        coarse.A = spgemm(level.R, spgemm(level.A, level.P))
+        made = spgemm(level.R, spgemm(level.A, level.P))
     else:
-        coarse.A = galerkin_product(level.A, level.P)
+        made = galerkin_product(level.A, level.P)
+    coarse.A = _kept_pattern(coarse.A, made, xp)
     clock.phase("galerkin", started)
     return d
 

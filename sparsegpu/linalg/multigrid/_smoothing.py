@@ -118,28 +118,62 @@ def normalise_smoother(what: str, value):
     return name, options
 
 
-def spectral_radius(matvec, n: int, d_inv_sqrt, xp, steps: int = 15, seed: int = 0) -> float:
-    """The largest eigenvalue of ``D^-1 A`` for a Hermitian A (``matvec``: its product)
-    with a positive diagonal: ``steps`` Lanczos steps on ``D^-1/2 A D^-1/2`` kept on the
-    device, then the largest Ritz value (the one host read). Ritz values approach the
-    extremes from inside, so this is a slight under-estimate, as PyAMG's."""
+def spectral_radius(
+    matvec, n: int, d_inv_sqrt, xp, steps: int = 15, seed: int = 0, dtype=None
+) -> float:
+    """The largest eigenvalue of ``D^-1 A`` for a Hermitian A (``matvec``: its product,
+    of ``dtype``, A's) with a positive diagonal: ``steps`` Lanczos steps on
+    ``D^-1/2 A D^-1/2`` kept on the device, then the largest Ritz value (the one host
+    read). Ritz values approach the extremes from inside, so this is a slight
+    under-estimate, as PyAMG's.
+
+    On the GPU a step is the product, a scaling, cuBLAS's dot and norm into device
+    arrays, and two fused steps (``lanczos_recurrence``, ``lanczos_advance``): nothing
+    waits for the host until the coefficients are read at the end."""
     steps = max(1, min(steps, n))
-    v = xp.random.RandomState(seed).standard_normal(n).astype(d_inv_sqrt.dtype)
+    dtype = np.result_type(d_inv_sqrt.dtype, dtype or d_inv_sqrt.dtype)
+    v = xp.random.RandomState(seed).standard_normal(n).astype(dtype)
     v /= xp.linalg.norm(v)
-    previous = xp.zeros_like(v)
-    beta = xp.zeros((), dtype=np.float64)
+    if xp is np:
+        return _ritz_top(*_lanczos_host(matvec, v, d_inv_sqrt, steps), steps)
+    from cupy import cublas
+
+    kernels = _kernels()
+    dot = cublas.dotc if dtype.kind == "c" else cublas.dot  # (CuPy's dotc refuses reals)
+    previous, u, w = xp.zeros_like(v), xp.empty_like(v), xp.empty_like(v)
+    alphas = xp.zeros(steps, dtype=dtype)  # real values (of a Hermitian A), as dtype
+    betas = xp.zeros(steps + 1, dtype=d_inv_sqrt.dtype)  # betas[0]: none before the first
+    for k in range(steps):
+        xp.multiply(d_inv_sqrt, v, out=u)
+        y = matvec(u)
+        y *= d_inv_sqrt
+        dot(v, y, out=alphas[k : k + 1])
+        kernels["lanczos_recurrence"](y, v, previous, alphas[k : k + 1].real, betas[k : k + 1], w)
+        cublas.nrm2(w, out=betas[k + 1 : k + 2])
+        kernels["lanczos_advance"](w, betas[k + 1 : k + 2], previous, v)
+    alphas = np.asarray(alphas.real.get(), dtype=np.float64)
+    return _ritz_top(alphas, np.asarray(betas[1:].get(), dtype=np.float64), steps)
+
+
+def _lanczos_host(matvec, v, d_inv_sqrt, steps: int):
+    """The Lanczos coefficients ``(alphas, betas)`` with NumPy (the device loop's twin)."""
+    previous = np.zeros_like(v)
+    beta = 0.0
     alphas, betas = [], []
     for _ in range(steps):
         w = d_inv_sqrt * matvec(d_inv_sqrt * v)
-        alpha = xp.real(xp.vdot(v, w))
+        alpha = float(np.real(np.vdot(v, w)))
         w = w - alpha * v - beta * previous
-        beta = xp.linalg.norm(w)
+        beta = float(np.linalg.norm(w))
         alphas.append(alpha)
         betas.append(beta)
         previous = v
-        v = w / xp.where(beta > 0, beta, 1)
-    # the one host read: both recurrences' coefficients together
-    alphas, betas = np.asarray(xp.stack(alphas + betas).tolist(), dtype=np.float64).reshape(2, -1)
+        v = w / beta if beta > 0 else w
+    return np.array(alphas), np.array(betas)
+
+
+def _ritz_top(alphas, betas, steps: int) -> float:
+    """The largest Ritz value of the Lanczos tridiagonal (alphas, betas)."""
     # a zero beta ends the Krylov space: the Ritz values so far are exact
     ended = betas <= 1e-14 * max(1.0, float(np.abs(alphas).max()))
     stop = int(np.argmax(ended)) + 1 if ended.any() else steps
