@@ -62,7 +62,6 @@ from ._select import (
 )
 
 PLANNING_ENV_VAR = "SPARSEGPU_PLANNING"
-_plan_on = plan_on  # the name a benchmark experiment calls
 LEVELS = ("estimate", "measure", "exhaustive")
 DEFAULT_LEVEL = "measure"
 
