@@ -30,6 +30,7 @@ import numpy as np
 import sparsegpu as sg
 from benchmarks import auto_vs_cusparse, common
 from sparsegpu import measure
+from sparsegpu.backends.base import plan_on
 from sparsegpu.backends.csr_vector import nearby_threads_per_row
 from sparsegpu.datasets import synthetic
 from sparsegpu.device import _cuda
@@ -99,7 +100,7 @@ def bench(name, host, dtype, cupy, cupyx_sparse, avc) -> dict:
     if check(measured @ x, "auto"):
         fns["auto"] = lambda: measured @ x
     for label, backend, policy in candidates(A, dtype):
-        plan = _planning._plan_on(A._sg_mirror(backend.residence, dtype), backend, policy)
+        plan = plan_on(A._sg_mirror(backend.residence, dtype), backend, policy)
         y = cupy.empty(n_rows, dtype=dtype)
         try:
             plan.matvec(x, out=y)

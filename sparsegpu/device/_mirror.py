@@ -413,10 +413,8 @@ class DeviceMatrix:
         """An upper bound of the longest row's length: exact where the row statistics are
         known, else the bound a product recorded (:attr:`row_bound`), else computed (the
         statistics, one pass)."""
-        known = self._stats or self._row_stats
-        if known is None and self.row_bound is not None:
-            return self.row_bound
-        return (known or self.row_stats).max
+        known = self.known_longest_row
+        return known if known is not None else self.row_stats.max
 
     @property
     def row_stats(self) -> RowLengthStats:

@@ -107,6 +107,17 @@ class DistributedSystem(SystemBase):
                     f"{vector.layout.offsets.tolist()} vs {layout.offsets.tolist()}); make it "
                     "with A.scatter"
                 )
+        if _distributed(M):
+            if not (M.row_layout.same_as(cols) and M.col_layout.same_as(rows)):
+                raise ValueError(
+                    f"{name}: the preconditioner M is split as {M.row_layout.offsets.tolist()}"
+                    f", A as {rows.offsets.tolist()}; build M with the same row split"
+                )
+        elif M is not None and not callable(M):
+            raise TypeError(
+                f"{name}: with a distributed A, M must be a distributed csr_matrix or a "
+                f"function of DistributedVectors, got {type(M).__name__}"
+            )
         self.dtype = _work_dtype(A.dtype, b.dtype)
         self.xp = self.out_xp = rows.xp
         self.rows, self.cols = rows.n_local, cols.n_local
@@ -120,19 +131,9 @@ class DistributedSystem(SystemBase):
             self.x = x0.local.astype(self.dtype, copy=True)
         self.M = None
         if _distributed(M):
-            if not (M.row_layout.same_as(cols) and M.col_layout.same_as(rows)):
-                raise ValueError(
-                    f"{name}: the preconditioner M is split as {M.row_layout.offsets.tolist()}"
-                    f", A as {rows.offsets.tolist()}; build M with the same row split"
-                )
             self.M = _Operator(M, self.dtype, capturable, self.b)
         elif callable(M):
             self.M = _Callable(M, rows, self.dtype)
-        elif M is not None:
-            raise TypeError(
-                f"{name}: with a distributed A, M must be a distributed csr_matrix or a "
-                f"function of DistributedVectors, got {type(M).__name__}"
-            )
 
     def result(self, x):
         """x as a DistributedVector of A's columns."""

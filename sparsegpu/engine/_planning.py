@@ -4,7 +4,8 @@ Dispatch asks here once per matrix, operation and request (:func:`decide`); plan
 selection (:mod:`sparsegpu.engine._select`) for the estimate and the candidates, times the
 candidates on the product's real operands with the one timing harness
 (:func:`sparsegpu.measure._timing.time_candidates`), checks their answers with the one answer
-check (:class:`sparsegpu.measure._oracle.AnswerCheck`) and keeps the fastest. Like FFTW's
+check (:class:`sparsegpu.measure._oracle.AnswerCheck`, bounded by a
+:class:`~sparsegpu.measure._oracle.ProductBound`) and keeps the fastest. Like FFTW's
 ``FFTW_ESTIMATE``/``FFTW_MEASURE`` and cuDNN's benchmark mode.
 
 Operations (:class:`~sparsegpu.engine._choice.Operation`)
@@ -48,7 +49,7 @@ from ..device import _cuda
 from ..device._mirror import ChoiceKey
 from ..device._staging import to_residence
 from ..measure import _timing
-from ..measure._oracle import AnswerCheck
+from ..measure._oracle import ProductBound
 from . import _registry, _select
 from ._choice import VECTOR, Choice, Operand, Operation, Request, operation_of
 from ._registry import AUTO
@@ -62,7 +63,6 @@ from ._select import (
 )
 
 PLANNING_ENV_VAR = "SPARSEGPU_PLANNING"
-_plan_on = plan_on  # the name a benchmark experiment calls
 LEVELS = ("estimate", "measure", "exhaustive")
 DEFAULT_LEVEL = "measure"
 
@@ -179,16 +179,18 @@ def measure(operand: Operand, x, estimate: Choice, level: str, *, store=None, ca
     """Time the candidates of ``level`` for the estimate's product on ``x``: the fastest
     that agrees with the estimate's answer, and its plan (see the module docstring).
 
-    Selection says what to time (:func:`~sparsegpu.engine._select.short_list`); each
-    candidate's plan is made once (kept on its mirror like any plan), then ``x`` (the
-    product's right-hand side, anywhere: a vector for ``A @ x``, an (n_cols, k) array for
-    ``A @ X``) is moved, once, to where the estimate computes, in its value dtype and the
-    operation's memory order. Runs on the current stream and waits for it. The cost: per
-    candidate, one checked product, then one calibration sample (a loop of products
-    streaming ``SAMPLE_BYTES``, at most ``SAMPLE_PRODUCTS`` of them) and, unless it is
-    over ``HOPELESS`` times the fastest so far, a warm-up product and five samples taken in
-    alternation with the other candidates', so that the host's drift falls on all of them
-    alike (:func:`sparsegpu.measure._timing.time_candidates`). A vector kernel on an arrow
+    Selection says what to time (:func:`~sparsegpu.engine._select.short_list`); what the
+    answers' check reads of A and of ``x`` is read first, where ``x`` is
+    (:class:`~sparsegpu.measure._oracle.ProductBound`); each candidate's plan is made once
+    (kept on its mirror like any plan), then ``x`` (the product's right-hand side,
+    anywhere: a vector for ``A @ x``, an (n_cols, k) array for ``A @ X``) is moved, once,
+    to where the estimate computes, in its value dtype and the operation's memory order.
+    Runs on the current stream and waits for it. The cost: per candidate, one checked
+    product, then one calibration sample (a loop of products streaming ``SAMPLE_BYTES``, at
+    most ``SAMPLE_PRODUCTS`` of them) and, unless it is over ``HOPELESS`` times the fastest
+    so far, a warm-up product and five samples taken in alternation with the other
+    candidates', so that the host's drift falls on all of them alike
+    (:func:`sparsegpu.measure._timing.time_candidates`). A vector kernel on an arrow
     matrix's dense rows runs 200 times cuSPARSE: its repeats alone would cost hundreds of
     milliseconds.
     ``capturable``: only backends whose products a CUDA graph can hold (a solver about to
@@ -210,6 +212,9 @@ def measure(operand: Operand, x, estimate: Choice, level: str, *, store=None, ca
         listed = short_list(operand, estimate, level, store, capturable)
         if not listed.pairs:
             return estimate, None
+        # what the answers' check reads of A and of x, before x moves
+        estimated = operand.mirror(estimate.implementation.residence, storage or value_dtype)
+        bound = ProductBound.of_operands(estimated, x, value_dtype)
         made = []  # (mirror, plan) per pair, or (mirror, why it cannot run here)
         for backend, policy in listed.pairs:
             mirror = operand.mirror(backend.residence, storage or value_dtype)
@@ -242,7 +247,7 @@ def measure(operand: Operand, x, estimate: Choice, level: str, *, store=None, ca
                 results.append(Measurement(backend.name, policy, None, False, failure))
                 continue
             if check is None:
-                check = AnswerCheck.of_product(y, mirror, x, source="the estimate")
+                check = bound.check(y, source="the estimate")
                 streamed = mirror.nbytes + 2 * x.nbytes
                 inner = max(1, min(SAMPLE_PRODUCTS, int(SAMPLE_BYTES // max(streamed, 1))))
             agreed = check.error(y) is None

@@ -3,13 +3,16 @@
 :class:`AnswerCheck` compares an answer with a reference within a bound; :class:`Oracle`
 is the check against scipy's product. The autotuner checks every candidate with an
 oracle before and after timing, ``sparsegpu bench`` checks every contender with one,
-planning checks each candidate against the estimate's answer with an
-:class:`AnswerCheck` (scipy on the host would cost more than the planning), and
+planning checks each candidate against the estimate's answer with the
+:class:`AnswerCheck` of a :class:`ProductBound` (scipy on the host would cost more than
+the planning), and
 :mod:`sparsegpu.testing` re-exports the pieces for the test suite, so all of them accept
 answers by the same rule.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 
@@ -92,20 +95,6 @@ class AnswerCheck:
         self._half = is_half(reference.dtype)
         self._on_device: dict = {}
 
-    @classmethod
-    def of_product(cls, y, matrix, x, source: str = "the reference") -> AnswerCheck:
-        """A check of other products against ``y = A @ x`` (``matrix``: A's mirror, where y
-        was computed): each entry may be off by the dtype's tolerance for the longest row
-        times a bound of the row sums' size (``max |y|``, or ``max |A| * max |x|`` times the
-        mean row length when the rows cancel), four times over."""
-        xp = matrix.xp
-        tol = tolerance(matrix.dtype, max(matrix.stats.max, 1))
-        size = float(xp.abs(y).max()) if y.size else 0.0
-        if matrix.nnz and x.size:
-            typical = float(xp.abs(matrix.data).max()) * float(xp.abs(x).max())
-            size = max(size, typical * max(matrix.stats.mean, 1.0))
-        return cls(y, 4 * tol * max(size, 1.0), source)
-
     def _reference(self, xp):
         if xp is np or _cuda.is_cupy_array(self.y):
             return self.y, self.bound
@@ -156,6 +145,35 @@ class AnswerCheck:
             f"{_name(at)} is {y[at]} but {self.source} gives {reference[at]} "
             f"(error {abs(y[at] - reference[at]):.3e} > tolerance {bound[at]:.3e})"
         )
+
+
+class ProductBound(NamedTuple):
+    """How far the entries of ``A @ x`` may be off, as far as the operands tell before the
+    product runs: the dtype's tolerance for the longest row, and the size of a row's terms
+    (``max |A| * max |x|`` times the mean row length), which bounds the sums where the rows
+    cancel. :meth:`check` adds the size of the answer itself."""
+
+    relative_tolerance: float
+    terms_size: float
+
+    @classmethod
+    def of_operands(cls, matrix, x, dtype) -> ProductBound:
+        """The bound of ``A @ x``: ``matrix`` is A's mirror, ``x`` is anywhere, its size read
+        in ``dtype``, the product's value dtype (as the products read it)."""
+        terms_size = 0.0
+        if matrix.nnz and x.size:
+            x_size = float(abs(x.astype(dtype, copy=False)).max())
+            terms_size = float(matrix.xp.abs(matrix.data).max()) * x_size
+            terms_size *= max(matrix.stats.mean, 1.0)
+        return cls(tolerance(matrix.dtype, max(matrix.stats.max, 1)), terms_size)
+
+    def check(self, y, source: str = "the reference") -> AnswerCheck:
+        """A check of other products against ``y``, this product's answer: each entry may be
+        off by the tolerance times the larger of ``max |y|`` and the terms' size (at least
+        1), four times over."""
+        size = float(abs(y).max()) if y.size else 0.0
+        bound = 4 * self.relative_tolerance * max(size, self.terms_size, 1.0)
+        return AnswerCheck(y, bound, source)
 
 
 def _host(a) -> np.ndarray:
