@@ -291,6 +291,14 @@ def warm_up() -> None:
     from sparsegpu.datasets.synthetic import power_law
 
     cupy = _device()
+    if cupy is not np:  # every hash-row kernel a rule's sample or a product may launch
+        from sparsegpu.backends import hash_spgemm as hashed
+
+        for lanes, whole in hashed.GROUPS:
+            for name in (hashed._count_kernel(np.int32, lanes, whole),
+                         hashed._sample_kernel(np.int32, lanes, whole),
+                         hashed._fill_kernel(np.float64, np.int32, lanes, whole)):  # fmt: skip
+                hashed._kernel(name, 0)
     # hash rows' kernels, every table size (the problems below are too small for the rule
     # to take them; the measured ones take them on the elasticity levels)
     for mean in (3.0, 8.0, 30.0):  # short rows take groups of 8 or 16 lanes, long a warp
@@ -298,6 +306,8 @@ def warm_up() -> None:
         M.planning = "estimate"
         M @ M
         sg.spgemm(M, M, algorithm="hash")
+    # the default coarsest size too: its dense solve's checks reduce on the device
+    sg.linalg.amg(sg.csr_matrix(anisotropic2d(96)[0]))
     for A, B in (poisson3d(40), jumping3d(32, 9), anisotropic2d(96), elasticity3d(8)):
         ml = sg.linalg.amg(sg.bsr_matrix(A) if A.format == "bsr" else sg.csr_matrix(A), B=B,
                            max_coarse=10)  # fmt: skip
