@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import contextlib
 import io
 import os
 import threading
@@ -146,18 +147,19 @@ def _after(x: np.ndarray) -> np.ndarray:
 
 
 def _landing(ones: np.ndarray, sources: np.ndarray) -> np.ndarray:
-    """The first zero of ``ones`` after each of ``sources`` (bits of ``ones``): where the
-    carry of ``ones + sources`` comes out of each source's run of ones.
+    """The first zero of ``ones`` at or after each of ``sources``: where the carry of
+    ``ones + sources`` comes out of each source's run of ones.
 
-    A carry crosses into the next word at most once, unless a word of ``ones`` is all
-    ones (64 bytes without a token, a line end or a non-digit): such a chunk is left to
-    the byte-by-byte check. (The last word's carry leaves the chunk, whose last byte is a
-    line end: its blanks after the end may fill the word.)
+    A carry crosses into the next word at most once; a chunk where it would cross twice (a
+    word of ``ones`` all ones: 64 bytes without a break, or a carry arriving in a word
+    that the addition filled) is left to the byte-by-byte check.
     """
     if (ones[:-1] == _FULL).any():
         raise _Unusual
     total = ones + sources
     carry = total < ones  # the words whose carry goes on into the next
+    if (carry[:-1] & (total[1:] == _FULL)).any():
+        raise _Unusual
     np.add(total[1:], carry[:-1], out=total[1:], casting="unsafe")
     total &= ~ones
     return total
@@ -166,94 +168,121 @@ def _landing(ones: np.ndarray, sources: np.ndarray) -> np.ndarray:
 _SCRATCH = threading.local()  # each checking thread's byte-sized buffers, kept
 
 
-def _scratch(size: int) -> tuple[np.ndarray, np.ndarray]:
-    """A byte buffer and a bool buffer of ``size``: fresh ones each chunk would cost page
-    faults (malloc maps buffers this large anew) several times the comparisons' own time."""
+def _scratch(size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A byte buffer and two bool buffers of at least ``size`` (the first zero-padded to a
+    multiple of 64): fresh ones each chunk would cost page faults (malloc maps buffers
+    this large anew) several times the comparisons' own time."""
     buffers = getattr(_SCRATCH, "buffers", None)
-    if buffers is None or buffers.shape[1] < size:
-        buffers = _SCRATCH.buffers = np.empty((2, max(size, CHUNK_BYTES + 1)), dtype=np.uint8)
-    return buffers[0, :size], buffers[1, :size].view(bool)
+    if buffers is None or buffers.shape[1] < size + 64:
+        buffers = _SCRATCH.buffers = np.empty((3, max(size, CHUNK_BYTES + 1) + 64), np.uint8)
+    return buffers[0], buffers[1].view(bool), buffers[2].view(bool)
 
 
-def _planes(data) -> tuple[np.ndarray, ...]:
-    """Digits, signs, points, exponents and line ends of a chunk, as bits (64 bytes a word,
-    zeros past its end); raises :class:`_Unusual` when it holds any other byte than blanks
-    (a letter of ``inf``/``nan``, a byte no entry has). numpy comparisons, which release
-    the GIL (``bytes.translate`` does not), so that chunks are classified on every core."""
-    a = np.frombuffer(data, dtype=np.uint8)
-    byte, mask = _scratch(a.size)
-    planes = np.zeros((5, -(-a.size // 64)), dtype=np.uint64)
+class _Planes:
+    """Bit-planes of a chunk's bytes: bit ``i`` of plane ``k`` is whether byte ``i`` is in
+    class ``k`` (64 bytes a ``uint64`` word, zeros past the chunk's end).
 
-    def plane(k: int) -> None:
-        bits = np.packbits(mask, bitorder="little")
-        planes[k].view(np.uint8)[: bits.size] |= bits
-
-    np.less(np.subtract(a, ord("0"), out=byte), 10, out=mask)
-    plane(0)
-    for k, value in ((1, "\n"), (2, "."), (3, "+"), (3, "-")):
-        np.equal(a, ord(value), out=mask)
-        plane(k)
-    np.equal(np.bitwise_or(a, 32, out=byte), ord("e"), out=mask)  # e or E
-    plane(4)
-    # the classes are disjoint: every byte is in one, or a blank: a space, or a tab or a
-    # carriage return (9 | 4 = 13 | 4 = 13)
-    counted = sum(_ones(words) for words in planes)
-    counted += np.count_nonzero(np.equal(a, ord(" "), out=mask))
-    counted += np.count_nonzero(np.equal(np.bitwise_or(a, 4, out=byte), ord("\r"), out=mask))
-    if counted != a.size:
-        raise _Unusual
-    return tuple(planes)
-
-
-def _certain_entries(data, per_line: int, indices: int, field: str) -> tuple[int, int]:
-    """The entries and lines of a chunk (a newline, then whole lines) whose every line
-    passes, found with bit-planes; raises :class:`_Unusual` where the byte-by-byte check
-    must decide.
-
-    Bit ``i`` of a plane is byte ``i`` of the chunk. ``_landing(ones, sources)`` is the
-    first zero after each source's run of ones, for every source at once: the next event
-    (token start or line end) after each token of one column gives the next column's
-    tokens; the next non-digit after an index's first digit must end the token; the next
-    non-digit after a point or an exponent must be neither a second point nor exponent.
+    numpy comparisons, which release the GIL (``bytes.translate`` does not), so that
+    chunks are classified on every core; each class is one exact byte value or range, so
+    that their popcounts add up to the chunk's length when it holds no other byte.
     """
-    digit, newline, point, sign, exp = _planes(data)
-    token = digit | point | sign | exp
-    after_token = _after(token)
-    start = token & ~after_token
-    gaps = ~(start | newline)  # neither a token's start nor a line end
-    column = _landing(gaps | newline, newline)  # the first token of each non-blank line
-    entries = _ones(column)
-    index_starts = column.copy() if indices else None
-    bad = np.zeros_like(token)
-    for k in range(1, per_line + 1):
-        column = _landing(gaps | column, column)  # the next token, or the line's end
-        bad |= (column & newline) if k < per_line else (column & start)
-        if k < indices:
-            index_starts |= column
-    if indices:  # an index is digits only
-        bad |= index_starts & ~digit
-        bad |= _landing(digit, index_starts) & token
+
+    def __init__(self, data):
+        self.bytes = np.frombuffer(data, dtype=np.uint8)
+        size = self.bytes.size
+        self.byte, self.mask, self.other = _scratch(size)
+        self.padded = -(-size // 64) * 64
+        self.mask[size : self.padded] = False
+        self.counted = 0
+
+    def _pack(self) -> np.ndarray:
+        plane = np.packbits(self.mask[: self.padded], bitorder="little").view(np.uint64)
+        self.counted += _ones(plane)
+        return plane
+
+    def equal(self, *values: str) -> np.ndarray:
+        """The plane of bytes equal to any of ``values``."""
+        a, size = self.bytes, self.bytes.size
+        np.equal(a, ord(values[0]), out=self.mask[:size])
+        for value in values[1:]:
+            np.logical_or(
+                self.mask[:size],
+                np.equal(a, ord(value), out=self.other[:size]),
+                out=self.mask[:size],
+            )
+        return self._pack()
+
+    def digits(self) -> np.ndarray:
+        size = self.bytes.size
+        np.less(np.subtract(self.bytes, ord("0"), out=self.byte[:size]), 10, out=self.mask[:size])
+        return self._pack()
+
+    def exponents(self) -> np.ndarray:
+        """``e`` and ``E`` (the only bytes that ``| 32`` makes ``e``)."""
+        size = self.bytes.size
+        np.bitwise_or(self.bytes, 32, out=self.byte[:size])
+        np.equal(self.byte[:size], ord("e"), out=self.mask[:size])
+        return self._pack()
+
+
+def _certain_entries(data, per_line: int, indices: int, field: str) -> int:
+    """The lines of a chunk (a newline, then whole lines), when every line passes with
+    scipy's (fast_matrix_market's) parse of the same file beside it; raises
+    :class:`_Unusual` where the byte-by-byte check must decide.
+
+    What scipy's parser refuses is not proven again here: a line with fewer numbers than
+    the field has, a number that does not start as one (``+-1``, ``.e5``, a letter), an
+    index with anything after its digits but a point or a sign, extra lines. What it
+    silently accepts is: the bytes after the number it read from the front of each token
+    (``1.5x``, ``1.2.3``, ``1e5e3``, ``5-3``, ``1e+``), extra numbers on a line, a column
+    index followed by a point or sign (``1 1.5`` is read as column 1, value 0.5: a line
+    one number short that passes as whole). Every byte of the chunk
+    is a digit, space, line end, sign, point or exponent (popcounts of the planes), and:
+
+    * the spaces are exactly ``lines x (numbers a line - 1)``: with no line short (scipy
+      refuses those), every line holds exactly its numbers, one space apart (a chunk
+      holding blank lines overcounts its entries and is checked again line by line);
+    * a sign follows no digit or point; an exponent is followed by a digit, or a sign
+      and a digit;
+    * the first non-digit after a point is no point, and after an exponent's digits
+      neither a point nor an exponent (``_landing``: every token at once);
+    * a column index is digits up to the space after it (scipy reads a row index with
+      anything else after its digits as a bad column).
+    """
+    planes = _Planes(data)
+    digit, space, newline = planes.digits(), planes.equal(" "), planes.equal("\n")
+    decimal = field in ("real", "complex")
     if per_line > indices:
-        after_sign = _after(sign)
-        if field == "integer":  # a sign, then digits
-            bad |= point
-            bad |= exp
-            bad |= sign & after_token
-            bad |= after_sign & ~digit
-        else:  # sign? (digits [point] digits?) | (point digits), then (exponent sign? digits)?
-            after_exp, after_point, after_digit = _after(exp), _after(point), _after(digit)
-            bad |= sign & after_token & ~after_exp  # a sign starts the number or its exponent
-            bad |= exp & ~(after_digit | after_point)
-            bad |= point & (after_point | after_exp)
-            bad |= (after_sign | after_exp) & ~token  # a number ending in a sign or exponent
-            bad |= _after(point & ~after_digit) & ~digit  # a point with no digit beside it
-            after_exp_sign = _after(sign & after_exp)
-            bad |= after_exp_sign & point
-            bad |= _landing(digit, after_point & digit) & point
-            bad |= _landing(digit, (after_exp | after_exp_sign) & digit) & (point | exp)
+        sign = planes.equal("-", "+")
+    if decimal:
+        point, exponent = planes.equal("."), planes.exponents()
+    lines = _ones(newline) - 1
+    if planes.counted != planes.bytes.size or _ones(space) != lines * (per_line - 1):
+        raise _Unusual
+    if per_line == indices:
+        return lines
+    if not decimal:
+        if (sign & _after(digit)).any():
+            raise _Unusual
+        return lines
+    after_exp = _after(exponent)
+    bad = sign & _after(digit | point)
+    bad |= after_exp & ~(digit | sign)
+    after_exp_sign = _after(sign & after_exp)
+    bad |= after_exp_sign & ~digit
+    after_point = _landing(digit, _after(point))
+    bad |= after_point & point
+    after_exp_digits = _landing(digit, after_exp | after_exp_sign)
+    bad |= after_exp_digits & (point | exponent)
+    if indices:  # a column index is digits, then a space (scipy reads "1 1.5" as 1, 0.5)
+        line_starts = _after(newline)
+        if planes.bytes.size < planes.padded:  # the chunk's end is no line's start
+            line_starts[-1] &= ~(_ONE << np.uint64(planes.bytes.size % 64))
+        row_ends = _landing(digit, line_starts)
+        bad |= _landing(digit, _after(row_ends)) & ~space
     if bad.any():
         raise _Unusual
-    return entries, _ones(newline) - 1
+    return lines
 
 
 class _BadLine(Exception):
@@ -272,8 +301,9 @@ class _Body:
     :func:`_collect` adds the lines of the chunks before.
     """
 
-    def __init__(self, info: MMInfo):
+    def __init__(self, info: MMInfo, beside_parser: bool):
         self.info = info
+        self.beside_parser = beside_parser
         self.layout = _LAYOUT[(info.format, info.field)]
         self.per_line = len(self.layout.split())
         self.indices = 2 if info.format == "coordinate" else 0
@@ -286,13 +316,17 @@ class _Body:
         """Check ``data`` (bytes-like): a newline, then whole lines.
 
         Returns the chunk's entries and its number of lines; the caller checks the
-        entries' total against the size line.
+        entries' total against the size line. Only a check whose file scipy's parser
+        reads as well (``beside_parser``) leaves to it what it refuses.
         """
-        try:
-            return _certain_entries(data, self.per_line, self.indices, self.info.field)
-        except _Unusual:
-            entry_lines, lines = self.check_lines(data)
-            return entry_lines.size, lines
+        if self.beside_parser:
+            try:
+                lines = _certain_entries(data, self.per_line, self.indices, self.info.field)
+                return lines, lines
+            except _Unusual:
+                pass
+        entry_lines, lines = self.check_lines(data)
+        return entry_lines.size, lines
 
     def check_lines(self, data) -> tuple[np.ndarray, int]:
         """Check ``data`` byte by byte; the first bad line raises :class:`_BadLine`.
@@ -435,7 +469,7 @@ class _Body:
             )
 
 
-def check_body(text, info: MMInfo) -> None:
+def check_body(text, info: MMInfo, beside_parser: bool = False, pool=None) -> None:
     """Check every entry of a Matrix Market body against ``info`` (see the module doc).
 
     Parameters
@@ -445,6 +479,12 @@ def check_body(text, info: MMInfo) -> None:
         file's bytes (``bytes``, ``mmap``), read from ``info.header_bytes`` on.
     info : MMInfo
         Its checked header.
+    beside_parser : bool, optional
+        The file is parsed by scipy's fast_matrix_market too, and used only if that parse
+        passes: what that parser refuses is left to it (:func:`_certain_entries`).
+    pool : concurrent.futures.Executor, optional
+        Where chunks are checked (one of ``_WORKERS`` threads by default): the caller's
+        pool lets a thread join the check once its own work is done.
 
     Raises
     ------
@@ -452,9 +492,11 @@ def check_body(text, info: MMInfo) -> None:
         ``'<file>: line <n>: <problem>'`` for the first bad line, or the entry count when
         the file ends early.
     """
-    body = _Body(info)
+    body = _Body(info, beside_parser)
     seen, line = 0, info.header_lines + 1
-    with concurrent.futures.ThreadPoolExecutor(_WORKERS) as pool:
+    with contextlib.ExitStack() as stack:
+        if pool is None:
+            pool = stack.enter_context(concurrent.futures.ThreadPoolExecutor(_WORKERS))
         pending = collections.deque()
         try:
             is_stream = isinstance(text, io.IOBase)
@@ -485,6 +527,9 @@ def _collect(body: _Body, job, seen: int, line: int) -> tuple[int, int]:
     future, data = job
     try:
         entries, lines = future.result()
+        if seen + entries > body.info.entries:
+            entry_lines, lines = body.check_lines(data)  # blank lines are no entries
+            entries = entry_lines.size
         if seen + entries > body.info.entries:
             body.too_many(data, seen)
     except _BadLine as bad:

@@ -45,6 +45,8 @@ _STREAM_ERRORS = (OSError, EOFError, zlib.error, tarfile.TarError)
 # A compressed file or archive member whose text is longer is checked and parsed from
 # its stream (decompressed twice) rather than from one copy in memory.
 _IN_MEMORY_BYTES = 256 << 20
+# Threads converting and checking a plain file after its parse: one converts, then checks.
+_CHECK_WORKERS = min(2, os.cpu_count() or 1)
 
 
 def _compression(path: str):
@@ -176,8 +178,19 @@ def _parse_body(open_stream, source, info: MMInfo, convert):
     text = _read_whole(open_stream, info)
     if text is not None:
         return _check_while_parsing(text, io.BytesIO(text), info, convert)
-    _check_entries(open_stream, info)
-    return convert(_scipy_parse(source, info))
+    _check_entries(open_stream, info, _beside_parser())
+    try:
+        parsed = _scipy_parse(source, info)
+    except ValueError:
+        _check_entries(open_stream, info)  # names the line scipy refused, when it can
+        raise
+    return convert(parsed)
+
+
+def _beside_parser() -> bool:
+    """Whether scipy parses with fast_matrix_market, whose refusals the check leaves to it
+    (:func:`._body._certain_entries`); scipy < 1.12's own parser gets the whole check."""
+    return bool(_mmread_kwargs())
 
 
 def _parse_then_check(path: str, open_stream, info: MMInfo, convert):
@@ -186,25 +199,26 @@ def _parse_then_check(path: str, open_stream, info: MMInfo, convert):
 
     scipy's parser holds the GIL and uses every core, so nothing can run beside it; the
     conversion to CSR releases the GIL on one core, and the check (from a stream of bounded
-    chunks: the file is never held whole in memory) runs beside it. What crashes the parser
+    chunks: the file is never held whole in memory) runs beside it, in the same pool, so
+    that the conversion's thread takes chunks too once it is done. What crashes the parser
     (a NUL byte, a damaged last line without its line end) is looked for first; a parse
-    that fails is reported after the check, so a bad entry is named as such.
+    that fails is reported after the whole check, so a bad entry is named as such.
     """
+    beside = _beside_parser()
     checked = _may_crash_the_parser(path, info)
     if checked:
-        _check_entries(open_stream, info)  # refuses the first bad line: the NUL's, say
+        _check_entries(open_stream, info, beside)  # refuses the first bad line: the NUL's
     try:
         parsed = _scipy_parse(path, info, functools.partial(_mapped, path))
     except ValueError:
-        if not checked:
-            _check_entries(open_stream, info)
+        _check_entries(open_stream, info)  # names the line scipy refused, when it can
         raise
     if checked:  # every entry passed before the parse: nothing to check beside it
         return convert(parsed)
-    pool = concurrent.futures.ThreadPoolExecutor(1)
+    pool = concurrent.futures.ThreadPoolExecutor(_CHECK_WORKERS)
     converted = pool.submit(convert, parsed)
     try:
-        _check_entries(open_stream, info)
+        _check_entries(open_stream, info, beside, pool)
     finally:
         pool.shutdown(wait=False)  # a bad line is reported now, not after the conversion
     return converted.result()
@@ -252,10 +266,14 @@ def _check_while_parsing(text, source, info: MMInfo, convert):
     pool = concurrent.futures.ThreadPoolExecutor(1)
     parsed = pool.submit(lambda: convert(_scipy_parse(source, info, text)))
     try:
-        check_body(text, info)
+        check_body(text, info, _beside_parser())
     finally:
         pool.shutdown(wait=False)  # a bad line is reported now, not after scipy's parse
-    return parsed.result()
+    try:
+        return parsed.result()
+    except ValueError:
+        check_body(text, info)  # names the line scipy refused, when it can
+        raise
 
 
 def _read_whole(open_stream, info: MMInfo) -> bytes | None:
@@ -268,11 +286,11 @@ def _read_whole(open_stream, info: MMInfo) -> bytes | None:
     return text if len(text) <= _IN_MEMORY_BYTES else None
 
 
-def _check_entries(open_stream, info: MMInfo) -> None:
+def _check_entries(open_stream, info: MMInfo, beside_parser=False, pool=None) -> None:
     try:
         with open_stream() as stream:
             stream.seek(info.header_bytes)
-            check_body(stream, info)
+            check_body(stream, info, beside_parser, pool)
     except _STREAM_ERRORS as exc:
         raise bad_file(info.source, f"cannot be read ({exc})") from exc
 
