@@ -127,9 +127,10 @@ def spectral_radius(
     read). Ritz values approach the extremes from inside, so this is a slight
     under-estimate, as PyAMG's.
 
-    On the GPU a step is the product, a scaling, cuBLAS's dot and norm into device
-    arrays, and two fused steps (``lanczos_recurrence``, ``lanczos_advance``): nothing
-    waits for the host until the coefficients are read at the end."""
+    On the GPU a step is the product, cuBLAS's dot and norm into device arrays, and two
+    fused steps (``lanczos_recurrence``, ``lanczos_advance``): nothing waits for the host
+    until the coefficients are read at the end. The scaling ``u = D^-1/2 v`` rides in the
+    advance, and ``alpha = v^H D^-1/2 A u`` is ``u^H A u``."""
     steps = max(1, min(steps, n))
     dtype = np.result_type(d_inv_sqrt.dtype, dtype or d_inv_sqrt.dtype)
     v = xp.random.RandomState(seed).standard_normal(n).astype(dtype)
@@ -140,17 +141,17 @@ def spectral_radius(
 
     kernels = _kernels()
     dot = cublas.dotc if dtype.kind == "c" else cublas.dot  # (CuPy's dotc refuses reals)
-    previous, u, w = xp.zeros_like(v), xp.empty_like(v), xp.empty_like(v)
+    previous, w = xp.zeros_like(v), xp.empty_like(v)
+    u = d_inv_sqrt * v
     alphas = xp.zeros(steps, dtype=dtype)  # real values (of a Hermitian A), as dtype
     betas = xp.zeros(steps + 1, dtype=d_inv_sqrt.dtype)  # betas[0]: none before the first
     for k in range(steps):
-        xp.multiply(d_inv_sqrt, v, out=u)
         y = matvec(u)
-        y *= d_inv_sqrt
-        dot(v, y, out=alphas[k : k + 1])
-        kernels["lanczos_recurrence"](y, v, previous, alphas[k : k + 1].real, betas[k : k + 1], w)
+        dot(u, y, out=alphas[k : k + 1])
+        alpha, beta = alphas[k : k + 1].real, betas[k : k + 1]
+        kernels["lanczos_recurrence"](y, d_inv_sqrt, v, previous, alpha, beta, w)
         cublas.nrm2(w, out=betas[k + 1 : k + 2])
-        kernels["lanczos_advance"](w, betas[k + 1 : k + 2], previous, v)
+        kernels["lanczos_advance"](w, d_inv_sqrt, betas[k + 1 : k + 2], previous, v, u)
     alphas = np.asarray(alphas.real.get(), dtype=np.float64)
     return _ritz_top(alphas, np.asarray(betas[1:].get(), dtype=np.float64), steps)
 
