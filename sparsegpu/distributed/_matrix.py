@@ -593,6 +593,11 @@ class csr_matrix:  # noqa: N801 - named like sparsegpu.csr_matrix, whose role it
         return DistributedVector(self.row_layout.xp.asarray(local), self.row_layout)
 
     # ---------------------------------------------------------------- products
+    def _planned(self, dtype, capturable=False) -> bool:
+        """Whether products in ``dtype`` are planned already (:meth:`_work_for` then
+        makes nothing, and needs no probe)."""
+        return (np.dtype(dtype), bool(capturable)) in self._work
+
     def _work_for(self, dtype, probe, capturable=False) -> _Work:
         key = (np.dtype(dtype), bool(capturable))
         work = self._work.get(key)

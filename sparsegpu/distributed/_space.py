@@ -31,7 +31,8 @@ def _distributed(operator) -> bool:
 
 class _Operator:
     """A distributed matrix's products on this rank's blocks, as the solvers call them,
-    planned on ``probe`` (a block of A's columns; None: a seeded random one)."""
+    planned on ``probe`` (a block of A's columns; None: a seeded random one, made only
+    when A's products in this dtype are not planned yet: not on every solve)."""
 
     def __init__(self, A, dtype, capturable, probe=None):
         self.matrix = A
@@ -39,9 +40,11 @@ class _Operator:
         self.dtype = np.dtype(dtype)
         self.xp = A.row_layout.xp
         self._capturable = capturable
-        if probe is None:
+        if probe is None and not A._planned(self.dtype, capturable):
             probe = _probe(A.col_layout, self.dtype)
-        work = A._work_for(self.dtype, probe.astype(self.dtype, copy=False), capturable)
+        if probe is not None:
+            probe = probe.astype(self.dtype, copy=False)
+        work = A._work_for(self.dtype, probe, capturable)
         self.backend = work.backend
         self.capturable = work.capturable
 

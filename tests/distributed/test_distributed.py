@@ -333,6 +333,25 @@ def test_cg_from_a_starting_guess_and_zero_rhs(comm):
     assert np.linalg.norm(S @ x.gather(None) - 1) < 1e-9 * 10
 
 
+def test_without_x0_a_probe_is_made_for_the_first_plans_only(comm, monkeypatch):
+    """A's products are planned on a seeded random block of its columns when there is no
+    x0: made for the first solve in a dtype, not again for every later one."""
+    from sparsegpu.distributed import _space
+
+    made, probe = [], _space._probe
+    monkeypatch.setattr(
+        _space, "_probe", lambda layout, dtype: made.append(dtype) or probe(layout, dtype)
+    )
+    A = distribute(stencil_2d(8), comm)
+    b = scatter(A, np.ones(64), comm)
+    for _ in range(2):
+        x, info = sg.linalg.cg(A, b, rtol=1e-8)
+        assert info == 0
+    x, info = sg.linalg.cg(A, b.astype(np.complex128))
+    assert info == 0
+    assert made == [np.float64, np.complex128]
+
+
 def test_a_callback_sees_distributed_iterates(comm):
     S = stencil_2d(8)
     A = distribute(S, comm)
