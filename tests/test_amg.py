@@ -479,10 +479,21 @@ def test_gpu_spectral_radius_matches_the_host_loop(cupy, dtype):
 
 @pytest.mark.gpu
 def test_gpu_update_gathers_r_and_equals_a_fresh_set_up(cupy):
+    from sparsegpu.linalg.multigrid._bridge import CUPY
+
+    def index_arrays(M):
+        return M._sg_mirror(CUPY, M.dtype).indices
+
     A = sg.csr_matrix(anisotropic(64))
     ml = sg.linalg.amg(A, max_coarse=30, seed=5)
+    before = [(index_arrays(lv.P), index_arrays(lv.R), index_arrays(c.A))
+              for lv, c in zip(ml.levels[:-1], ml.levels[1:], strict=True)]  # fmt: skip
     A_new = sg.csr_matrix(_new_values(A, seed=12))
     ml.update(A_new)
+    for (P, R, coarse), lv, c in zip(before, ml.levels[:-1], ml.levels[1:], strict=True):
+        # the kept patterns' path: P, R and the coarse matrix share the set-up's indices
+        assert index_arrays(lv.P) is P and index_arrays(lv.R) is R
+        assert index_arrays(c.A) is coarse
     fresh = sg.linalg.amg(A_new, max_coarse=30, seed=5)
     for level, other in zip(ml.levels[:-1], fresh.levels[:-1], strict=True):
         P, R = sp.csr_matrix(level.P), sp.csr_matrix(level.R)

@@ -367,8 +367,10 @@ class DeviceMatrix:
         # returned without waiting for it), which settle() waits for
         self._ready = None
         self._lock = threading.RLock()  # plans made under it may read stats
-        # a transpose's gather from its source's entries, when kept (transpose(keep_order))
+        # a transpose's gather from its source's entries, when kept (transpose(keep_order)),
+        # and the source's index arrays whose values it gathers
         self.source_order = None
+        self._source_arrays: tuple | None = None
 
     @property
     def nnz(self) -> int:
@@ -556,18 +558,22 @@ class DeviceMatrix:
             self.data[order], rows.astype(self.index_dtype, copy=False), indptr,
             (n_cols, n_rows), self.residence,
         )  # fmt: skip
-        transposed.source_order = order if keep_order else None
+        if keep_order:
+            transposed.source_order = order
+            transposed._source_arrays = (self.indices, self.indptr)
         return transposed
 
-    def transposed_values(self, data) -> DeviceMatrix | None:
-        """This transpose (made with ``keep_order``) with the values ``data`` of its
-        source's pattern taken in its order: one gather, the index arrays and what is
-        known of the rows shared; None when no order was kept or the sizes differ."""
-        order = self.source_order
-        if order is None or data.shape != order.shape:
+    def transposed_values(self, source: DeviceMatrix) -> DeviceMatrix | None:
+        """This transpose (made with ``keep_order``) of ``source``, a matrix of the pattern
+        it was made from with other values: one gather of source's values, the index arrays
+        shared. ``source`` must share that matrix's index arrays (the same objects:
+        :meth:`with_values` keeps them), so that the pattern is the same by construction;
+        None otherwise (or without a kept order)."""
+        arrays = self._source_arrays
+        if arrays is None or source.indices is not arrays[0] or source.indptr is not arrays[1]:
             return None
-        same = self.with_values(data[order])
-        same.source_order = order
+        same = self.with_values(source.data[self.source_order], written_by=source)
+        same.source_order, same._source_arrays = self.source_order, arrays
         return same
 
     def with_values(self, data, written_by: DeviceMatrix | None = None) -> DeviceMatrix:

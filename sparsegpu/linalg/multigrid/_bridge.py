@@ -122,9 +122,9 @@ def matrix_from_arrays(indptr, indices, data, shape, like):
 
 def transpose(P, previous=None, xp=None):
     """``P.T`` as its own CSR matrix (transposed where P lives, kept on the device; ``xp``
-    where that is, when the caller knows). ``previous``: the transpose of an earlier P of
-    this pattern (this function's), whose kept order makes this one a gather of P's
-    values."""
+    where that is, when the caller knows). ``previous``: the transpose of an earlier P
+    (this function's); where P has that P's pattern by construction (its index arrays,
+    :func:`with_values`), the kept order makes this one a gather of P's values."""
     xp = xp or where_computes(P)
     if xp is np:
         return P._sg_inherit(csr_matrix(P.T.tocsr()))
@@ -133,7 +133,7 @@ def transpose(P, previous=None, xp=None):
     if previous is not None:
         kept = previous._sg_mirror(CUPY, previous.dtype)
         if kept.shape == shape and kept.dtype == mirror.dtype:
-            gathered = kept.transposed_values(mirror.data)
+            gathered = kept.transposed_values(mirror)  # P of the kept pattern only
             if gathered is not None:
                 return csr_matrix._sg_on_device(gathered, shape, P)
     return csr_matrix._sg_on_device(mirror.transpose(keep_order=True), shape, P)
