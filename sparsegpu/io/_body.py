@@ -37,10 +37,13 @@ import numpy as np
 
 from ._header import MMInfo, bad_file
 
-# Bytes of whole lines checked at once (bytes are classified a _BLOCK at a time): large
-# enough that the rules' few dozen numpy calls on the chunk's words, and the reader's
-# submissions, cost little GIL time beside the conversion (2 cores: 512 KB, 1.42-1.53x
-# scipy's mmread().tocsr() on complex general; 1 MB, 1.42-1.46x).
+# Bytes of whole lines checked at once (classified a _BLOCK at a time). Two threads that
+# each run numpy calls of under ~256 KB lose more to handing the GIL back and forth than
+# the second core gives (one 128 KB comparison at a time on each of 2 cores: 0.83x the
+# throughput of one thread; 512 KB: 1.6x; 1 MB: 1.9x): the rules' calls on a chunk's
+# words (an eighth of its bytes) are the small ones. 1 MB: the check of a 138 MB file on
+# 2 threads, 0.19 s against 0.22 s at 512 KB; larger chunks cost peak memory (the reader's
+# ring and each thread's temporaries are sized to them) for little more.
 CHUNK_BYTES = 1 << 20
 # Chunks checked at once.
 _WORKERS = min(8, os.cpu_count() or 1)
@@ -130,8 +133,9 @@ def _starts_up_to(start: np.ndarray):
 # ------------------------------------------------------------------ bit-parallel check
 _ONE, _TOP, _FULL = np.uint64(1), np.uint64(63), np.uint64(2**64 - 1)
 # Bytes classified at a time: the block, its flags and its byte temporary stay in the core's
-# cache between the comparisons and the pack of one class.
-_BLOCK = 128 << 10
+# cache (2 MB of L2 here) between the comparisons and the pack of one class, and each call
+# is long enough to release the GIL for a while (see CHUNK_BYTES).
+_BLOCK = 512 << 10
 # The class planes, in their rows of _Scratch.planes: digit, space and line end (every
 # field), sign (all but pattern), point and exponent (real and complex). Signs and
 # exponents are packed as their complement: two operations each, not three.
