@@ -37,13 +37,13 @@ import numpy as np
 
 from ._header import MMInfo, bad_file
 
-# Bytes of whole lines checked at once (classified a _BLOCK at a time). Two threads that
-# each run numpy calls of under ~256 KB lose more to handing the GIL back and forth than
-# the second core gives (one 128 KB comparison at a time on each of 2 cores: 0.83x the
-# throughput of one thread; 512 KB: 1.6x; 1 MB: 1.9x): the rules' calls on a chunk's
-# words (an eighth of its bytes) are the small ones. 1 MB: the check of a 138 MB file on
-# 2 threads, 0.19 s against 0.22 s at 512 KB; larger chunks cost peak memory (the reader's
-# ring and each thread's temporaries are sized to them) for little more.
+# Bytes of whole lines checked at once (classified a _BLOCK at a time): the rules' few
+# dozen numpy calls on the chunk's words (an eighth of its bytes) cost little per byte;
+# larger chunks cost peak memory (the reader's ring and each thread's temporaries are
+# sized to them) for no more speed. Two threads that each run numpy calls of under
+# ~256 KB lose more to handing the GIL back and forth than the second core gives (one
+# 128 KB comparison at a time on each of 2 cores: 0.83x the throughput of one thread;
+# 512 KB: 1.6x; 1 MB: 1.9x), so that a plain file is checked on one thread.
 CHUNK_BYTES = 1 << 20
 # Chunks checked at once.
 _WORKERS = min(8, os.cpu_count() or 1)
@@ -133,9 +133,9 @@ def _starts_up_to(start: np.ndarray):
 # ------------------------------------------------------------------ bit-parallel check
 _ONE, _TOP, _FULL = np.uint64(1), np.uint64(63), np.uint64(2**64 - 1)
 # Bytes classified at a time: the block, its flags and its byte temporary stay in the core's
-# cache (2 MB of L2 here) between the comparisons and the pack of one class, and each call
-# is long enough to release the GIL for a while (see CHUNK_BYTES).
-_BLOCK = 512 << 10
+# cache (2 MB of L2 here) between the comparisons and the pack of one class. One thread,
+# 138 MB: 169 ms the whole check at 256 KB, 175 ms at 128 KB, 184 ms at 512 KB.
+_BLOCK = 256 << 10
 # The class planes, in their rows of _Scratch.planes: digit, space and line end (every
 # field), sign (all but pattern), point and exponent (real and complex). Signs and
 # exponents are packed as their complement: two operations each, not three.
@@ -212,7 +212,7 @@ def _classify(a: np.ndarray, s: _Scratch, classes: int) -> np.ndarray:
 
 def _counts(planes: np.ndarray) -> list[int]:
     if hasattr(np, "bitwise_count"):  # numpy >= 2.0: one count a word
-        return np.bitwise_count(planes).sum(axis=1, dtype=np.int64).tolist()
+        return np.bitwise_count(planes).sum(axis=1, dtype=np.uint32).tolist()
     ones = _popcount(planes.view(np.uint8)).reshape(planes.shape[0], -1)
     return ones.sum(axis=1, dtype=np.int64).tolist()
 
@@ -532,6 +532,23 @@ class _Body:
             )
 
 
+class _Inline:
+    """An executor that runs each job at once, in the caller's thread (its future is
+    done when ``submit`` returns)."""
+
+    @staticmethod
+    def submit(fn, *args) -> concurrent.futures.Future:
+        future = concurrent.futures.Future()
+        try:
+            future.set_result(fn(*args))
+        except Exception as exc:  # handed over as the future's, as a pool would
+            future.set_exception(exc)
+        return future
+
+
+INLINE = _Inline()
+
+
 def check_body(text, info: MMInfo, beside_parser: bool = False, pool=None) -> None:
     """Check every entry of a Matrix Market body against ``info`` (see the module doc).
 
@@ -546,8 +563,8 @@ def check_body(text, info: MMInfo, beside_parser: bool = False, pool=None) -> No
         The file is parsed by scipy's fast_matrix_market too, and used only if that parse
         passes: what that parser refuses is left to it (:func:`_certain_entries`).
     pool : concurrent.futures.Executor, optional
-        Where chunks are checked (one of ``_WORKERS`` threads by default): the caller's
-        pool lets a thread join the check once its own work is done.
+        Where chunks are checked (one of ``_WORKERS`` threads by default); :data:`INLINE`
+        checks them in the calling thread.
 
     Raises
     ------
