@@ -30,7 +30,9 @@ import collections
 import concurrent.futures
 import contextlib
 import io
+import mmap
 import os
+import stat
 import threading
 
 import numpy as np
@@ -579,8 +581,12 @@ def check_body(text, info: MMInfo, beside_parser: bool = False, pool=None) -> No
             pool = stack.enter_context(concurrent.futures.ThreadPoolExecutor(_WORKERS))
         pending = collections.deque()
         try:
-            is_stream = isinstance(text, io.IOBase)
-            chunks = _chunks(text) if is_stream else _buffer_chunks(text, info)
+            if _is_plain_file(text):
+                chunks = _mapped_chunks(text.fileno(), info)
+            elif isinstance(text, io.IOBase):
+                chunks = _chunks(text)
+            else:
+                chunks = _buffer_chunks(text, info)
             for data in chunks:
                 pending.append((pool.submit(body.check, data), data))
                 if len(pending) > 2 * _WORKERS:
@@ -597,6 +603,16 @@ def check_body(text, info: MMInfo, beside_parser: bool = False, pool=None) -> No
             f"the file ends after {seen} of the {info.entries} entries its size line "
             "declares: it is truncated or its size line is wrong",
         )
+
+
+def _is_plain_file(text) -> bool:
+    """Whether ``text`` is a stream of a regular file on disk (which can be mapped)."""
+    if not isinstance(text, io.BufferedReader) or not isinstance(text.raw, io.FileIO):
+        return False
+    try:
+        return stat.S_ISREG(os.fstat(text.fileno()).st_mode)
+    except OSError:
+        return False
 
 
 def _collect(body: _Body, job, seen: int, line: int) -> tuple[int, int]:
@@ -621,21 +637,58 @@ def _buffer_chunks(buffer, info: MMInfo):
     """Whole lines of a file's bytes after its header, a chunk at a time (views, not
     copies), each starting with the newline before its first line (the last line gets one
     after it too)."""
+    yield from _cut(buffer, info.header_bytes - 1, final=True)
+
+
+def _cut(buffer, start: int, final: bool):
+    """:func:`_buffer_chunks` of ``buffer`` from ``start`` (a newline's position). Unless
+    ``buffer`` holds the file's end (``final``), stops before a chunk that may reach past
+    its end; returns where the next chunk starts."""
     end = len(buffer)
     view = memoryview(buffer)
-    start = info.header_bytes - 1  # the size line's newline, when entries follow it
     while start + 1 < end:
         if end - start <= CHUNK_BYTES:
+            if not final:
+                return start
             ends_line = buffer[end - 1 : end] == b"\n"
             yield view[start:end] if ends_line else bytes(view[start:end]) + b"\n"
-            return
+            return end
         cut = buffer.rfind(b"\n", start + 1, start + CHUNK_BYTES)
         if cut < 0:  # one line fills the chunk: take it whole, if it is not too long
+            if not final and end < start + 2 + MAX_LINE_BYTES:
+                return start
             cut = buffer.find(b"\n", start + 1, start + 2 + MAX_LINE_BYTES)
             if cut < 0:
                 _Body.fail(1, f"is longer than {MAX_LINE_BYTES} bytes: not an entry")
         yield view[start : cut + 1]
         start = cut
+    return start
+
+
+# A plain file is mapped this many bytes at a time: the page cache's own pages, no copy.
+_WINDOW_BYTES = 4 << 20
+
+
+def _map(fileno: int, offset: int, length: int) -> mmap.mmap:
+    if hasattr(mmap, "MAP_POPULATE"):  # Linux: the pages mapped at once, not a fault each
+        flags = mmap.MAP_SHARED | mmap.MAP_POPULATE
+        return mmap.mmap(fileno, length, flags=flags, prot=mmap.PROT_READ, offset=offset)
+    return mmap.mmap(fileno, length, access=mmap.ACCESS_READ, offset=offset)
+
+
+def _mapped_chunks(fileno: int, info: MMInfo):
+    """:func:`_buffer_chunks` of the plain file ``fileno``, mapped a window at a time:
+    no read into buffers (a tenth of the check's time), and a window's pages leave the
+    resident set once its chunks are checked."""
+    size = os.fstat(fileno).st_size
+    start = info.header_bytes - 1
+    while start + 1 < size:
+        offset = start - start % mmap.ALLOCATIONGRANULARITY
+        reach = start - offset + CHUNK_BYTES + MAX_LINE_BYTES + 2
+        length = min(size - offset, max(_WINDOW_BYTES, reach))
+        window = _map(fileno, offset, length)
+        start = offset + (yield from _cut(window, start - offset, offset + length == size))
+        del window  # unmapped once the last chunk viewing it is checked
 
 
 def _chunks(stream):
