@@ -20,8 +20,11 @@ finds each line's next token or a number's next non-digit for every line at once
 it cannot pass (a bad line, ``inf``/``nan``, a run of 64 bytes without a token) is checked
 again byte by byte (:meth:`_Body.check_lines`), which names the first bad line.
 
-Chunks are checked on several threads at once (numpy releases the GIL). Index ranges are
-checked by scipy's parser, the stored triangle of symmetric files on the parsed arrays.
+Chunks are checked on several threads at once (numpy releases the GIL), or on one
+(:data:`INLINE`: beside another thread's work, two threads of numpy calls this size hand
+the GIL back and forth for no gain); a plain file's chunks are views of windows mapped
+from the page cache. Index ranges are checked by scipy's parser, the stored triangle of
+symmetric files on the parsed arrays.
 """
 
 from __future__ import annotations

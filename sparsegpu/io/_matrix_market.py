@@ -6,10 +6,11 @@ so a bad file gets a ValueError naming the file and nothing is allocated before 
 declared sizes are known to fit; every entry is checked against the header (:mod:`._body`:
 scipy silently drops what it does not expect, and crashes on a NUL byte) before scipy's
 parse of it is used; the symmetric triangle is checked and the result becomes a
-:class:`sparsegpu.csr_matrix`. A plain file is parsed by scipy from its path first (what
-crashes the parser is looked for before), then checked from a stream of bounded chunks
-while the parse becomes CSR on another thread: scipy's parser holds the GIL and uses every
-core, the conversion releases it on one. The file is never held whole in memory.
+:class:`sparsegpu.csr_matrix`. A plain file is parsed by scipy from its path (what
+crashes the parser is looked for before) and checked a bounded chunk at a time on one
+thread, from before the parse to after it, while the parse becomes CSR on another: scipy's
+parser holds the GIL and uses every core, the conversion releases it on one. The file is
+never held whole in memory.
 A compressed file is checked while scipy parses it (:func:`_check_while_parsing`).
 """
 
