@@ -542,6 +542,28 @@ def test_lines_straddling_chunks_are_checked_whole(tmp_path, monkeypatch, seed):
         sg.io.mmread(path)
 
 
+@pytest.mark.parametrize(("chunk", "window", "longest"), [(1000, 4096, 3000), (7, 4096, 64)])
+def test_a_mapped_file_is_cut_into_the_chunks_of_its_bytes(
+    tmp_path, monkeypatch, chunk, window, longest
+):
+    """A plain file is checked from windows mapped one after another: its chunks are
+    those of its bytes in memory, lines straddling windows whole."""
+    from sparsegpu.io import _body
+
+    monkeypatch.setattr(_body, "CHUNK_BYTES", chunk)
+    monkeypatch.setattr(_body, "_WINDOW_BYTES", window)
+    monkeypatch.setattr(_body, "MAX_LINE_BYTES", longest)
+    A = sp.random(600, 600, density=0.02, random_state=np.random.default_rng(3), format="coo")
+    path = tmp_path / "m.mtx"
+    sg.io.mmwrite(path, A)
+    info = sg.io.mminfo(path)
+    with open(path, "rb") as file:
+        mapped = [bytes(data) for data in _body._mapped_chunks(file.fileno(), info)]
+    assert mapped == [bytes(data) for data in _body._buffer_chunks(path.read_bytes(), info)]
+    assert len(mapped) > 2 and path.stat().st_size > 2 * window
+    np.testing.assert_array_equal(sg.io.mmread(path).toarray(), A.toarray())
+
+
 def test_an_overlong_line_is_refused_with_its_number(tmp_path, monkeypatch):
     from sparsegpu.io import _body
 

@@ -134,6 +134,10 @@ def measure_reading(work: Path, repeat: int, cases) -> list[dict]:
         dtype, symmetry, entries = CASES[name]
         path = work / (name.replace(" ", "_") + ".mtx")
         write_case(path, dtype, symmetry, entries)
+        # the new file's pages written back now: the kernel flushes dirty pages 30 s on,
+        # in the middle of some reader's timing otherwise
+        if hasattr(os, "sync"):
+            os.sync()
         times = time_readers(path, repeat)
         ours = times["sparsegpu_mmread_s"]
         memory = {

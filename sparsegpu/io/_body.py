@@ -20,8 +20,11 @@ finds each line's next token or a number's next non-digit for every line at once
 it cannot pass (a bad line, ``inf``/``nan``, a run of 64 bytes without a token) is checked
 again byte by byte (:meth:`_Body.check_lines`), which names the first bad line.
 
-Chunks are checked on several threads at once (numpy releases the GIL). Index ranges are
-checked by scipy's parser, the stored triangle of symmetric files on the parsed arrays.
+Chunks are checked on several threads at once (numpy releases the GIL), or on one
+(:data:`INLINE`: beside another thread's work, two threads of numpy calls this size hand
+the GIL back and forth for no gain); a plain file's chunks are views of windows mapped
+from the page cache. Index ranges are checked by scipy's parser, the stored triangle of
+symmetric files on the parsed arrays.
 """
 
 from __future__ import annotations
@@ -30,16 +33,23 @@ import collections
 import concurrent.futures
 import contextlib
 import io
+import mmap
 import os
+import stat
 import threading
 
 import numpy as np
 
 from ._header import MMInfo, bad_file
 
-# Bytes of whole lines checked at once: small enough for the bit-planes (an eighth of the
-# chunk each) to stay in the core's cache and under malloc's mmap threshold.
-CHUNK_BYTES = 512 << 10
+# Bytes of whole lines checked at once (classified a _BLOCK at a time): the rules' few
+# dozen numpy calls on the chunk's words (an eighth of its bytes) cost little per byte;
+# larger chunks cost peak memory (the reader's ring and each thread's temporaries are
+# sized to them) for no more speed. Two threads that each run numpy calls of under
+# ~256 KB lose more to handing the GIL back and forth than the second core gives (one
+# 128 KB comparison at a time on each of 2 cores: 0.83x the throughput of one thread;
+# 512 KB: 1.6x; 1 MB: 1.9x), so that a plain file is checked on one thread.
+CHUNK_BYTES = 1 << 20
 # Chunks checked at once.
 _WORKERS = min(8, os.cpu_count() or 1)
 # An entry line longer than this is damage, not a number.
@@ -127,102 +137,129 @@ def _starts_up_to(start: np.ndarray):
 
 # ------------------------------------------------------------------ bit-parallel check
 _ONE, _TOP, _FULL = np.uint64(1), np.uint64(63), np.uint64(2**64 - 1)
+# Bytes classified at a time: the block, its flags and its byte temporary stay in the core's
+# cache (2 MB of L2 here) between the comparisons and the pack of one class. One thread,
+# 138 MB: 169 ms the whole check at 256 KB, 175 ms at 128 KB, 184 ms at 512 KB.
+_BLOCK = 256 << 10
+# The class planes, in their rows of _Scratch.planes: digit, space and line end (every
+# field), sign (all but pattern), point and exponent (real and complex). Signs and
+# exponents are packed as their complement: two operations each, not three.
+_DIGIT, _SPACE, _LINE, _SIGNS, _POINT, _EXPS = range(6)
+_TEMPS = 10  # word temporaries of the rules
 
 
 class _Unusual(Exception):
     """A chunk the bit-parallel check leaves to the byte-by-byte one."""
 
 
-def _ones(words: np.ndarray) -> int:
-    if hasattr(np, "bitwise_count"):  # numpy >= 2.0: one count a word
-        return int(np.bitwise_count(words).sum(dtype=np.int64))
-    return int(_popcount(words.view(np.uint8)).sum(dtype=np.int64))
+class _Scratch:
+    """One checking thread's buffers, sized to the longest chunk and kept across chunks:
+    fresh temporaries each chunk cost page faults (malloc maps and unmaps them) worth
+    more than the operations that fill them."""
+
+    def __init__(self, size: int):
+        self.size = size
+        words = -(-size // 64)
+        self.planes = np.zeros((6, words * 8), dtype=np.uint8)
+        self.words = np.empty((_TEMPS, words), dtype=np.uint64)
+        self.flags = np.empty((2, words), dtype=bool)
+        self.byte = np.empty(_BLOCK, dtype=np.uint8)
+        self.mask = np.empty(_BLOCK, dtype=bool)
 
 
-def _after(x: np.ndarray) -> np.ndarray:
-    """Each byte's bit moved onto the byte after it."""
-    out = x << _ONE
-    out[1:] |= x[:-1] >> _TOP
+_LOCAL = threading.local()
+
+
+def _scratch(size: int) -> _Scratch:
+    scratch = getattr(_LOCAL, "scratch", None)
+    if scratch is None or scratch.size < size:
+        scratch = _LOCAL.scratch = _Scratch(max(size, CHUNK_BYTES + 2))
+    return scratch
+
+
+def _classify(a: np.ndarray, s: _Scratch, classes: int) -> np.ndarray:
+    """Bit-planes of the first ``classes`` classes of ``a`` (rows of ``s.planes`` as
+    ``uint64`` words: bit ``i`` of a plane is whether byte ``i`` is in its class, zeros past
+    the end), a block of bytes at a time.
+
+    numpy operations, which release the GIL (``bytes.translate`` does not), so that chunks
+    are classified on every core; each class is one exact byte value or range, so that
+    the planes' popcounts add up to the chunk's length when it holds no other byte.
+    """
+    n = a.size
+    words = -(-n // 64)
+    planes = s.planes[:classes, : words * 8]
+    planes[:, n // 8 :] = 0  # the last word's bits past the end
+    for start in range(0, n, _BLOCK):
+        block = a[start : start + _BLOCK]
+        b, m = s.byte[: block.size], s.mask[: block.size]
+        row = planes[:, start // 8 : -(-(start + block.size) // 8)]
+        np.less(np.bitwise_xor(block, 0x30, out=b), 10, out=m)
+        row[_DIGIT] = np.packbits(m, bitorder="little")
+        row[_SPACE] = np.packbits(np.equal(block, 0x20, out=m), bitorder="little")
+        row[_LINE] = np.packbits(np.equal(block, 0x0A, out=m), bitorder="little")
+        if classes > _SIGNS:  # not a sign: (byte - '+') & ~2 is 0 for '+' and '-' only
+            np.bitwise_and(np.subtract(block, 0x2B, out=b), 0xFD, out=b)
+            row[_SIGNS] = np.packbits(b, bitorder="little")
+        if classes > _POINT:
+            row[_POINT] = np.packbits(np.equal(block, 0x2E, out=m), bitorder="little")
+        if classes > _EXPS:  # not an exponent: (byte ^ 'e') & ~32 is 0 for 'e' and 'E' only
+            np.bitwise_and(np.bitwise_xor(block, 0x65, out=b), 0xDF, out=b)
+            row[_EXPS] = np.packbits(b, bitorder="little")
+    out = planes.view(np.uint64)
+    for complemented in [row for row in (_SIGNS, _EXPS) if row < classes]:
+        row = out[complemented]
+        np.invert(row, out=row)
+        if n % 64:  # the bits past the end
+            row[-1] &= (_ONE << np.uint64(n % 64)) - _ONE
     return out
 
 
-def _landing(ones: np.ndarray, sources: np.ndarray) -> np.ndarray:
-    """The first zero of ``ones`` at or after each of ``sources``: where the carry of
-    ``ones + sources`` comes out of each source's run of ones.
-
-    A carry crosses into the next word at most once; a chunk where it would cross twice (a
-    word of ``ones`` all ones: 64 bytes without a break, or a carry arriving in a word
-    that the addition filled) is left to the byte-by-byte check.
-    """
-    if (ones[:-1] == _FULL).any():
-        raise _Unusual
-    total = ones + sources
-    carry = total < ones  # the words whose carry goes on into the next
-    if (carry[:-1] & (total[1:] == _FULL)).any():
-        raise _Unusual
-    np.add(total[1:], carry[:-1], out=total[1:], casting="unsafe")
-    total &= ~ones
-    return total
+def _counts(planes: np.ndarray) -> list[int]:
+    if hasattr(np, "bitwise_count"):  # numpy >= 2.0: one count a word
+        return np.bitwise_count(planes).sum(axis=1, dtype=np.uint32).tolist()
+    ones = _popcount(planes.view(np.uint8)).reshape(planes.shape[0], -1)
+    return ones.sum(axis=1, dtype=np.int64).tolist()
 
 
-_SCRATCH = threading.local()  # each checking thread's byte-sized buffers, kept
+class _Words:
+    """The word-level rules' operations, into one thread's kept temporaries."""
 
+    def __init__(self, s: _Scratch, words: int):
+        self.temps = list(s.words[:, :words])
+        self.flags, self.full = s.flags[0, :words], s.flags[1, :words]
 
-def _scratch(size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A byte buffer and two bool buffers of at least ``size`` (the first zero-padded to a
-    multiple of 64): fresh ones each chunk would cost page faults (malloc maps buffers
-    this large anew) several times the comparisons' own time."""
-    buffers = getattr(_SCRATCH, "buffers", None)
-    if buffers is None or buffers.shape[1] < size + 64:
-        buffers = _SCRATCH.buffers = np.empty((3, max(size, CHUNK_BYTES + 1) + 64), np.uint8)
-    return buffers[0], buffers[1].view(bool), buffers[2].view(bool)
+    def temp(self) -> np.ndarray:
+        return self.temps.pop()
 
+    def free(self, *arrays) -> None:
+        self.temps.extend(arrays)
 
-class _Planes:
-    """Bit-planes of a chunk's bytes: bit ``i`` of plane ``k`` is whether byte ``i`` is in
-    class ``k`` (64 bytes a ``uint64`` word, zeros past the chunk's end).
+    def after(self, x: np.ndarray) -> np.ndarray:
+        """Each byte's bit moved onto the byte after it."""
+        out, spill = self.temp(), self.temp()
+        np.left_shift(x, _ONE, out=out)
+        np.right_shift(x[:-1], _TOP, out=spill[1:])
+        np.bitwise_or(out[1:], spill[1:], out=out[1:])
+        self.free(spill)
+        return out
 
-    numpy comparisons, which release the GIL (``bytes.translate`` does not), so that
-    chunks are classified on every core; each class is one exact byte value or range, so
-    that their popcounts add up to the chunk's length when it holds no other byte.
-    """
+    def landing(self, ones: np.ndarray, not_ones: np.ndarray, sources: np.ndarray):
+        """The first zero of ``ones`` (no word of it all ones) at or after each of
+        ``sources``: where the carry of ``ones + sources`` comes out of each source's run of
+        ones.
 
-    def __init__(self, data):
-        self.bytes = np.frombuffer(data, dtype=np.uint8)
-        size = self.bytes.size
-        self.byte, self.mask, self.other = _scratch(size)
-        self.padded = -(-size // 64) * 64
-        self.mask[size : self.padded] = False
-        self.counted = 0
-
-    def _pack(self) -> np.ndarray:
-        plane = np.packbits(self.mask[: self.padded], bitorder="little").view(np.uint64)
-        self.counted += _ones(plane)
-        return plane
-
-    def equal(self, *values: str) -> np.ndarray:
-        """The plane of bytes equal to any of ``values``."""
-        a, size = self.bytes, self.bytes.size
-        np.equal(a, ord(values[0]), out=self.mask[:size])
-        for value in values[1:]:
-            np.logical_or(
-                self.mask[:size],
-                np.equal(a, ord(value), out=self.other[:size]),
-                out=self.mask[:size],
-            )
-        return self._pack()
-
-    def digits(self) -> np.ndarray:
-        size = self.bytes.size
-        np.less(np.subtract(self.bytes, ord("0"), out=self.byte[:size]), 10, out=self.mask[:size])
-        return self._pack()
-
-    def exponents(self) -> np.ndarray:
-        """``e`` and ``E`` (the only bytes that ``| 32`` makes ``e``)."""
-        size = self.bytes.size
-        np.bitwise_or(self.bytes, 32, out=self.byte[:size])
-        np.equal(self.byte[:size], ord("e"), out=self.mask[:size])
-        return self._pack()
+        A carry crosses into the next word at most once; a chunk where a sum word is all
+        ones (where a carry arriving would go on) is left to the byte-by-byte check.
+        """
+        total = self.temp()
+        np.add(ones, sources, out=total)
+        np.less(total, ones, out=self.flags)  # the words whose carry goes on into the next
+        if np.equal(total, _FULL, out=self.full).any():
+            raise _Unusual
+        np.add(total[1:], self.flags[:-1], out=total[1:], casting="unsafe")
+        np.bitwise_and(total, not_ones, out=total)
+        return total
 
 
 def _certain_entries(data, per_line: int, indices: int, field: str) -> int:
@@ -245,41 +282,72 @@ def _certain_entries(data, per_line: int, indices: int, field: str) -> int:
     * a sign follows no digit or point; an exponent is followed by a digit, or a sign
       and a digit;
     * the first non-digit after a point is no point, and after an exponent's digits
-      neither a point nor an exponent (``_landing``: every token at once);
+      neither a point nor an exponent (``_Words.landing``: every token at once);
     * a column index is digits up to the space after it (scipy reads a row index with
       anything else after its digits as a bad column).
     """
-    planes = _Planes(data)
-    digit, space, newline = planes.digits(), planes.equal(" "), planes.equal("\n")
+    a = np.frombuffer(data, dtype=np.uint8)
+    n = a.size
+    s = _scratch(n)
     decimal = field in ("real", "complex")
-    if per_line > indices:
-        sign = planes.equal("-", "+")
-    if decimal:
-        point, exponent = planes.equal("."), planes.exponents()
-    lines = _ones(newline) - 1
-    if planes.counted != planes.bytes.size or _ones(space) != lines * (per_line - 1):
+    classes = 6 if decimal else 4 if per_line > indices else 3
+    planes = _classify(a, s, classes)
+    counts = _counts(planes)
+    lines = counts[_LINE] - 1
+    if sum(counts) != n or counts[_SPACE] != lines * (per_line - 1):
         raise _Unusual
     if per_line == indices:
         return lines
+    w = _Words(s, planes.shape[1])
+    digit, sign = planes[_DIGIT], planes[_SIGNS]
     if not decimal:
-        if (sign & _after(digit)).any():
+        after_digit = w.after(digit)
+        if np.bitwise_and(sign, after_digit, out=after_digit).any():
             raise _Unusual
         return lines
-    after_exp = _after(exponent)
-    bad = sign & _after(digit | point)
-    bad |= after_exp & ~(digit | sign)
-    after_exp_sign = _after(sign & after_exp)
-    bad |= after_exp_sign & ~digit
-    after_point = _landing(digit, _after(point))
-    bad |= after_point & point
-    after_exp_digits = _landing(digit, after_exp | after_exp_sign)
-    bad |= after_exp_digits & (point | exponent)
+    if np.equal(digit[:-1], _FULL, out=w.full[:-1]).any():
+        raise _Unusual  # 64 bytes of digits: a carry could cross a whole word
+    point, exponent = planes[_POINT], planes[_EXPS]
+    bad, t, not_digit = w.temp(), w.temp(), w.temp()
+    np.invert(digit, out=not_digit)
+    # a sign after a digit or point
+    np.bitwise_or(digit, point, out=t)
+    after = w.after(t)
+    np.bitwise_and(sign, after, out=bad)
+    w.free(after)
+    # an exponent followed by neither a digit nor a sign; its sign followed by no digit
+    after_exp = w.after(exponent)
+    np.bitwise_or(digit, sign, out=t)
+    np.invert(t, out=t)
+    np.bitwise_and(after_exp, t, out=t)
+    np.bitwise_or(bad, t, out=bad)
+    np.bitwise_and(sign, after_exp, out=t)
+    after_exp_sign = w.after(t)
+    np.bitwise_and(after_exp_sign, not_digit, out=t)
+    np.bitwise_or(bad, t, out=bad)
+    # the first non-digit after a point: no point
+    after_point = w.after(point)
+    landed = w.landing(digit, not_digit, after_point)
+    np.bitwise_and(landed, point, out=t)
+    np.bitwise_or(bad, t, out=bad)
+    w.free(after_point, landed)
+    # ... after an exponent's digits: neither a point nor an exponent
+    np.bitwise_or(after_exp, after_exp_sign, out=after_exp)
+    landed = w.landing(digit, not_digit, after_exp)
+    np.bitwise_or(point, exponent, out=t)
+    np.bitwise_and(landed, t, out=t)
+    np.bitwise_or(bad, t, out=bad)
+    w.free(after_exp, after_exp_sign, landed)
     if indices:  # a column index is digits, then a space (scipy reads "1 1.5" as 1, 0.5)
-        line_starts = _after(newline)
-        if planes.bytes.size < planes.padded:  # the chunk's end is no line's start
-            line_starts[-1] &= ~(_ONE << np.uint64(planes.bytes.size % 64))
-        row_ends = _landing(digit, line_starts)
-        bad |= _landing(digit, _after(row_ends)) & ~space
+        line_starts = w.after(planes[_LINE])
+        if n % 64:  # the chunk's end is no line's start
+            line_starts[-1] &= ~(_ONE << np.uint64(n % 64))
+        row_ends = w.landing(digit, not_digit, line_starts)
+        column_starts = w.after(row_ends)
+        landed = w.landing(digit, not_digit, column_starts)
+        np.invert(planes[_SPACE], out=t)
+        np.bitwise_and(landed, t, out=t)
+        np.bitwise_or(bad, t, out=bad)
     if bad.any():
         raise _Unusual
     return lines
@@ -469,6 +537,23 @@ class _Body:
             )
 
 
+class _Inline:
+    """An executor that runs each job at once, in the caller's thread (its future is
+    done when ``submit`` returns)."""
+
+    @staticmethod
+    def submit(fn, *args) -> concurrent.futures.Future:
+        future = concurrent.futures.Future()
+        try:
+            future.set_result(fn(*args))
+        except Exception as exc:  # handed over as the future's, as a pool would
+            future.set_exception(exc)
+        return future
+
+
+INLINE = _Inline()
+
+
 def check_body(text, info: MMInfo, beside_parser: bool = False, pool=None) -> None:
     """Check every entry of a Matrix Market body against ``info`` (see the module doc).
 
@@ -483,8 +568,8 @@ def check_body(text, info: MMInfo, beside_parser: bool = False, pool=None) -> No
         The file is parsed by scipy's fast_matrix_market too, and used only if that parse
         passes: what that parser refuses is left to it (:func:`_certain_entries`).
     pool : concurrent.futures.Executor, optional
-        Where chunks are checked (one of ``_WORKERS`` threads by default): the caller's
-        pool lets a thread join the check once its own work is done.
+        Where chunks are checked (one of ``_WORKERS`` threads by default); :data:`INLINE`
+        checks them in the calling thread.
 
     Raises
     ------
@@ -499,8 +584,12 @@ def check_body(text, info: MMInfo, beside_parser: bool = False, pool=None) -> No
             pool = stack.enter_context(concurrent.futures.ThreadPoolExecutor(_WORKERS))
         pending = collections.deque()
         try:
-            is_stream = isinstance(text, io.IOBase)
-            chunks = _chunks(text) if is_stream else _buffer_chunks(text, info)
+            if _is_plain_file(text):
+                chunks = _mapped_chunks(text.fileno(), info)
+            elif isinstance(text, io.IOBase):
+                chunks = _chunks(text)
+            else:
+                chunks = _buffer_chunks(text, info)
             for data in chunks:
                 pending.append((pool.submit(body.check, data), data))
                 if len(pending) > 2 * _WORKERS:
@@ -517,6 +606,16 @@ def check_body(text, info: MMInfo, beside_parser: bool = False, pool=None) -> No
             f"the file ends after {seen} of the {info.entries} entries its size line "
             "declares: it is truncated or its size line is wrong",
         )
+
+
+def _is_plain_file(text) -> bool:
+    """Whether ``text`` is a stream of a regular file on disk (which can be mapped)."""
+    if not isinstance(text, io.BufferedReader) or not isinstance(text.raw, io.FileIO):
+        return False
+    try:
+        return stat.S_ISREG(os.fstat(text.fileno()).st_mode)
+    except OSError:
+        return False
 
 
 def _collect(body: _Body, job, seen: int, line: int) -> tuple[int, int]:
@@ -541,38 +640,91 @@ def _buffer_chunks(buffer, info: MMInfo):
     """Whole lines of a file's bytes after its header, a chunk at a time (views, not
     copies), each starting with the newline before its first line (the last line gets one
     after it too)."""
+    yield from _cut(buffer, info.header_bytes - 1, final=True)
+
+
+def _cut(buffer, start: int, final: bool):
+    """:func:`_buffer_chunks` of ``buffer`` from ``start`` (a newline's position). Unless
+    ``buffer`` holds the file's end (``final``), stops before a chunk that may reach past
+    its end; returns where the next chunk starts."""
     end = len(buffer)
     view = memoryview(buffer)
-    start = info.header_bytes - 1  # the size line's newline, when entries follow it
     while start + 1 < end:
         if end - start <= CHUNK_BYTES:
+            if not final:
+                return start
             ends_line = buffer[end - 1 : end] == b"\n"
             yield view[start:end] if ends_line else bytes(view[start:end]) + b"\n"
-            return
+            return end
         cut = buffer.rfind(b"\n", start + 1, start + CHUNK_BYTES)
         if cut < 0:  # one line fills the chunk: take it whole, if it is not too long
+            if not final and end < start + 2 + MAX_LINE_BYTES:
+                return start
             cut = buffer.find(b"\n", start + 1, start + 2 + MAX_LINE_BYTES)
             if cut < 0:
                 _Body.fail(1, f"is longer than {MAX_LINE_BYTES} bytes: not an entry")
         yield view[start : cut + 1]
         start = cut
+    return start
+
+
+# A plain file is mapped this many bytes at a time: the page cache's own pages, no copy.
+_WINDOW_BYTES = 4 << 20
+
+
+def _map(fileno: int, offset: int, length: int) -> mmap.mmap:
+    if hasattr(mmap, "MAP_POPULATE"):  # Linux: the pages mapped at once, not a fault each
+        flags = mmap.MAP_SHARED | mmap.MAP_POPULATE
+        return mmap.mmap(fileno, length, flags=flags, prot=mmap.PROT_READ, offset=offset)
+    return mmap.mmap(fileno, length, access=mmap.ACCESS_READ, offset=offset)
+
+
+def _mapped_chunks(fileno: int, info: MMInfo):
+    """:func:`_buffer_chunks` of the plain file ``fileno``, mapped a window at a time:
+    no read into buffers (a tenth of the check's time), and a window's pages leave the
+    resident set once its chunks are checked."""
+    size = os.fstat(fileno).st_size
+    start = info.header_bytes - 1
+    while start + 1 < size:
+        offset = start - start % mmap.ALLOCATIONGRANULARITY
+        reach = start - offset + CHUNK_BYTES + MAX_LINE_BYTES + 2
+        length = min(size - offset, max(_WINDOW_BYTES, reach))
+        window = _map(fileno, offset, length)
+        start = offset + (yield from _cut(window, start - offset, offset + length == size))
+        del window  # unmapped once the last chunk viewing it is checked
 
 
 def _chunks(stream):
     """Whole lines from ``stream``, a chunk at a time, each after a newline (the last line
-    gets one too)."""
-    carry = b""
+    gets one too).
+
+    Read (``readinto``) into a ring of kept buffers, one more than ``check_body`` holds
+    at once: a fresh ``bytes`` each read, and its join with the line carried over, cost
+    two copies and malloc's page faults. A chunk stays valid until ``2 * _WORKERS + 1``
+    more have been taken.
+    """
+    ring = [bytearray(CHUNK_BYTES + MAX_LINE_BYTES + 2) for _ in range(2 * _WORKERS + 2)]
+    k, buffer, filled = 0, ring[0], 1  # buffer[:filled]: a newline, then the carried line
+    buffer[0] = 10
     while True:
-        block = stream.read(CHUNK_BYTES)
-        if not block:
-            if carry:
-                yield b"".join((b"\n", carry, b"\n"))
+        with memoryview(buffer) as view:
+            got = stream.readinto(view[filled : filled + CHUNK_BYTES])
+        if not got:
+            if filled > 1:
+                buffer[filled] = 10
+                yield memoryview(buffer)[: filled + 1]
             return
-        cut = block.rfind(b"\n") + 1
-        if not cut:
-            carry += block
-            if len(carry) > MAX_LINE_BYTES:
+        end = filled + got
+        cut = buffer.rfind(b"\n", filled, end)
+        if cut < 0:
+            filled = end
+            if filled - 1 > MAX_LINE_BYTES:
                 _Body.fail(1, f"is longer than {MAX_LINE_BYTES} bytes: not an entry")
             continue
-        data, carry = b"".join((b"\n", carry, memoryview(block)[:cut])), block[cut:]
-        yield data
+        k = (k + 1) % len(ring)
+        following = ring[k]
+        filled = end - cut
+        following[0] = 10
+        following[1:filled] = memoryview(buffer)[cut + 1 : end]
+        yield memoryview(buffer)[: cut + 1]
+        buffer = following

@@ -6,10 +6,11 @@ so a bad file gets a ValueError naming the file and nothing is allocated before 
 declared sizes are known to fit; every entry is checked against the header (:mod:`._body`:
 scipy silently drops what it does not expect, and crashes on a NUL byte) before scipy's
 parse of it is used; the symmetric triangle is checked and the result becomes a
-:class:`sparsegpu.csr_matrix`. A plain file is parsed by scipy from its path first (what
-crashes the parser is looked for before), then checked from a stream of bounded chunks
-while the parse becomes CSR on another thread: scipy's parser holds the GIL and uses every
-core, the conversion releases it on one. The file is never held whole in memory.
+:class:`sparsegpu.csr_matrix`. A plain file is parsed by scipy from its path (what
+crashes the parser is looked for before) and checked a bounded chunk at a time on one
+thread, from before the parse to after it, while the parse becomes CSR on another: scipy's
+parser holds the GIL and uses every core, the conversion releases it on one. The file is
+never held whole in memory.
 A compressed file is checked while scipy parses it (:func:`_check_while_parsing`).
 """
 
@@ -35,7 +36,7 @@ import scipy.sparse as sp
 from .._files import create_beside
 from ..classes._matrix import csr_array, csr_matrix
 from ..device._cuda import to_host
-from ._body import check_body
+from ._body import INLINE, check_body
 from ._header import MMInfo, bad_file, check_memory, read_header
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.bz2", ".tar")
@@ -45,8 +46,6 @@ _STREAM_ERRORS = (OSError, EOFError, zlib.error, tarfile.TarError)
 # A compressed file or archive member whose text is longer is checked and parsed from
 # its stream (decompressed twice) rather than from one copy in memory.
 _IN_MEMORY_BYTES = 256 << 20
-# Threads converting and checking a plain file after its parse: one converts, then checks.
-_CHECK_WORKERS = min(2, os.cpu_count() or 1)
 
 
 def _compression(path: str):
@@ -194,34 +193,39 @@ def _beside_parser() -> bool:
 
 
 def _parse_then_check(path: str, open_stream, info: MMInfo, convert):
-    """``convert`` of scipy's parse of the plain file ``path``, its entries checked while
-    ``convert`` runs.
+    """``convert`` of scipy's parse of the plain file ``path``, its entries checked from
+    before the parse to after ``convert``.
 
-    scipy's parser holds the GIL and uses every core, so nothing can run beside it; the
-    conversion to CSR releases the GIL on one core, and the check (from a stream of bounded
-    chunks: the file is never held whole in memory) runs beside it, in the same pool, so
-    that the conversion's thread takes chunks too once it is done. What crashes the parser
-    (a NUL byte, a damaged last line without its line end) is looked for first; a parse
-    that fails is reported after the whole check, so a bad entry is named as such.
+    scipy's parser holds the GIL and uses every core; nothing runs beside it. The check
+    (one thread, from a stream of bounded chunks: the file is never held whole in memory)
+    starts first, on the core that the look for what crashes the parser (a NUL byte, a
+    damaged last line without its line end; numpy, which releases the GIL) leaves free,
+    stalls during the parse and goes on beside the conversion to CSR, which releases the
+    GIL on the other core. One checking thread, not two: numpy calls on two threads hand
+    the GIL back and forth more than the second core gives (measured: 0.95-1.3x one
+    thread's throughput). A parse that fails is reported after the whole check, so a bad
+    entry is named as such.
     """
     beside = _beside_parser()
-    checked = _may_crash_the_parser(path, info)
-    if checked:
-        _check_entries(open_stream, info, beside)  # refuses the first bad line: the NUL's
+    pool = concurrent.futures.ThreadPoolExecutor(2)
     try:
-        parsed = _scipy_parse(path, info, functools.partial(_mapped, path))
-    except ValueError:
-        _check_entries(open_stream, info)  # names the line scipy refused, when it can
-        raise
-    if checked:  # every entry passed before the parse: nothing to check beside it
-        return convert(parsed)
-    pool = concurrent.futures.ThreadPoolExecutor(_CHECK_WORKERS)
-    converted = pool.submit(convert, parsed)
-    try:
-        _check_entries(open_stream, info, beside, pool)
+        checking = pool.submit(_check_entries, open_stream, info, beside, INLINE)
+        may_crash = _may_crash_the_parser(path, info)
+        if may_crash:
+            checking.result()  # refuses the first bad line: the NUL's
+        try:
+            parsed = _scipy_parse(path, info, functools.partial(_mapped, path))
+        except ValueError:
+            concurrent.futures.wait([checking])  # its verdict may not name the first line
+            _check_entries(open_stream, info)  # names the line scipy refused, when it can
+            raise
+        if may_crash:  # every entry passed before the parse: nothing to check beside it
+            return convert(parsed)
+        converted = pool.submit(convert, parsed)
+        checking.result()
+        return converted.result()
     finally:
         pool.shutdown(wait=False)  # a bad line is reported now, not after the conversion
-    return converted.result()
 
 
 # Bytes of a plain file mapped at a time to look for what crashes scipy's parser.
@@ -232,8 +236,9 @@ def _may_crash_the_parser(path: str, info: MMInfo) -> bool:
     """Whether the body of ``path`` holds a NUL byte or its last line has no line end: what
     crashes scipy's parser (fast_matrix_market reads past the end of its buffer).
 
-    The file is mapped a window at a time (the page cache's pages, not a copy of them),
-    so that the look costs little more than a memchr.
+    The file is mapped a window at a time (the page cache's pages, not a copy of them);
+    numpy's minimum of each (a little faster than a memchr here) releases the GIL, so that
+    the check started before runs beside it.
     """
     size = os.path.getsize(path)
     if size <= info.header_bytes:
@@ -246,7 +251,10 @@ def _may_crash_the_parser(path: str, info: MMInfo) -> bool:
         for offset in range(first, size, _SCAN_BYTES):
             length = min(_SCAN_BYTES, size - offset)
             with mmap.mmap(file.fileno(), length, offset=offset, access=mmap.ACCESS_READ) as view:
-                if view.find(b"\0", max(0, info.header_bytes - offset)) >= 0:
+                body = np.frombuffer(view, np.uint8)[max(0, info.header_bytes - offset) :]
+                nul = body.min() == 0
+                del body  # the map closes only once no array holds it
+                if nul:
                     return True
     return False
 
