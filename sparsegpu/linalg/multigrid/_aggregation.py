@@ -28,6 +28,7 @@ from ._bridge import (
     CXX_VALUE_TYPES,
     KernelFamily,
     get_kernel,
+    name_expression,
     reducible,
     register_family,
 )
@@ -39,10 +40,10 @@ register_family(
     KernelFamily(
         AGGREGATION,
         tuple(
-            f"{kernel}<{value}, {index}>"
+            name_expression(kernel, value, index)
             for kernel in _VALUE_KERNELS
-            for value in CXX_VALUE_TYPES.values()
-            for index in CXX_INDEX_TYPES.values()
+            for value in CXX_VALUE_TYPES
+            for index in CXX_INDEX_TYPES
         )
         + tuple(f"spread_max<{index}>" for index in CXX_INDEX_TYPES.values()),
     )
@@ -53,10 +54,11 @@ ROW_BLOCK = 256
 def _rows_kernel(name: str, n_rows: int, indptr, data=None):
     """Launch ``name`` of kernels/aggregation.cu over ``n_rows`` rows (a thread a row):
     a function of the kernel's arguments."""
-    types = [CXX_INDEX_TYPES[np.dtype(indptr.dtype)]]
     if data is not None:
-        types.insert(0, CXX_VALUE_TYPES[np.dtype(data.dtype)])
-    kernel = get_kernel(AGGREGATION, f"{name}<{', '.join(types)}>")
+        name = name_expression(name, data.dtype, indptr.dtype)
+    else:  # spread_max: the index type only
+        name = f"{name}<{CXX_INDEX_TYPES[np.dtype(indptr.dtype)]}>"
+    kernel = get_kernel(AGGREGATION, name)
     blocks = max(1, min(-(-n_rows // ROW_BLOCK), 1 << 20))
     return lambda *arguments: kernel((blocks,), (ROW_BLOCK,), arguments)
 

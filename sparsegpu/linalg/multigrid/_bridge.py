@@ -20,7 +20,7 @@ from ...classes._mirrors import reading_internally
 from ...classes._products import galerkin_product, spgemm
 from ...device import _cuda
 from ...device._compile import KernelFamily, get_kernel, register_elementwise, register_family
-from ...device._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES
+from ...device._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES, name_expression
 from ...device._mirror import CUPY, DeviceMatrix
 from .._operator import Operator, as_operator
 from .._vector import step_sources
@@ -40,6 +40,7 @@ __all__ = [
     "cupy_or_none",
     "is_device_array",
     "matrix_from_arrays",
+    "name_expression",
     "reducible",
     "register_elementwise",
     "register_family",
