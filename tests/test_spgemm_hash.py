@@ -17,6 +17,7 @@ import sparsegpu as sg
 from sparsegpu.backends import hash_spgemm, spgemm
 from sparsegpu.backends.hash_spgemm import HASH, GpuSpgemm, table_launch
 from sparsegpu.backends.spgemm import Budget, ResultSink
+from sparsegpu.datasets import synthetic
 from sparsegpu.device import _cuda, _mirror
 from sparsegpu.device._cuda import DeviceInfo
 from sparsegpu.testing import (
@@ -118,6 +119,45 @@ def test_rows_whose_tables_are_in_global_memory(index_dtype):
 
 
 @gpu
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_a_block_per_row_whose_rows_have_fewer_entries_than_its_lanes(index_dtype):
+    """3-D 3 x 3 blocks: rows of up to 81 entries and 6,561 products, a table of 8,192
+    slots and a block of 1,024 threads per row in the symbolic phase (its warps share the
+    row's entries evenly, a few each), a warp and a table of 512 slots (1.25 times the
+    entries) in the numeric phase; and a row of a single entry among them."""
+    S = sp.csr_matrix(synthetic.block_mesh(5, 3, 3, seed=4))
+    S.sum_duplicates()
+    rows = sp.lil_matrix(S)
+    rows[7, :] = 0
+    rows[7, 3] = 2.0
+    S = sp.csr_matrix(rows)
+    bound = int(np.diff(S.indptr).max()) ** 2
+    assert table_launch(hash_spgemm.table_slots(bound), 4, 1, _cuda.device_info()).whole_block
+    _check(_hash_product(S, S, np.float64, index_dtype), S, S, np.float64)
+
+
+@gpu
+@pytest.mark.parametrize("name", [*MATRIX_NAMES, "hub"])
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_total_products_counts_every_product(name, index_dtype):
+    """The products of L @ R (a thread per entry of L, one 64-bit sum) as the host counts
+    them: on the awkward matrices, and with a hub row of 20,000 entries."""
+    if name == "hub":
+        rng = np.random.default_rng(2)
+        S = sp.random(20_000, 20_000, density=5e-4, random_state=rng, format="lil")
+        S[3, :] = 1.0
+        S = sp.csr_matrix(S)
+    else:
+        S = awkward_matrices(np.float64, index_dtype, seed=5)[name]
+    S.sum_duplicates()
+    T = S.T.tocsr()
+    expected = int(np.diff(T.indptr)[S.indices].sum())
+    left = _mirror_of(S, np.float64, index_dtype)
+    right = _mirror_of(T, np.float64, index_dtype)
+    assert ENGINE.total_products(left, right) == expected
+
+
+@gpu
 def test_hash_rows_complete_in_row_blocks_where_their_work_space_does_not_fit(monkeypatch):
     S = random_sparse((400, 400), 0.02, 11, np.float64)
     A = sg.csr_matrix(S)
@@ -192,8 +232,18 @@ def compression(monkeypatch):
         (2000**2, 5.0, 5, np.float64, 5.6, "alg1", False),  # 25 a row: not sampled
         (1000, 27.0, 27, np.float64, 5.6, "alg1", False),  # 729,000 products
         (10**6, 100.0, 5000, np.float64, 5.6, "alg1", False),  # rows of up to 25M products
+        (140_000, 81.0, 81, np.float64, 17.5, HASH, True),  # 3-D 3 x 3 blocks: 6,561 a row
     ],
-    ids=["stencil27", "float32", "no_folding", "complex", "short_rows", "small", "long_rows"],
+    ids=[
+        "stencil27",
+        "float32",
+        "no_folding",
+        "complex",
+        "short_rows",
+        "small",
+        "long_rows",
+        "blocks3_3d",
+    ],
 )
 def test_the_first_products_rule(
     compression, n_rows, mean, longest, dtype, folds, expected, sampled

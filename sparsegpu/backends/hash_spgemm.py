@@ -10,9 +10,9 @@ computes ``C = L @ R`` in two passes over the rows of ``L`` as nsparse does:
    32 lanes of a warp per row for tables of up to :data:`WARP_SLOTS` slots, several rows a
    block, else a block per row; tables too big for shared memory in global memory, a
    table per block that loops over such rows); a scan of the counts gives ``C``'s row offsets;
-3. numeric: rows listed again by their entries (tables of 1.5 times the entries), each
-   row's products summed in its table, the table sorted by column and written: canonical
-   CSR.
+3. numeric: rows listed again by their entries (tables of 1.5 times the entries, 1.25
+   times past 128), each row's products summed in its table, the table sorted by column
+   and written: canonical CSR.
 
 Two host synchronisations (the class counts of the symbolic listing; those of the numeric
 listing with ``C``'s number of entries). Work space: two arrays of ``L``'s rows (bounds,
@@ -46,6 +46,8 @@ BOUND_LANES = 8  # lanes per row of spgemm_hash_bounds (as the kernel's constant
 # up to ROWS_PER_BLOCK warps whose tables take at most WARP_BLOCK_BYTES of shared memory
 # together (a table of 1,024 keys of a symbolic pass is 4 KiB: eight rows a block)
 WARP_SLOTS = 1024
+SLOTS_PER_LANE = 4  # a warp's group of lanes for a table: slots / SLOTS_PER_LANE lanes
+WHOLE_BLOCK_MIN_THREADS = 256  # a block per row: at least this many threads, 1 per 8 slots
 ROWS_PER_BLOCK = 8
 WARP_BLOCK_BYTES = 32 * 1024
 # Shared memory a kernel declares statically (spgemm_hash_count's counters), kept out of
@@ -53,6 +55,8 @@ WARP_BLOCK_BYTES = 32 * 1024
 STATIC_SHARED_BYTES = 1024
 # Rows whose table is in global memory: this many blocks an SM, each with its own table
 GLOBAL_BLOCKS_PER_SM = 2
+# blocks an SM of spgemm_products_total (a grid-stride loop over L's entries)
+TOTAL_BLOCKS_PER_SM = 8
 # the kernels' default dynamic shared memory limit (more needs the function's opt-in)
 DEFAULT_SHARED_BYTES = 48 * 1024
 
@@ -89,7 +93,12 @@ HASH_FAMILY = register_family(
         tuple(
             _index_kernel(template, index)
             for index in CXX_INDEX_TYPES
-            for template in ("spgemm_hash_bounds", "spgemm_hash_classes", "spgemm_hash_bin")
+            for template in (
+                "spgemm_hash_bounds",
+                "spgemm_products_total",
+                "spgemm_hash_classes",
+                "spgemm_hash_bin",
+            )
         )
         + tuple(
             kernel(index, lanes, whole)
@@ -125,12 +134,14 @@ def table_launch(slots: int, slot_bytes: int, rows: int, device) -> TableLaunch:
     """The launch of ``rows`` rows whose tables have ``slots`` slots of ``slot_bytes``."""
     table = slots * slot_bytes
     if slots <= WARP_SLOTS and table <= WARP_BLOCK_BYTES:
-        lanes = min(32, max(8, slots // 4))  # 32 slots: 8 lanes, 64: 16, more: a warp
+        # 32 slots: 8 lanes, 64: 16, more: a warp (SLOTS_PER_LANE 4)
+        lanes = min(32, max(8, slots // SLOTS_PER_LANE))
         most = ROWS_PER_BLOCK * 32 // lanes
         groups = max(1, min(most, WARP_BLOCK_BYTES // table, rows))
         return TableLaunch(lanes, False, lanes * groups, -(-rows // groups), groups * table)
     if table <= device.shared_memory_per_block_optin - STATIC_SHARED_BYTES:
-        return TableLaunch(32, True, min(1024, max(256, slots // 8)), rows, table)
+        threads = min(1024, max(WHOLE_BLOCK_MIN_THREADS, slots // 8))
+        return TableLaunch(32, True, threads, rows, table)
     grid = min(rows, GLOBAL_BLOCKS_PER_SM * device.multiprocessors)
     return TableLaunch(32, True, 1024, grid, 0, slots)
 
@@ -356,11 +367,13 @@ def sampled_compression(left, right, bound: int) -> float | None:
 # 5-point stencils, which ALG1 wins once our path around it is as lean as cupyx's.)
 HASH_MIN_PRODUCTS = 14_000_000
 HASH_MIN_ROW_PRODUCTS = 230
-# ... and at most this many a row on average: on 3-D 3 x 3 block matrices (81 entries a
-# row, 6,561 products a row; issue 47's classes, H200) hash rows took 35.3 ms where ALG1
-# took 30.6, where they won 5.6x at 724 a row (2-D 3 x 3 blocks) and 3.5x at 729 (3-D
-# 27-point stencil): the geometric mean of 729 and 6,561
-HASH_MAX_MEAN_ROW_PRODUCTS = 2_187
+# (Until issue 47's third round hash rows also took at most 2,187 products a row on
+# average: on the fit set's 3-D 3 x 3 blocks, blocks3_3d_36 (81 entries and 6,561 products
+# a row), they took 35.3 ms where ALG1 took 30.6. That loss was a block per row whose 32
+# warps took the row's entries 32 at a time, three of them busy, and numeric tables of 1.5
+# times the entries doubled to 1,024 slots; with the entries shared over the warps and
+# tables of 1.25 times past 128 entries they take 21.1 ms there (ALG1 30.2, H200), and no
+# fit matrix bounds the products a row from above any more.)
 HASH_MIN_COMPRESSION = 4.4
 HASH_MAX_ROW_PRODUCTS = 16_384
 HASH_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
@@ -392,8 +405,7 @@ class GpuSpgemm(CusparseSpgemm):
         takes = " and ".join(map(str, HASH_DTYPES))
         return algorithm, (
             f"rule: {measures}: cuSPARSE ALG1 (hash rows take {takes} products of >= "
-            f"{HASH_MIN_PRODUCTS:,} products, {HASH_MIN_ROW_PRODUCTS}-"
-            f"{HASH_MAX_MEAN_ROW_PRODUCTS:,} a row on average, "
+            f"{HASH_MIN_PRODUCTS:,} products, >= {HASH_MIN_ROW_PRODUCTS} a row on average, "
             f"<= {HASH_MAX_ROW_PRODUCTS:,} a row, >= {HASH_MIN_COMPRESSION} an entry)"
         )
 
@@ -408,7 +420,7 @@ class GpuSpgemm(CusparseSpgemm):
         products = int(left.nnz * (right.nnz / right.shape[0] if right.shape[0] else 0.0))
         per_row = products / max(left.shape[0], 1)
         takes = left.dtype in HASH_DTYPES and products >= HASH_MIN_PRODUCTS
-        takes = takes and HASH_MIN_ROW_PRODUCTS <= per_row <= HASH_MAX_MEAN_ROW_PRODUCTS
+        takes = takes and per_row >= HASH_MIN_ROW_PRODUCTS
         bound = left.longest_row * right.longest_row if takes else None
         if takes and bound > HASH_MAX_ROW_PRODUCTS:  # a recorded bound: the exact one
             bound = left.row_stats.max * right.row_stats.max
@@ -429,17 +441,18 @@ class GpuSpgemm(CusparseSpgemm):
         return super()._count(left, right, algorithm, budget)
 
     def total_products(self, left, right) -> int:
-        # the listing's bounds kernel (a row's products, summed by 8 lanes) and one sum:
-        # no array of nnz(L) entries, where a row's products fit in the index type
-        most = left.longest_row * right.longest_row
-        if not left.nnz or most > np.iinfo(left.index_dtype).max:
-            return super().total_products(left, right)
-        m = left.shape[0]
-        bounds = _cuda.cupy_or_none().empty(m, dtype=left.index_dtype)
-        grid = -(-m * BOUND_LANES // BLOCK)
-        name = _index_kernel("spgemm_hash_bounds", left.index_dtype)
-        _launch(name, grid, BLOCK, (left.indptr, left.indices, right.indptr, m, bounds))
-        return int(bounds.sum(dtype=np.int64))
+        # a thread per entry of L summing the lengths of the R rows it selects into one
+        # 64-bit counter (one kernel, one transfer): no array of nnz(L) entries, and no
+        # row's group of lanes walking a hub row of R-MAT alone (0.7 ms on scale 17,
+        # where the whole first product took 0.4 ms longer than cupyx's)
+        if not left.nnz:
+            return 0
+        cupy = _cuda.cupy_or_none()
+        total = cupy.zeros(1, dtype=np.uint64)
+        grid = min(-(-left.nnz // BLOCK), TOTAL_BLOCKS_PER_SM * _cuda.device_info().multiprocessors)
+        name = _index_kernel("spgemm_products_total", left.index_dtype)
+        _launch(name, grid, BLOCK, (left.indices, left.nnz, right.indptr, total))
+        return int(total.get()[0])
 
     def result_nnz(self, left, right, budget: Budget) -> int:
         # the hash rows' symbolic pass on the operands as they are (int32: the fast

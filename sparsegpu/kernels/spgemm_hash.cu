@@ -5,6 +5,7 @@
 //
 // spgemm_hash_bounds   each row's upper bound of C's entries: the sum of the lengths of
 //                      the rows of B that the row's entries select (its products);
+// spgemm_products_total all the rows' products summed (a thread per entry of A);
 // spgemm_hash_classes  rows counted by the table their size needs (class c: 2^c slots,
 //                      at least 2^MIN_CLASS; class 0: rows with nothing to compute);
 // spgemm_hash_bin      rows listed class by class (order within a class arbitrary);
@@ -22,6 +23,7 @@
 // time; its table in shared memory, or, for rows whose table does not fit there, a block's
 // slice of a table in global memory passed as global_keys / global_values, the block
 // looping over rows). Within a group each warp takes LANES of the row's entries at a time
+// (a whole block's warps fewer, shared evenly, where the row has fewer than LANES a warp)
 // and spreads their products evenly over its lanes (a scan of the B row lengths, then each
 // lane finds its product's entry by a binary search over the scan), so rows of short and of
 // long B rows keep every lane busy. Tables probe linearly from the top bits of
@@ -38,6 +40,7 @@
 constexpr int MIN_CLASS = 5;   // the smallest table: 32 slots (one per lane of a warp)
 constexpr int CLASSES = 64;    // classes counted (2^63 slots: never reached)
 constexpr unsigned HASH_SCALE = 2654435769u;  // 2^32 / golden ratio (Knuth)
+constexpr long long HALF_MORE_UP_TO = 128;
 
 template <typename Index>
 struct unsigned_of;
@@ -61,11 +64,14 @@ __device__ __forceinline__ long long atomic_cas_index(long long* p, long long ex
 }
 
 // The class of a row of `size` (its bound or its entries): the table of at least `need`
-// slots, need = min(size, cap), and half as much again when `half` (a lower load factor).
+// slots, need = min(size, cap), and half as much again when `half` (a lower load factor;
+// a quarter as much again past HALF_MORE_UP_TO entries, where a table of 1.5 times the
+// entries would often double to the next power of two and the sort that writes the row
+// costs more than the longer probes of a fuller table).
 __device__ __forceinline__ int table_class(long long size, long long cap, int half) {
     long long need = size < cap ? size : cap;
     if (half) {
-        need += need >> 1;
+        need += need > HALF_MORE_UP_TO ? need >> 2 : need >> 1;
     }
     if (need <= 0) {
         return 0;
@@ -123,6 +129,28 @@ __global__ void spgemm_hash_bounds(const Index* __restrict__ a_indptr,
     }
     if (row < n_rows && lane == 0) {
         bounds[row] = sum;
+    }
+}
+
+// The products of L @ R summed into *total: a thread per entry of L (grid-stride), so that
+// a row of many entries (R-MAT's hubs) does not hold up one group of lanes the whole time.
+template <typename Index>
+__global__ void spgemm_products_total(const Index* __restrict__ a_indices, long long nnz,
+                                      const Index* __restrict__ b_indptr,
+                                      unsigned long long* __restrict__ total) {
+    unsigned long long sum = 0;
+    for (long long j = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; j < nnz;
+         j += static_cast<long long>(gridDim.x) * blockDim.x) {
+        const Index column = __ldg(a_indices + j);
+        sum += static_cast<unsigned long long>(__ldg(b_indptr + column + 1) -
+                                               __ldg(b_indptr + column));
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        sum += __shfl_xor_sync(FULL_WARP, sum, offset);
+    }
+    if ((threadIdx.x & 31) == 0 && sum) {
+        atomicAdd(total, sum);
     }
 }
 
@@ -204,13 +232,21 @@ __device__ __forceinline__ void for_each_product(Index a_start, Index a_end,
     const int lane = static_cast<int>(threadIdx.x) & (LANES - 1);
     const int warp = WHOLE_BLOCK ? static_cast<int>(threadIdx.x >> 5) : 0;
     const int warps = WHOLE_BLOCK ? static_cast<int>(blockDim.x >> 5) : 1;
-    for (Index base = a_start + static_cast<Index>(warp) * LANES; base < a_end;
-         base += static_cast<Index>(warps) * LANES) {
+    // entries a warp takes at a time: LANES, or, in a block whose warps would not all get
+    // LANES, the entries shared evenly over the warps (a row of 81 entries keeps 27 warps
+    // busy, not 3)
+    Index chunk = LANES;
+    if (WHOLE_BLOCK) {
+        const Index even = (a_end - a_start + warps - 1) / warps;
+        chunk = even < 1 ? 1 : (even < LANES ? even : LANES);
+    }
+    for (Index base = a_start + static_cast<Index>(warp) * chunk; base < a_end;
+         base += static_cast<Index>(warps) * chunk) {
         const Index j = base + lane;
         Index start = 0;
         Index length = 0;
         Value a = value_zero<Value>();
-        if (j < a_end) {
+        if (lane < chunk && j < a_end) {
             const Index column = __ldg(a_indices + j);
             start = __ldg(b_indptr + column);
             length = __ldg(b_indptr + column + 1) - start;

@@ -1,0 +1,194 @@
+"""Where the hash rows' first product spends its time, kernel by kernel (issue 47).
+
+For the fit matrices of ``spgemm_first --mode calls`` (``--only`` to choose): one forced
+``hash`` product of a new pattern in a warm process, each launch of
+``backends/hash_spgemm.py`` bracketed by CUDA events and each host synchronisation
+(``_classes``) and scan timed on the host, beside the wall clock of the whole product, of
+``alg1`` and of cupyx's product.
+
+Usage (on a GPU machine)::
+
+    python -m benchmarks.experiments.spgemm_hash_kernels --out FILE.json [--only NAME,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+import time
+
+import numpy as np
+import scipy.sparse as sp
+
+import sparsegpu as sg
+from benchmarks import spgemm_first
+from sparsegpu.backends import hash_spgemm
+from sparsegpu.device import _cuda
+
+FIRST = spgemm_first
+
+
+def traced_product(A, cupy) -> tuple[float, list]:
+    """Wall milliseconds of one forced hash product of ``A @ A`` and its launches'
+    ``(what, milliseconds)``."""
+    records = []
+    original_launch = hash_spgemm._launch
+    original_classes = hash_spgemm._classes
+
+    def launch(name, grid, block, arguments, shared_bytes=0):
+        start, end = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record()
+        original_launch(name, grid, block, arguments, shared_bytes)
+        end.record()
+        records.append((f"{name} grid={grid} block={block} shared={shared_bytes}", start, end))
+
+    def classes(counts):
+        begin = time.perf_counter()
+        out = original_classes(counts)
+        records.append((f"_classes (host wait) {out}", (time.perf_counter() - begin) * 1e3))
+        return out
+
+    hash_spgemm._launch, hash_spgemm._classes = launch, classes
+    try:
+        cupy.cuda.Device().synchronize()
+        begin = time.perf_counter()
+        sg.spgemm(A, A, algorithm="hash")
+        cupy.cuda.Device().synchronize()
+        wall = (time.perf_counter() - begin) * 1e3
+    finally:
+        hash_spgemm._launch, hash_spgemm._classes = original_launch, original_classes
+    out = []
+    for record in records:
+        if len(record) == 2:
+            out.append(record)
+        else:
+            out.append((record[0], cupy.cuda.get_elapsed_time(record[1], record[2])))
+    return wall, out
+
+
+def set_variant(variant: str) -> None:
+    """Set hash_spgemm's constants as ``NAME=VALUE,NAME=VALUE`` says."""
+    for setting in filter(None, variant.split(",")):
+        key, value = setting.split("=")
+        setattr(hash_spgemm, key, int(value))
+
+
+def profile_first(name, build, dtype, cupy, cupyx_sparse) -> None:
+    """cProfile of one first ``A @ A`` (the rule's choice) beside cupyx's wall clock."""
+    import cProfile
+    import io
+    import pstats
+
+    S = sp.csr_matrix(build())
+    S.sum_duplicates()
+    _, base, identity, Acx = FIRST.call_operands("", name, S, dtype, cupyx_sparse)
+    A = FIRST.fresh_sg(base, identity)
+    A @ A
+    FIRST.fresh_cupyx(Acx, cupyx_sparse) @ FIRST.fresh_cupyx(Acx, cupyx_sparse)
+    ours, theirs = [], []
+    for _ in range(3):
+        A = FIRST.fresh_sg(base, identity)
+        ours.append(FIRST.wall_ms(lambda A=A: A @ A, cupy)[0])
+        B = FIRST.fresh_cupyx(Acx, cupyx_sparse)
+        theirs.append(FIRST.wall_ms(lambda B=B: B @ B, cupy)[0])
+    print(f"{name}: first {np.median(ours):.2f} ms, cupyx {np.median(theirs):.2f} ms")
+    for label, make in (
+        ("ours", lambda: FIRST.fresh_sg(base, identity)),
+        ("cupyx", lambda: FIRST.fresh_cupyx(Acx, cupyx_sparse)),
+    ):
+        M = make()
+        profiler = cProfile.Profile()
+        cupy.cuda.Device().synchronize()
+        profiler.enable()
+        M @ M
+        cupy.cuda.Device().synchronize()
+        profiler.disable()
+        out = io.StringIO()
+        pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(14)
+        print(label, out.getvalue()[-2800:])
+    cupy.get_default_memory_pool().free_all_blocks()
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=pathlib.Path)
+    parser.add_argument("--only", default="stencil3d7_120,powerlaw_1500k,blocks3_3d_36")
+    parser.add_argument("--dtype", default="float64")
+    parser.add_argument(
+        "--variants",
+        default="SLOTS_PER_LANE=4",
+        help="';'-separated settings of hash_spgemm's constants, each 'NAME=VALUE,...'",
+    )
+    parser.add_argument("--profile", default="", help="names whose first A @ A is profiled")
+    args = parser.parse_args(argv)
+    reason = _cuda.unavailable_reason()
+    if reason is not None:
+        print(f"needs a GPU ({reason})", file=sys.stderr)
+        return 2
+    cupy = _cuda.cupy_or_none()
+    import cupyx.scipy.sparse as cupyx_sparse
+
+    dtype = np.dtype(args.dtype)
+    rows = []
+    for group, name, build in FIRST.call_matrices(cupy):
+        if name in args.profile.split(","):
+            profile_first(name, build, dtype, cupy, cupyx_sparse)
+        if name not in args.only.split(","):
+            continue
+        S = sp.csr_matrix(build())
+        S.sum_duplicates()
+        row, base, identity, Acx = FIRST.call_operands(group, name, S, dtype, cupyx_sparse)
+        reference = FIRST.fresh_cupyx(Acx, cupyx_sparse) @ FIRST.fresh_cupyx(Acx, cupyx_sparse)
+        variants = args.variants.split(";")
+        walls = {"alg1": [], "cupyx": [], **{f"hash{v}": [] for v in variants}}
+        traces = {}
+        for variant in variants:
+            set_variant(variant)
+            A = FIRST.fresh_sg(base, identity)
+            C = sg.spgemm(A, A, algorithm="hash").tocsr()  # compiles; checked
+            same = C.nnz == reference.nnz and bool(
+                (cupy.asarray(C.indices) == reference.indices).all()
+            )
+            error = float(abs(cupy.asarray(C.data) - reference.data).max()) if same else None
+            print(
+                f"{name} spl={variant}: nnz {C.nnz} vs {reference.nnz}, same pattern {same}, "
+                f"max |diff| {error}"
+            )
+            row[f"check{variant}"] = [same, error]
+            del C
+        sg.spgemm(FIRST.fresh_sg(base, identity), FIRST.fresh_sg(base, identity), algorithm="alg1")
+        for _ in range(3):
+            for variant in variants:
+                set_variant(variant)
+                A = FIRST.fresh_sg(base, identity)
+                traces[variant] = traced_product(A, cupy)[1]
+                A = FIRST.fresh_sg(base, identity)
+                walls[f"hash{variant}"].append(
+                    FIRST.wall_ms(lambda A=A: sg.spgemm(A, A, algorithm="hash"), cupy)[0]
+                )
+            A = FIRST.fresh_sg(base, identity)
+            walls["alg1"].append(
+                FIRST.wall_ms(lambda A=A: sg.spgemm(A, A, algorithm="alg1"), cupy)[0]
+            )
+            B = FIRST.fresh_cupyx(Acx, cupyx_sparse)
+            walls["cupyx"].append(FIRST.wall_ms(lambda B=B: B @ B, cupy)[0])
+        set_variant(variants[0])
+        row.update({f"{k}_ms": float(np.median(v)) for k, v in walls.items()})
+        row["trace"] = {str(k): v for k, v in traces.items()}
+        rows.append(row)
+        print(f"{name} {dtype}: " + ", ".join(f"{k} {row[k + '_ms']:.2f}" for k in walls))
+        for variant, trace in traces.items():
+            print(f"  {variant}:")
+            for what, ms in trace:
+                if ms > 0.05:
+                    print(f"   {ms:8.3f}  {what}")
+        cupy.get_default_memory_pool().free_all_blocks()
+        if args.out:
+            args.out.write_text(json.dumps({"rows": rows}, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
