@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import _compile, _cuda
+from ._launch import CXX_INDEX_TYPES
 
 
 @dataclass(frozen=True)
@@ -200,12 +201,11 @@ def rows_rise_on_device(indptr, indices, xp) -> bool:
 
 def _cxx_index(array) -> str:
     """The C++ index type of a contiguous int32 or int64 device array (the kernels'
-    ``Index``)."""
-    if array.dtype == np.int32:
-        return "int"
-    if array.dtype == np.int64:
-        return "long long"
-    raise TypeError(f"index arrays must be int32 or int64, got {array.dtype}")
+    ``Index``, as ``_launch.CXX_INDEX_TYPES`` names it)."""
+    name = CXX_INDEX_TYPES.get(np.dtype(array.dtype))
+    if name is None:
+        raise TypeError(f"index arrays must be int32 or int64, got {array.dtype}")
+    return name
 
 
 def _launch_stats(name: str, n: int, arguments) -> None:
