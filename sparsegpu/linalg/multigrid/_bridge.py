@@ -22,6 +22,7 @@ from ...device import _cuda
 from ...device._compile import KernelFamily, get_kernel, register_elementwise, register_family
 from ...device._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES, name_expression
 from ...device._mirror import CUPY, DeviceMatrix
+from ...engine import _planning
 from .._operator import Operator, as_operator
 from .._vector import step_sources
 
@@ -62,9 +63,14 @@ def is_device_array(a) -> bool:
 
 
 def where_computes(A):
-    """numpy or cupy: where the products of the sparsegpu matrix ``A`` run (its plan's
-    module: a GPU backend's, or the host for ``scipy``)."""
-    return as_operator(A, A.dtype, np).xp
+    """numpy or cupy: where the products of the sparsegpu matrix ``A`` run (the module of
+    the backend its products would take: a GPU backend's, or the host for ``scipy``).
+
+    Read from selection's estimate, which is where an operator made without a
+    right-hand side runs; no plan is made (a BSR matrix's plan built its block layout on
+    the device, only for the matrix to be converted to CSR: part of the 22 ms an
+    elasticity set-up spent before its first phase)."""
+    return _planning.estimate(A).implementation.residence.xp
 
 
 def canonical(A):
