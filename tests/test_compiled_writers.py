@@ -136,6 +136,25 @@ def test_an_unchanged_exposure_costs_one_check(backend, monkeypatch):
     assert len(prints) == 2
 
 
+def test_reading_a_blocksize_hands_nothing_out(backend, monkeypatch):
+    """A BSR matrix's ``blocksize`` is read from its blocks' shape (scipy reads
+    ``self.data.shape``, which handed the buffer out and made every later product
+    fingerprint it); a write through ``data`` is still seen."""
+    S = sp.random(60, 60, density=0.2, format="csr", random_state=8)
+    A = sg.bsr_matrix(S, blocksize=(3, 3))
+    x = np.ones(60)
+    y = sg.matvec(A, x, backend=backend)
+    prints = []
+    fingerprint = _host_buffers.fingerprint
+    monkeypatch.setattr(_host_buffers, "fingerprint", lambda a: prints.append(1) or fingerprint(a))
+    for _ in range(3):
+        assert A.blocksize == (3, 3)
+        sg.matvec(A, x, backend=backend)
+    assert prints == []
+    A.data[...] *= 2.0
+    assert np.allclose(sg.matvec(A, x, backend=backend), 2.0 * y)
+
+
 def test_solver_products_check_nothing(backend, monkeypatch):
     S = sp.random(80, 80, density=0.05, format="csr", random_state=6)
     A = sg.csr_matrix(S @ S.T + sp.identity(80) * 8)

@@ -596,13 +596,17 @@ class _SparseGPUMixin:
         stored = _sparse_dispatch.multiply(self, other)
         if stored is not None:  # computed on the GPU: kept there
             return type(self)._sg_on_device(stored, (self.shape[0], other.shape[1]), self)
-        return self._sg_adopt(super()._matmul_sparse(other))
+        with reading_internally():  # scipy's product reads both and makes new arrays
+            product = super()._matmul_sparse(other)
+        return self._sg_adopt(product)
 
     def _mul_sparse_matrix(self, other):  # scipy < 1.13
         stored = _sparse_dispatch.multiply(self, other)
         if stored is not None:
             return type(self)._sg_on_device(stored, (self.shape[0], other.shape[1]), self)
-        return self._sg_adopt(super()._mul_sparse_matrix(other))
+        with reading_internally():
+            product = super()._mul_sparse_matrix(other)
+        return self._sg_adopt(product)
 
     # Python calls a reflected operator of the right operand first when its class is a
     # subclass of the left operand's and overrides it: ``S + A`` for a scipy S of A's
@@ -691,6 +695,17 @@ class _BSRMixin(_SparseGPUMixin):
 
     def _sg_layout(self):
         return self.shape, False
+
+    @property
+    def blocksize(self) -> tuple:
+        """``(R, C)``, the shape of a block (scipy's; read from the stored blocks' shape,
+        which hands none of their values out: scipy reads ``self.data.shape``, which
+        exposed the buffer and made every later product of the matrix fingerprint it)."""
+        data = self.__dict__.get("data")
+        if data is None:
+            with reading_internally():
+                return super().blocksize
+        return data.shape[1:]
 
     # A @ B with a BSR left operand is scipy's (a BSR result for a BSR B, as scipy gives):
     # sparsegpu's SpGEMM engines multiply CSR mirrors.

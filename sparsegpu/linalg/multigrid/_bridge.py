@@ -81,7 +81,8 @@ def canonical(A):
     elif A.format == "bsr" and where_computes(A) is not np:
         A = _csr_of_blocks(A)
     elif A.format != "csr":
-        A = A.tocsr()
+        with reading_internally():  # the conversion copies: nothing handed out
+            A = A.tocsr()
     if where_computes(A) is not np:  # checked on the device mirror (kept as a mark)
         mirror = A._sg_mirror(CUPY, A.dtype)
         if spgemm_canonical(mirror) is mirror:
@@ -110,7 +111,8 @@ def csr_arrays(A, xp):
     """``(indptr, indices, data)`` of the canonical CSR matrix ``A`` in ``xp`` (the
     device mirror's arrays on the GPU: uploaded once, shared with A's products)."""
     if xp is np:
-        return A.indptr, A.indices, A.data
+        with reading_internally():  # multigrid reads them and writes none: nothing exposed
+            return A.indptr, A.indices, A.data
     mirror = A._sg_mirror(CUPY, A.dtype)
     return mirror.indptr, mirror.indices, mirror.data
 
@@ -120,7 +122,8 @@ def matrix_from_arrays(indptr, indices, data, shape, like):
     ``like``'s backend choice; on the GPU it stays there (host arrays made on first read)."""
     shape = (int(shape[0]), int(shape[1]))
     if not _cuda.is_cupy_array(data):
-        matrix = csr_matrix((data, indices, indptr), shape=shape)
+        with reading_internally():  # scipy's format check reads arrays multigrid made
+            matrix = csr_matrix((data, indices, indptr), shape=shape)
         return like._sg_inherit(matrix)
     index_dtype = indptr.dtype
     stored = DeviceMatrix(data, indices.astype(index_dtype, copy=False), indptr, shape, CUPY)
