@@ -418,7 +418,7 @@ def test_set_up_and_update_of_a_bsr_matrix_hand_no_array_out(monkeypatch):
     the set-up and an update read its blocksize, convert it and multiply without handing
     an array out, so no product fingerprints it (a CRC-32 of every array, 12-17 ms of an
     elasticity 24^3 set-up and of its update on an H200, where the set-up's phases took
-    54 ms). A write after them is still seen."""
+    54 ms). A write into A after them is still seen."""
     from sparsegpu.classes import _mirrors
 
     made = []
@@ -433,7 +433,7 @@ def test_set_up_and_update_of_a_bsr_matrix_hand_no_array_out(monkeypatch):
     new @ x
     ml.update(new)
     assert A.blocksize == (2, 2) and not made, "the set-up or update handed arrays out"
-    A_host.data[...] *= 3.0  # the user's original shares A's arrays: a write through it
+    A.data[...] *= 3.0
     assert np.allclose(A @ x, 3.0 * y)
 
 
@@ -499,6 +499,38 @@ def test_gpu_spectral_radius_matches_the_host_loop(cupy, dtype):
     exact = spl.eigsh(sp.diags(d_inv_sqrt) @ A @ sp.diags(d_inv_sqrt), k=1)[0][0]
     assert 0.9 * exact <= host <= exact * (1 + 1e-12)
     assert 0.9 * exact <= device <= exact * (1 + 1e-12)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+@pytest.mark.parametrize("n_side", [7, 120])  # one block of a step's reduction; 57 blocks
+def test_gpu_lanczos_coefficients_equal_the_host_twins(cupy, dtype, n_side):
+    """kernels/lanczos.cu's steps (their own reductions over the blocks' parts) give the
+    host loop's coefficients from the same start vector, and the same on a second run."""
+    import cupyx.scipy.sparse as cupy_sparse
+
+    from sparsegpu.linalg.multigrid._smoothing import _lanczos_device, _lanczos_host
+
+    complex_ = np.dtype(dtype).kind == "c"
+    A = (anisotropic(n_side) * (1 + 1j if complex_ else 1)).astype(dtype)
+    A = ((A + A.conj().T) / 2).tocsr()
+    real = np.empty(0, dtype=dtype).real.dtype
+    d = (1 / np.sqrt(np.abs(A.diagonal()))).astype(real)
+    rng = np.random.default_rng(5)
+    v = rng.standard_normal(A.shape[0]) + (1j * rng.standard_normal(A.shape[0]) if complex_ else 0)
+    v = (v / np.linalg.norm(v)).astype(dtype)
+    host = _lanczos_host(lambda x: A @ x, v, d, 12)
+    A_device = cupy_sparse.csr_matrix(A)
+
+    def device_run():
+        return _lanczos_device(lambda x: A_device @ x, cupy.asarray(v), cupy.asarray(d), 12)
+
+    device = device_run()
+    tolerance = 2e-3 if real == np.float32 else 1e-9
+    for ours, theirs in zip(device, host, strict=True):
+        assert np.allclose(ours, theirs, rtol=tolerance, atol=tolerance * abs(theirs).max())
+    again = device_run()
+    assert all(np.array_equal(a, b) for a, b in zip(again, device, strict=True))
 
 
 @pytest.mark.gpu

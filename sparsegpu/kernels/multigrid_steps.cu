@@ -46,20 +46,4 @@ __device__ void chebyshev(T b, T ax, T dinv, double a, double c, T& d, T& x) {
   d = (T)a * d + (T)c * dinv * (b - ax); x += d;
 }
 
-// w = d y - alpha v - beta p: Lanczos' three-term recurrence on D^-1/2 A D^-1/2 (the
-// spectral-radius estimate of _smoothing.spectral_radius; y = A u, u = d v, d = D^-1/2),
-// alpha and beta (real, V) read from the device where the step before left them
-// (one-element arrays), so the steps queue without a host read
-template <typename T, typename V>
-__device__ void lanczos_recurrence(T y, V d, T v, T p, V alpha, V beta, T& w) {
-  w = d * y - alpha * v - beta * p;
-}
-
-// p = v, v = w / beta (w itself once beta is 0: the Krylov space has ended), u = d v: the
-// next product's input
-template <typename T, typename V>
-__device__ void lanczos_advance(T w, V d, V beta, T& p, T& v, T& u) {
-  p = v; v = beta == (V)0 ? w : w / beta; u = d * v;
-}
-
 }  // namespace multigrid_steps

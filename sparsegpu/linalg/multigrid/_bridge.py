@@ -20,7 +20,7 @@ from ...classes._mirrors import reading_internally
 from ...classes._products import galerkin_product, spgemm
 from ...device import _cuda
 from ...device._compile import KernelFamily, get_kernel, register_elementwise, register_family
-from ...device._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES, name_expression
+from ...device._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES, KernelLaunch, name_expression
 from ...device._mirror import CUPY, DeviceMatrix
 from ...engine import _planning
 from .._operator import Operator, as_operator
@@ -32,6 +32,7 @@ __all__ = [
     "CXX_INDEX_TYPES",
     "CXX_VALUE_TYPES",
     "KernelFamily",
+    "KernelLaunch",
     "Operator",
     "as_operator",
     "canonical",
