@@ -77,6 +77,7 @@ def pieces(ml, update, cupy) -> dict:
     after; inclusive of the pieces it calls)."""
     import functools
 
+    from sparsegpu.engine import _planning, _sparse_planning
     from sparsegpu.linalg.multigrid import _aggregation, _hierarchy, _setup, _smoothing
 
     targets = [
@@ -87,6 +88,9 @@ def pieces(ml, update, cupy) -> dict:
         (_aggregation, "jacobi_smoothing"), (_hierarchy, "coarse_inverse"),
         (_hierarchy, "prepare_smoother"), (_hierarchy, "_square_input"),
         (_hierarchy.AMGHierarchy, "_check_pattern"), (_smoothing, "_ritz_top"),
+        (_smoothing, "_lanczos_device"), (_planning, "select"), (_planning, "with_plan"),
+        (_planning, "from_memory"), (_planning, "plan_on"),
+        (_sparse_planning, "multiply_sparse"),
     ]  # fmt: skip
     totals: dict = {}
     saved = []
