@@ -23,9 +23,8 @@ import numpy as np
 import scipy.sparse as sp
 
 import sparsegpu as sg
-from benchmarks import spgemm_first
+from benchmarks import common, spgemm_first
 from sparsegpu.backends import hash_spgemm
-from sparsegpu.device import _cuda
 
 FIRST = spgemm_first
 
@@ -123,11 +122,9 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--profile", default="", help="names whose first A @ A is profiled")
     args = parser.parse_args(argv)
-    reason = _cuda.unavailable_reason()
-    if reason is not None:
-        print(f"needs a GPU ({reason})", file=sys.stderr)
+    cupy = common.require_gpu()
+    if cupy is None:
         return 2
-    cupy = _cuda.cupy_or_none()
     import cupyx.scipy.sparse as cupyx_sparse
 
     dtype = np.dtype(args.dtype)
