@@ -161,3 +161,25 @@ def test_every_layer_computes_the_product(layers, form):
     row = layers.run_dtype("random", form, S, np.float64, 3, cupy, cupyx_sparse, lambda _: None)
     assert row["disagreements"] == {}
     assert {f"{k}_ms" for k in layers.LAYERS if k != "cusparse_alg1"} <= set(row)
+
+
+def _fake_call(group, name, nnz, first, cupyx, galerkin=1.0, cupyx_galerkin=1.2):
+    return {"set": group, "matrix": name, "nnz": nnz, "first_ms": first,
+            "cupyx_first_ms": cupyx, "galerkin_first_ms": galerkin,
+            "cupyx_galerkin_first_ms": cupyx_galerkin}  # fmt: skip
+
+
+def test_calls_summary_is_set_by_set_and_shows_a_tie_under_one():
+    from benchmarks import spgemm_first
+
+    rows = [
+        _fake_call("fit", "a", 600_000, 1.0, 4.0),
+        _fake_call("heldout", "b", 600_000, 46.37, 46.28),  # 0.998x: not 1.00x
+        _fake_call("heldout", "c", 600_000, 1.0, 4.0, 2.0, 2.0),
+        _fake_call("heldout", "small", 1_000, 1.0, 0.5),  # under 0.5M: not in the first's
+        {"set": "heldout", "matrix": "broken", "error": "x"},
+    ]
+    held, fit = [line for line in spgemm_first.calls_summary(rows) if line]
+    assert held.startswith("Held out") and "min 0.998x" in held and "geomean 2.00x" in held
+    assert "P.T @ A @ P: min 1.000x" in held  # every held-out matrix's Galerkin product
+    assert fit.startswith("Fit") and "min 4.000x, geomean 4.00x" in fit
