@@ -30,6 +30,7 @@ from ._bridge import (
     KernelLaunch,
     cupy_or_none,
     get_kernel,
+    name_expression,
     register_elementwise,
     register_family,
     step_sources,
@@ -47,7 +48,7 @@ _LANCZOS_KERNELS = ("lanczos_alpha", "lanczos_recurrence", "lanczos_advance")
 register_family(
     KernelFamily(
         LANCZOS,
-        tuple(f"{k}<{value}>" for k in _LANCZOS_KERNELS for value in CXX_VALUE_TYPES.values()),
+        tuple(name_expression(k, value) for k in _LANCZOS_KERNELS for value in CXX_VALUE_TYPES),
     )
 )
 LANCZOS_BLOCK = 256
@@ -197,7 +198,7 @@ def _lanczos_device(matvec, v, d_inv_sqrt, steps: int):
 def _launch(name: str, dtype, arguments) -> KernelLaunch:
     """A launch of ``name<T>`` (T: ``dtype``'s C++ type) of kernels/lanczos.cu on these
     arguments (strings: the slots each call fills)."""
-    kernel = get_kernel(LANCZOS, f"{name}<{CXX_VALUE_TYPES[np.dtype(dtype)]}>")
+    kernel = get_kernel(LANCZOS, name_expression(name, dtype))
     return KernelLaunch(kernel, LANCZOS_BLOCK, arguments)
 
 
