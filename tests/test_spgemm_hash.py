@@ -104,11 +104,18 @@ def test_an_empty_result_from_operands_with_entries(dtype, index_dtype):
 
 
 @gpu
+@pytest.mark.parametrize("dense", [False, True], ids=["tables", "dense"])
 @pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=lambda d: np.dtype(d).name)
-def test_rows_whose_tables_are_in_global_memory(index_dtype):
+def test_rows_whose_tables_are_in_global_memory(index_dtype, dense, monkeypatch):
     """A row of 3,000 entries selecting rows of 30 from 200,000 columns: about 90,000
-    products and distinct columns, a table beyond shared memory in both phases; beside it
+    products and distinct columns, a table beyond shared memory in both phases (or, as
+    the default takes it, a dense row: its table would hold half the columns); beside it
     short rows, and rows of a few hundred products (a block per row)."""
+    slots = hash_spgemm.table_slots(90_000)
+    if not dense:
+        monkeypatch.setattr(hash_spgemm, "DENSE_MIN_SHARE", 0)
+    taken = hash_spgemm.dense_launch(slots, 200_000, 1, _cuda.device_info())
+    assert (taken is not None) == dense
     rng = np.random.default_rng(7)
     B = sp.random(3000, 200_000, density=30 / 200_000, random_state=rng, format="csr")
     lengths = np.array([3000, 1, 0, 12, 2, 300])
@@ -116,6 +123,48 @@ def test_rows_whose_tables_are_in_global_memory(index_dtype):
     columns = np.concatenate([rng.choice(3000, n, replace=False) for n in lengths])
     A = sp.csr_matrix((rng.uniform(-1, 1, rows.size), (rows, columns)), shape=(6, 3000))
     _check(_hash_product(A, B, np.float64, index_dtype), A, B, np.float64)
+
+
+@gpu
+@pytest.mark.parametrize("name", MATRIX_NAMES)
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("dtype", VALUE_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_dense_rows_equal_scipy(dtype, index_dtype, name, monkeypatch):
+    """Every row a dense row (a bitmap of all the columns and a dense row of values in
+    both phases), on the awkward matrices: columns not a multiple of 32, empty rows,
+    entries that cancel (kept, as the tables keep them)."""
+    monkeypatch.setattr(hash_spgemm, "DENSE_MIN_SHARE", 2**40)
+    monkeypatch.setattr(hash_spgemm, "DENSE_MIN_SLOTS", 0)
+    monkeypatch.setattr(hash_spgemm, "DENSE_MIN_FILL_SLOTS", 0)
+    S = awkward_matrices(dtype, index_dtype, seed=8)[name]
+    S.sum_duplicates()
+    T = S.T.tocsr()
+    if 4 * -(-T.shape[1] // 32) > _cuda.device_info().shared_memory_per_block_optin - 1024:
+        pytest.skip(f"{name}: a bitmap of {T.shape[1]:,} columns is beyond shared memory")
+    _check(_hash_product(S, T, dtype, index_dtype), S, T, dtype)
+
+
+@gpu
+def test_dense_rows_whose_values_do_not_fit_keep_their_tables(monkeypatch):
+    """Where the dense rows of values do not fit the product's budget, the rows keep their
+    tables (same answer; no work space left counted)."""
+    monkeypatch.setattr(hash_spgemm, "DENSE_MIN_SHARE", 2**40)
+    monkeypatch.setattr(hash_spgemm, "DENSE_MIN_SLOTS", 0)
+    monkeypatch.setattr(hash_spgemm, "DENSE_MIN_FILL_SLOTS", 0)
+    refused = []
+    original = Budget.empty
+
+    def empty(self, size, dtype, what):
+        if "dense rows" in what:
+            refused.append(what)
+            raise spgemm.DoesNotFit(size, None, what)
+        return original(self, size, dtype, what)
+
+    monkeypatch.setattr(Budget, "empty", empty)
+    S = random_sparse((300, 500), 0.05, 6, np.float64)
+    T = random_sparse((500, 700), 0.05, 7, np.float64)
+    _check(_hash_product(S, T, np.float64, np.int32), S, T, np.float64)
+    assert refused
 
 
 @gpu
@@ -195,6 +244,31 @@ def test_launch_shapes_keep_tables_within_shared_memory():
     assert big.grid == hash_spgemm.GLOBAL_BLOCKS_PER_SM * 132
 
 
+def test_dense_rows_take_tables_of_a_large_share_of_the_columns(monkeypatch):
+    device = DeviceInfo(0, "test", (9, 0), 132, 80 * 2**30, 50 * 2**20, 227 * 1024, 2**27, 512)
+    settings = (("DENSE_MIN_SHARE", 64), ("DENSE_MIN_SLOTS", 2048), ("DENSE_MIN_FILL_SLOTS", 4096))
+    for name, value in settings:
+        monkeypatch.setattr(hash_spgemm, name, value)
+    monkeypatch.setattr(hash_spgemm, "DENSE_MAX_BYTES", 2**30)
+    # R-MAT 17's hubs: tables of 2^11 slots or more of 131,072 columns
+    blocks = hash_spgemm.DENSE_BLOCKS_PER_SM * 132
+    assert hash_spgemm.dense_launch(2**11, 131_072, 5000, device, 8) is None  # numeric: 4,096
+    dense = hash_spgemm.dense_launch(2**12, 131_072, 5000, device, 8)
+    assert dense is not None and (dense.block, dense.shared_bytes) == (1024, 131_072 // 8)
+    assert (dense.grid, dense.global_slots) == (blocks, 131_072)
+    symbolic = hash_spgemm.dense_launch(2**11, 131_072, 5000, device)  # no values
+    assert (symbolic.grid, symbolic.global_slots) == (blocks, 0)
+    assert hash_spgemm.dense_launch(2**10, 131_072, 5000, device) is None  # 1/128: a table
+    assert hash_spgemm.dense_launch(2**10, 2_000, 5000, device) is None  # < 2,048 slots
+    assert hash_spgemm.dense_launch(2**13, 131_072, 3, device, 8).grid == 3
+    # the blocks' rows of values within DENSE_MAX_BYTES: 1.8M complex128 columns, 37 rows
+    assert hash_spgemm.dense_launch(2**20, 1_800_000, 10**4, device, 16).grid == 37
+    # a bitmap of 2M columns (256 KiB) is beyond 227 KiB: global tables
+    assert hash_spgemm.dense_launch(2**20, 2_000_000, 10, device) is None
+    monkeypatch.setattr(hash_spgemm, "DENSE_MIN_SHARE", 0)  # never
+    assert hash_spgemm.dense_launch(2**17, 131_072, 10, device) is None
+
+
 def _operand(n_rows, nnz, mean, longest, dtype=np.float64):
     """What the rule reads of an operand: its dtype, rows, nonzeros and row lengths."""
     from sparsegpu.device._mirror import RowLengthStats
@@ -222,6 +296,28 @@ def compression(monkeypatch):
     return sampled
 
 
+H200 = DeviceInfo(0, "test", (9, 0), 132, 140 * 2**30, 50 * 2**20, 227 * 1024, 2**27, 512)
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """The exact products the rule counts for skewed rows (set ``.value``), its calls, on
+    an H200's shared memory."""
+
+    class Counted:
+        value = 0
+        calls = 0
+
+        def __call__(self, left, right):
+            self.calls += 1
+            return self.value
+
+    exact = Counted()
+    monkeypatch.setattr(GpuSpgemm, "total_products", lambda self, left, right: exact(left, right))
+    monkeypatch.setattr(_cuda, "device_info", lambda index=None: H200)
+    return exact
+
+
 @pytest.mark.parametrize(
     "n_rows, mean, longest, dtype, folds, expected, sampled",
     [
@@ -231,7 +327,8 @@ def compression(monkeypatch):
         (100**3, 27.0, 27, np.complex128, 5.6, "alg1", False),
         (2000**2, 5.0, 5, np.float64, 5.6, "alg1", False),  # 25 a row: not sampled
         (1000, 27.0, 27, np.float64, 5.6, "alg1", False),  # 729,000 products
-        (10**6, 100.0, 5000, np.float64, 5.6, "alg1", False),  # rows of up to 25M products
+        # rows of up to 25M products: no sample; 10,000 a row counted exactly: hash rows
+        (10**6, 100.0, 5000, np.float64, 5.6, HASH, False),
         (140_000, 81.0, 81, np.float64, 17.5, HASH, True),  # 3-D 3 x 3 blocks: 6,561 a row
     ],
     ids=[
@@ -246,18 +343,57 @@ def compression(monkeypatch):
     ],
 )
 def test_the_first_products_rule(
-    compression, n_rows, mean, longest, dtype, folds, expected, sampled
+    compression, counted, n_rows, mean, longest, dtype, folds, expected, sampled
 ):
     compression.value = folds
+    counted.value = int(n_rows * mean * mean)  # rows of even length: no skew
     operand = _operand(n_rows, int(n_rows * mean), mean, longest, dtype)
     algorithm, reason = ENGINE.estimate(operand, operand)
     assert algorithm == expected, reason
     assert compression.calls == int(sampled), "the sample is read only where it decides"
+    skewed = longest * longest > hash_spgemm.HASH_MAX_ROW_PRODUCTS and mean >= 24
+    assert counted.calls == int(skewed) and (", exactly " in reason) == skewed
     assert ENGINE.rule(operand, operand) == algorithm  # what a product reads, no text
     products = int(int(n_rows * mean) * mean)
     assert reason.startswith("rule: ") and f"{products:,} products" in reason
     assert f"at most {longest * longest:,}" in reason
     assert (f"{folds:.2f} an entry" in reason) == sampled
+
+
+@pytest.mark.parametrize(
+    "n_rows, nnz, longest, exact, expected, counts",
+    [
+        # R-MAT 17: 1.94M entries, rows of up to 10,043; 1,089M products (8,305 a row)
+        (131_072, 1_942_939, 10_043, 1_088_536_389, HASH, True),
+        # R-MAT 15 with a = 0.45: 701 products a row
+        (32_768, 522_010, 512, 22_967_327, "alg1", True),
+        # power-law rows of a few entries, a longest of 10,218: 2M rows x 2,400 products
+        # are beyond 6.4M entries x 10,218, nothing counted
+        (2_000_000, 6_393_209, 10_218, 20_391_554, "alg1", False),
+        # PGPgiantcompo: 0.22M products estimated, nothing counted
+        (10_680, 48_632, 205, 918_226, "alg1", False),
+        # many products a row, but under HASH_MIN_PRODUCTS in all
+        (4_000, 400_000, 20_000, 12_000_000, "alg1", True),
+    ],
+    ids=["rmat17", "rmat15", "powerlaw", "pgp", "few"],
+)
+def test_skewed_rows_are_counted_exactly_where_they_could_take_hash_rows(
+    compression, counted, n_rows, nnz, longest, exact, expected, counts
+):
+    counted.value = exact
+    operand = _operand(n_rows, nnz, nnz / n_rows, longest)
+    algorithm, reason = ENGINE.estimate(operand, operand)
+    assert algorithm == expected, reason
+    assert counted.calls == int(counts), reason
+    assert (", exactly " in reason) == counts
+    assert compression.calls == 0  # no sample: rows beyond shared memory's tables
+
+
+def test_skewed_rows_keep_alg1_where_no_bitmap_of_the_columns_fits(compression, counted):
+    """A bitmap of 2M columns is beyond 227 KiB: no dense rows, so ALG1, nothing counted."""
+    counted.value = 10**10
+    operand = _operand(2_000_000, 40_000_000, 20.0, 50_000)
+    assert ENGINE.estimate(operand, operand)[0] == "alg1" and counted.calls == 0
 
 
 def test_the_rule_reads_a_recorded_bound_then_the_exact_rows(compression):

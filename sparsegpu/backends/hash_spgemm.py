@@ -14,6 +14,13 @@ computes ``C = L @ R`` in two passes over the rows of ``L`` as nsparse does:
    times past 128), each row's products summed in its table, the table sorted by column
    and written: canonical CSR.
 
+Rows whose tables would hold a large share of ``C``'s columns (R-MAT's hubs: tables of at
+least 1 / :data:`DENSE_MIN_SHARE` of the columns) are *dense rows* in both passes, where a
+bitmap of all the columns fits in shared memory: a block per row sets a bit per column
+(symbolic: the bits counted), sums the products into a dense row of values in global
+memory, and writes the columns in order from the bitmap, a warp per word (no sort), as
+spECK's dense accumulators do.
+
 Two host synchronisations (the class counts of the symbolic listing; those of the numeric
 listing with ``C``'s number of entries). Work space: two arrays of ``L``'s rows (bounds,
 then entries; the row lists) and, for rows whose table does not fit in shared memory, the
@@ -59,6 +66,18 @@ GLOBAL_BLOCKS_PER_SM = 2
 TOTAL_BLOCKS_PER_SM = 8
 # the kernels' default dynamic shared memory limit (more needs the function's opt-in)
 DEFAULT_SHARED_BYTES = 48 * 1024
+# Dense rows (spgemm_dense_count / spgemm_dense_fill): a class whose tables have at least
+# DENSE_MIN_SLOTS slots (DENSE_MIN_FILL_SLOTS in the numeric pass) and 1 / DENSE_MIN_SHARE
+# as many as C has columns runs a block per row over a bitmap of all the columns in shared
+# memory (and, numeric, a dense row of values a block in global memory: DENSE_BLOCKS_PER_SM
+# blocks an SM, their rows of values at most DENSE_MAX_BYTES together) where the bitmap
+# fits; DENSE_MIN_SHARE 0: never. Fitted on R-MAT 17 (the rule's comment below)
+DENSE_MIN_SHARE = 64
+DENSE_MIN_SLOTS = 2048
+DENSE_MIN_FILL_SLOTS = 4096
+DENSE_THREADS = 1024
+DENSE_BLOCKS_PER_SM = 2
+DENSE_MAX_BYTES = 2**30
 
 
 def _index_kernel(template: str, index_dtype, *parameters) -> str:
@@ -77,6 +96,14 @@ def _sample_kernel(index_dtype, lanes: int, whole_block: bool) -> str:
 
 def _fill_kernel(value_dtype, index_dtype, lanes: int, whole_block: bool) -> str:
     return name_expression("spgemm_hash_fill", value_dtype, index_dtype, lanes, _flag(whole_block))
+
+
+def _dense_count_kernel(index_dtype) -> str:
+    return _index_kernel("spgemm_dense_count", index_dtype)
+
+
+def _dense_fill_kernel(value_dtype, index_dtype) -> str:
+    return name_expression("spgemm_dense_fill", value_dtype, index_dtype)
 
 
 def _flag(value: bool) -> str:
@@ -111,6 +138,12 @@ HASH_FAMILY = register_family(
             for value in CXX_VALUE_TYPES
             for index in CXX_INDEX_TYPES
             for lanes, whole in GROUPS
+        )
+        + tuple(_dense_count_kernel(index) for index in CXX_INDEX_TYPES)
+        + tuple(
+            _dense_fill_kernel(value, index)
+            for value in CXX_VALUE_TYPES
+            for index in CXX_INDEX_TYPES
         ),
     )
 )
@@ -144,6 +177,36 @@ def table_launch(slots: int, slot_bytes: int, rows: int, device) -> TableLaunch:
         return TableLaunch(32, True, threads, rows, table)
     grid = min(rows, GLOBAL_BLOCKS_PER_SM * device.multiprocessors)
     return TableLaunch(32, True, 1024, grid, 0, slots)
+
+
+def dense_rows_fit(n_cols: int, device) -> bool:
+    """Whether rows may run as dense rows at all: :data:`DENSE_MIN_SHARE` set and a bitmap
+    of ``n_cols`` columns within this GPU's shared memory a block."""
+    bitmap = 4 * -(-n_cols // 32)
+    return bool(DENSE_MIN_SHARE) and (
+        bitmap <= device.shared_memory_per_block_optin - STATIC_SHARED_BYTES
+    )
+
+
+def dense_launch(
+    slots: int, n_cols: int, rows: int, device, value_bytes: int = 0
+) -> TableLaunch | None:
+    """The launch of ``rows`` rows of tables of ``slots`` slots as dense rows (a block per
+    row over a bitmap of C's ``n_cols`` columns; ``value_bytes`` > 0, the numeric pass:
+    ``global_slots`` the dense row of values of each block), or None where they keep
+    their tables: a table of less than :data:`DENSE_MIN_SLOTS` slots
+    (:data:`DENSE_MIN_FILL_SLOTS` numeric) or 1 /
+    :data:`DENSE_MIN_SHARE` of the columns, or a bitmap beyond shared memory."""
+    if not dense_rows_fit(n_cols, device):
+        return None
+    least = DENSE_MIN_FILL_SLOTS if value_bytes else DENSE_MIN_SLOTS
+    if slots < least or slots * DENSE_MIN_SHARE < n_cols:
+        return None
+    bitmap = 4 * -(-n_cols // 32)
+    grid = min(rows, DENSE_BLOCKS_PER_SM * device.multiprocessors)
+    if value_bytes:
+        grid = max(1, min(grid, DENSE_MAX_BYTES // (n_cols * value_bytes)))
+    return TableLaunch(32, True, DENSE_THREADS, grid, bitmap, n_cols if value_bytes else 0)
 
 
 def _kernel(name: str, shared_bytes: int):
@@ -232,6 +295,15 @@ def _symbolic(left, right, budget: Budget, indptr, list_numeric: bool):
         n_cols = right.shape[1]
         for table_class, first, count in _classes(_list_rows(sizes, m, n_cols, False, rows)):
             slots = _slots(table_class)
+            dense = dense_launch(slots, n_cols, count, device)
+            if dense is not None:
+                arguments = (
+                    left.indptr, left.indices, right.indptr, right.indices, rows[first:],
+                    count, n_cols, sizes,
+                )  # fmt: skip
+                name = _dense_count_kernel(index)
+                _launch(name, dense.grid, dense.block, arguments, dense.shared_bytes)
+                continue
             launch = table_launch(slots, index.itemsize, count, device)
             keys = _global_tables(budget, launch, index, "the hash SpGEMM's global tables")
             arguments = (
@@ -259,6 +331,8 @@ def _numeric(left, right, counts, rows, indptr, indices, data, budget: Budget) -
     slot_bytes = index.itemsize + dtype.itemsize
     for table_class, first, count in _classes(counts):
         slots = _slots(table_class)
+        if _dense_numeric(left, right, rows[first:], count, slots, indptr, indices, data, budget):
+            continue
         launch = table_launch(slots, slot_bytes, count, device)
         keys = _global_tables(budget, launch, index, "the hash SpGEMM's global tables")
         try:
@@ -274,6 +348,30 @@ def _numeric(left, right, counts, rows, indptr, indices, data, budget: Budget) -
         name = _fill_kernel(dtype, index, launch.lanes, launch.whole_block)
         _launch(name, launch.grid, launch.block, arguments, launch.shared_bytes)
         budget.release(keys, values)
+
+
+def _dense_numeric(left, right, rows, count, slots, indptr, indices, data, budget) -> bool:
+    """``count`` rows of ``rows`` as dense rows where :func:`dense_launch` takes them and
+    their dense rows of values fit the budget (False: they keep their tables)."""
+    n_cols = right.shape[1]
+    dense = dense_launch(slots, n_cols, count, _cuda.device_info(), left.dtype.itemsize)
+    if dense is None:
+        return False
+    try:
+        values = budget.empty(dense.grid * n_cols, left.dtype, "the hash SpGEMM's dense rows")
+    except DoesNotFit:
+        return False
+    try:
+        values.fill(0)
+        arguments = (
+            left.indptr, left.indices, left.data, right.indptr, right.indices, right.data,
+            rows, count, n_cols, indptr, indices, data, values,
+        )  # fmt: skip
+        name = _dense_fill_kernel(left.dtype, left.index_dtype)
+        _launch(name, dense.grid, dense.block, arguments, dense.shared_bytes)
+    finally:
+        budget.release(values)
+    return True
 
 
 def hash_multiply(left, right, sink: ResultSink):
@@ -377,6 +475,28 @@ HASH_MIN_ROW_PRODUCTS = 230
 HASH_MIN_COMPRESSION = 4.4
 HASH_MAX_ROW_PRODUCTS = 16_384
 HASH_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+# Skewed rows (issue 47's fourth round): where a row may have more than
+# HASH_MAX_ROW_PRODUCTS products (no sample fits in shared memory) the rule above keeps
+# ALG1; but rows whose tables would hold a large share of C's columns run as dense rows
+# (DENSE_MIN_SHARE), and there hash rows win where the rows' products are many. So products
+# estimated at HASH_MIN_SKEWED_ESTIMATE or more (R's mean row length undercounts skewed
+# rows: R-MAT 17's estimate is 28.8M, its products 1,089M) whose bound exceeds
+# HASH_MAX_ROW_PRODUCTS, with a bitmap of C's columns within shared memory, and whose
+# entries of L times R's longest row could reach the thresholds, have their products counted
+# exactly (one kernel, one 8-byte read, about 0.1 ms), and run hash rows
+# where they are at least HASH_MIN_PRODUCTS and HASH_MIN_SKEWED_ROW_PRODUCTS a row on
+# average. Fitted on the skewed matrices of the fit sets only (H200; the held-out R-MAT 16s
+# took no part): R-MAT 17 (call_matrices; 8,305 products a row, 2.37 an entry) ran hash rows
+# with dense rows in 82.1 ms against ALG1's 129.7 in float64 (595.7 without dense rows),
+# 72.4 against 90.8 in float32; the fit set's R-MAT 15 (a = 0.45: 701 a row, 1.13 an entry)
+# still lost with dense rows (3.63 against 3.19 ms; 10.4 without), as did PGPgiantcompo
+# (0.9M products: 1.75 against 0.83). The threshold is the geometric mean of 701 and 8,305
+# a row. (DENSE_MIN_SHARE 16, 32, 64, 128 and 512-thread blocks: 91.4, 82.9, 82.1, 81.9,
+# 83.0 ms on R-MAT 17; 4: 194. There the symbolic pass's dense rows won from tables of
+# 2,048 slots, 0.62 against 1.88 ms, and the numeric pass's from 4,096, 5.3 against 8.7,
+# losing at 2,048, 2.25 against 1.81: DENSE_MIN_SLOTS and DENSE_MIN_FILL_SLOTS.)
+HASH_MIN_SKEWED_ESTIMATE = 1_000_000
+HASH_MIN_SKEWED_ROW_PRODUCTS = 2_400
 
 
 class GpuSpgemm(CusparseSpgemm):
@@ -391,7 +511,7 @@ class GpuSpgemm(CusparseSpgemm):
         return (*super().planning_algorithms(), HASH)
 
     def estimate(self, left, right) -> tuple[str, str]:
-        algorithm, products, per_row, bound, compression = self._rule(left, right)
+        algorithm, products, per_row, bound, compression, exact = self._rule(left, right)
         if bound is None:  # what explain shows: the bound read now
             bound = left.longest_row * right.longest_row
         measures = (
@@ -400,26 +520,36 @@ class GpuSpgemm(CusparseSpgemm):
         )
         if compression is not None:
             measures += f", {compression:.2f} an entry on {SAMPLE_ROWS:,} rows"
+        if exact is not None:
+            measures += (
+                f", exactly {exact:,} products ({exact / max(left.shape[0], 1):,.1f} a row; "
+                f"rows of over {HASH_MAX_ROW_PRODUCTS:,}: dense rows where their tables would "
+                f"hold 1/{DENSE_MIN_SHARE} of the columns)"
+            )
         if algorithm == HASH:
             return HASH, f"rule: {measures}: hash rows"
         takes = " and ".join(map(str, HASH_DTYPES))
         return algorithm, (
             f"rule: {measures}: cuSPARSE ALG1 (hash rows take {takes} products of >= "
             f"{HASH_MIN_PRODUCTS:,} products, >= {HASH_MIN_ROW_PRODUCTS} a row on average, "
-            f"<= {HASH_MAX_ROW_PRODUCTS:,} a row, >= {HASH_MIN_COMPRESSION} an entry)"
+            f"<= {HASH_MAX_ROW_PRODUCTS:,} a row, >= {HASH_MIN_COMPRESSION} an entry; or, "
+            f"rows of over {HASH_MAX_ROW_PRODUCTS:,} products, >= "
+            f"{HASH_MIN_SKEWED_ROW_PRODUCTS:,} a row on average counted exactly)"
         )
 
     def rule(self, left, right) -> str:
         return self._rule(left, right)[0]
 
-    def _rule(self, left, right) -> tuple[str, int, float, int | None, float | None]:
+    def _rule(self, left, right) -> tuple:
         """``(algorithm, products, products a row, bound of a row's products (None where
         it was not needed: reading it may cost a pass over a fresh operand), products an
-        entry on a sample of rows or None where the rest decided)``."""
+        entry on a sample of rows or None where the rest decided, the exact products or
+        None where they were not counted)``."""
         # R's mean row length from its sizes (no pass over it)
         products = int(left.nnz * (right.nnz / right.shape[0] if right.shape[0] else 0.0))
         per_row = products / max(left.shape[0], 1)
-        takes = left.dtype in HASH_DTYPES and products >= HASH_MIN_PRODUCTS
+        hashable = left.dtype in HASH_DTYPES
+        takes = hashable and products >= HASH_MIN_PRODUCTS
         takes = takes and per_row >= HASH_MIN_ROW_PRODUCTS
         bound = left.longest_row * right.longest_row if takes else None
         if takes and bound > HASH_MAX_ROW_PRODUCTS:  # a recorded bound: the exact one
@@ -428,7 +558,22 @@ class GpuSpgemm(CusparseSpgemm):
         if takes and bound <= HASH_MAX_ROW_PRODUCTS:
             compression = sampled_compression(left, right, bound)
         takes = compression is not None and compression >= HASH_MIN_COMPRESSION
-        return (HASH if takes else self.default_algorithm), products, per_row, bound, compression
+        exact = None
+        if not takes and hashable and products >= HASH_MIN_SKEWED_ESTIMATE:
+            # skewed rows: counted only where L's entries times R's longest row could
+            # reach the thresholds (power-law rows of a few entries cannot: no pass)
+            most = left.nnz * right.longest_row
+            most_needed = max(HASH_MIN_PRODUCTS, HASH_MIN_SKEWED_ROW_PRODUCTS * left.shape[0])
+            if most >= most_needed and dense_rows_fit(right.shape[1], _cuda.device_info()):
+                bound = left.longest_row * right.longest_row
+                if bound > HASH_MAX_ROW_PRODUCTS:
+                    bound = left.row_stats.max * right.row_stats.max
+                if bound > HASH_MAX_ROW_PRODUCTS:
+                    exact = self.total_products(left, right)
+                    takes = exact >= HASH_MIN_PRODUCTS
+                    takes = takes and exact >= HASH_MIN_SKEWED_ROW_PRODUCTS * left.shape[0]
+        algorithm = HASH if takes else self.default_algorithm
+        return algorithm, products, per_row, bound, compression, exact
 
     def _multiply(self, left, right, algorithm, sink: ResultSink):
         if algorithm == HASH:

@@ -15,7 +15,14 @@
 //                      products (what the first product's rule reads);
 // spgemm_hash_fill     numeric phase: the same insertions summing a * b into the table's
 //                      values, then a bitonic sort of the table by column (the empty
-//                      slots, -1 as unsigned, sort last) and the row written in order.
+//                      slots, -1 as unsigned, sort last) and the row written in order;
+// spgemm_dense_count   symbolic phase of rows whose table would be a large share of C's
+//                      columns (R-MAT's hubs): a block per row sets a bit per column in a
+//                      bitmap of all the columns in shared memory and counts the bits;
+// spgemm_dense_fill    their numeric phase: products summed into a dense row of all the
+//                      columns in global memory (a row per block, zero between rows) and
+//                      the bitmap; a warp per word of the bitmap writes its columns in
+//                      order (no sort), as spECK's dense accumulators do.
 //
 // A group is LANES lanes of a warp (8, 16 or 32; WHOLE_BLOCK false: several rows a warp
 // and a block, each with its own table in shared memory, so that short rows keep several
@@ -561,5 +568,142 @@ __global__ void spgemm_hash_fill(const Index* __restrict__ a_indptr,
             }
         }
         group_sync<WHOLE_BLOCK>(mask);
+    }
+}
+
+// ---------------------------------------------------------------- dense rows
+// Rows whose tables would hold a large share of C's n_cols columns: a block per row (the
+// block looping over the rows of its class), a bitmap of ceil(n_cols / 32) words in dynamic
+// shared memory.
+__device__ __forceinline__ void set_column_bit(unsigned* bitmap, unsigned long long column) {
+    unsigned* word = bitmap + (column >> 5);
+    const unsigned bit = 1u << (column & 31);
+    if (!(*reinterpret_cast<volatile unsigned*>(word) & bit)) {
+        atomicOr(word, bit);
+    }
+}
+
+__device__ __forceinline__ void clear_bitmap(unsigned* bitmap, long long words) {
+    for (long long w = threadIdx.x; w < words; w += blockDim.x) {
+        bitmap[w] = 0u;
+    }
+}
+
+// sizes[row]: the row's bound on entry (unused), its number of entries on exit.
+template <typename Index>
+__global__ void spgemm_dense_count(const Index* __restrict__ a_indptr,
+                                   const Index* __restrict__ a_indices,
+                                   const Index* __restrict__ b_indptr,
+                                   const Index* __restrict__ b_indices,
+                                   const Index* __restrict__ rows, long long n_rows,
+                                   long long n_cols, Index* __restrict__ sizes) {
+    extern __shared__ __align__(16) unsigned char shared[];
+    __shared__ unsigned long long total;
+    unsigned* bitmap = reinterpret_cast<unsigned*>(shared);
+    const long long words = (n_cols + 31) >> 5;
+    for (long long r = blockIdx.x; r < n_rows; r += gridDim.x) {
+        const Index row = rows[r];
+        clear_bitmap(bitmap, words);
+        if (threadIdx.x == 0) {
+            total = 0;
+        }
+        __syncthreads();
+        for_each_product<32, true>(
+            a_indptr[row], a_indptr[row + 1], a_indices, static_cast<const float*>(nullptr),
+            b_indptr, FULL_WARP, [&](Index position, float) {
+                set_column_bit(bitmap, static_cast<unsigned long long>(__ldg(b_indices + position)));
+            });
+        __syncthreads();
+        unsigned mine = 0;
+        for (long long w = threadIdx.x; w < words; w += blockDim.x) {
+            mine += __popc(bitmap[w]);
+        }
+        mine = __reduce_add_sync(FULL_WARP, mine);
+        if ((threadIdx.x & 31) == 0 && mine) {
+            atomicAdd(&total, static_cast<unsigned long long>(mine));
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            sizes[row] = static_cast<Index>(total);
+        }
+        __syncthreads();  // total read before the next row resets it
+    }
+}
+
+// c_indptr: the result's row offsets (from the symbolic phase). dense: n_cols values a
+// block, zero on entry, zero again on exit (each row's entries reset as they are written).
+// Each warp takes an even share of the bitmap's words; the warps' counts scanned give where
+// each share starts in the row; a warp writes a word's columns together (lane l, bit l).
+template <typename Value, typename Index>
+__global__ void spgemm_dense_fill(const Index* __restrict__ a_indptr,
+                                  const Index* __restrict__ a_indices,
+                                  const Value* __restrict__ a_data,
+                                  const Index* __restrict__ b_indptr,
+                                  const Index* __restrict__ b_indices,
+                                  const Value* __restrict__ b_data,
+                                  const Index* __restrict__ rows, long long n_rows,
+                                  long long n_cols, const Index* __restrict__ c_indptr,
+                                  Index* __restrict__ c_indices, Value* __restrict__ c_data,
+                                  Value* __restrict__ dense_all) {
+    extern __shared__ __align__(16) unsigned char shared[];
+    __shared__ unsigned long long warp_first[32];
+    unsigned* bitmap = reinterpret_cast<unsigned*>(shared);
+    const long long words = (n_cols + 31) >> 5;
+    Value* dense = dense_all + static_cast<long long>(blockIdx.x) * n_cols;
+    const int lane = static_cast<int>(threadIdx.x & 31);
+    const int warp = static_cast<int>(threadIdx.x >> 5);
+    const int warps = static_cast<int>(blockDim.x >> 5);
+    const long long share = (words + warps - 1) / warps;
+    const long long w_begin = static_cast<long long>(warp) * share;
+    const long long w_end = w_begin + share < words ? w_begin + share : words;
+    for (long long r = blockIdx.x; r < n_rows; r += gridDim.x) {
+        const Index row = rows[r];
+        clear_bitmap(bitmap, words);
+        __syncthreads();
+        for_each_product<32, true>(
+            a_indptr[row], a_indptr[row + 1], a_indices, a_data, b_indptr, FULL_WARP,
+            [&](Index position, Value a) {
+                const Index column = __ldg(b_indices + position);
+                atomic_add_value(dense + column, multiply(a, load_readonly(b_data + position)));
+                set_column_bit(bitmap, static_cast<unsigned long long>(column));
+            });
+        __syncthreads();
+        unsigned mine = 0;
+        for (long long w = w_begin + lane; w < w_end; w += 32) {
+            mine += __popc(bitmap[w]);
+        }
+        mine = __reduce_add_sync(FULL_WARP, mine);
+        if (lane == 0) {
+            warp_first[warp] = mine;
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            unsigned long long first = 0;
+            for (int k = 0; k < warps; ++k) {
+                const unsigned long long count = warp_first[k];
+                warp_first[k] = first;
+                first += count;
+            }
+        }
+        __syncthreads();
+        unsigned long long out = static_cast<unsigned long long>(c_indptr[row]) + warp_first[warp];
+        for (long long base = w_begin; base < w_end; base += 32) {
+            const unsigned held = base + lane < w_end ? bitmap[base + lane] : 0u;
+            const int span = w_end - base < 32 ? static_cast<int>(w_end - base) : 32;
+            for (int k = 0; k < span; ++k) {
+                const unsigned bits = __shfl_sync(FULL_WARP, held, k);
+                if (bits) {
+                    if ((bits >> lane) & 1u) {
+                        const long long column = ((base + k) << 5) + lane;
+                        const unsigned long long at = out + __popc(bits & ((1u << lane) - 1u));
+                        c_indices[at] = static_cast<Index>(column);
+                        c_data[at] = dense[column];
+                        dense[column] = value_zero<Value>();
+                    }
+                    out += __popc(bits);
+                }
+            }
+        }
+        __syncthreads();  // the bitmap read before the next row clears it
     }
 }
