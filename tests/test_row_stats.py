@@ -101,3 +101,30 @@ def test_canonical_check_on_the_device_agrees_with_scipy(cupy, name, index_dtype
     )
     on_host = DeviceMatrix(M.data, indices, indptr, M.shape, HOST)
     assert spgemm.is_canonical(on_device) == expected == spgemm.is_canonical(on_host)
+
+
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("name", sorted(_awkward_matrices()))
+def test_the_upload_counts_canonical_order_in_its_check(cupy, name, index_dtype, monkeypatch):
+    """The upload's one-transfer check also counts the entries that do not rise (the same
+    ``rows_rising``), so a first product's canonical check needs no pass of its own, and
+    says canonical exactly where scipy does; a copy with its indices in another dtype keeps
+    what was counted, one with other indices does not."""
+    from sparsegpu.device import _mirror
+
+    M = _awkward_matrices()[name]
+    expected = bool(
+        sp.csr_matrix((M.data, M.indices, M.indptr), shape=M.shape).has_canonical_format
+    )
+    indptr, indices = M.indptr.astype(index_dtype), M.indices.astype(index_dtype)
+    uploaded = DeviceMatrix.from_host(M.data, indices, indptr, M.shape, CUPY)
+    assert uploaded.rows_rise is expected
+    monkeypatch.setattr(spgemm, "rows_rise_on_device", lambda *a: pytest.fail("a second pass"))
+    assert spgemm.is_canonical(uploaded) == expected
+    other_dtype = np.int64 if index_dtype == np.int32 else np.int32
+    cast = uploaded.same_rows(indices=uploaded.indices.astype(other_dtype))
+    assert cast.rows_rise is expected
+    other = uploaded.same_rows(indices=cupy.zeros_like(uploaded.indices))
+    assert other.rows_rise is None
+    host = DeviceMatrix.from_host(M.data, indices, indptr, M.shape, _mirror.HOST)
+    assert host.rows_rise is None  # the host's check does not count it

@@ -274,7 +274,7 @@ def _operand(n_rows, nnz, mean, longest, dtype=np.float64):
     from sparsegpu.device._mirror import RowLengthStats
 
     stats = RowLengthStats(n_rows, n_rows, nnz, mean, 0.0, 0, longest, 0)
-    fields = {"nnz": nnz, "row_stats": stats, "longest_row": longest}
+    fields = {"nnz": nnz, "row_stats": stats, "longest_row": longest, "column_bound": None}
     fields.update(shape=(n_rows, n_rows), dtype=np.dtype(dtype))
     return type("Operand", (), fields)()
 
@@ -387,6 +387,22 @@ def test_skewed_rows_are_counted_exactly_where_they_could_take_hash_rows(
     assert counted.calls == int(counts), reason
     assert (", exactly " in reason) == counts
     assert compression.calls == 0  # no sample: rows beyond shared memory's tables
+
+
+def test_a_transpose_of_one_entry_a_row_is_never_counted(compression, counted):
+    """P.T @ (A @ P) of aggregates of 8 on power-law rows: P.T's rows have 8 entries and A
+    @ P's up to 21,905, but P has one entry a row, so each column of P.T one: the products
+    are at most A @ P's entries, far under 2,400 a row. Nothing counted, no pass."""
+    counted.value = 3_500_000  # what a count would find: A @ P's entries
+    PT = _operand(187_500, 1_500_000, 8.0, 8)
+    PT.column_bound = 1
+    PT.shape = (187_500, 1_500_000)
+    AP = _operand(1_500_000, 3_500_000, 2.3, 21_905)
+    AP.shape = (1_500_000, 187_500)
+    AP.row_stats = None  # a fresh product's: reading it would be a pass
+    assert ENGINE.estimate(PT, AP)[0] == "alg1" and counted.calls == 0
+    PT.column_bound = None  # unknown: L's entries x R's longest row could reach it
+    assert ENGINE.rule(PT, AP) == "alg1" and counted.calls == 1
 
 
 def test_skewed_rows_keep_alg1_where_no_bitmap_of_the_columns_fits(compression, counted):

@@ -62,7 +62,7 @@ PHASES = [
     (spgemm, "pattern_key"),
     (spgemm, "compute_operands"),
     (spgemm, "is_canonical"),
-    (spgemm, "total_products"),
+    (hash_spgemm.GpuSpgemm, "total_products"),
     (DeviceMatrix, "transpose"),
     (_sparse_planning, "multiply_sparse"),
     (_sparse_planning, "_plan_step"),

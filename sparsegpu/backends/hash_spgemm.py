@@ -560,14 +560,16 @@ class GpuSpgemm(CusparseSpgemm):
         takes = compression is not None and compression >= HASH_MIN_COMPRESSION
         exact = None
         if not takes and hashable and products >= HASH_MIN_SKEWED_ESTIMATE:
-            # skewed rows: counted only where L's entries times R's longest row could
-            # reach the thresholds (power-law rows of a few entries cannot: no pass)
+            # skewed rows: counted only where the most products L and R can have (L's
+            # entries times R's longest row; R's entries times L's fullest column where a
+            # transpose knows it) could reach the thresholds: power-law rows of a few
+            # entries and the P.T @ (A @ P) of aggregation cannot (no pass, nothing read)
             most = left.nnz * right.longest_row
+            if left.column_bound is not None:
+                most = min(most, right.nnz * left.column_bound)
             most_needed = max(HASH_MIN_PRODUCTS, HASH_MIN_SKEWED_ROW_PRODUCTS * left.shape[0])
             if most >= most_needed and dense_rows_fit(right.shape[1], _cuda.device_info()):
-                bound = left.longest_row * right.longest_row
-                if bound > HASH_MAX_ROW_PRODUCTS:
-                    bound = left.row_stats.max * right.row_stats.max
+                bound = left.longest_row * right.longest_row  # recorded ones, if loose
                 if bound > HASH_MAX_ROW_PRODUCTS:
                     exact = self.total_products(left, right)
                     takes = exact >= HASH_MIN_PRODUCTS

@@ -328,7 +328,9 @@ def registered_engine(residence_name: str) -> SpgemmEngine | None:
 # ------------------------------------------------------------------------ operands
 def is_canonical(matrix: DeviceMatrix) -> bool:
     """True when every row's column indices strictly increase (sorted, no duplicates);
-    one pass and one transfer."""
+    one pass and one transfer, or none where the upload's check counted it."""
+    if matrix.rows_rise is not None:
+        return matrix.rows_rise
     xp, nnz = matrix.xp, matrix.nnz
     if nnz < 2:
         return True

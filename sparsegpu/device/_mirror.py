@@ -149,17 +149,25 @@ def _row_summary_on_host(indptr) -> np.ndarray:
 def _row_stats_on_device(indptr, n_rows: int, xp, samples=None, indices=None):
     """One int64 array on the device: ``row_length_stats``' six integers (see
     ``kernels/row_stats.cu``), then, given ``indices``, their smallest and largest
-    (``index_range``), then ``samples``."""
+    (``index_range``) and the entries that do not rise in their row (``rows_rising``;
+    -1 where indptr and indices differ in dtype: not counted), then ``samples``."""
     index = _cxx_index(indptr)
     head = np.array([0, np.iinfo(np.int64).max, np.iinfo(np.int64).min, 0, 0, 0], np.int64)
     if indices is not None:
-        head = np.concatenate([head, [np.iinfo(np.int64).max, np.iinfo(np.int64).min]])
+        head = np.concatenate([head, [np.iinfo(np.int64).max, np.iinfo(np.int64).min, 0]])
     out = xp.asarray(head)
     _launch_stats(f"row_length_stats<{index}>", n_rows, (indptr, np.int64(n_rows), out))
     if indices is not None and indices.shape[0]:
         index = _cxx_index(indices)
         n = indices.shape[0]
         _launch_stats(f"index_range<{index}>", n, (indices, np.int64(n), out[6:]))
+        if indices.dtype == indptr.dtype:  # the same pass's transfer: no wait of its own
+            falls = out[8:9]
+            _launch_stats(
+                f"rows_rising<{index}>", n_rows, (indptr, indices, np.int64(n_rows), falls)
+            )
+        else:
+            out[8] = -1
     return out if samples is None else xp.concatenate([out, samples])
 
 
@@ -363,6 +371,9 @@ class DeviceMatrix:
         # an upper bound of the most entries a column holds, where one is known (a
         # transpose's: its matrix's longest row)
         self.column_bound: int | None = None
+        # whether every row's column indices strictly increase (canonical CSR), where the
+        # upload's check counted it in its pass (None: not known)
+        self.rows_rise: bool | None = None
         # the event after the work still writing these arrays (a product's result,
         # returned without waiting for it), which settle() waits for
         self._ready = None
@@ -522,9 +533,10 @@ class DeviceMatrix:
         )
         what = f"the device mirror of this matrix ({nnz:,} nonzeros, {value_dtype})"
         dev = upload_arrays(host, residence, value_dtype, what)
-        stats = _validate(dev[2], dev[1], n_cols, residence.xp)
+        stats, rises = _validate(dev[2], dev[1], n_cols, residence.xp, rising=True)
         matrix = cls(dev[0], dev[1], dev[2], (n_rows, n_cols), residence)
         matrix._row_stats = stats  # read in the check's pass (None on the host)
+        matrix.rows_rise = rises
         matrix.formats["pattern_key"] = pattern_key_of(host[2], host[1], matrix)
         return matrix
 
@@ -612,6 +624,8 @@ class DeviceMatrix:
         )
         same._stats, same._row_stats, same.row_bound = self._stats, self._row_stats, self.row_bound
         same.column_bound = self.column_bound
+        if indices is None or indices.dtype != self.indices.dtype:  # the same order
+            same.rows_rise = self.rows_rise
         return same.queued() if self._ready is not None else same
 
 
@@ -633,15 +647,18 @@ def upload_arrays(host, residence: Residence, value_dtype, what: str) -> list:
     return dev
 
 
-def _validate(indptr, indices, n_cols: int, xp, unit: str = "column"):
+def _validate(indptr, indices, n_cols: int, xp, unit: str = "column", rising: bool = False):
     """Check monotone indptr and in-range indices with one transfer; name the first bad spot
     (``unit``: what an index counts, ``"column"`` or ``"block column"``). Returns the row
-    statistics where the check computed them (on the GPU: the same pass), else None."""
+    statistics where the check computed them (on the GPU: the same pass), else None; with
+    ``rising``, ``(statistics, whether every row's indices strictly increase)``, the second
+    None where the check did not count it (on the host)."""
     n_rows = indptr.shape[0] - 1
     if n_rows <= 0:
         if not indices.shape[0] or 0 <= indices.min() and indices.max() < n_cols:
-            return None
+            return (None, None) if rising else None
     else:
+        rises = None
         if xp is np:
             summary = np.concatenate(
                 [_row_summary_on_host(indptr)]
@@ -649,10 +666,12 @@ def _validate(indptr, indices, n_cols: int, xp, unit: str = "column"):
             )
         else:
             summary = _row_stats_on_device(indptr, n_rows, xp, indices=indices).get()
+            if indices.shape[0] and summary[8] >= 0:
+                rises = bool(summary[8] == 0)
         stats = RowLengthStats.from_summary(summary, n_rows, n_cols)
         bad_index = indices.shape[0] and (summary[6] < 0 or summary[7] >= n_cols)
         if stats.min >= 0 and not bad_index:
-            return stats
+            return (stats, rises) if rising else stats
     if n_rows > 0:
         drops = indptr[1:] < indptr[:-1]
         if bool(drops.any()):
