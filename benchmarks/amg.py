@@ -299,6 +299,9 @@ def warm_up() -> None:
                          hashed._sample_kernel(np.int32, lanes, whole),
                          hashed._fill_kernel(np.float64, np.int32, lanes, whole)):  # fmt: skip
                 hashed._kernel(name, 0)
+        for name in (hashed._dense_count_kernel(np.int32),
+                     hashed._dense_fill_kernel(np.float64, np.int32)):  # fmt: skip
+            hashed._kernel(name, 0)  # dense rows: the coarse levels' products may take them
     # hash rows' kernels, every table size (the problems below are too small for the rule
     # to take them; the measured ones take them on the elasticity levels)
     for mean in (3.0, 8.0, 30.0):  # short rows take groups of 8 or 16 lanes, long a warp
