@@ -275,6 +275,7 @@ def _operand(n_rows, nnz, mean, longest, dtype=np.float64):
 
     stats = RowLengthStats(n_rows, n_rows, nnz, mean, 0.0, 0, longest, 0)
     fields = {"nnz": nnz, "row_stats": stats, "longest_row": longest, "column_bound": None}
+    fields["known_longest_row"] = longest
     fields.update(shape=(n_rows, n_rows), dtype=np.dtype(dtype))
     return type("Operand", (), fields)()
 

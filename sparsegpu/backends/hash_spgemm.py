@@ -40,7 +40,9 @@ import numpy as np
 from ..device import _cuda
 from ..device._compile import KernelFamily, get_kernel, register_family
 from ..device._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES, KernelLaunch, name_expression
+from . import select_spgemm
 from .cusparse_spgemm import CusparseSpgemm
+from .select_spgemm import SELECT
 from .spgemm import Budget, DoesNotFit, ResultSink
 
 HASH = "hash"
@@ -499,18 +501,46 @@ HASH_MIN_SKEWED_ESTIMATE = 1_000_000
 HASH_MIN_SKEWED_ROW_PRODUCTS = 2_400
 
 
+# The first product's rule for select products: rows of L of at most SELECT_RULE_MAX
+# entries. Fitted on A @ P with aggregates of 8 (benchmarks/experiments/spgemm_select_fit.py,
+# H200, float64, first products of new patterns; held-out matrices took no part): the 3-D
+# 7-point stencil 120^3 (rows of 7) 0.74 ms against ALG1's 1.39, every bundled SuiteSparse
+# matrix of rows of at most 32 (0.24-0.40 ms against 0.46-0.60: fixed costs), and a loss on
+# the 2-D 3 x 3 blocks 400^2 (rows of 27, random aggregates): 3.06 against 1.53, where a
+# thread's insertion sort of 27 entries in random order costs more than ALG1. 13 is the
+# geometric mean of 7 and 27 entries.
+SELECT_RULE_MAX = 13
+
+
+def _selects(left, right) -> bool:
+    """The first product's rule for select products (:mod:`.select_spgemm`): rows of R of
+    at most one entry and of L of at most SELECT_RULE_MAX, read only where known without a
+    pass (R first: the rarer)."""
+    longest = right.known_longest_row
+    if longest is None or longest > 1:
+        return False
+    longest = left.known_longest_row
+    return longest is not None and longest <= SELECT_RULE_MAX
+
+
 class GpuSpgemm(CusparseSpgemm):
     """The GPU's SpGEMM engine: cuSPARSE's algorithms and our hash rows (module docstring)."""
 
     name = "gpu"
 
     def algorithms(self):
-        return (*super().algorithms(), HASH)
+        return (*super().algorithms(), HASH, SELECT)
 
     def planning_algorithms(self):
-        return (*super().planning_algorithms(), HASH)
+        return (*super().planning_algorithms(), HASH, SELECT)
 
     def estimate(self, left, right) -> tuple[str, str]:
+        if _selects(left, right):
+            return SELECT, (
+                f"rule: every row of R has at most one entry and every row of L at most "
+                f"{SELECT_RULE_MAX}: select (L's rows with their columns mapped, "
+                "sorted and summed: one product an entry)"
+            )
         algorithm, products, per_row, bound, compression, exact = self._rule(left, right)
         if bound is None:  # what explain shows: the bound read now
             bound = left.longest_row * right.longest_row
@@ -538,7 +568,7 @@ class GpuSpgemm(CusparseSpgemm):
         )
 
     def rule(self, left, right) -> str:
-        return self._rule(left, right)[0]
+        return SELECT if _selects(left, right) else self._rule(left, right)[0]
 
     def _rule(self, left, right) -> tuple:
         """``(algorithm, products, products a row, bound of a row's products (None where
@@ -580,11 +610,15 @@ class GpuSpgemm(CusparseSpgemm):
     def _multiply(self, left, right, algorithm, sink: ResultSink):
         if algorithm == HASH:
             return hash_multiply(left, right, sink)
+        if algorithm == SELECT:
+            return select_spgemm.select_multiply(left, right, sink)
         return super()._multiply(left, right, algorithm, sink)
 
     def _count(self, left, right, algorithm, budget: Budget) -> int:
         if algorithm == HASH:
             return hash_count(left, right, budget)
+        if algorithm == SELECT:
+            return select_spgemm.select_count(left, right, budget)
         return super()._count(left, right, algorithm, budget)
 
     def total_products(self, left, right) -> int:
