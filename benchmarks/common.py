@@ -142,6 +142,11 @@ def keep_matching(todo: list, only: str | None, position: int = 1) -> list:
     return [t for t in todo if any(w in t[position] for w in wanted)]
 
 
+def medians(samples: dict, suffix: str = "") -> dict:
+    """``{key + suffix: median}`` of ``{key: [samples]}`` (floats, for JSON)."""
+    return {f"{key}{suffix}": float(np.median(values)) for key, values in samples.items()}
+
+
 def save_partial(result, path) -> None:
     """``result`` as JSON at ``path`` (if given): after every matrix, so that an
     interrupted run keeps what it measured."""

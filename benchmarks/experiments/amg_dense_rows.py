@@ -16,12 +16,9 @@ Usage (on a GPU machine)::
 from __future__ import annotations
 
 import argparse
-import json
 import pathlib
 import sys
 import time
-
-import numpy as np
 
 from benchmarks import amg, common
 
@@ -91,7 +88,7 @@ def main(argv=None) -> int:
                 times.setdefault(f"{label}_setup_ms", []).append(setup * 1e3)
                 times.setdefault(f"{label}_update_ms", []).append(update * 1e3)
         hash_spgemm.DENSE_MIN_SHARE = default_share
-        row.update({key: float(np.median(v)) for key, v in times.items()})
+        row.update(common.medians(times))
         rows.append(row)
         print(
             f"{row['problem']}: set-up {row['dense_setup_ms']:.1f} (dense rows) vs "
@@ -99,8 +96,7 @@ def main(argv=None) -> int:
             f"{row['off_update_ms']:.1f}; counted {row['dense_counted']}, hash products "
             f"{row['dense_hash']} vs {row['off_hash']}"
         )
-        if args.out:
-            args.out.write_text(json.dumps({"rows": rows}, indent=1))
+        common.save_partial({"rows": rows}, args.out)  # after every one: a cut run keeps them
     return 0
 
 

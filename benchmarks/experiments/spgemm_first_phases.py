@@ -30,7 +30,7 @@ import numpy as np
 import scipy.sparse as sp
 
 import sparsegpu as sg
-from benchmarks import spgemm_first
+from benchmarks import common, spgemm_first
 from sparsegpu.backends import cusparse_spgemm, hash_spgemm, spgemm
 from sparsegpu.datasets import synthetic
 from sparsegpu.device import _cuda
@@ -190,7 +190,7 @@ def run_class(name, group, build, dtype, cupy, cupyx_sparse, log, galerkin_only=
         sample["cupyx_A_P"] = wall_ms(lambda B=B, P=Pcx: B @ P, cupy)[0]
         for key, ms in sample.items():
             pieces.setdefault(key, []).append(ms)
-    row["galerkin_ms"] = {key: float(np.median(v)) for key, v in pieces.items()}
+    row["galerkin_ms"] = common.medians(pieces)
     row["galerkin_first_ms"] = row["galerkin_ms"]["sg"]
     row["galerkin_cupyx_ms"] = row["galerkin_ms"]["cupyx"]
     A = fresh_sg(base, identity)

@@ -172,7 +172,7 @@ def main(argv=None) -> int:
             B = FIRST.fresh_cupyx(Acx, cupyx_sparse)
             walls["cupyx"].append(FIRST.wall_ms(lambda B=B: B @ B, cupy)[0])
         set_variant(variants[0])
-        row.update({f"{k}_ms": float(np.median(v)) for k, v in walls.items()})
+        row.update(common.medians(walls, "_ms"))
         row["trace"] = {str(k): v for k, v in traces.items()}
         rows.append(row)
         print(f"{name} {dtype}: " + ", ".join(f"{k} {row[k + '_ms']:.2f}" for k in walls))

@@ -17,7 +17,6 @@ Usage (on a GPU machine)::
 from __future__ import annotations
 
 import argparse
-import json
 import pathlib
 import sys
 
@@ -87,15 +86,14 @@ def main(argv=None) -> int:
             B = FIRST.fresh_cupyx(Acx, cupyx_sparse)
             ms = FIRST.wall_ms(lambda B=B, P=Pcx: P.T @ B @ P, cupy)[0]
             times.setdefault("cupyx_galerkin", []).append(ms)
-        row.update({f"{key}_ms": float(np.median(v)) for key, v in times.items()})
+        row.update(common.medians(times, "_ms"))
         rows.append(row)
         print(
             f"{name}: A @ P select {row['select_ms']:.3f}, alg1 {row['alg1_ms']:.3f}, cupyx "
             f"{row['cupyx_ms']:.3f} ms; galerkin {row['galerkin_ms']:.3f} vs cupyx "
             f"{row['cupyx_galerkin_ms']:.3f}"
         )
-        if args.out:
-            args.out.write_text(json.dumps({"rows": rows}, indent=1))
+        common.save_partial({"rows": rows}, args.out)  # after every one: a cut run keeps them
     return 0
 
 
