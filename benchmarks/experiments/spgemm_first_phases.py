@@ -3,11 +3,12 @@
 
 In one warm process (every kernel compiled on a throw-away first product of each class),
 for each matrix class: the first ``A @ A`` of a *new* pattern (fresh operands made by an
-earlier product, sparse plans forgotten) against cupyx's first product on fresh copies,
-wall clock from the call to a synchronized result; the same with ``hash`` and ``alg1``
-forced; the time of each phase (the functions of the path, each wrapped with a device
-synchronisation before and after); a cProfile of one first call; the first ten calls of
-one pattern; the first ``sg.galerkin_product`` against cupyx's ``P.T @ A @ P``.
+earlier product, sparse plans forgotten) against cupyx's first product on fresh operands
+made by a cupyx product, wall clock from the call to a synchronized result; the same with
+``hash`` and ``alg1`` forced; the time of each phase (the functions of the path, each
+wrapped with a device synchronisation before and after); a cProfile of one first call; the
+first ten calls of one pattern; the first ``sg.galerkin_product`` against cupyx's ``P.T @ A
+@ P``.
 
 Usage (on a GPU machine)::
 
