@@ -129,3 +129,22 @@ def test_out_of_memory_is_a_clear_memory_error_and_leaves_the_matrix_usable(gpu_
     assert_product_close(
         sg.matvec(A, x, backend=gpu_backend_name), S @ x, np.float64, int(np.diff(S.indptr).max())
     )
+
+
+def test_results_queued_on_a_stream_share_its_event_and_settle(cupy):
+    """Results queued on one stream record one event of that stream (made once); each
+    settles (waits for its work, then forgets the event) whoever recorded it last."""
+    import scipy.sparse as sp
+
+    from sparsegpu.device._mirror import CUPY, DeviceMatrix
+
+    S = sp.random(50, 50, density=0.1, random_state=2, format="csr")
+    a = DeviceMatrix.from_host(S.data, S.indices, S.indptr, S.shape, CUPY).queued()
+    b = DeviceMatrix.from_host(S.data, S.indices, S.indptr, S.shape, CUPY).queued()
+    assert a._ready is b._ready is not None
+    with cupy.cuda.Stream(non_blocking=True):
+        c = DeviceMatrix.from_host(S.data, S.indices, S.indptr, S.shape, CUPY).queued()
+    assert c._ready is not a._ready
+    for m in (a, b, c):
+        m.settle()
+        assert m._ready is None

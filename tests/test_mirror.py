@@ -20,6 +20,7 @@ import pytest
 import scipy.sparse as sp
 
 import sparsegpu as sg
+from sparsegpu.device._mirror import HOST, DeviceMatrix
 from sparsegpu.testing import CountingBackend, assert_product_close, random_vector
 
 from .conftest import BACKEND_NAMES, GPU_BACKEND_NAMES, skip_unless_available
@@ -428,3 +429,15 @@ def test_writes_through_earlier_aliases_never_make_a_product_stale(copying_backe
     sg.matvec(A, np.ones(A.shape[1]), backend=copying_backend)
     write()
     _check(A, copying_backend, "after a write through an earlier alias")
+
+
+def test_a_derived_format_waits_only_where_its_making_queued_work(monkeypatch):
+    """``derived`` settles after making a format that left device work behind (the
+    default), not after one that did not (a descriptor, a value read back)."""
+    S = sp.random(20, 20, density=0.2, random_state=1, format="csr")
+    m = DeviceMatrix.from_host(S.data, S.indices, S.indptr, S.shape, HOST)
+    settled = []
+    monkeypatch.setattr(m, "settle", lambda: settled.append(True))
+    assert m.derived("queued", lambda: 1) == 1 and settled == [True]
+    assert m.derived("read back", lambda: 2, queues=False) == 2 and settled == [True]
+    assert m.derived("queued", lambda: pytest.fail("made twice")) == 1

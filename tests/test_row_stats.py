@@ -128,3 +128,25 @@ def test_the_upload_counts_canonical_order_in_its_check(cupy, name, index_dtype,
     assert other.rows_rise is None
     host = DeviceMatrix.from_host(M.data, indices, indptr, M.shape, _mirror.HOST)
     assert host.rows_rise is None  # the host's check does not count it
+
+
+def test_a_block_mirror_upload_does_not_count_canonical_order(cupy, monkeypatch):
+    """The BSR mirror's check reads its blocks' statistics and index range in the same
+    transfer as the CSR one, but nobody reads its blocks' order: no ``rows_rising`` pass."""
+    from sparsegpu.device import _block_mirror, _mirror
+
+    launched = []
+    launch = _mirror._launch_stats
+
+    def recording(name, *args):
+        launched.append(name.split("<")[0])
+        return launch(name, *args)
+
+    monkeypatch.setattr(_mirror, "_launch_stats", recording)
+    B = sp.random(40, 60, density=0.2, random_state=5, format="csr").tobsr(blocksize=(2, 3))
+    _block_mirror.DeviceBlockMatrix.from_host(B.data, B.indices, B.indptr, B.shape, CUPY)
+    assert "index_range" in launched and "rows_rising" not in launched
+    launched.clear()
+    C = sp.csr_matrix(B)
+    DeviceMatrix.from_host(C.data, C.indices, C.indptr, C.shape, CUPY)
+    assert "rows_rising" in launched

@@ -145,6 +145,31 @@ def test_few_products_are_not_counted(engine, monkeypatch):
     assert [m.index_dtype for m in kept] == [np.int32, np.int32] and nnz is None
 
 
+def test_products_the_caller_counted_are_not_counted_again(engine, monkeypatch):
+    """The rule's count (a skewed product's) reaches compute_operands: the same answer
+    as its own count, and no second pass."""
+    dense = np.zeros((30, 30))
+    dense[:10, :10] = 1.0
+    dense[np.arange(10, 30), np.arange(20) % 10] = 2.0
+    S = sp.csr_matrix(dense)  # S @ S: 1,200 products
+    engine_obj, left, right = _mirrors(engine, S, S)
+    monkeypatch.setattr(spgemm, "INT32_MAX", 500)
+    own = spgemm.compute_operands(engine_obj, left, right, Budget(left.xp))
+    monkeypatch.setattr(engine_obj, "total_products", lambda *a: pytest.fail("counted again"))
+    given = spgemm.compute_operands(engine_obj, left, right, Budget(left.xp), products=1200)
+    assert [m.index_dtype for m in given[:2]] == [m.index_dtype for m in own[:2]]
+    assert given[2] == own[2]
+    C, _ = spgemm.multiply(engine_obj, left, right, "alg1", Budget(left.xp), products=1200)
+    got = sp.csr_matrix((_host(C.data), _host(C.indices), _host(C.indptr)), shape=C.shape)
+    assert_product_close(got.toarray(), (S @ S).toarray(), np.float64, max_row_length=10)
+
+
+def test_the_default_rule_counts_nothing(engine):
+    S = sp.random(40, 40, density=0.1, random_state=3, format="csr")
+    engine_obj, left, right = _mirrors(engine, S, S)
+    assert engine_obj.rule_and_products(left, right) == (engine_obj.rule(left, right), None)
+
+
 def _host(a):
     return a.get() if _cuda.is_cupy_array(a) else np.asarray(a)
 

@@ -199,3 +199,22 @@ def test_a_sample_leaves_the_first_launch_latency_out(monkeypatch, latency):
     # a loop the host cannot keep up with is timed at the host's pace
     host_bound = _timing.cuda_time(lambda: timeline.launch(0.001), warmup=1, repeat=3, inner=10)
     assert host_bound.median_ms == pytest.approx(latency, rel=0.05)
+
+
+def test_a_read_stopwatch_gives_its_events_to_the_next(cupy):
+    """A stopwatch's events, once read, serve the thread's next stopwatches (no event made
+    per product); a read stopwatch keeps its reading."""
+    first = _timing.Stopwatch(on_host=False)
+    cupy.arange(1000).sum()
+    first.stop()
+    events = {id(first._start), id(first._stop)}
+    ms = first.ms()
+    assert ms >= 0 and first.ms() == ms
+    second = _timing.Stopwatch(on_host=False).stop()
+    assert {id(second._start), id(second._stop)} == events
+    assert second.ms() >= 0 and first.ms() == ms
+
+
+def test_a_stopwatch_on_the_host_reads_the_clock():
+    watch = _timing.Stopwatch(on_host=True).stop()
+    assert watch.ms() >= 0 and watch.ms(wait=False) >= 0

@@ -130,7 +130,7 @@ def has_reuse() -> bool:
 
 def _operand(lib, matrix: DeviceMatrix) -> _Descriptor:
     """The descriptor of an operand, made once per mirror (SpGEMM only reads it)."""
-    return matrix.derived("cusparse_spgemm_csr", lambda: csr_descriptor(lib, matrix))
+    return matrix.derived("cusparse_spgemm_csr", lambda: csr_descriptor(lib, matrix), queues=False)
 
 
 def _nnz(lib, descriptor: _Descriptor) -> int:
@@ -139,6 +139,22 @@ def _nnz(lib, descriptor: _Descriptor) -> int:
         descriptor.handle, sizes.ctypes.data, sizes.ctypes.data + 8, sizes.ctypes.data + 16
     )
     return int(sizes[2])
+
+
+@functools.cache
+def _scalar_arrays(dtype: np.dtype) -> tuple:
+    # kept for the process: the host scalars every product of ``dtype`` points cuSPARSE at
+    # (cuSPARSE reads them during the call; nothing writes them)
+    return np.ones(1, dtype=dtype), np.zeros(1, dtype=dtype)
+
+
+@functools.cache
+def _scalars(dtype: np.dtype) -> tuple[int, int]:
+    """The host addresses of ``alpha = 1`` and ``beta = 0`` in ``dtype`` (read once: numpy's
+    ``ctypes.data`` costs a microsecond or two, and each product passed them three
+    times)."""
+    alpha, beta = _scalar_arrays(dtype)
+    return alpha.ctypes.data, beta.ctypes.data
 
 
 class _Call:
@@ -153,8 +169,7 @@ class _Call:
         self.dtype = left.dtype
         self.cuda_type = CUDA_DATA_TYPE[left.dtype]
         self.algorithm = ALGORITHM[algorithm]
-        self.alpha = np.ones(1, dtype=left.dtype)
-        self.beta = np.zeros(1, dtype=left.dtype)
+        self.alpha, self.beta = _scalars(left.dtype)
         # a plan that re-points its operands' descriptors owns them; a product shares the
         # mirrors' own
         describe = csr_descriptor if own_descriptors else _operand
@@ -178,10 +193,10 @@ class _Call:
             self.handle,
             OPERATION_NON_TRANSPOSE,
             OPERATION_NON_TRANSPOSE,
-            self.alpha.ctypes.data,
+            self.alpha,
             self.a.handle,
             self.b.handle,
-            self.beta.ctypes.data,
+            self.beta,
             self.c.handle,
             self.cuda_type,
             self.algorithm,

@@ -181,12 +181,16 @@ def table_launch(slots: int, slot_bytes: int, rows: int, device) -> TableLaunch:
     return TableLaunch(32, True, 1024, grid, 0, slots)
 
 
+def _bitmap_bytes(n_cols: int) -> int:
+    """Bytes of a dense row's bitmap of ``n_cols`` columns (32-bit words)."""
+    return 4 * -(-n_cols // 32)
+
+
 def dense_rows_fit(n_cols: int, device) -> bool:
     """Whether rows may run as dense rows at all: :data:`DENSE_MIN_SHARE` set and a bitmap
     of ``n_cols`` columns within this GPU's shared memory a block."""
-    bitmap = 4 * -(-n_cols // 32)
     return bool(DENSE_MIN_SHARE) and (
-        bitmap <= device.shared_memory_per_block_optin - STATIC_SHARED_BYTES
+        _bitmap_bytes(n_cols) <= device.shared_memory_per_block_optin - STATIC_SHARED_BYTES
     )
 
 
@@ -204,11 +208,11 @@ def dense_launch(
     least = DENSE_MIN_FILL_SLOTS if value_bytes else DENSE_MIN_SLOTS
     if slots < least or slots * DENSE_MIN_SHARE < n_cols:
         return None
-    bitmap = 4 * -(-n_cols // 32)
     grid = min(rows, DENSE_BLOCKS_PER_SM * device.multiprocessors)
     if value_bytes:
         grid = max(1, min(grid, DENSE_MAX_BYTES // (n_cols * value_bytes)))
-    return TableLaunch(32, True, DENSE_THREADS, grid, bitmap, n_cols if value_bytes else 0)
+    shared = _bitmap_bytes(n_cols)
+    return TableLaunch(32, True, DENSE_THREADS, grid, shared, n_cols if value_bytes else 0)
 
 
 def _kernel(name: str, shared_bytes: int):
@@ -333,7 +337,8 @@ def _numeric(left, right, counts, rows, indptr, indices, data, budget: Budget) -
     slot_bytes = index.itemsize + dtype.itemsize
     for table_class, first, count in _classes(counts):
         slots = _slots(table_class)
-        if _dense_numeric(left, right, rows[first:], count, slots, indptr, indices, data, budget):
+        dense = (rows[first:], count, slots, indptr, indices, data)
+        if _dense_numeric(left, right, *dense, budget, device):
             continue
         launch = table_launch(slots, slot_bytes, count, device)
         keys = _global_tables(budget, launch, index, "the hash SpGEMM's global tables")
@@ -352,11 +357,11 @@ def _numeric(left, right, counts, rows, indptr, indices, data, budget: Budget) -
         budget.release(keys, values)
 
 
-def _dense_numeric(left, right, rows, count, slots, indptr, indices, data, budget) -> bool:
+def _dense_numeric(left, right, rows, count, slots, indptr, indices, data, budget, device):
     """``count`` rows of ``rows`` as dense rows where :func:`dense_launch` takes them and
     their dense rows of values fit the budget (False: they keep their tables)."""
     n_cols = right.shape[1]
-    dense = dense_launch(slots, n_cols, count, _cuda.device_info(), left.dtype.itemsize)
+    dense = dense_launch(slots, n_cols, count, device, left.dtype.itemsize)
     if dense is None:
         return False
     try:
@@ -568,7 +573,13 @@ class GpuSpgemm(CusparseSpgemm):
         )
 
     def rule(self, left, right) -> str:
-        return SELECT if _selects(left, right) else self._rule(left, right)[0]
+        return self.rule_and_products(left, right)[0]
+
+    def rule_and_products(self, left, right) -> tuple[str, int | None]:
+        if _selects(left, right):
+            return SELECT, None
+        found = self._rule(left, right)
+        return found[0], found[5]
 
     def _rule(self, left, right) -> tuple:
         """``(algorithm, products, products a row, bound of a row's products (None where

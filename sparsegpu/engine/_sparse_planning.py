@@ -263,8 +263,10 @@ def _multiply_sparse(left, right, engine, level, algorithm, memory_limit):
     budget = Budget(left.xp, memory_limit)
     pair = None if spgemm.is_empty(left, right) else _pair(left, right)
     if pair is None or algorithm is not None or level == "estimate":  # the rule, always
-        algorithm = algorithm or engine.rule(left, right)
-        product, outcome = spgemm.multiply(engine, left, right, algorithm, budget)
+        products = None
+        if algorithm is None:
+            algorithm, products = engine.rule_and_products(left, right)
+        product, outcome = spgemm.multiply(engine, left, right, algorithm, budget, products)
         if pair is not None:
             pair.last = outcome
         return _finished(product, left, right)
@@ -281,7 +283,8 @@ def _multiply_sparse(left, right, engine, level, algorithm, memory_limit):
         return _finished(product, left, right)
     pair.read_times(wait=False)  # the products before this one that have finished
     watch = _timing.Stopwatch(on_host=left.xp is np)
-    product, outcome = spgemm.multiply(engine, left, right, engine.rule(left, right), budget)
+    algorithm, products = engine.rule_and_products(left, right)
+    product, outcome = spgemm.multiply(engine, left, right, algorithm, budget, products)
     pair.watches.append(watch.stop())
     pair.last = outcome
     if pair.seen >= 2 and pair.lock.acquire(blocking=False):  # never waits for another's

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import threading
 import time
 from dataclasses import dataclass
 
@@ -289,31 +290,62 @@ def time_candidates(
     return {key: results[key] for key in fns}
 
 
+_spare_events = threading.local()
+# timing events a thread keeps for its stopwatches, per device
+SPARE_EVENTS = 16
+
+
+def _event(cuda, device: int):
+    """A timing event of ``device``: one a read stopwatch gave back, else a new one (made
+    once: a first sparse product's host work ran cold, where each event's making cost
+    10-15 us)."""
+    spare = getattr(_spare_events, "by_device", None)
+    found = spare.get(device) if spare else None
+    return found.pop() if found else cuda.Event()
+
+
+def _give_back(device: int, *events) -> None:
+    spare = getattr(_spare_events, "by_device", None)
+    if spare is None:
+        spare = _spare_events.by_device = {}
+    kept = spare.setdefault(device, [])
+    for event in events:
+        if len(kept) < SPARE_EVENTS:
+            kept.append(event)
+
+
 class Stopwatch:
     """The time of the work queued between :meth:`stop` and the stopwatch's making: CUDA
     events on the current stream (read later, without waiting for the work now), or the
-    host's clock (``on_host``)."""
+    host's clock (``on_host``). Once read, its events serve later stopwatches of the
+    thread that read it."""
 
     def __init__(self, on_host: bool):
         self.on_host = on_host
         self._stop = None
+        self._ms = None
         if on_host:
             self._start = time.perf_counter()
         else:
-            self._start = _cuda.cupy_or_none().cuda.Event()
+            cuda = _cuda.cupy_or_none().cuda
+            self._device = cuda.runtime.getDevice()
+            self._start = _event(cuda, self._device)
             self._start.record()
 
     def stop(self) -> Stopwatch:
         if self.on_host:
             self._stop = time.perf_counter()
         else:
-            self._stop = _cuda.cupy_or_none().cuda.Event()
+            cuda = _cuda.cupy_or_none().cuda
+            self._stop = _event(cuda, self._device)
             self._stop.record()
         return self
 
     def ms(self, wait: bool = True) -> float | None:
         """Milliseconds from start to stop; None when ``wait`` is False and the work is
         still running (or the stopwatch was never stopped)."""
+        if self._ms is not None:
+            return self._ms
         if self._stop is None:
             return None
         if self.on_host:
@@ -321,7 +353,11 @@ class Stopwatch:
         if not wait and not self._stop.done:
             return None
         self._stop.synchronize()
-        return float(_cuda.cupy_or_none().cuda.get_elapsed_time(self._start, self._stop))
+        cuda = _cuda.cupy_or_none().cuda
+        self._ms = float(cuda.get_elapsed_time(self._start, self._stop))
+        _give_back(self._device, self._start, self._stop)
+        self._start = self._stop = None
+        return self._ms
 
 
 def timed_call(fn, *, on_host: bool):
