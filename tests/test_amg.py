@@ -124,17 +124,26 @@ def test_isolated_nodes_stay_unaggregated():
     assert (aggregate[-4:] == -1).all() and (aggregate[:-4] >= 0).all()
 
 
-@pytest.mark.parametrize("k", [1, 3])
-def test_tentative_prolongator_reproduces_b_with_orthonormal_columns(k):
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+@pytest.mark.parametrize("k", [1, 3, 6])
+def test_tentative_prolongator_reproduces_b_with_orthonormal_columns(k, dtype, xp):
+    """T's columns are orthonormal and T R = B on every aggregated node (rigid-body modes:
+    k = 6; complex B), nothing on a node of no aggregate."""
     rng = np.random.default_rng(1)
     aggregate = np.repeat(np.arange(10), 4)
-    B = rng.standard_normal((80, k))
+    aggregate[[3, 17]] = -1  # two nodes in no aggregate
+    B = rng.standard_normal((80, k)).astype(dtype)
+    if np.issubdtype(dtype, np.complexfloating):
+        B += 1j * rng.standard_normal((80, k))
     (indptr, indices, data), shape, coarse = _aggregation.tentative_prolongator(
-        aggregate, 10, B, 2, np
+        xp.asarray(aggregate), 10, xp.asarray(B), 2, xp
     )
-    T = sp.csr_matrix((data, indices, indptr), shape=shape)
-    assert np.allclose(T @ coarse, B)
-    assert np.allclose((T.T @ T).toarray(), np.eye(shape[1]))
+    host = [a.get() if hasattr(a, "get") else a for a in (data, indices, indptr, coarse)]
+    T = sp.csr_matrix(tuple(host[:3]), shape=shape)
+    assigned = np.repeat(aggregate >= 0, 2)
+    assert np.allclose((T @ host[3])[assigned], B[assigned])
+    assert np.allclose((T @ host[3])[~assigned], 0)
+    assert np.allclose((T.conj().T @ T).toarray(), np.eye(shape[1]))
 
 
 # ---------------------------------------------------------------------- as a preconditioner

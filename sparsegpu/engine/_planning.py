@@ -32,7 +32,6 @@ Levels
 from __future__ import annotations
 
 import functools
-import os
 import threading
 import time
 import warnings
@@ -103,7 +102,7 @@ def check_level(level) -> str:
 def level_in_force(explicit: str | None, matrix_level: str | None) -> str:
     """The planning level in force: ``planning=``, ``A.planning``, the scope, the
     environment variable, then ``"measure"``."""
-    level = explicit or matrix_level or _scoped_level.get() or os.environ.get(PLANNING_ENV_VAR)
+    level = explicit or matrix_level or _scoped_level.get() or _select.env_value(PLANNING_ENV_VAR)
     if level is None:
         return DEFAULT_LEVEL
     if level not in LEVELS:

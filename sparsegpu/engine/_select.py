@@ -83,24 +83,33 @@ def scoped_backend() -> str | None:
 
 
 def env_backend() -> str | None:
-    """``SPARSEGPU_BACKEND``, read on every product (a user may set it at any time).
+    """``SPARSEGPU_BACKEND``, read on every product (a user may set it at any time)."""
+    return env_value(ENV_VAR)
+
+
+def env_value(name: str) -> str | None:
+    """The environment variable ``name``, read on every product (a user may set it at any
+    time).
 
     ``os.environ.get`` encodes the key and decodes the value on each call (1-3 us, more
     than the rest of a product's dispatch); this reads the mapping behind it, which
     ``os.environ`` keeps current, and decodes only a value that is set.
     """
-    value = _ENVIRON_DATA.get(_ENV_KEY)
+    key = _ENV_KEYS.get(name)
+    if key is None:
+        key = _ENV_KEYS[name] = os.environ.encodekey(name)
+    value = _ENVIRON_DATA.get(key)
     return None if value is None else os.environ.decodevalue(value)
 
 
+_ENV_KEYS: dict = {}
 try:  # CPython's os.environ is a mapping over an encoded dict it keeps in step
     _ENVIRON_DATA = os.environ._data
-    _ENV_KEY = os.environ.encodekey(ENV_VAR)
+    os.environ.encodekey, os.environ.decodevalue  # noqa: B018 - both there, or the plain read
 except AttributeError:  # pragma: no cover - another Python: the plain, slower read
-    _ENVIRON_DATA, _ENV_KEY = None, None
 
-    def env_backend() -> str | None:
-        return os.environ.get(ENV_VAR)
+    def env_value(name: str) -> str | None:
+        return os.environ.get(name)
 
 
 def name_in_force(explicit: str | None, matrix_choice: str | None) -> str:

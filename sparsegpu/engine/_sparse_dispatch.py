@@ -179,7 +179,7 @@ def _with_operands_index_dtype(A, product: DeviceMatrix, left, right) -> DeviceM
     """scipy's sparse arrays keep int64 indices from an operand; its matrices narrow them
     to int32 where they fit, as the product comes (int32 unless sizes need more)."""
     wide = np.dtype(np.int64)
-    if not isinstance(A, sp.spmatrix) and wide in (left.index_dtype, right.index_dtype):
+    if wide in (left.index_dtype, right.index_dtype) and not isinstance(A, sp.spmatrix):
         return spgemm.with_index_dtype(product, wide)
     return product
 
