@@ -79,28 +79,35 @@ def anisotropic2d(n: int):
     return stencil_grid(stencil, (n, n), format="csr"), None
 
 
-def jumping3d(n: int, seed: int):
+def jumping3d(n: int, seed: int, high=0.5, mean="harmonic", grid8=False, walls="all"):
     """Cell-centred finite volumes of -div(k grad u) on n^3 cells, k = 1 or 1e4 at random in
-    blocks of 8^3 cells, harmonic means on faces, Dirichlet walls."""
+    blocks of 8^3 cells, harmonic means on faces, Dirichlet walls (the benchmark's problem).
+
+    The variants of ``benchmarks/experiments/jumping_variants.py``: ``high`` the share of
+    blocks at 1e4, ``mean="arithmetic"`` on faces, ``grid8`` an 8 x 8 x 8 grid of blocks
+    (each n/8 cells a side), ``walls="x0"`` Dirichlet on the wall x = 0 only."""
     rng = np.random.default_rng(seed)
-    blocks = -(-n // 8)
-    k_block = np.where(rng.random((blocks,) * 3) < 0.5, 1.0, 1e4)
-    k = k_block.repeat(8, 0).repeat(8, 1).repeat(8, 2)[:n, :n, :n]
+    cells = -(-n // 8) if grid8 else 8  # a block's cells a side
+    blocks = 8 if grid8 else -(-n // 8)
+    k_block = np.where(rng.random((blocks,) * 3) < 1 - high, 1.0, 1e4)
+    k = k_block.repeat(cells, 0).repeat(cells, 1).repeat(cells, 2)[:n, :n, :n]
     index = np.arange(n**3).reshape(n, n, n)
     diagonal = np.zeros((n, n, n))
     rows, cols, vals = [], [], []
     for axis in range(3):
         low = [slice(None)] * 3
-        high = [slice(None)] * 3
-        low[axis], high[axis] = slice(0, n - 1), slice(1, n)
-        k1, k2 = k[tuple(low)], k[tuple(high)]
-        face = 2 * k1 * k2 / (k1 + k2)
+        upper = [slice(None)] * 3
+        low[axis], upper[axis] = slice(0, n - 1), slice(1, n)
+        k1, k2 = k[tuple(low)], k[tuple(upper)]
+        face = 2 * k1 * k2 / (k1 + k2) if mean == "harmonic" else (k1 + k2) / 2
         diagonal[tuple(low)] += face
-        diagonal[tuple(high)] += face
-        rows += [index[tuple(low)].ravel(), index[tuple(high)].ravel()]
-        cols += [index[tuple(high)].ravel(), index[tuple(low)].ravel()]
+        diagonal[tuple(upper)] += face
+        rows += [index[tuple(low)].ravel(), index[tuple(upper)].ravel()]
+        cols += [index[tuple(upper)].ravel(), index[tuple(low)].ravel()]
         vals += [-face.ravel(), -face.ravel()]
         for wall in (0, n - 1):  # Dirichlet walls: a half cell to the boundary
+            if walls != "all" and (axis, wall) != (0, 0):
+                continue
             side = [slice(None)] * 3
             side[axis] = wall
             diagonal[tuple(side)] += 2 * k[tuple(side)]

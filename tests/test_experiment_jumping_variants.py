@@ -14,7 +14,7 @@ from benchmarks.experiments import jumping_variants as variants
 def test_the_benchmarks_problem_is_the_first_variant():
     A = variants.build("fv-harmonic", 12, 2)
     assert abs(A - amg.jumping3d(12, 2)[0]).max() == 0
-    assert abs(A - variants.finite_volumes(12, 2, high=0.5)).max() == 0
+    assert abs(A - variants.build("fv-harmonic-high=0.5", 12, 2)).max() == 0
 
 
 @pytest.mark.parametrize("variant", variants.VARIANTS)

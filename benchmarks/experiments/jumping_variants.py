@@ -62,51 +62,19 @@ VARIANTS = (
 )
 
 
-def _coefficients(n: int, seed: int, high: float, grid8: bool, cells: int) -> np.ndarray:
-    """k = 1 or 1e4 (a share ``high`` at 1e4) on ``cells``^3 cells, in blocks of 8^3 cells
-    (``grid8``: an 8 x 8 x 8 grid of blocks)."""
+def _coefficients(cells: int, seed: int, high: float) -> np.ndarray:
+    """k = 1 or 1e4 (a share ``high`` at 1e4) on ``cells``^3 cells in blocks of 8^3 cells,
+    drawn as ``benchmarks.amg.jumping3d`` draws them."""
     rng = np.random.default_rng(seed)
-    side = -(-cells // 8) if grid8 else 8
-    blocks = 8 if grid8 else -(-cells // 8)
+    blocks = -(-cells // 8)
     k_block = np.where(rng.random((blocks,) * 3) < 1 - high, 1.0, 1e4)
-    return k_block.repeat(side, 0).repeat(side, 1).repeat(side, 2)[:cells, :cells, :cells]
-
-
-def finite_volumes(n: int, seed: int, high=0.5, mean="harmonic", grid8=False, walls="all"):
-    """Cell-centred, as ``benchmarks.amg.jumping3d`` (Dirichlet walls half a cell away;
-    ``walls="x0"``: the wall x = 0 only)."""
-    k = _coefficients(n, seed, high, grid8, n)
-    index = np.arange(n**3).reshape(n, n, n)
-    diagonal = np.zeros((n, n, n))
-    rows, cols, vals = [], [], []
-    for axis in range(3):
-        low, high_ = [slice(None)] * 3, [slice(None)] * 3
-        low[axis], high_[axis] = slice(0, n - 1), slice(1, n)
-        k1, k2 = k[tuple(low)], k[tuple(high_)]
-        face = 2 * k1 * k2 / (k1 + k2) if mean == "harmonic" else (k1 + k2) / 2
-        diagonal[tuple(low)] += face
-        diagonal[tuple(high_)] += face
-        rows += [index[tuple(low)].ravel(), index[tuple(high_)].ravel()]
-        cols += [index[tuple(high_)].ravel(), index[tuple(low)].ravel()]
-        vals += [-face.ravel(), -face.ravel()]
-        for wall in (0, n - 1):
-            if walls != "all" and (axis, wall) != (0, 0):
-                continue
-            side = [slice(None)] * 3
-            side[axis] = wall
-            diagonal[tuple(side)] += 2 * k[tuple(side)]
-    rows.append(index.ravel())
-    cols.append(index.ravel())
-    vals.append(diagonal.ravel())
-    shape = (n**3,) * 2
-    return sp.coo_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
-                         shape=shape).tocsr()  # fmt: skip
+    return k_block.repeat(8, 0).repeat(8, 1).repeat(8, 2)[:cells, :cells, :cells]
 
 
 def vertex_centred(n: int, seed: int, high=0.5):
     """n^3 interior nodes of (n+1)^3 unit cells; an edge's coefficient the mean of the four
     cells around it; Dirichlet boundary nodes eliminated."""
-    k = _coefficients(n, seed, high, False, n + 1)
+    k = _coefficients(n + 1, seed, high)
     index = np.arange(n**3).reshape(n, n, n)
     diagonal = np.zeros((n, n, n))
     rows, cols, vals = [], [], []
@@ -137,20 +105,20 @@ def vertex_centred(n: int, seed: int, high=0.5):
 
 
 def build(variant: str, n: int, seed: int):
-    if variant == "fv-harmonic":
-        return amg.jumping3d(n, seed)[0]
-    if variant.startswith("fv-harmonic-high="):
-        return finite_volumes(n, seed, high=float(variant.split("=")[1]))
-    if variant.startswith("fv-harmonic-one-wall"):
-        high = float(variant.split("=")[1]) if "=" in variant else 0.5
-        return finite_volumes(n, seed, high=high, walls="x0")
-    if variant == "fv-arithmetic":
-        return finite_volumes(n, seed, mean="arithmetic")
-    if variant == "fv-grid8":
-        return finite_volumes(n, seed, grid8=True)
+    """The matrix of ``variant`` (see the module docstring) at ``n``^3 unknowns."""
     if variant == "vertex":
         return vertex_centred(n, seed)
-    raise ValueError(f"unknown variant {variant!r}; choose one of {', '.join(VARIANTS)}")
+    high = float(variant.split("=")[1]) if "-high=" in variant else 0.5
+    options = {
+        "fv-harmonic": {},
+        "fv-arithmetic": {"mean": "arithmetic"},
+        "fv-grid8": {"grid8": True},
+        "fv-harmonic-one-wall": {"walls": "x0"},
+    }
+    found = options.get(variant.split("-high=")[0])
+    if found is None:
+        raise ValueError(f"unknown variant {variant!r}; choose one of {', '.join(VARIANTS)}")
+    return amg.jumping3d(n, seed, high=high, **found)[0]
 
 
 def jacobi_cg(A, maxiter: int) -> dict:
