@@ -24,7 +24,7 @@ def script():
 @pytest.mark.parametrize(
     "name, size, rows",
     [("poisson3d", 5, 125), ("anisotropic2d", 9, 81), ("jumping3d", 10, 1000),
-     ("elasticity3d", 3, 3 * 3 * 16)],
+     ("jumping3d_wall", 10, 1000), ("elasticity3d", 3, 3 * 3 * 16)],
 )  # fmt: skip
 def test_problems_are_symmetric_positive_definite(script, name, size, rows):
     A, B = script.make_problem(name, size, "fit")
@@ -36,10 +36,25 @@ def test_problems_are_symmetric_positive_definite(script, name, size, rows):
         assert A.format == "bsr" and B.shape == (rows, 6)
 
 
-def test_jumping_coefficients_differ_between_sets(script):
-    fit, _ = script.make_problem("jumping3d", 16, "fit")
-    heldout, _ = script.make_problem("jumping3d", 16, "heldout")
+@pytest.mark.parametrize("name", ["jumping3d", "jumping3d_wall"])
+def test_jumping_coefficients_differ_between_sets(script, name):
+    fit, _ = script.make_problem(name, 16, "fit")
+    heldout, _ = script.make_problem(name, 16, "heldout")
     assert abs(fit - heldout).max() > 0
+
+
+def test_the_one_wall_instance_is_the_variant_that_matched_the_issue(script):
+    """jumping3d_wall is jumping_variants' "fv-harmonic-one-wall-high=0.25" (the instance
+    whose Jacobi-CG, CG and PyAMG iterations matched the issue's), in its own draws."""
+    from benchmarks.experiments import jumping_variants
+
+    found = jumping_variants.build("fv-harmonic-one-wall-high=0.25", 16, 2)
+    assert abs(script.jumping3d_wall(16, 2)[0] - found).max() == 0
+    # one Dirichlet wall: the rows of the other five walls have no boundary term
+    A = script.jumping3d_wall(12, 3)[0]
+    off = np.asarray(abs(A).sum(axis=1)).ravel() - A.diagonal()
+    walls = np.isclose(A.diagonal(), off).reshape(12, 12, 12)
+    assert not walls[0].any() and walls[-1].all()
 
 
 def test_one_row_on_the_host(script):
