@@ -86,6 +86,16 @@ def anisotropic2d(n: int):
     return stencil_grid(stencil, (n, n), format="csr"), None
 
 
+def block_coefficients(n: int, seed: int, high=0.5, grid8=False) -> np.ndarray:
+    """k = 1 or 1e4 on n^3 cells, drawn per block of 8^3 cells (``grid8``: per block of an
+    8 x 8 x 8 grid of blocks), a share ``high`` of the blocks at 1e4."""
+    rng = np.random.default_rng(seed)
+    cells = -(-n // 8) if grid8 else 8  # a block's cells a side
+    blocks = 8 if grid8 else -(-n // 8)
+    k_block = np.where(rng.random((blocks,) * 3) < 1 - high, 1.0, 1e4)
+    return k_block.repeat(cells, 0).repeat(cells, 1).repeat(cells, 2)[:n, :n, :n]
+
+
 def jumping3d(n: int, seed: int, high=0.5, mean="harmonic", grid8=False, walls="all"):
     """Cell-centred finite volumes of -div(k grad u) on n^3 cells, k = 1 or 1e4 at random in
     blocks of 8^3 cells, harmonic means on faces, Dirichlet walls (the benchmark's problem).
@@ -93,11 +103,7 @@ def jumping3d(n: int, seed: int, high=0.5, mean="harmonic", grid8=False, walls="
     The variants of ``benchmarks/experiments/jumping_variants.py``: ``high`` the share of
     blocks at 1e4, ``mean="arithmetic"`` on faces, ``grid8`` an 8 x 8 x 8 grid of blocks
     (each n/8 cells a side), ``walls="x0"`` Dirichlet on the wall x = 0 only."""
-    rng = np.random.default_rng(seed)
-    cells = -(-n // 8) if grid8 else 8  # a block's cells a side
-    blocks = 8 if grid8 else -(-n // 8)
-    k_block = np.where(rng.random((blocks,) * 3) < 1 - high, 1.0, 1e4)
-    k = k_block.repeat(cells, 0).repeat(cells, 1).repeat(cells, 2)[:n, :n, :n]
+    k = block_coefficients(n, seed, high, grid8)
     index = np.arange(n**3).reshape(n, n, n)
     diagonal = np.zeros((n, n, n))
     rows, cols, vals = [], [], []

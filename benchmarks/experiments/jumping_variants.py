@@ -31,7 +31,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import pathlib
 import sys
 import time
@@ -40,7 +39,7 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
-from benchmarks import amg
+from benchmarks import amg, common
 
 ISSUE = {
     "size": 96,
@@ -62,19 +61,10 @@ VARIANTS = (
 )
 
 
-def _coefficients(cells: int, seed: int, high: float) -> np.ndarray:
-    """k = 1 or 1e4 (a share ``high`` at 1e4) on ``cells``^3 cells in blocks of 8^3 cells,
-    drawn as ``benchmarks.amg.jumping3d`` draws them."""
-    rng = np.random.default_rng(seed)
-    blocks = -(-cells // 8)
-    k_block = np.where(rng.random((blocks,) * 3) < 1 - high, 1.0, 1e4)
-    return k_block.repeat(8, 0).repeat(8, 1).repeat(8, 2)[:cells, :cells, :cells]
-
-
 def vertex_centred(n: int, seed: int, high=0.5):
     """n^3 interior nodes of (n+1)^3 unit cells; an edge's coefficient the mean of the four
     cells around it; Dirichlet boundary nodes eliminated."""
-    k = _coefficients(n + 1, seed, high)
+    k = amg.block_coefficients(n + 1, seed, high)
     index = np.arange(n**3).reshape(n, n, n)
     diagonal = np.zeros((n, n, n))
     rows, cols, vals = [], [], []
@@ -213,12 +203,8 @@ def main(argv=None) -> int:
             row["pyamg"] = pyamg_sa_cg(A)
         result["rows"].append(row)
         print(f"{variant}: {row['iterations']} iterations ({row['seconds']:.0f} s)", flush=True)
-        if args.out:
-            args.out.write_text(json.dumps(result, indent=1))
-    text = markdown(result)
-    if args.md:
-        args.md.write_text(text)
-    print(text)
+        common.save_partial(result, args.out)
+    common.write_outputs(result, args, markdown, plot=None)
     return 0
 
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
-import json
 import pathlib
 import pstats
 import sys
@@ -51,15 +50,11 @@ def matrices(xp) -> list:
 
 
 def host_ms(fn, cupy, repeat: int) -> float:
-    """Median wall clock of ``fn()`` from an idle device to its synchronized result."""
-    samples = []
-    for _ in range(repeat):
-        cupy.cuda.Device().synchronize()
-        start = time.perf_counter()
-        fn()
-        cupy.cuda.Device().synchronize()
-        samples.append((time.perf_counter() - start) * 1e3)
-    return float(np.median(samples))
+    """Median of ``repeat`` wall clocks of ``fn()`` (``spgemm_first.wall_ms``: from an
+    idle device to its synchronized result)."""
+    from benchmarks import spgemm_first
+
+    return float(np.median([spgemm_first.wall_ms(fn, cupy)[0] for _ in range(repeat)]))
 
 
 def profile(fn, calls: int, top: int, sort: str = "tottime") -> str:
@@ -250,8 +245,7 @@ def first_calls(args, cupy) -> int:
             print(f"  {key:50s} {np.median(timelines[key]):9.1f}")
         out.append({"matrix": name, "first_ms": ours, "cupyx_ms": theirs,
                     "timeline": {k: float(np.median(timelines[k])) for k in keys}})  # fmt: skip
-        if args.out:
-            args.out.write_text(json.dumps({"first": out}, indent=1))
+        common.save_partial({"first": out}, args.out)
     return 0
 
 
@@ -315,8 +309,7 @@ def main(argv=None) -> int:
                                     for k in fns) + f" ms (events/wall); ran {row['ran']}",
             flush=True,
         )  # fmt: skip
-        if args.out:
-            args.out.write_text(json.dumps({"rows": rows}, indent=1))
+        common.save_partial({"rows": rows}, args.out)
     for row in rows[:2]:
         print(f"--- {row['matrix']}: alg1, {args.profile_calls} calls")
         print(row["profile_alg1"])
