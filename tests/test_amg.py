@@ -553,15 +553,29 @@ def test_gpu_update_gathers_r_and_equals_a_fresh_set_up(cupy):
     ml = sg.linalg.amg(A, max_coarse=30, seed=5)
     before = [(index_arrays(lv.P), index_arrays(lv.R), index_arrays(c.A))
               for lv, c in zip(ml.levels[:-1], ml.levels[1:], strict=True)]  # fmt: skip
+    objects = [(lv.P, lv.R, c.A) for lv, c in zip(ml.levels[:-1], ml.levels[1:], strict=True)]
+    b = cupy.ones(A.shape[0])
+    ml.solve(b, rtol=1e-8)  # the cycle's products planned on the set-up's matrices
     A_new = sg.csr_matrix(_new_values(A, seed=12))
     ml.update(A_new)
     for (P, R, coarse), lv, c in zip(before, ml.levels[:-1], ml.levels[1:], strict=True):
         # the kept patterns' path: P, R and the coarse matrix share the set-up's indices
         assert index_arrays(lv.P) is P and index_arrays(lv.R) is R
         assert index_arrays(c.A) is coarse
+    for (P, R, coarse), lv, c in zip(objects, ml.levels[:-1], ml.levels[1:], strict=True):
+        # the values written into the set-up's own matrices: their SpMV plans kept
+        assert lv.P is P and lv.R is R and c.A is coarse
+    for level in ml.levels[1:-1]:  # the smoothed levels' products: nothing to select again
+        assert level.A.__dict__["_sg_mirrors"].cache.choices
+    x = ml.solve(b, rtol=1e-8)
+    residual = cupy.linalg.norm(b - A_new @ x) / cupy.linalg.norm(b)
+    assert float(residual) <= 1e-8
     fresh = sg.linalg.amg(A_new, max_coarse=30, seed=5)
     for level, other in zip(ml.levels[:-1], fresh.levels[:-1], strict=True):
         P, R = sp.csr_matrix(level.P), sp.csr_matrix(level.R)
         assert (R != P.T.tocsr()).nnz == 0  # the gathered R is P's transpose exactly
         assert abs(P - sp.csr_matrix(other.P)).max() <= 1e-12 * abs(P).max()
+    for level, other in zip(ml.levels[1:], fresh.levels[1:], strict=True):
+        coarse = sp.csr_matrix(level.A)
+        assert abs(coarse - sp.csr_matrix(other.A)).max() <= 1e-10 * abs(coarse).max()
     assert np.isclose(ml.levels[0].rho, fresh.levels[0].rho, rtol=1e-12)

@@ -441,3 +441,61 @@ def test_a_derived_format_waits_only_where_its_making_queued_work(monkeypatch):
     assert m.derived("queued", lambda: 1) == 1 and settled == [True]
     assert m.derived("read back", lambda: 2, queues=False) == 2 and settled == [True]
     assert m.derived("queued", lambda: pytest.fail("made twice")) == 1
+
+
+def test_values_rewritten_in_place_keep_only_the_plans_that_read_them(copying_backend):
+    """Multigrid's re-set-up writes new values into the matrices it made itself
+    (``rewrite_device_values``): products and host reads see the new values, the plans
+    bound to the values array stay, everything made from the old values is made again,
+    and a matrix whose arrays something else may read is refused (the caller makes a
+    new one)."""
+    from sparsegpu.classes._mirrors import rewrite_device_values
+
+    S = sp.random(70, 70, density=0.1, format="csr", random_state=3) + sp.eye(70)
+    A = sg.csr_matrix(S.tocsr())
+    A.backend = "host-copy" if copying_backend == "host-copy" else None
+    C = A @ A  # a result kept where it was computed, its host arrays not made
+    if "_sg_pending" not in C.__dict__:
+        pytest.skip(f"products of {A.backend or 'the GPU'} are not kept off the host")
+    stored = C.__dict__["_sg_pending"].device
+    x, xt = random_vector(70, C.dtype, 42), random_vector(70, C.dtype, 43)
+    old = (S @ S).tocsr()
+    assert_product_close(sg.matvec(C, x, backend=copying_backend), old @ x, old.dtype, 70, "")
+    sg.matvec(C.T, xt, backend=copying_backend)  # a transposed mirror, made from old values
+    plans = dict(stored.plans)
+    new = stored.data * 2 + 1
+    assert not rewrite_device_values(C, new[:-1])  # another length: refused, nothing changed
+    assert not rewrite_device_values(C, new.astype(np.float32))
+    assert rewrite_device_values(C, new)
+    assert C.__dict__["_sg_pending"].device is stored and "_sg_pending" in C.__dict__
+    kept = {k: p for k, p in plans.items() if p.values_by_reference}
+    assert {k: stored.plans.get(k) for k in kept} == kept  # the same plan objects
+    assert all(k in kept for k in stored.plans)  # the others were dropped
+    expected = old.copy()
+    expected.data = expected.data * 2 + 1
+    what = "after the rewrite"
+    y = sg.matvec(C, x, backend=copying_backend)
+    assert_product_close(y, expected @ x, old.dtype, 70, what)
+    yt = sg.matvec(C.T, xt, backend=copying_backend)
+    assert_product_close(yt, expected.T @ xt, old.dtype, 70, what + " (T)")
+    np.testing.assert_allclose(C.toarray(), expected.toarray(), rtol=1e-12)
+    # its host arrays now exist (and may be held by the caller): never written behind them
+    assert not rewrite_device_values(C, new * 3)
+    np.testing.assert_allclose(C.toarray(), expected.toarray(), rtol=1e-12)
+
+
+def test_a_matrix_sharing_its_arrays_with_a_view_is_not_rewritten(copying_backend):
+    from sparsegpu.classes._mirrors import rewrite_device_values
+
+    S = sp.random(50, 50, density=0.1, format="csr", random_state=4) + sp.eye(50)
+    A = sg.csr_matrix(S.tocsr())
+    A.backend = "host-copy" if copying_backend == "host-copy" else None
+    C = A @ A
+    if "_sg_pending" not in C.__dict__:
+        pytest.skip(f"products of {A.backend or 'the GPU'} are not kept off the host")
+    view = C.T  # shares C's arrays
+    stored = C.__dict__["_sg_pending"].device
+    if rewrite_device_values(C, stored.data * 5):
+        pytest.fail("a matrix whose arrays a live view shares was rewritten")
+    expected = (S @ S).tocsr().T
+    np.testing.assert_allclose(view.toarray(), expected.toarray(), rtol=1e-12)

@@ -643,6 +643,32 @@ def test_planning_waits_until_the_products_have_paid_for_it(engine, monkeypatch)
     assert len(clock.runs) == done, "a planned pair times nothing more"
 
 
+def test_repeating_plans_on_the_second_product(engine, monkeypatch):
+    """A caller that says its patterns come again (multigrid's update) plans the pair on
+    its second product, among measure's candidates; outside the block, measure waits."""
+    clock = ScriptedClock(monkeypatch, product=10.0, reuse_plan=10.0, reuse=2.0, alg2=15.0)
+    S = random_sparse((160, 160), 0.05, 19, np.float64)
+    A = _on(engine, S)
+    A @ A
+    A @ A
+    assert not clock.runs and not sg.explain(A, A).measurements  # not paid for yet
+    other = random_sparse((170, 170), 0.05, 20, np.float64)
+    B = _on(engine, other)
+    B @ B
+    with _sparse_planning.repeating(), _sparse_planning.repeating():  # nests
+        C = B @ B
+    assert not _sparse_planning._repeats_expected()  # the block ended
+    check_product(C, other @ other, np.float64, 170)
+    plan = sg.explain(B, B)
+    assert plan.level == "measure" and plan.algorithm == "reuse", plan
+    assert [m.algorithm for m in plan.measurements] == ["alg1", "reuse"], plan
+    # timed before the products paid a candidate's bound (8 products): the caller's bet
+    assert plan.products_ms < _sparse_planning.CANDIDATE_COST * clock.product
+    runs = len(clock.runs)
+    B @ B
+    assert len(clock.runs) == runs and sg.explain(B, B).last.algorithm == "reuse"
+
+
 def test_exhaustive_times_every_algorithm_on_the_second_product(engine):
     S = random_sparse((120, 120), 0.05, 15, np.float64)
     A = _on(engine, S)

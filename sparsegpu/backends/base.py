@@ -39,6 +39,11 @@ class Plan:
     :meth:`_matmat`), which receive checked operands and a result buffer to fill.
     """
 
+    #: Whether the plan reads the mirror's values where they are (its kernels bound to the
+    #: ``data`` array), so that values rewritten in place keep it valid
+    #: (:meth:`DeviceMatrix.rewrite_values`); False for plans that copy or convert them.
+    values_by_reference = False
+
     def __init__(self, matrix: DeviceMatrix, policy: Policy, vector_dtype=None):
         self.matrix = matrix
         self.policy = policy

@@ -234,6 +234,8 @@ class RowGroupPlan(KernelPlan):
     made by its backend's :meth:`RowGroupBackend.plan`, which hands itself over to compile
     the kernel. Subclasses compile and bind in :meth:`_prepare`."""
 
+    values_by_reference = True  # its kernels are bound to the mirror's data array
+
     def __init__(self, matrix: DeviceMatrix, policy, backend: RowGroupBackend, vector_dtype=None):
         super().__init__(matrix, policy, vector_dtype)
         self._prepare(matrix, policy, backend)

@@ -437,7 +437,14 @@ class ReusePlan:
     def matches(self, left: DeviceMatrix, right: DeviceMatrix) -> bool:
         """True when ``left`` and ``right`` have exactly the patterns this plan was made
         for (the same arrays, or equal ones: one comparison on the device)."""
-        return _same_pattern(self.left_pattern, left) and _same_pattern(self.right_pattern, right)
+        same = _same_pattern(self.left_pattern, left)
+        if not (same and _same_pattern(self.right_pattern, right)):
+            return False
+        # equal arrays found: compare with these from now on (a loop that rebuilds an
+        # operand of this pattern with new values keeps its index arrays: an identity)
+        self.left_pattern = (left.indptr, left.indices)
+        self.right_pattern = (right.indptr, right.indices)
+        return True
 
     def compute(self, left: DeviceMatrix, right: DeviceMatrix, budget: Budget) -> DeviceMatrix:
         """``left @ right`` (patterns as :meth:`matches` checked): the values only."""

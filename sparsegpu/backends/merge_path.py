@@ -157,6 +157,8 @@ def longest_run(tile_row, xp) -> int:
 class MergePathPlan(Plan):
     """Compiled merge-path kernels, tile coordinates and per-stream carry buffers."""
 
+    values_by_reference = True  # its kernels are bound to the mirror's data array
+
     def __init__(self, matrix: DeviceMatrix, policy: MergePathPolicy):
         super().__init__(matrix, policy)
         cupy = _cuda.cupy_or_none()

@@ -72,6 +72,8 @@ def shared_bytes(block_size: int, line_size: int, num_lines: int, value_dtype) -
 class SoftwareCachePlan(KernelPlan):
     """A compiled ``csr_swcache`` instantiation and its launch shape for one mirror."""
 
+    values_by_reference = True  # its kernels are bound to the mirror's data array
+
     def __init__(self, matrix: DeviceMatrix, policy: SoftwareCachePolicy):
         super().__init__(matrix, policy)
         if not self.launches:

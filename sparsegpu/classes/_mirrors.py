@@ -275,6 +275,46 @@ class MatrixMirrors:
                 mirrors_of(other).fingerprint = None
 
 
+def rewrite_device_values(matrix, data) -> bool:
+    """Write ``data`` into ``matrix``'s values in place on the device, keeping its plans
+    there: for a result kept on the device whose host arrays were never made and which no
+    view shares (multigrid's own level matrices, re-set-up with new values). Its plans
+    that read the values where they are stay (so its next product selects and plans
+    nothing); what was made from the old values goes: mirrors in other dtypes, the
+    transpose, other formats, the plans that copied values, reorderings
+    (:meth:`DeviceMatrix.rewrite_values`). ``data``: the stored layout's entry order and
+    dtype, on the current stream. Returns False, changing nothing, where that does not
+    hold (the caller makes a new matrix)."""
+    d = matrix.__dict__
+    pending, mirrors = d.get("_sg_pending"), d.get("_sg_mirrors")
+    if pending is None or mirrors is None or mirrors.shared is None:
+        return False
+    stored = pending.device
+    if data.shape != stored.data.shape or data.dtype != stored.dtype:
+        return False
+    with MIRROR_LOCK:
+        shared = mirrors.shared
+        sharers = live_sharers(shared)
+        if (
+            d.get("_sg_pending") is not pending
+            or pending._host is not None  # being downloaded: the host copy would be stale
+            or len(sharers) != 1
+            or sharers[0] is not matrix
+            or shared.get((stored.residence.name, "stored")) is not stored
+        ):
+            return False
+        stored.rewrite_values(data)
+        for key in [k for k in shared if k != "sharers" and shared[k] is not stored]:
+            del shared[key]
+        cache = mirrors.cache
+        if cache is not None:
+            cache.mirrors = {k: m for k, m in cache.mirrors.items() if m is stored}
+            kept = set(map(id, stored.plans.values()))
+            cache.choices = {k: c for k, c in cache.choices.items() if id(c.plan) in kept}
+            cache.reorderings.clear()
+    return True
+
+
 def invalidate(matrix) -> None:
     """``matrix``'s arrays are about to change: drop the mirrors of every matrix that shares
     a buffer with it (``A.T`` shares ``A``'s), its own included; a matrix without mirrors

@@ -634,6 +634,30 @@ class DeviceMatrix:
             same._ready = written_by._ready
         return same
 
+    def rewrite_values(self, data) -> None:
+        """Copy ``data`` (this matrix's dtype and entry order, queued on the current stream
+        or done) into the values in place, for a mirror that nothing else shares (the
+        caller checks: :func:`sparsegpu.classes._mirrors.rewrite_device_values`). The
+        plans whose kernels read the values where they are (``Plan.values_by_reference``)
+        stay, bound to the same array; the other plans and every format made from the old
+        values go (what is known of the pattern stays)."""
+        ready = self._ready
+        if ready is not None:  # a product still writing the array, perhaps on another stream
+            ready.synchronize()
+            self._ready = None
+        self.data[...] = data  # queued behind the current stream's work: no wait for it
+        self.plans = {
+            key: plan
+            for key, plan in self.plans.items()
+            if getattr(plan, "values_by_reference", False)
+        }
+        self.formats = {
+            name: found
+            for name, found in self.formats.items()
+            if name in PATTERN_FORMATS and not isinstance(found, DeviceMatrix)
+        }
+        self.queued()
+
     def astype(self, value_dtype) -> DeviceMatrix:
         """The same structure with values cast (shares the index arrays)."""
         return self.same_rows(data=self.data.astype(value_dtype))

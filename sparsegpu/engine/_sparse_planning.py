@@ -21,7 +21,12 @@ product) where the library has it, then the engine's other fast algorithm
 none after one that takes under half the rule's time (:data:`CLEAR_WIN`). Then the
 fastest (the rule's own products included, timed as they ran) is kept for the pair.
 So a pattern multiplied a few times never pays for planning, and no product costs much
-more than the products before it have cost in all.
+more than the products before it have cost in all. A caller that knows its patterns will be
+multiplied again with new values (multigrid's re-set-up, a Newton loop's Jacobian
+products) says so with :func:`repeating`: inside it, the pair's second product times its
+candidates at once, as ``exhaustive`` would but among ``measure``'s candidates, so the
+products after it run on the plan (the cost of planning is then the caller's bet, not the
+products' rent).
 ``exhaustive`` times every algorithm (ALG2 and ALG3 too) on the second product, whatever
 it costs. A candidate whose buffers do not fit is left out, so the plan is memory-aware.
 
@@ -36,6 +41,7 @@ GPU's memory together, and all are dropped before a product that would not fit o
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 from collections import OrderedDict
@@ -53,7 +59,10 @@ from ._planning import HOPELESS
 
 # Pairs of patterns remembered, and SpGEMMreuse plans kept, per process.
 PAIRS = 64
-REUSE_PLANS = 4
+# (a multigrid hierarchy's re-set-up multiplies three pairs a level, every one again at the
+# next update: fewer plans than that were dropped and made again in turn, each making
+# costing several products)
+REUSE_PLANS = 32
 # ... and together they hold at most this fraction of the GPU's memory (one plan of the 3-D
 # 27-point stencil 100^3 holds 6.6 GB: its value computation keeps large buffers)
 REUSE_MEMORY_FRACTION = 0.25
@@ -200,6 +209,25 @@ class _Pair:
 
 _pairs: OrderedDict = OrderedDict()
 _pairs_lock = threading.Lock()
+_repeats = threading.local()
+
+
+@contextlib.contextmanager
+def repeating():
+    """Products in this block (this thread's) are of patterns the caller will multiply
+    again with new values: a pair's second product at level ``measure`` times the
+    candidates at once instead of when the products have paid for them (see the module
+    docstring). Nests; level ``estimate`` and an explicit algorithm are unchanged."""
+    depth = getattr(_repeats, "depth", 0)
+    _repeats.depth = depth + 1
+    try:
+        yield
+    finally:
+        _repeats.depth = depth
+
+
+def _repeats_expected() -> bool:
+    return getattr(_repeats, "depth", 0) > 0
 
 
 def forget_sparse_plans() -> None:
@@ -334,9 +362,12 @@ def _plan_step(pair: _Pair, engine, left, right, product, level, memory_limit) -
         default = pair.last.algorithm
         names = engine.algorithms() if level == "exhaustive" else engine.planning_algorithms()
         pair.pending = [REUSE] + [name for name in names if name != default]
-    if pair.product_ms is None and level != "exhaustive":
+    now = level == "exhaustive" or _repeats_expected()  # planning's cost not rented
+    if pair.product_ms is None and now and level != "exhaustive":
+        pair.read_times(wait=True)  # the earlier products' times (long finished, as a rule)
+    if pair.product_ms is None and not now:
         return  # no product of the pair has been timed yet
-    allowance = float("inf") if level == "exhaustive" else PAYBACK * pair.products_ms
+    allowance = float("inf") if now else PAYBACK * pair.products_ms
     while pair.pending:
         fastest = min(
             [m.ms for m in pair.measured.values() if m.ms is not None and m.agreed]

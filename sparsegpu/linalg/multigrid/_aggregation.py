@@ -211,6 +211,16 @@ def mis2_aggregate(indptr, indices, xp, seed: int = 0):
     return aggregate, count
 
 
+def _scatter_add(out, rows, values, xp) -> None:
+    """``out[rows[i]] += values[i]`` (rows repeating), complex values too: CuPy's
+    ``add.at`` takes real types only, so a complex pair is added as two reals (the
+    arrays seen as their real and imaginary parts side by side)."""
+    if xp is not np and xp.iscomplexobj(out):
+        real = out.real.dtype
+        out, values = out.view(real), xp.ascontiguousarray(values).view(real)
+    xp.add.at(out, rows, values)
+
+
 def tentative_prolongator(aggregate, count: int, B, blocksize: int, xp):
     """The tentative prolongator T (CSR arrays) and the coarse near-null space.
 
@@ -232,7 +242,7 @@ def tentative_prolongator(aggregate, count: int, B, blocksize: int, xp):
         # (a scatter per entry was k (k + 1) / 2 of them: 21 for rigid-body modes, a tenth
         # of an elasticity set-up in launches)
         row = xp.zeros((count, k - p), dtype=B.dtype)
-        xp.add.at(row, target, kept_B[:, p : p + 1].conj() * kept_B[:, p:])
+        _scatter_add(row, target, kept_B[:, p : p + 1].conj() * kept_B[:, p:], xp)
         gram[:, p, p:] = row
         gram[:, p:, p] = row.conj()
     if k == 1:

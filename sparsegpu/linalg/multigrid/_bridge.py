@@ -16,13 +16,14 @@ import scipy.sparse as sp
 
 from ...backends.spgemm import canonical as spgemm_canonical
 from ...classes._matrix import _SparseGPUMixin, csr_array, csr_matrix
-from ...classes._mirrors import reading_internally
+from ...classes._mirrors import reading_internally, rewrite_device_values
 from ...classes._products import galerkin_product, spgemm
 from ...device import _cuda
 from ...device._compile import KernelFamily, get_kernel, register_elementwise, register_family
 from ...device._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES, KernelLaunch, name_expression
 from ...device._mirror import CUPY, DeviceMatrix
 from ...engine import _planning
+from ...engine._sparse_planning import repeating
 from .._operator import Operator, as_operator
 from .._vector import step_sources
 
@@ -46,6 +47,7 @@ __all__ = [
     "reducible",
     "register_elementwise",
     "register_family",
+    "repeating",
     "spgemm",
     "step_sources",
     "transpose",
@@ -146,17 +148,21 @@ def transpose(P, previous=None, xp=None):
         if kept.shape == shape and kept.dtype == mirror.dtype:
             gathered = kept.transposed_values(mirror)  # P of the kept pattern only
             if gathered is not None:
+                if rewrite_device_values(previous, gathered.data):
+                    return previous  # its plans kept (see with_values)
                 return csr_matrix._sg_on_device(gathered, shape, P)
     return csr_matrix._sg_on_device(mirror.transpose(keep_order=True), shape, P)
 
 
 def with_values(previous, values=None, fresh=None, xp=None):
     """A matrix of ``previous``'s pattern with new values, which planning and products
-    take without a pass over it (:meth:`DeviceMatrix.with_values`: the pattern's
-    statistics and keys kept): ``values`` in previous's entry order, or a ``fresh``
-    matrix's (a product of the same pattern pair, which has the same pattern). None where
-    that cannot be (on the host, other sizes): the caller keeps what it has. ``xp``:
-    where previous computes, when the caller knows."""
+    take without a pass over it: ``values`` in previous's entry order, or a ``fresh``
+    matrix's (a product of the same pattern pair, which has the same pattern).
+    ``previous`` itself with the values written in place where it is a result kept on the
+    device that nothing else shares (:func:`rewrite_device_values`: its plans kept), else a
+    new matrix (:meth:`DeviceMatrix.with_values`: the pattern's statistics and keys kept).
+    None where that cannot be (on the host, other sizes): the caller keeps what it has.
+    ``xp``: where previous computes, when the caller knows."""
     if (xp or where_computes(previous)) is np:
         return None
     kept = previous._sg_mirror(CUPY, previous.dtype)
@@ -165,13 +171,19 @@ def with_values(previous, values=None, fresh=None, xp=None):
         written_by = fresh._sg_mirror(CUPY, fresh.dtype)
         if fresh.shape != previous.shape or written_by.nnz != kept.nnz:
             return None
-        xp = kept.xp  # the same pattern, checked (one comparison, one read), never assumed
-        if not bool(xp.array_equal(written_by.indices, kept.indices)) or not bool(
-            xp.array_equal(written_by.indptr, kept.indptr)
+        same = written_by.indices is kept.indices and written_by.indptr is kept.indptr
+        xp = kept.xp  # else the same pattern, checked (one comparison, one read)
+        if not same and not bool(
+            xp.array_equal(written_by.indices, kept.indices)
+            & xp.array_equal(written_by.indptr, kept.indptr)
         ):
             return None
         values = written_by.data
     if values.shape != kept.data.shape or values.dtype != kept.dtype:
         return None
+    if rewrite_device_values(previous, values):
+        # the values written into previous's own: its SpMV plans stay (a level's next
+        # products select and plan nothing), where it is a matrix of the hierarchy's own
+        return previous
     stored = kept.with_values(values, written_by)
     return type(previous)._sg_on_device(stored, previous.shape, previous)

@@ -17,6 +17,7 @@ from ._bridge import (
     cupy_or_none,
     is_device_array,
     reducible,
+    repeating,
     where_computes,
 )
 from ._cycle import Cycle, CycleOperator
@@ -286,9 +287,14 @@ class AMGHierarchy(spl.LinearOperator):
         self._check_pattern(A)
         self.levels[0].A = A
         diagonals = []
-        for i, (level, coarse) in enumerate(zip(self.levels[:-1], self.levels[1:], strict=False)):
-            seed = self.settings["seed"] + i + 1
-            diagonals.append(recompute(level, coarse, self.settings["omega"], seed, clock, self.xp))
+        with repeating():  # the products' patterns come again at every update: plan them now
+            for i, (level, coarse) in enumerate(
+                zip(self.levels[:-1], self.levels[1:], strict=False)
+            ):
+                seed = self.settings["seed"] + i + 1
+                diagonals.append(
+                    recompute(level, coarse, self.settings["omega"], seed, clock, self.xp)
+                )
         self._finish(diagonals, clock, started)
         return self
 
