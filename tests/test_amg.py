@@ -556,6 +556,7 @@ def test_gpu_update_gathers_r_and_equals_a_fresh_set_up(cupy):
     objects = [(lv.P, lv.R, c.A) for lv, c in zip(ml.levels[:-1], ml.levels[1:], strict=True)]
     b = cupy.ones(A.shape[0])
     ml.solve(b, rtol=1e-8)  # the cycle's products planned on the set-up's matrices
+    plans = [dict(lv.A._sg_mirror(CUPY, lv.A.dtype).plans) for lv in ml.levels[1:-1]]
     A_new = sg.csr_matrix(_new_values(A, seed=12))
     ml.update(A_new)
     for (P, R, coarse), lv, c in zip(before, ml.levels[:-1], ml.levels[1:], strict=True):
@@ -565,8 +566,11 @@ def test_gpu_update_gathers_r_and_equals_a_fresh_set_up(cupy):
     for (P, R, coarse), lv, c in zip(objects, ml.levels[:-1], ml.levels[1:], strict=True):
         # the values written into the set-up's own matrices: their SpMV plans kept
         assert lv.P is P and lv.R is R and c.A is coarse
-    for level in ml.levels[1:-1]:  # the smoothed levels' products: nothing to select again
-        assert level.A.__dict__["_sg_mirrors"].cache.choices
+    for level, before in zip(ml.levels[1:-1], plans, strict=True):
+        # the smoothed levels' SpMV plans, bound to the values array, are the same objects
+        kept = {key: plan for key, plan in before.items() if plan.values_by_reference}
+        now = level.A._sg_mirror(CUPY, level.A.dtype).plans
+        assert kept and all(now.get(key) is plan for key, plan in kept.items()), (before, now)
     x = ml.solve(b, rtol=1e-8)
     residual = cupy.linalg.norm(b - A_new @ x) / cupy.linalg.norm(b)
     assert float(residual) <= 1e-8

@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 from .scripts import ROOT
 
@@ -24,7 +25,7 @@ def script():
 @pytest.mark.parametrize(
     "name, size, rows",
     [("poisson3d", 5, 125), ("anisotropic2d", 9, 81), ("jumping3d", 10, 1000),
-     ("jumping3d_wall", 10, 1000), ("elasticity3d", 3, 3 * 3 * 16)],
+     ("jumping3d_wall", 10, 1000), ("elasticity3d", 3, 3 * 3 * 16), ("circuit2d", 40, 1600)],
 )  # fmt: skip
 def test_problems_are_symmetric_positive_definite(script, name, size, rows):
     A, B = script.make_problem(name, size, "fit")
@@ -36,8 +37,8 @@ def test_problems_are_symmetric_positive_definite(script, name, size, rows):
         assert A.format == "bsr" and B.shape == (rows, 6)
 
 
-@pytest.mark.parametrize("name", ["jumping3d", "jumping3d_wall"])
-def test_jumping_coefficients_differ_between_sets(script, name):
+@pytest.mark.parametrize("name", ["jumping3d", "jumping3d_wall", "circuit2d"])
+def test_random_problems_differ_between_sets(script, name):
     fit, _ = script.make_problem(name, 16, "fit")
     heldout, _ = script.make_problem(name, 16, "heldout")
     assert abs(fit - heldout).max() > 0
@@ -55,6 +56,20 @@ def test_the_one_wall_instance_is_the_variant_that_matched_the_issue(script):
     off = np.asarray(abs(A).sum(axis=1)).ravel() - A.diagonal()
     walls = np.isclose(A.diagonal(), off).reshape(12, 12, 12)
     assert not walls[0].any() and walls[-1].all()
+
+
+def test_the_circuit_stand_in_is_a_power_grid(script):
+    """circuit2d: G3_circuit's rows' lengths (about 4.6 entries a row, its 4.8), a
+    diagonal that varies over decades (what makes Jacobi pay), supply pads every 32 nodes,
+    weakly diagonally dominant (an M-matrix: no positive off-diagonal)."""
+    A, _ = script.circuit2d(96, 1)
+    assert A.shape == (96 * 96,) * 2 and 4.3 < A.nnz / A.shape[0] < 4.8
+    d = A.diagonal()
+    off = A - sp.diags(d)
+    assert off.max() <= 0 and np.all(d >= -np.asarray(off.sum(axis=1)).ravel())
+    assert np.quantile(d, 0.9) / np.quantile(d, 0.1) > 30
+    pads = np.flatnonzero(d + np.asarray(off.sum(axis=1)).ravel() > 100)
+    assert len(pads) == 3 * 3  # 16, 48, 80 in each direction
 
 
 def test_one_row_on_the_host(script):

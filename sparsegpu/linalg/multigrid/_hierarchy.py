@@ -243,7 +243,7 @@ class AMGHierarchy(spl.LinearOperator):
         diagonals = []
         for i, level in enumerate(levels[:-1]):
             d = diagonal_of(level.A, xp)
-            level.rho = estimate_rho(level.A, d, xp, seed + i)
+            level.rho = estimate_rho(level.A, d, xp, seed + i, level)
             diagonals.append(d)
         hierarchy._finish(diagonals, clock, started)
         return hierarchy
@@ -255,7 +255,7 @@ class AMGHierarchy(spl.LinearOperator):
             prepare_smoother(level, self.presmoother, self.postsmoother, d, self.xp)
         moment = clock.phase("smoothers", moment)
         self.coarse_inverse = coarse_inverse(
-            self.levels[-1].A, self.settings["coarse_solver"], self.xp
+            self.levels[-1].A, self.settings["coarse_solver"], self.xp, self.coarse_inverse
         )
         clock.phase("coarse solve", moment)
         clock.phases["total"] = time.perf_counter() - started

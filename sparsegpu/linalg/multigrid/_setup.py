@@ -27,10 +27,14 @@ from ._bridge import (
     transpose,
     with_values,
 )
-from ._smoothing import chebyshev_coefficients, spectral_radius
+from ._smoothing import chebyshev_coefficients, lanczos_start, spectral_radius
 
 #: Largest coarsest level solved densely (its inverse is a dense n x n product).
 MAX_DENSE = 8192
+#: Largest coarsest level inverted on the host: a few hundred rows take NumPy well under a
+#: millisecond, where the device's factorisations and checks took 1.2-2.5 ms of waits (a
+#: tenth of a re-set-up on the H200).
+HOST_DENSE = 256
 
 
 @dataclass
@@ -69,6 +73,7 @@ class Level:
     smoother_diagonal: Any = None
     jacobi_weight: float = 1.0
     chebyshev: list = field(default_factory=list)
+    lanczos_start: Any = None  # the spectral-radius estimate's start vector, kept
 
 
 class Clock:
@@ -111,12 +116,21 @@ def diagonal_of(A, xp):
     return d
 
 
-def estimate_rho(A, d, xp, seed: int) -> float:
+def estimate_rho(A, d, xp, seed: int, level: Level | None = None) -> float:
     """rho(D^-1 A) by Lanczos on A's plan (bound once: no dispatch, and no planning by
-    measurement, for these few products)."""
+    measurement, for these few products); ``level``: where its start vector is kept (a
+    re-set-up starts from the set-up's)."""
     product = as_operator(A, A.dtype, xp)
     d_inv_sqrt = 1 / xp.sqrt(xp.abs(d))
-    return spectral_radius(product.matvec, A.shape[0], d_inv_sqrt, xp, seed=seed, dtype=A.dtype)
+    dtype = np.result_type(d_inv_sqrt.dtype, A.dtype)
+    start = None if level is None else level.lanczos_start
+    if start is None or start.shape != (A.shape[0],) or start.dtype != dtype:
+        start = lanczos_start(A.shape[0], dtype, xp, seed)
+        if level is not None:
+            level.lanczos_start = start
+    return spectral_radius(
+        product.matvec, A.shape[0], d_inv_sqrt, xp, seed=seed, dtype=A.dtype, start=start
+    )
 
 
 def smoothed_prolongator(level: Level, d, omega, xp):
@@ -169,7 +183,7 @@ def recompute(level: Level, coarse: Level, omega, seed: int, clock: Clock, xp, s
     """The values of P, R and the coarse matrix from the level's matrix (T kept)."""
     started = started or time.perf_counter()
     d = diagonal_of(level.A, xp)
-    level.rho = estimate_rho(level.A, d, xp, seed)
+    level.rho = estimate_rho(level.A, d, xp, seed, level)
     started = clock.phase("spectral radius", started)
     if level.T is not None:
         level.P = smoothed_prolongator(level, d, omega, xp)
@@ -214,9 +228,11 @@ def _dense(A, xp):
     return dense
 
 
-def coarse_inverse(A, solver: str, xp):
+def coarse_inverse(A, solver: str, xp, previous=None):
     """The coarsest matrix's inverse as a dense sparsegpu matrix (its product is the
-    coarse solve: a plan like any other, so a graph can hold it)."""
+    coarse solve: a plan like any other, so a graph can hold it): inverted on the host up
+    to :data:`HOST_DENSE` rows. ``previous``: the inverse of an earlier set-up of this
+    size, whose values it takes in place where it can (:func:`with_values`: its plan kept)."""
     n = A.shape[0]
     if n > MAX_DENSE:
         raise ValueError(
@@ -224,6 +240,9 @@ def coarse_inverse(A, solver: str, xp):
             f"{MAX_DENSE}); raise max_levels or lower max_coarse"
         )
     dense = _dense(A, xp)
+    on_device = xp
+    if xp is not np and n <= HOST_DENSE:
+        dense, xp = xp.asnumpy(dense), np
     inverse = None
     if solver in ("auto", "cholesky"):
         inverse = _cholesky_inverse(dense, xp)
@@ -240,9 +259,15 @@ def coarse_inverse(A, solver: str, xp):
         except np.linalg.LinAlgError:
             inverse = None
     _check_inverse(dense, inverse, solver, xp)
+    values = on_device.asarray(inverse.ravel())
+    if previous is not None and previous.shape == (n, n) and previous.dtype == values.dtype:
+        kept = with_values(previous, values=values, xp=on_device)
+        if kept is not None:
+            return kept
+    xp = on_device
     indptr = xp.arange(0, n * n + 1, n, dtype=np.int32 if n * n < 2**31 else np.int64)
     indices = xp.tile(xp.arange(n, dtype=indptr.dtype), n)
-    return matrix_from_arrays(indptr, indices, inverse.ravel(), (n, n), A)
+    return matrix_from_arrays(indptr, indices, values, (n, n), A)
 
 
 def _cholesky_inverse(dense, xp):
