@@ -272,6 +272,15 @@ class AMGHierarchy(spl.LinearOperator):
         taken from PyAMG, P and R are kept as they are and the coarse operators
         recomputed.
 
+        The first update also plans its sparse products (cuSPARSE's value-only
+        ``SpGEMMreuse`` timed against the rule's algorithm once for each pair of patterns),
+        so it costs about a set-up; later ones compute values only. On the GPU the new
+        values are written into the hierarchy's own matrices in place (``levels[i].P``,
+        ``R`` and the coarse ``A``), keeping their products' plans; a matrix of the
+        hierarchy whose host arrays you have read is replaced by a new one instead, so
+        arrays you hold never change under you. Do not call it while a solve with this
+        hierarchy runs in another thread.
+
         Parameters
         ----------
         A : sparse matrix

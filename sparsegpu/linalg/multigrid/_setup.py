@@ -31,10 +31,13 @@ from ._smoothing import chebyshev_coefficients, lanczos_start, spectral_radius
 
 #: Largest coarsest level solved densely (its inverse is a dense n x n product).
 MAX_DENSE = 8192
-#: Largest coarsest level inverted on the host: a few hundred rows take NumPy well under a
-#: millisecond, where the device's factorisations and checks took 1.2-2.5 ms of waits (a
-#: tenth of a re-set-up on the H200).
-HOST_DENSE = 256
+#: Largest coarsest level inverted on the host, where the device's factorisations and
+#: checks took 1-2.5 ms of waits (a tenth of a re-set-up on the H200) and NumPy takes
+#: microseconds. Kept small: LAPACK on the host may run its BLAS threaded, and with the
+#: host's cores busy (other processes' BLAS threads: PyAMG's, in the benchmark) the
+#: inverse of 144 and 163 rows took 0.54 and 0.66 s there, where 19 and 26 rows took
+#: 0.6-0.8 ms (amg_inplace_h200).
+HOST_DENSE = 32
 
 
 @dataclass
