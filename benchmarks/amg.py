@@ -67,7 +67,13 @@ SETS = {
         ("elasticity3d", 16),
         ("circuit2d", 600),
     ],
-    "smoke": [("poisson3d", 24), ("anisotropic2d", 64), ("jumping3d", 24), ("elasticity3d", 6)],
+    "smoke": [
+        ("poisson3d", 24),
+        ("anisotropic2d", 64),
+        ("jumping3d", 24),
+        ("elasticity3d", 6),
+        ("circuit2d", 40),
+    ],  # fmt: skip
 }
 # the 2-D classes (size: a grid side; the others' size is a side of a cube)
 PLANAR = ("anisotropic2d", "circuit2d")

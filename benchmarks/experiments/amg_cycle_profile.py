@@ -1,0 +1,236 @@
+"""Where a multigrid V-cycle spends its time, level by level (issue 46: the circuit
+stand-in's cycle took about 1.1 ms an iteration at 1.59M unknowns, which kept multigrid-cg
+at 2.4-2.95x Jacobi-cg against the bar's 3x).
+
+On the ``fit`` instances of ``benchmarks.amg`` only (never the held-out ones), for each
+problem:
+
+* each level's rows and stored entries, its time in a cycle with and without the levels
+  below (the cycle run uncaptured, each level's entry and exit marked by CUDA events,
+  medians over ``--repeat`` cycles), and how many launches it makes;
+* the level's SpMV alone (median of ``--repeat``) and the bytes a CSR SpMV must move
+  (values, column indices, row offsets, x once and y), as GB/s: how far the products are
+  from the memory's speed;
+* the whole cycle uncaptured and, from a solve (whose iterations replay the cycle inside
+  CUDA graphs), the time an iteration: the difference is launch overhead a graph removes.
+
+On a machine without a GPU the same runs with NumPy and ``perf_counter`` (a smoke test of
+the script; its numbers mean nothing).
+
+Usage (on a GPU machine)::
+
+    python -m benchmarks.experiments.amg_cycle_profile --out FILE.json --md FILE.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import numpy as np
+
+from benchmarks import amg, common
+
+DEFAULT_PROBLEMS = ("circuit2d", "poisson3d", "anisotropic2d", "jumping3d_wall")
+
+
+class Marks:
+    """Moments on the device's stream (CUDA events), or the host clock without a GPU."""
+
+    def __init__(self, xp):
+        self.xp = xp
+
+    def mark(self):
+        if self.xp is np:
+            return time.perf_counter()
+        event = self.xp.cuda.Event()
+        event.record()
+        return event
+
+    def ms(self, start, stop) -> float:
+        if self.xp is np:
+            return (stop - start) * 1e3
+        stop.synchronize()
+        return self.xp.cuda.get_elapsed_time(start, stop)
+
+
+def level_times(cycle, b, out, repeat: int, marks: Marks) -> tuple[list, float]:
+    """Median milliseconds of each level with the levels below it (inclusive), and of the
+    whole cycle, over ``repeat`` uncaptured cycles."""
+    inclusive: dict[int, list] = {}
+    original = cycle._level
+
+    def marked(i):
+        start = marks.mark()
+        original(i)
+        inclusive.setdefault(i, []).append((start, marks.mark()))
+
+    cycle._level = marked
+    wholes = []
+    try:
+        for _ in range(repeat):
+            start = marks.mark()
+            cycle.apply(b, out)
+            wholes.append((start, marks.mark()))
+    finally:
+        del cycle._level  # the class's method again
+    levels = [
+        float(np.median([marks.ms(a, z) for a, z in inclusive[i]])) for i in sorted(inclusive)
+    ]
+    return levels, float(np.median([marks.ms(a, z) for a, z in wholes]))
+
+
+def launches(cycle, b, out) -> list[int]:
+    """Launches each level makes in one cycle (products and elementwise steps)."""
+    counts: dict[int, int] = {}
+    current = [0]
+    original_level = cycle._level
+
+    def counted_level(i):
+        outer, current[0] = current[0], i
+        original_level(i)
+        current[0] = outer
+
+    def counting(fn):
+        def wrapped(*args, **kwargs):
+            counts[current[0]] = counts.get(current[0], 0) + 1
+            return fn(*args, **kwargs)
+
+        return wrapped
+
+    steps = cycle.steps
+    saved_steps = {n: getattr(steps, n) for n in ("scaled", "jacobi", "residual", "add",
+                                                  "chebyshev_start", "chebyshev")}  # fmt: skip
+    saved_ops = []
+    for work in cycle.work:
+        for op in work.operators():
+            saved_ops.append((op, op.matvec))
+            op.matvec = counting(op.matvec)
+    for name, fn in saved_steps.items():
+        setattr(steps, name, counting(fn))
+    cycle._level = counted_level
+    try:
+        cycle.apply(b, out)
+    finally:
+        del cycle._level
+        for name in saved_steps:
+            delattr(steps, name)
+        for op, fn in saved_ops:
+            op.matvec = fn
+    return [counts.get(i, 0) for i in range(len(cycle.work))]
+
+
+def spmv(work, repeat: int, marks: Marks) -> tuple[float, float]:
+    """Median milliseconds of the level's ``A @ x`` and its GB/s at the bytes a CSR SpMV
+    must move."""
+    A = work.level.A
+    times = []
+    work.A.matvec(work.x, out=work.ax)
+    for _ in range(repeat):
+        start = marks.mark()
+        work.A.matvec(work.x, out=work.ax)
+        times.append(marks.ms(start, marks.mark()))
+    ms = float(np.median(times))
+    value = np.dtype(A.dtype).itemsize
+    moved = A.nnz * (value + 4) + (A.shape[0] + 1) * 4 + (A.shape[0] + A.shape[1]) * value
+    return ms, moved / (ms * 1e-3) / 1e9 if ms > 0 else float("nan")
+
+
+def profile(name: str, size: int, repeat: int, sg, xp) -> dict:
+    A_host, B = amg.make_problem(name, size, "fit")
+    A_in = sg.bsr_matrix(A_host) if A_host.format == "bsr" else sg.csr_matrix(A_host)
+    A = sg.csr_matrix(A_host.tocsr())
+    ml = sg.linalg.amg(A_in, B=B)
+    marks = Marks(xp)
+    b_host = amg.right_hand_side(A.shape[0])
+    b = xp.asarray(b_host)
+    sg.linalg.cg(A, b, rtol=amg.RTOL, M=ml)  # plans made, kernels compiled
+    (x, _), seconds = amg._timed(lambda: sg.linalg.cg(A, b, rtol=amg.RTOL, M=ml), xp)
+    info = sg.linalg.last_solve_info()
+    cycle = ml._cycle(np.dtype(A.dtype), capturable=False)
+    out = xp.empty(A.shape[0], dtype=A.dtype)
+    cycle.apply(b, out)
+    inclusive, whole = level_times(cycle, b, out, repeat, marks)
+    counts = launches(cycle, b, out)
+    levels = []
+    for i, work in enumerate(cycle.work):
+        below = inclusive[i + 1] if i + 1 < len(inclusive) else 0.0
+        row = {
+            "rows": int(work.level.A.shape[0]),
+            "nnz": int(work.level.A.nnz),
+            "inclusive_ms": inclusive[i],
+            "own_ms": inclusive[i] - below,
+            "launches": counts[i],
+        }
+        if work.inverse is None:
+            row["spmv_ms"], row["spmv_gb_s"] = spmv(work, repeat, marks)
+        levels.append(row)
+    iterations = int(info.iterations)
+    return {
+        "problem": f"{name}_{size}",
+        "levels": levels,
+        "cycle_uncaptured_ms": whole,
+        "solve_s": seconds,
+        "iterations": iterations,
+        "ms_per_iteration": seconds * 1e3 / max(iterations, 1),
+        "graphs": bool(info.graphs),
+        "relative_residual": amg.relative_residual(A_host, amg._host(x), b_host),
+    }
+
+
+def markdown(rows: list) -> str:
+    lines = []
+    for row in rows:
+        lines += [
+            f"### {row['problem']}: {row['iterations']} iterations, "
+            f"{row['ms_per_iteration']:.3f} ms an iteration (graphs: {row['graphs']}), "
+            f"cycle uncaptured {row['cycle_uncaptured_ms']:.3f} ms",
+            "",
+            "| level | rows | nnz | own ms | with levels below ms | launches | SpMV ms "
+            "| SpMV GB/s |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for i, level in enumerate(row["levels"]):
+            spmv_ms = level.get("spmv_ms")
+            spmv_text = "—" if spmv_ms is None else f"{spmv_ms:.4f} | {level['spmv_gb_s']:.0f}"
+            if spmv_ms is None:
+                spmv_text += " | —"
+            lines.append(
+                f"| {i} | {level['rows']:,} | {level['nnz']:,} | {level['own_ms']:.4f} | "
+                f"{level['inclusive_ms']:.4f} | {level['launches']} | {spmv_text} |"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--problems", default=",".join(DEFAULT_PROBLEMS))
+    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--set", default="fit", choices=["fit", "smoke"],
+                        help="instances (never the held-out ones)")  # fmt: skip
+    parser.add_argument("--out", help="JSON result file")
+    parser.add_argument("--md", help="markdown file")
+    args = parser.parse_args(argv)
+    import sparsegpu as sg
+
+    xp = amg._device()
+    if xp is not np:
+        amg.warm_up()
+    wanted = args.problems.split(",")
+    rows = []
+    for name, size in amg.SETS[args.set]:
+        if name in wanted:
+            rows.append(profile(name, size, args.repeat, sg, xp))
+            common.save_partial({"set": args.set, "results": rows}, args.out)
+    text = markdown(rows)
+    if args.md:
+        with open(args.md, "w") as f:
+            f.write(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
