@@ -297,7 +297,7 @@ def rewrite_device_values(matrix, data) -> bool:
         sharers = live_sharers(shared)
         if (
             d.get("_sg_pending") is not pending
-            or pending._host is not None  # being downloaded: the host copy would be stale
+            or pending.downloaded  # its host copy taken: that copy would be stale
             or len(sharers) != 1
             or sharers[0] is not matrix
             or shared.get((stored.residence.name, "stored")) is not stored

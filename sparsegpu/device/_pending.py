@@ -59,6 +59,11 @@ class PendingArrays:
                 self._host = tuple(_download(a) for a in (d.data, d.indices, d.indptr))
             return self._host
 
+    @property
+    def downloaded(self) -> bool:
+        """Whether the host arrays are made (a matrix taking them now, or one holding them)."""
+        return self._host is not None
+
     def forget_host(self) -> None:
         """Drop this object's references to the host arrays (every sharer has taken
         them), so that they are referenced by the matrices alone."""
