@@ -626,10 +626,7 @@ class DeviceMatrix:
         ``written_by``: the mirror whose queued work still writes ``data`` (a product's
         fresh result), whose event it takes."""
         same = self.same_rows(data=data)
-        for name in PATTERN_FORMATS:
-            found = self.formats.get(name)
-            if found is not None and not isinstance(found, DeviceMatrix):
-                same.formats[name] = found  # (a canonical *copy* would hold old values)
+        same.formats.update(self._pattern_formats())
         if written_by is not None and written_by._ready is not None:
             same._ready = written_by._ready
         return same
@@ -651,12 +648,17 @@ class DeviceMatrix:
             for key, plan in self.plans.items()
             if getattr(plan, "values_by_reference", False)
         }
-        self.formats = {
+        self.formats = self._pattern_formats()
+        self.queued()
+
+    def _pattern_formats(self) -> dict:
+        """The formats that hold only what is known of the pattern (a canonical *copy*
+        would hold the values too)."""
+        return {
             name: found
             for name, found in self.formats.items()
             if name in PATTERN_FORMATS and not isinstance(found, DeviceMatrix)
         }
-        self.queued()
 
     def astype(self, value_dtype) -> DeviceMatrix:
         """The same structure with values cast (shares the index arrays)."""

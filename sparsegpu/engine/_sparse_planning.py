@@ -382,8 +382,8 @@ def _plan_step(pair: _Pair, engine, left, right, product, level, memory_limit) -
         )
         pair.measured[name] = measured
         won = measured.ms is not None and measured.agreed
-        clear = measured.ms is not None and measured.ms * CLEAR_WIN <= (pair.product_ms or 0.0)
-        if won and level != "exhaustive" and clear:
+        clear = won and measured.ms * CLEAR_WIN <= (pair.product_ms or 0.0)
+        if clear and level != "exhaustive":
             pair.pending.clear()
     _decide(pair, engine, level)
 

@@ -243,31 +243,30 @@ def coarse_inverse(A, solver: str, xp, previous=None):
             f"{MAX_DENSE}); raise max_levels or lower max_coarse"
         )
     dense = _dense(A, xp)
-    on_device = xp
-    if xp is not np and n <= HOST_DENSE:
-        dense, xp = xp.asnumpy(dense), np
+    lapack = np if n <= HOST_DENSE else xp  # where the factorisations run
+    if lapack is not xp:
+        dense = xp.asnumpy(dense)
     inverse = None
     if solver in ("auto", "cholesky"):
-        inverse = _cholesky_inverse(dense, xp)
+        inverse = _cholesky_inverse(dense, lapack)
         if inverse is None and solver == "cholesky":
             raise ValueError(
                 f"amg: the coarsest level ({n} rows) is not positive definite, so Cholesky "
                 "fails; use coarse_solver='lu' (or 'auto') for an indefinite A"
             )
     if inverse is None and solver == "pinv":
-        inverse = xp.linalg.pinv(dense)
+        inverse = lapack.linalg.pinv(dense)
     elif inverse is None:
         try:
-            inverse = xp.linalg.inv(dense)
+            inverse = lapack.linalg.inv(dense)
         except np.linalg.LinAlgError:
             inverse = None
-    _check_inverse(dense, inverse, solver, xp)
-    values = on_device.asarray(inverse.ravel())
+    _check_inverse(dense, inverse, solver, lapack)
+    values = xp.asarray(inverse.ravel())
     if previous is not None and previous.shape == (n, n) and previous.dtype == values.dtype:
-        kept = with_values(previous, values=values, xp=on_device)
+        kept = with_values(previous, values=values, xp=xp)
         if kept is not None:
             return kept
-    xp = on_device
     indptr = xp.arange(0, n * n + 1, n, dtype=np.int32 if n * n < 2**31 else np.int64)
     indices = xp.tile(xp.arange(n, dtype=indptr.dtype), n)
     return matrix_from_arrays(indptr, indices, values, (n, n), A)

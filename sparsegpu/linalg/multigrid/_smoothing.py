@@ -164,13 +164,12 @@ def spectral_radius(
     waits for the host until the coefficients are read at the end, and a step costs four
     launches (it was the product, cuBLAS's dot and norm and two elementwise steps, about
     0.18 ms of host time a step). The scaling ``u = D^-1/2 v`` rides in the advance, and
-    ``alpha = v^H D^-1/2 A u`` is ``u^H A u``. ``start``: the unit start vector
-    (:func:`lanczos_start` of ``seed``), where the caller kept it."""
+    ``alpha = v^H D^-1/2 A u`` is ``u^H A u``. ``start``: the unit start vector of ``n``
+    entries in that dtype (:func:`lanczos_start` of ``seed``), where the caller kept it."""
     steps = max(1, min(steps, n))
     dtype = np.result_type(d_inv_sqrt.dtype, dtype or d_inv_sqrt.dtype)
-    if start is None or start.shape != (n,) or start.dtype != dtype:
-        start = lanczos_start(n, dtype, xp, seed)
-    v = start.copy()  # the Lanczos loop takes its start vector over
+    # the Lanczos loop takes its start vector over: a kept one is copied
+    v = lanczos_start(n, dtype, xp, seed) if start is None else start.copy()
     lanczos = _lanczos_host if xp is np else _lanczos_device
     return _ritz_top(*lanczos(matvec, v, d_inv_sqrt, steps), steps)
 
