@@ -12,8 +12,8 @@ from benchmarks.experiments import amg_cycle_profile as profile
 def test_the_profile_counts_each_levels_launches(tmp_path):
     out, md = tmp_path / "p.json", tmp_path / "p.md"
     code = profile.main(
-        ["--set", "smoke", "--problems", "circuit2d,poisson3d", "--repeat", "2",
-         "--out", str(out), "--md", str(md)]
+        ["--set", "smoke", "--problems", "circuit2d,poisson3d", "--repeat", "2", "--blocks",
+         "--variants", "max_coarse 100", "--out", str(out), "--md", str(md)]
     )  # fmt: skip
     assert code == 0
     rows = json.loads(out.read_text())["results"]
@@ -28,7 +28,15 @@ def test_the_profile_counts_each_levels_launches(tmp_path):
         for upper, lower in zip(levels, levels[1:], strict=False):
             assert upper["inclusive_ms"] >= lower["inclusive_ms"]
             assert abs(upper["own_ms"] - (upper["inclusive_ms"] - lower["inclusive_ms"])) < 1e-9
-    assert "| level | rows |" in md.read_text()
+        # each preconditioner's solve under each blocking, the same iterations
+        blocked = row["blockings"]
+        assert [(r["M"], r["blocking"]) for r in blocked] == [
+            (m, b) for m in ("amg", "jacobi") for b in profile.BLOCKINGS
+        ]
+        assert len({r["iterations"] for r in blocked if r["M"] == "amg"}) == 1
+        assert [v["variant"] for v in row["variants"]] == ["default", "max_coarse 100"]
+    text = md.read_text()
+    assert "| level | rows |" in text and "| M | blocking |" in text and "| variant |" in text
 
 
 def test_the_profile_refuses_the_held_out_set():

@@ -41,10 +41,13 @@ def host_graphs(monkeypatch):
     checks which iterations run, the flag reads and the fallbacks."""
     from contextlib import nullcontext
 
-    from sparsegpu.linalg import _graphs, _options
+    from sparsegpu.linalg import _graphs, _krylov, _options
 
     monkeypatch.setattr(_options, "graph_refusal", lambda *args: None)
     monkeypatch.setattr(_graphs, "private_stream", lambda: nullcontext())
+    # blocks of the most iterations, however long a host iteration takes here (the
+    # sizing by time has its own tests below)
+    monkeypatch.setattr(_krylov, "BLOCK_SECONDS", math.inf)
 
     def use(block_class):
         monkeypatch.setattr(_graphs, "Block", block_class)
@@ -89,6 +92,50 @@ def test_blocks_give_the_plain_answer(host_graphs, block_class, solver, options,
     too_few = maxiter in (1, 2) or (solver == "minres" and maxiter == 3)
     if block_class is FailedCapture and not too_few:
         assert not used.graphs and used.graphs_reason == FailedCapture.failure
+
+
+def test_a_block_holds_about_block_seconds_of_iterations():
+    from sparsegpu.linalg._krylov import BLOCK_SECONDS, GRAPH_BLOCK, block_size
+
+    assert block_size(BLOCK_SECONDS / 100) == GRAPH_BLOCK  # short iterations: the most
+    assert block_size(BLOCK_SECONDS / 5) == 5
+    assert block_size(BLOCK_SECONDS / 5, period=3) == 3  # a multiple of the period
+    assert block_size(BLOCK_SECONDS * 10) == 1  # long ones: one at a time
+    assert block_size(BLOCK_SECONDS * 10, period=3) == 3
+    assert block_size(0.0) == GRAPH_BLOCK and block_size(BLOCK_SECONDS / 5, most=4) == 4
+
+
+@pytest.mark.parametrize("solver,options", [("cg", {}), ("cg", {"M": "matrix"}),
+                                            ("bicgstab", {}), ("minres", {})], ids=str)  # fmt: skip
+@pytest.mark.parametrize("seconds", [1e-12, 0.3], ids=["short-blocks", "most"])
+def test_long_iterations_are_captured_in_short_blocks(host_graphs, monkeypatch, solver,
+                                                      options, seconds):  # fmt: skip
+    """A block sized by iteration 1's time (BLOCK_SECONDS made tiny: every iteration is
+    "long"), and the answer, info and count the plain loop's; an explicit check_every is
+    the block as given."""
+    from sparsegpu.linalg import _krylov
+
+    host_graphs(ReplayOnHost)
+    monkeypatch.setattr(_krylov, "BLOCK_SECONDS", seconds)
+    S = graph_problem(solver, np.float64, 16)
+    b = rhs(S.shape[0], np.float64)
+    options = {"rtol": 1e-12, **options}
+    if options.get("M") is not None:
+        options["M"] = ours(jacobi(S), "scipy")
+    run = getattr(sg.linalg, solver)
+    plain, info_plain = run(ours(S, "scipy"), b, graphs=False, **options)
+    count = sg.linalg.last_solve_info().iterations
+    x, info = run(ours(S, "scipy"), b, **options)
+    used = sg.linalg.last_solve_info()
+    assert info == info_plain and used.iterations == count
+    np.testing.assert_array_equal(x, plain)
+    period = 3 if solver == "minres" else 1
+    most = 16 - 16 % period
+    assert used.graphs and used.block == (period if seconds < 1e-6 else most)
+    assert used.graphs_reason == f"captured {used.block} iterations a block"
+    if solver == "cg":
+        run(ours(S, "scipy"), b, check_every=5, **options)
+        assert sg.linalg.last_solve_info().block == 5
 
 
 class FakeStream:

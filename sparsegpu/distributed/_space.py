@@ -16,6 +16,7 @@ import numpy as np
 from ..linalg import _options as options
 from ..linalg._operator import SystemBase, _work_dtype
 from ..linalg._space import VectorSpace
+from ._comm import mpi
 from ._vector import DistributedVector
 
 _ORDERED_WHEN_BUILT = (
@@ -198,6 +199,12 @@ class DistributedSpace(VectorSpace):
         if failure is None and failed:
             return "the capture failed on another rank"
         return failure
+
+    def agree_block(self, block: int) -> int:
+        """The smallest block any rank chose (every rank then reads its flags, and joins
+        their reductions, at the same iterations)."""
+        return int(self.ctx.allreduce(np.array([block], dtype=np.int64),
+                                      "agreeing on a graph block", op=mpi().MIN)[0])  # fmt: skip
 
     def ordering(self, name, A, reorder, info):
         if reorder not in options.REORDERS:

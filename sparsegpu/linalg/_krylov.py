@@ -20,6 +20,7 @@ Host synchronisation (the choice, per solver)
 
 from __future__ import annotations
 
+import time
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -134,8 +135,9 @@ def cg(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None, callback=Non
         ``callback(xk)`` after every iteration (forces a convergence check each iteration).
     check_every : int, optional
         Read the device-side convergence flag every this many iterations (default 8, or
-        1 with a callback; with graphs, the iterations a captured block holds, default
-        16). Larger values synchronise less; the answer does not change.
+        1 with a callback; with graphs, the iterations a captured block holds, default up
+        to 16, fewer where an iteration is long: see ``docs/solvers.rst``). Larger values
+        synchronise less; the answer does not change.
     graphs : True, False or "auto"
         Capture blocks of iterations as CUDA graphs and replay them (default "auto": on a
         GPU, A and M sparsegpu matrices, no callback). Same kernels, same answer, same
@@ -182,7 +184,7 @@ def cg(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None, callback=Non
     if refusal is None:
         with _graphs.private_stream() as stream:
             k = _blocks(step, maxiter, every if check_every is not None else GRAPH_BLOCK,
-                        stream, info_out)  # fmt: skip
+                        stream, info_out, adapt=check_every is None)  # fmt: skip
             if k is not None:
                 _cg_plain(step, k, maxiter, every, callback)
     else:
@@ -291,11 +293,13 @@ def _plain(step, start, maxiter, every, callback) -> None:
             return
 
 
-def _blocks(step, maxiter, block, stream, info_out):
+def _blocks(step, maxiter, block, stream, info_out, adapt: bool = True):
     """Iteration 0 plain (it warms the plans and compiles the kernels on ``stream``), then
     blocks of ``block`` iterations replayed as one graph, the flag read between blocks.
-    Returns None when done, else the iteration the plain loop goes on from (a capture
-    failed, or fewer than ``block`` iterations are left)."""
+    With ``adapt``, iteration 1 runs plain too and its time sets the block
+    (:func:`block_size`: fewer iterations a block when each is long). Returns None when
+    done, else the iteration the plain loop goes on from (a capture failed, or fewer than
+    ``block`` iterations are left)."""
     if maxiter == 0:
         return None
     step.full(True)
@@ -303,7 +307,15 @@ def _blocks(step, maxiter, block, stream, info_out):
         return None
     k = 1
     period = getattr(step, "period", 1)
-    block = min(block, maxiter - 1)
+    if adapt and maxiter > 2:
+        started = time.perf_counter()
+        step.full(False)
+        if step.done():  # a host read: the iteration's time is all in
+            return None
+        k = 2
+        seconds = time.perf_counter() - started
+        block = step.system.space.agree_block(block_size(seconds, block, period))
+    block = min(block, maxiter - k)
     block -= block % period
     if block < 1:
         info_out.graphs_reason = f"maxiter={maxiter}: too few iterations to capture"
@@ -326,8 +338,25 @@ def _blocks(step, maxiter, block, stream, info_out):
     return k
 
 
-GRAPH_BLOCK = 16  # iterations a captured block holds (cg's default too)
+GRAPH_BLOCK = 16  # iterations a captured block holds at most (cg's default too)
 CHECK_EVERY = 8  # iterations between flag reads without graphs
+#: Host seconds of plain iterations a captured block is sized to: a block's capture costs
+#: its iterations' host time once a solve, and a solve runs on up to a block's iterations
+#: past its stop. With a multigrid cycle as M (0.75 ms of host time an iteration at 1.6M
+#: unknowns) 16 iterations a block were 12 ms of capture and 8 iterations, about 5 ms,
+#: past the stop on average, a quarter of the solve (benchmarks.experiments.
+#: amg_cycle_profile); iterations of 0.125 ms or less keep all 16, where the flag read
+#: between blocks (tens of microseconds) would otherwise show.
+BLOCK_SECONDS = 2e-3
+
+
+def block_size(seconds: float, most: int = GRAPH_BLOCK, period: int = 1) -> int:
+    """Iterations a captured block holds, given one plain iteration's ``seconds``: about
+    :data:`BLOCK_SECONDS` of them, at least ``period`` (a multiple of it) and at most
+    ``most``."""
+    fit = most if seconds * most <= BLOCK_SECONDS else int(BLOCK_SECONDS / seconds)
+    fit = max(period, min(most, fit))
+    return fit - fit % period
 
 
 def bicgstab(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None, callback=None,
@@ -338,7 +367,7 @@ def bicgstab(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None, callba
     converged, the iteration limit when not, -10 or -11 on a breakdown (``rho`` or
     ``omega`` vanished), as scipy reports them. Every scalar stays on the device (the
     breakdown and convergence tests set a device status that the host reads every 8
-    iterations, or between captured blocks of 16 with ``graphs``; iterations after the
+    iterations, or between captured blocks of up to 16 with ``graphs``; iterations after the
     solve stopped change nothing), so ``graphs`` captures it as it does :func:`cg`.
     """
     info_out, set_up, bnorm, tolerance, r, maxiter = _begin(

@@ -3,7 +3,7 @@
 scipy's algorithm, arguments and 10-tuple result. The Golub-Kahan products run into
 preallocated buffers (``A^H u`` on the transpose planned once), and scipy's scalar
 recurrences and stopping tests run on the device (one thread, float64), so the host reads
-the stop flag every 8 iterations, or between blocks of 16 replayed as CUDA graphs
+the stop flag every 8 iterations, or between blocks of up to 16 replayed as CUDA graphs
 (``graphs``), like :func:`sparsegpu.linalg.cg`; iterations after the stop change nothing.
 """
 

@@ -132,6 +132,21 @@ class VectorSpace(Protocol):
         """
         ...
 
+    def agree_block(self, block: int) -> int:
+        """The iterations a captured block holds, the same in every process.
+
+        Parameters
+        ----------
+        block : int
+            This process's choice (a multiple of the step's period).
+
+        Returns
+        -------
+        int
+            The block every process uses.
+        """
+        ...
+
     def ordering(self, name, A, reorder, info):
         """The matrix to solve with, and the ordering applied to it.
 
@@ -189,6 +204,10 @@ class ArraySpace(VectorSpace):
     def agree(self, failure: str | None) -> str | None:
         """A capture's failure as every process sees it (one process: its own)."""
         return failure
+
+    def agree_block(self, block: int) -> int:
+        """The iterations a captured block holds (one process: its own choice)."""
+        return block
 
     def ordering(self, name, A, reorder, info):
         """(matrix to solve with, Ordering) for ``reorder`` (``_options``)."""
