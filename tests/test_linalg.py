@@ -354,7 +354,7 @@ def test_both_vector_spaces_implement_the_protocol(space):
     cls = {"ArraySpace": ArraySpace, "DistributedSpace": DistributedSpace}[space]
     assert isinstance(ARRAYS, VectorSpace) and issubclass(cls, VectorSpace)
     methods = [name for name in vars(VectorSpace) if not name.startswith("_")]
-    assert len(methods) == 8
+    assert len(methods) == 9
     for name in methods:
         assert name in vars(cls), f"{space} does not define {name}"
         expected = inspect.signature(getattr(VectorSpace, name)).parameters
