@@ -31,6 +31,7 @@ import threading
 import numpy as np
 
 from ..device import _cuda
+from ..device._compare import arrays_equal
 from ..device._mirror import DeviceMatrix
 from .cusparse import (
     CUDA_DATA_TYPE,
@@ -483,5 +484,4 @@ def _same_pattern(pattern, matrix: DeviceMatrix) -> bool:
         return False
     if indptr.dtype != matrix.indptr.dtype:
         return False
-    cupy = _cuda.cupy_or_none()
-    return bool(cupy.array_equal(indptr, matrix.indptr) & cupy.array_equal(indices, matrix.indices))
+    return arrays_equal(indptr, matrix.indptr) and arrays_equal(indices, matrix.indices)

@@ -52,6 +52,7 @@ import numpy as np
 from ..backends import spgemm
 from ..backends.spgemm import Budget, DoesNotFit, Outcome, Refused
 from ..device import _cuda
+from ..device._compare import arrays_equal
 from ..device._mirror import DeviceMatrix, DeviceMemoryError
 from ..measure import _timing
 from ..measure._oracle import AnswerCheck, tolerance
@@ -465,10 +466,10 @@ def _agree(reference: DeviceMatrix, other: DeviceMatrix) -> bool:
         return False
     if not reference.nnz:
         return True
-    same = xp.array_equal(reference.indptr, other.indptr) & xp.array_equal(
-        reference.indices, other.indices
-    )
-    if not bool(same):
+    if not (
+        arrays_equal(reference.indptr, other.indptr)
+        and arrays_equal(reference.indices, other.indices)
+    ):
         return False
     scale = max(float(xp.abs(reference.data).max()), 1e-300)
     bound = tolerance(reference.dtype, 64) * scale

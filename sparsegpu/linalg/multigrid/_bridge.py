@@ -19,6 +19,7 @@ from ...classes._matrix import _SparseGPUMixin, csr_array, csr_matrix
 from ...classes._mirrors import reading_internally, rewrite_device_values
 from ...classes._products import galerkin_product, spgemm
 from ...device import _cuda
+from ...device._compare import arrays_equal
 from ...device._compile import KernelFamily, get_kernel, register_elementwise, register_family
 from ...device._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES, KernelLaunch, name_expression
 from ...device._mirror import CUPY, DeviceMatrix
@@ -172,10 +173,9 @@ def with_values(previous, values=None, fresh=None, xp=None):
         if fresh.shape != previous.shape or written_by.nnz != kept.nnz:
             return None
         same = written_by.indices is kept.indices and written_by.indptr is kept.indptr
-        xp = kept.xp  # else the same pattern, checked (one comparison, one read)
-        if not same and not bool(
-            xp.array_equal(written_by.indices, kept.indices)
-            & xp.array_equal(written_by.indptr, kept.indptr)
+        if not same and not (  # else the same pattern, checked (kernels/compare.cu)
+            arrays_equal(written_by.indices, kept.indices)
+            and arrays_equal(written_by.indptr, kept.indptr)
         ):
             return None
         values = written_by.data
