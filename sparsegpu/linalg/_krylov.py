@@ -307,7 +307,7 @@ def _blocks(step, maxiter, block, stream, info_out, adapt: bool = True):
         return None
     k = 1
     period = getattr(step, "period", 1)
-    if adapt and maxiter > 2:
+    if adapt and maxiter - 2 >= period:  # a block still fits after the timed iteration
         started = time.perf_counter()
         step.full(False)
         if step.done():  # a host read: the iteration's time is all in
