@@ -127,7 +127,11 @@ def test_an_exception_mid_solve_fails_everywhere_within_the_deadline(comm, solve
     b = scatter(A, np.ones(144), comm)
     culprit = comm.Get_size() - 1
     if comm.Get_rank() == culprit:
-        break_products(A, after=3)
+        # the second product: one a plain iteration makes (cg times its second iteration
+        # plain to size its graph blocks; a product that a graph replays never calls this
+        # Python, so a failure injected later, past a capture of one iteration, could not
+        # happen: under a loaded GPU suite the block was that short)
+        break_products(A, after=1)
     began = time.monotonic()
     with pytest.raises(sgd.RankError, match=rf"rank\(s\) \[{culprit}\].*injected failure"):
         getattr(sg.linalg, solver)(A, b, rtol=1e-12)
