@@ -13,7 +13,7 @@ def test_the_profile_counts_each_levels_launches(tmp_path):
     out, md = tmp_path / "p.json", tmp_path / "p.md"
     code = profile.main(
         ["--set", "smoke", "--problems", "circuit2d,poisson3d", "--repeat", "2", "--blocks",
-         "--variants", "max_coarse 100", "--out", str(out), "--md", str(md)]
+         "--setups", "1", "--variants", "max_coarse 100", "--out", str(out), "--md", str(md)]
     )  # fmt: skip
     assert code == 0
     rows = json.loads(out.read_text())["results"]
@@ -35,6 +35,10 @@ def test_the_profile_counts_each_levels_launches(tmp_path):
         ]
         assert len({r["iterations"] for r in blocked if r["M"] == "amg"}) == 1
         assert [v["variant"] for v in row["variants"]] == ["default", "max_coarse 100"]
+        assert (
+            len(row["setups"]["seconds"]) == 1
+            and "function calls" in row["setups"]["slowest_profile"]
+        )
     text = md.read_text()
     assert "| level | rows |" in text and "| M | blocking |" in text and "| variant |" in text
 

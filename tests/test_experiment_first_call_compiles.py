@@ -1,0 +1,28 @@
+"""The first-call compilation probe (benchmarks/experiments/first_call_compiles.py) on the
+CPU: a user's session runs its steps on the smoke instances and reports them; nothing
+compiles without a GPU (its compilations are recorded only there)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks.experiments import first_call_compiles as probe
+
+
+def test_a_session_reports_each_step(tmp_path):
+    out, md = tmp_path / "c.json", tmp_path / "c.md"
+    assert probe.main(["--set", "smoke", "--problems", "circuit2d",
+                       "--out", str(out), "--md", str(md)]) == 0  # fmt: skip
+    result = json.loads(out.read_text())
+    steps = [row["step"] for row in result["steps"]]
+    assert steps == [f"circuit2d_40 {s}" for s in
+                     ("set-up", "solve", "update", "update again", "solve again")]  # fmt: skip
+    assert all(row["seconds"] > 0 and row["compiles"] == 0 for row in result["steps"])
+    assert result["compiles"] == [] and "| step | seconds |" in md.read_text()
+
+
+def test_the_probe_refuses_the_held_out_set():
+    with pytest.raises(SystemExit):
+        probe.main(["--set", "heldout"])
