@@ -403,11 +403,8 @@ def main(argv=None) -> int:
                 )
             )
             common.save_partial({"set": args.set, "results": rows}, args.out)
-    text = markdown(rows)
-    if args.md:
-        with open(args.md, "w") as f:
-            f.write(text)
-    print(text)
+    common.write_outputs({"set": args.set, "results": rows}, args,
+                         lambda result: markdown(result["results"]), None)  # fmt: skip
     return 0
 
 

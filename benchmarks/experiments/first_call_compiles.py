@@ -137,11 +137,7 @@ def main(argv=None) -> int:
         if name in wanted:
             result["steps"] += session(name, size, compiles, sg, xp)
             common.save_partial(result, args.out)
-    text = markdown(result)
-    if args.md:
-        with open(args.md, "w") as f:
-            f.write(text)
-    print(text)
+    common.write_outputs(result, args, markdown, None)
     return 0
 
 
