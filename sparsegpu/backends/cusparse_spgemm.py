@@ -438,8 +438,9 @@ class ReusePlan:
     def matches(self, left: DeviceMatrix, right: DeviceMatrix) -> bool:
         """True when ``left`` and ``right`` have exactly the patterns this plan was made
         for (the same arrays, or equal ones: one comparison on the device)."""
-        same = _same_pattern(self.left_pattern, left)
-        if not (same and _same_pattern(self.right_pattern, right)):
+        if not (
+            _same_pattern(self.left_pattern, left) and _same_pattern(self.right_pattern, right)
+        ):
             return False
         # equal arrays found: compare with these from now on (a loop that rebuilds an
         # operand of this pattern with new values keeps its index arrays: an identity)
@@ -478,10 +479,6 @@ class ReusePlan:
 
 def _same_pattern(pattern, matrix: DeviceMatrix) -> bool:
     indptr, indices = pattern
-    if indptr is matrix.indptr and indices is matrix.indices:
-        return True
-    if indptr.shape != matrix.indptr.shape or indices.shape != matrix.indices.shape:
-        return False
-    if indptr.dtype != matrix.indptr.dtype:
+    if indptr.dtype != matrix.indptr.dtype:  # the plan holds cuSPARSE's index type
         return False
     return arrays_equal(indptr, matrix.indptr) and arrays_equal(indices, matrix.indices)

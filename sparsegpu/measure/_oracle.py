@@ -131,8 +131,10 @@ class AnswerCheck:
             y, reference = y.astype(np.float64), reference.astype(np.float64)
         outside = None if xp is np else count_outside(y, reference, bound)
         if outside is None:  # on the host, or a bound this kernel does not take
-            outside = 0 if bool((xp.abs(y - reference) <= bound).all()) else 1
-        if outside == 0:  # NaN compares False: caught
+            within = bool((xp.abs(y - reference) <= bound).all())  # NaN compares False
+        else:
+            within = outside == 0  # NaN counts as outside
+        if within:
             return None
         return self._describe(_host(y))
 
