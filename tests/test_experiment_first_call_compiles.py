@@ -26,3 +26,16 @@ def test_a_session_reports_each_step(tmp_path):
 def test_the_probe_refuses_the_held_out_set():
     with pytest.raises(SystemExit):
         probe.main(["--set", "heldout"])
+
+
+def test_compilations_are_counted_from_the_profile():
+    """NVRTC's compileProgram, as cProfile keys a built-in, is what is counted."""
+
+    class Stats:
+        stats = {
+            ("~", 0, "<built-in method cupy_backends.cuda.libs.nvrtc.compileProgram>"):
+                (2, 2, 3.5, 3.5, {}),
+            ("x.py", 3, "compile"): (1, 1, 0.25, 0.25, {}),
+        }  # fmt: skip
+
+    assert probe.nvrtc_compiles(Stats()) == (2, 3.5)

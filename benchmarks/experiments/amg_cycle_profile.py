@@ -163,20 +163,30 @@ def spmv(work, repeat: int, marks: Marks) -> tuple[float, float]:
     return ms, moved / (ms * 1e-3) / 1e9 if ms > 0 else float("nan")
 
 
-def host_profile(fn, top: int = 25):
-    """``fn()`` under cProfile: its result, and the ``top`` functions by own time and
-    sparsegpu's ``top`` by cumulative time."""
+def profiled(fn):
+    """``fn()`` under cProfile: its result and the profiler's ``pstats.Stats``."""
     profiler = cProfile.Profile()
     profiler.enable()
     try:
         result = fn()
     finally:
         profiler.disable()
+    return result, pstats.Stats(profiler)
+
+
+def profile_text(stats, top: int = 25) -> str:
+    """The ``top`` functions by own time and sparsegpu's ``top`` by cumulative time."""
     text = io.StringIO()
-    stats = pstats.Stats(profiler, stream=text)
+    stats.stream = text
     stats.sort_stats("tottime").print_stats(top)
     stats.sort_stats("cumulative").print_stats("sparsegpu", top)  # ours, by what they hold
-    return result, text.getvalue()
+    return text.getvalue()
+
+
+def host_profile(fn, top: int = 25):
+    """``fn()`` under cProfile: its result and :func:`profile_text`."""
+    result, stats = profiled(fn)
+    return result, profile_text(stats, top)
 
 
 def timed_solve(sg, A, b, M, xp, **options):

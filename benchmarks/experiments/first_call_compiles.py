@@ -5,10 +5,10 @@ compilation once per machine; but the held-out multigrid run of issue 46 met a f
 ``ml.update`` of 3.57 s (amg_blocks_h200, anisotropic 1500^2) where its set-up took
 0.06 s, after a warm-up that had run updates. This runs a user's session on the fit
 instances of ``benchmarks.amg`` (set-up, solve, update twice, solve) from an empty kernel
-cache (``CUPY_CACHE_DIR`` pointed at a new folder before CuPy loads) and records every
-NVRTC compilation: the step it fell in, its seconds, the CuPy or sparsegpu function
-that asked for it (the innermost frames of sparsegpu and of CuPy) and the kernel's name;
-a step over :data:`SLOW` seconds keeps its host profile (cProfile, by own time).
+cache (``CUPY_CACHE_DIR`` pointed at a new folder before CuPy loads), each step under
+cProfile: its NVRTC compilations (calls of ``compileProgram``, and their seconds) are
+counted from the profile, and a step over :data:`SLOW` seconds keeps the profile's text
+(by own time: who asked for the compilations).
 
 Usage (on a GPU machine)::
 
@@ -21,8 +21,6 @@ import argparse
 import os
 import sys
 import tempfile
-import time
-import traceback
 
 import numpy as np
 
@@ -30,47 +28,21 @@ DEFAULT_PROBLEMS = ("poisson3d", "anisotropic2d", "circuit2d")
 SLOW = 0.5  # seconds: a step this slow keeps its host profile (cProfile)
 
 
-class Compiles:
-    """NVRTC compilations recorded while installed (``cupy.cuda.compiler``'s
-    ``compile_using_nvrtc`` wrapped), each with the step it fell in."""
-
-    def __init__(self):
-        self.step = "import"
-        self.events: list[dict] = []
-
-    def install(self) -> bool:
-        try:
-            from cupy.cuda import compiler
-        except ImportError:
-            return False
-        original = compiler.compile_using_nvrtc
-
-        def recorded(source, *args, **kwargs):
-            started = time.perf_counter()
-            try:
-                return original(source, *args, **kwargs)
-            finally:
-                self.events.append(self._event(source, time.perf_counter() - started))
-
-        compiler.compile_using_nvrtc = recorded
-        return True
-
-    def _event(self, source: str, seconds: float) -> dict:
-        frames = traceback.extract_stack()[:-2]
-        ours = [f for f in frames if f"{os.sep}sparsegpu{os.sep}" in f.filename]
-        theirs = [f for f in frames if f"{os.sep}cupy{os.sep}" in f.filename]
-        where = lambda f: f"{f.filename.rsplit(os.sep, 2)[-2:]}:{f.lineno} {f.name}"  # noqa: E731
-        names = [line.split("(")[0].split()[-1] for line in source.splitlines()
-                 if "__global__" in line][:3]  # fmt: skip
-        return {"step": self.step, "seconds": seconds,
-                "sparsegpu": [where(f) for f in ours[-3:]],
-                "cupy": where(theirs[0]) if theirs else "", "kernels": names}  # fmt: skip
+def nvrtc_compiles(stats) -> tuple[int, float]:
+    """``(calls, seconds)`` of NVRTC's ``compileProgram`` in a cProfile ``pstats.Stats``
+    (CuPy's own kernels and sparsegpu's reach NVRTC through it)."""
+    calls, seconds = 0, 0.0
+    for (_, _, name), (_, count, own, _, _) in stats.stats.items():
+        if "nvrtc" in name and "compileProgram" in name:
+            calls, seconds = calls + count, seconds + own
+    return calls, seconds
 
 
-def session(name: str, size: int, compiles: Compiles, sg, xp) -> list:
-    """A user's session on one instance, each step's wall seconds."""
+def session(name: str, size: int, compiles: list, sg, xp) -> list:
+    """A user's session on one instance, each step's wall seconds and compilations (a
+    step that compiled is added to ``compiles``)."""
     from benchmarks import amg
-    from benchmarks.experiments.amg_cycle_profile import host_profile
+    from benchmarks.experiments.amg_cycle_profile import profile_text, profiled
 
     A_host, B = amg.make_problem(name, size, "fit")
     A_in = sg.bsr_matrix(A_host) if A_host.format == "bsr" else sg.csr_matrix(A_host)
@@ -87,26 +59,24 @@ def session(name: str, size: int, compiles: Compiles, sg, xp) -> list:
     ]
     rows = []
     for step, fn in steps:
-        compiles.step = f"{name}_{size} {step}"
-        before = len(compiles.events)
-        (_, profile), seconds = amg._timed(lambda fn=fn: host_profile(fn, top=12), xp)
-        compiled = compiles.events[before:]
-        rows.append({"step": compiles.step, "seconds": seconds, "compiles": len(compiled),
-                     "compile_s": sum(e["seconds"] for e in compiled),
-                     "profile": profile if seconds > SLOW else None})  # fmt: skip
+        label = f"{name}_{size} {step}"
+        (_, stats), seconds = amg._timed(lambda fn=fn: profiled(fn), xp)
+        calls, compiling = nvrtc_compiles(stats)
+        if calls:
+            compiles.append({"step": label, "calls": calls, "seconds": compiling})
+        profile = profile_text(stats, top=12) if seconds > SLOW else None
+        rows.append({"step": label, "seconds": seconds, "compiles": calls,
+                     "compile_s": compiling, "profile": profile})  # fmt: skip
     return rows
 
 
 def markdown(result: dict) -> str:
     lines = ["| step | seconds | compilations | compiling s |", "|---|---:|---:|---:|"]
     for row in result["steps"]:
-        lines.append(f"| {row['step']} | {row['seconds']:.4f} | {row['compiles']} "
-                     f"| {row['compile_s']:.3f} |")  # fmt: skip
-    lines += ["", "| step | s | asked by (sparsegpu) | CuPy | kernels |",
-              "|---|---:|---|---|---|"]  # fmt: skip
-    for e in sorted(result["compiles"], key=lambda e: -e["seconds"]):
-        lines.append(f"| {e['step']} | {e['seconds']:.3f} | {' < '.join(reversed(e['sparsegpu']))} "
-                     f"| {e['cupy']} | {', '.join(e['kernels'])} |")  # fmt: skip
+        counted = "— | —"  # not counted (a run of the first version of this probe)
+        if row["compiles"] is not None:
+            counted = f"{row['compiles']} | {row['compile_s']:.3f}"
+        lines.append(f"| {row['step']} | {row['seconds']:.4f} | {counted} |")
     for row in result["steps"]:
         if row.get("profile"):
             lines += ["", f"{row['step']} ({row['seconds']:.2f} s), host profile:", "", "```",
@@ -127,12 +97,12 @@ def main(argv=None) -> int:
     import sparsegpu as sg
     from benchmarks import amg, common
 
-    compiles = Compiles()
+    compiles: list = []
     xp = amg._device()
-    if xp is np or not compiles.install():
+    if xp is np:
         print("no GPU: nothing compiles (the steps run on the scipy backend)")
     wanted = args.problems.split(",")
-    result = {"set": args.set, "steps": [], "compiles": compiles.events}
+    result = {"set": args.set, "steps": [], "compiles": compiles}
     for name, size in amg.SETS[args.set]:
         if name in wanted:
             result["steps"] += session(name, size, compiles, sg, xp)
