@@ -326,7 +326,10 @@ def counted(monkeypatch):
         (100**3, 27.0, 27, np.float32, 5.6, HASH, True),
         (100**3, 27.0, 27, np.float64, 1.2, "alg1", True),  # products hardly fold
         (100**3, 27.0, 27, np.complex128, 5.6, "alg1", False),
-        (2000**2, 5.0, 5, np.float64, 5.6, "alg1", False),  # 25 a row: not sampled
+        (2000**2, 5.0, 5, np.float64, 5.6, HASH, False),  # 25 a row: all short rows
+        (2000**2, 9.0, 9, np.float64, 5.6, "alg1", False),  # 81 a row: tables, no sample
+        (2000**2, 5.0, 5, np.complex128, 5.6, "alg1", False),  # short rows: real only
+        (44_000, 5.0, 5, np.float64, 5.6, "alg1", False),  # 1.1M products: too few
         (1000, 27.0, 27, np.float64, 5.6, "alg1", False),  # 729,000 products
         # rows of up to 25M products: no sample; 10,000 a row counted exactly: hash rows
         (10**6, 100.0, 5000, np.float64, 5.6, HASH, False),
@@ -338,6 +341,9 @@ def counted(monkeypatch):
         "no_folding",
         "complex",
         "short_rows",
+        "rows_of_tables",
+        "complex_short_rows",
+        "few_short_rows",
         "small",
         "long_rows",
         "blocks3_3d",

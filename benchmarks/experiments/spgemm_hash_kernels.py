@@ -36,10 +36,10 @@ def traced_product(A, cupy) -> tuple[float, list]:
     original_launch = hash_spgemm._launch
     original_classes = hash_spgemm._classes
 
-    def launch(name, grid, block, arguments, shared_bytes=0):
+    def launch(name, grid, block, arguments, shared_bytes=0, source=hash_spgemm.SOURCE):
         start, end = cupy.cuda.Event(), cupy.cuda.Event()
         start.record()
-        original_launch(name, grid, block, arguments, shared_bytes)
+        original_launch(name, grid, block, arguments, shared_bytes, source)
         end.record()
         records.append((f"{name} grid={grid} block={block} shared={shared_bytes}", start, end))
 

@@ -47,6 +47,16 @@ from .spgemm import Budget, DoesNotFit, ResultSink
 
 HASH = "hash"
 SOURCE = "spgemm_hash.cu"
+SHORT_SOURCE = "spgemm_short.cu"
+# Rows of at most this many products (their tables of at most this many slots in the
+# symbolic listing) run short rows (kernels/spgemm_short.cu: a group of lanes gathers the
+# row's products in shared memory and ranks them: no table) in both passes; 0: never.
+# Fitted below (SHORT_SLOTS' comment)
+SHORT_SLOTS = 64
+SHORT_BLOCK = 128  # threads a block of the short rows' kernels (as the kernel's constant)
+SHORT_BLOCKS_PER_SM = 16  # their grid-stride loops' blocks an SM
+# (lanes a row, the most products a row) of the short rows' kernels, by the row's table
+SHORT_GROUPS = {32: (8, 32), 64: (16, 64), 128: (32, 128), 256: (32, 256)}
 CLASSES = 64  # as the kernels count them (class 0: rows with nothing to compute)
 MAX_CLASS = 30  # tables of up to 2^30 slots (larger: DoesNotFit, a leaner algorithm runs)
 BLOCK = 256  # threads per block of the listing kernels
@@ -108,6 +118,22 @@ def _dense_fill_kernel(value_dtype, index_dtype) -> str:
     return name_expression("spgemm_dense_fill", value_dtype, index_dtype)
 
 
+def _short_count_kernel(index_dtype, slots: int) -> str:
+    lanes, cap = SHORT_GROUPS[slots]
+    return _index_kernel("spgemm_short_count", index_dtype, lanes, cap)
+
+
+def _short_fill_kernel(value_dtype, index_dtype, slots: int, slotted: bool) -> str:
+    lanes, cap = SHORT_GROUPS[slots]
+    return name_expression(
+        "spgemm_short_fill", value_dtype, index_dtype, lanes, cap, _flag(slotted)
+    )
+
+
+def _short_move_kernel(value_dtype, index_dtype, slots: int) -> str:
+    return name_expression("spgemm_short_move", value_dtype, index_dtype, slots)
+
+
 def _flag(value: bool) -> str:
     return "true" if value else "false"
 
@@ -146,6 +172,28 @@ HASH_FAMILY = register_family(
             _dense_fill_kernel(value, index)
             for value in CXX_VALUE_TYPES
             for index in CXX_INDEX_TYPES
+        ),
+    )
+)
+
+
+SHORT_FAMILY = register_family(
+    KernelFamily(
+        SHORT_SOURCE,
+        tuple(_index_kernel("spgemm_short_unlist", index) for index in CXX_INDEX_TYPES)
+        + tuple(_short_count_kernel(index, s) for index in CXX_INDEX_TYPES for s in SHORT_GROUPS)
+        + tuple(
+            _short_fill_kernel(value, index, s, slotted)
+            for value in CXX_VALUE_TYPES
+            for index in CXX_INDEX_TYPES
+            for s in SHORT_GROUPS
+            for slotted in (False, True)
+        )
+        + tuple(
+            _short_move_kernel(value, index, s)
+            for value in CXX_VALUE_TYPES
+            for index in CXX_INDEX_TYPES
+            for s in SHORT_GROUPS
         ),
     )
 )
@@ -215,10 +263,10 @@ def dense_launch(
     return TableLaunch(32, True, DENSE_THREADS, grid, shared, n_cols if value_bytes else 0)
 
 
-def _kernel(name: str, shared_bytes: int):
+def _kernel(name: str, shared_bytes: int, source: str = SOURCE):
     """The compiled kernel, allowed ``shared_bytes`` of dynamic shared memory (the
     function's opt-in beyond the default 48 KiB)."""
-    kernel = get_kernel(SOURCE, name)
+    kernel = get_kernel(source, name)
     beyond_default = shared_bytes + STATIC_SHARED_BYTES > DEFAULT_SHARED_BYTES
     if beyond_default and kernel.max_dynamic_shared_size_bytes < shared_bytes:
         kernel.max_dynamic_shared_size_bytes = shared_bytes
@@ -229,16 +277,18 @@ def _kernel(name: str, shared_bytes: int):
 _launches: dict = {}
 
 
-def _launch(name: str, grid: int, block: int, arguments, shared_bytes: int = 0) -> None:
-    """Launch ``name`` on ``arguments`` (its launch made once per shape: a product's few
-    launches each only write their slots)."""
+def _launch(
+    name: str, grid: int, block: int, arguments, shared_bytes: int = 0, source: str = SOURCE
+) -> None:
+    """Launch ``name`` (of ``source``) on ``arguments`` (its launch made once per shape: a
+    product's few launches each only write their slots)."""
     if grid <= 0:
         return
     slots = {f"p{i}": argument for i, argument in enumerate(arguments)}
     key = (_cuda.cupy_or_none().cuda.Device().id, name, block, shared_bytes)
     launch = _launches.get(key)
     if launch is None:
-        kernel = _kernel(name, shared_bytes)
+        kernel = _kernel(name, shared_bytes, source)
         launch = _launches.setdefault(key, KernelLaunch(kernel, block, list(slots), shared_bytes))
     launch(grid, **slots)
 
@@ -282,10 +332,121 @@ def _global_tables(budget: Budget, launch: TableLaunch, dtype, what: str):
     )
 
 
+@dataclass
+class _ShortRows:
+    """The rows a product runs as short rows (the symbolic listing's first rows, copied out
+    of it for the numeric pass, which lists the others again), ``[(slots, first, count)]``
+    of their classes within them and, where the symbolic pass wrote them into slots
+    (:func:`_short_slotted`), those slots' indices and values (else None: the numeric
+    pass computes them)."""
+
+    rows: object
+    classes: list
+    slot_indices: object = None
+    slot_data: object = None
+
+
+def _grid_of(groups: int, rows: int, device) -> int:
+    """The grid of a grid-stride loop of ``rows`` rows, ``groups`` a block."""
+    return max(1, min(-(-rows // groups), SHORT_BLOCKS_PER_SM * device.multiprocessors))
+
+
+def _short_count(left, right, rows, count: int, slots: int, sizes, device) -> None:
+    lanes = SHORT_GROUPS[slots][0]
+    arguments = (left.indptr, left.indices, right.indptr, right.indices, rows, count, sizes)
+    grid = _grid_of(SHORT_BLOCK // lanes, count, device)
+    name = _short_count_kernel(left.index_dtype, slots)
+    _launch(name, grid, SHORT_BLOCK, arguments, source=SHORT_SOURCE)
+
+
+def _short_fill_launch(left, right, rows, count, slots, outputs, slotted, device) -> None:
+    lanes = SHORT_GROUPS[slots][0]
+    arguments = (
+        left.indptr, left.indices, left.data, right.indptr, right.indices, right.data,
+        rows, count, *outputs,
+    )  # fmt: skip
+    grid = _grid_of(SHORT_BLOCK // lanes, count, device)
+    name = _short_fill_kernel(left.dtype, left.index_dtype, slots, slotted)
+    _launch(name, grid, SHORT_BLOCK, arguments, source=SHORT_SOURCE)
+
+
+def _slot_bases(classes: list) -> list[int]:
+    """Where each short class's slots start (``count`` slots of ``slots`` entries each)."""
+    return list(np.cumsum([0] + [slots * count for slots, _, count in classes[:-1]]))
+
+
+def _short_slotted(left, right, rows, classes, sizes, budget: Budget, device):
+    """The short rows computed into slots of their class's entries a row, their sizes into
+    ``sizes`` (one pass: no count, the numeric pass moves them); ``(indices, data)`` of
+    the slots, or None where they do not fit the budget (the rows are counted instead)."""
+    entries = sum(slots * count for slots, _, count in classes)
+    try:
+        indices = budget.empty(entries, left.index_dtype, "the hash SpGEMM's short rows' slots")
+    except DoesNotFit:
+        return None
+    try:
+        data = budget.empty(entries, left.dtype, "the hash SpGEMM's short rows' slots")
+    except DoesNotFit:
+        budget.release(indices)
+        return None
+    for (slots, first, count), base in zip(classes, _slot_bases(classes), strict=True):
+        outputs = (0, indices[base:], data[base:], sizes)
+        _short_fill_launch(left, right, rows[first:], count, slots, outputs, True, device)
+    return indices, data
+
+
+def _short_numeric(left, right, short: _ShortRows, indptr, indices, data, device) -> None:
+    """The short rows into ``C``: moved from their slots, or computed now."""
+    if short.slot_indices is None:
+        for slots, first, count in short.classes:
+            outputs = (indptr, indices, data, 0)
+            rows = short.rows[first:]
+            _short_fill_launch(left, right, rows, count, slots, outputs, False, device)
+        return
+    for (slots, first, count), base in zip(short.classes, _slot_bases(short.classes), strict=True):
+        arguments = (
+            short.rows[first:], count, short.slot_indices[base:], short.slot_data[base:],
+            indptr, indices, data,
+        )  # fmt: skip
+        grid = _grid_of(SHORT_BLOCK // 32, count, device)
+        name = _short_move_kernel(left.dtype, left.index_dtype, slots)
+        _launch(name, grid, SHORT_BLOCK, arguments, source=SHORT_SOURCE)
+
+
+def _set_short_rows_apart(classes: list, rows, sizes, budget: Budget, slotted):
+    """The short rows (``classes``, the first of the symbolic listing ``rows``; ``slotted``
+    their slots or None) copied out of it and their sizes set to 0, so that the numeric
+    listing leaves them out; None where there are none."""
+    if not classes:
+        return None
+    slots, first, count = classes[-1]
+    listed = first + count
+    copy = budget.empty(listed, rows.dtype, "the hash SpGEMM's short rows")
+    short = _ShortRows(copy, classes, *(slotted or ()))
+    short.rows.data.copy_from_device_async(rows.data, short.rows.nbytes)  # no kernel to build
+    name = _index_kernel("spgemm_short_unlist", rows.dtype)
+    _launch(name, -(-listed // BLOCK), BLOCK, (short.rows, listed, sizes), source=SHORT_SOURCE)
+    return short
+
+
+def _release_short(budget: Budget, short: _ShortRows | None) -> None:
+    if short is not None:
+        budget.release(short.rows, short.slot_indices, short.slot_data)
+
+
+def _is_short(slots: int, n_cols: int) -> bool:
+    """Whether rows of a symbolic class of tables of ``slots`` slots run as short rows: at
+    most :data:`SHORT_SLOTS`, and fewer than ``C``'s columns (the listing caps a row's
+    products at them: a class of as many slots may hold rows of more products)."""
+    return slots <= SHORT_SLOTS and slots < n_cols
+
+
 def _symbolic(left, right, budget: Budget, indptr, list_numeric: bool):
     """``C``'s row offsets into ``indptr`` and its nonzeros; with the row sizes (each row's
     entries now) and the row lists, which the caller releases, and (``list_numeric``) the
-    class counts of the numeric pass's listing, queued into the row lists."""
+    class counts of the numeric pass's listing, queued into the row lists, and the short
+    rows (:class:`_ShortRows`, None where none: the caller releases its rows), left out
+    of that listing."""
     device = _cuda.device_info()
     m, index = left.shape[0], left.index_dtype
     sizes = budget.empty(m, index, "the hash SpGEMM's row sizes")
@@ -294,12 +455,21 @@ def _symbolic(left, right, budget: Budget, indptr, list_numeric: bool):
     except DoesNotFit:
         budget.release(sizes)
         raise
+    short = slotted = None
     try:
         grid = -(-m * BOUND_LANES // BLOCK)
         bounds = _index_kernel("spgemm_hash_bounds", index)
         _launch(bounds, grid, BLOCK, (left.indptr, left.indices, right.indptr, m, sizes))
         n_cols = right.shape[1]
-        for table_class, first, count in _classes(_list_rows(sizes, m, n_cols, False, rows)):
+        classes = _classes(_list_rows(sizes, m, n_cols, False, rows))
+        short_classes = [(_slots(c), first, count) for c, first, count in classes]
+        short_classes = [c for c in short_classes if _is_short(c[0], n_cols)]  # the first
+        if short_classes and list_numeric:
+            slotted = _short_slotted(left, right, rows, short_classes, sizes, budget, device)
+        if short_classes and slotted is None:
+            for slots, first, count in short_classes:
+                _short_count(left, right, rows[first:], count, slots, sizes, device)
+        for table_class, first, count in classes[len(short_classes) :]:
             slots = _slots(table_class)
             dense = dense_launch(slots, n_cols, count, device)
             if dense is not None:
@@ -321,19 +491,28 @@ def _symbolic(left, right, budget: Budget, indptr, list_numeric: bool):
             budget.release(keys)
         indptr[:1] = 0
         _cuda.cupy_or_none().cumsum(sizes, dtype=indptr.dtype, out=indptr[1:])
-        # the numeric pass's listing queued before the host waits for the nonzeros
-        counts = _list_rows(sizes, m, 2**62, True, rows) if list_numeric else None
-        return int(indptr[-1]), sizes, rows, counts
+        counts = short = None
+        if list_numeric:
+            # the numeric pass's listing queued before the host waits for the nonzeros
+            short = _set_short_rows_apart(short_classes, rows, sizes, budget, slotted)
+            counts = _list_rows(sizes, m, 2**62, True, rows)
+        return int(indptr[-1]), sizes, rows, counts, short
     except BaseException:
         budget.release(sizes, rows)
+        if short is not None:
+            _release_short(budget, short)
+        elif slotted is not None:
+            budget.release(*slotted)
         raise
 
 
-def _numeric(left, right, counts, rows, indptr, indices, data, budget: Budget) -> None:
+def _numeric(left, right, counts, rows, indptr, indices, data, budget: Budget, short=None):
     """``C``'s entries into ``indices`` and ``data`` (row offsets ``indptr``; the rows
-    listed by their entries, ``counts`` the classes' counts)."""
+    listed by their entries, ``counts`` the classes' counts; ``short`` the short rows)."""
     device = _cuda.device_info()
     index, dtype = left.index_dtype, left.dtype
+    if short is not None:
+        _short_numeric(left, right, short, indptr, indices, data, device)
     slot_bytes = index.itemsize + dtype.itemsize
     for table_class, first, count in _classes(counts):
         slots = _slots(table_class)
@@ -385,12 +564,13 @@ def hash_multiply(left, right, sink: ResultSink):
     """``left @ right`` (canonical CSR mirrors on the GPU, one index dtype) into ``sink``."""
     budget = sink.budget
     try:
-        nnz, sizes, rows, counts = _symbolic(left, right, budget, sink.indptr(), True)
+        nnz, sizes, rows, counts, short = _symbolic(left, right, budget, sink.indptr(), True)
         try:
             indptr, indices, data = sink.allocate(nnz)
-            _numeric(left, right, counts, rows, indptr, indices, data, budget)
+            _numeric(left, right, counts, rows, indptr, indices, data, budget, short)
         finally:
             budget.release(sizes, rows)
+            _release_short(budget, short)
     except DoesNotFit:
         sink.discard()
         raise
@@ -404,7 +584,7 @@ def hash_count(left, right, budget: Budget, offsets_dtype=None) -> int:
     offsets_dtype = left.index_dtype if offsets_dtype is None else offsets_dtype
     indptr = budget.empty(left.shape[0] + 1, offsets_dtype, "the row offsets")
     try:
-        nnz, sizes, rows, _ = _symbolic(left, right, budget, indptr, False)
+        nnz, sizes, rows, _, _ = _symbolic(left, right, budget, indptr, False)
         budget.release(sizes, rows)
         return nnz
     finally:
@@ -517,6 +697,32 @@ HASH_MIN_SKEWED_ROW_PRODUCTS = 2_400
 SELECT_RULE_MAX = 13
 
 
+# The first product's rule for short rows: hash rows where every row is a short row by a
+# bound known without a pass (L's longest row times R's: at most SHORT_SLOTS products, fewer
+# than C's columns), in float32 and float64, of at least SHORT_MIN_PRODUCTS products
+# (estimated as for the rule above). Fitted on fit matrices only (H200, float64, first
+# products of new patterns, benchmarks/experiments/spgemm_short_fit.py, short_fit_h200):
+# hash rows with short rows beat ALG1 on the 3-D 7-point stencils 100^3 and 120^3 (rows of
+# 49 products: 1.96 against 2.21 ms, 3.08 against 3.50) and the 2-D 5-point stencil 1000^2
+# (25: 1.14 against 1.32; 5.0M products), and lost on every small matrix of short rows (the
+# listing's fixed costs: jagmesh7, cti, olm1000, cryg2500, ...: at most 0.55M products).
+# The threshold is the geometric mean of 0.55M and 5.0M. (SHORT_SLOTS: rows of 49 products
+# ran short rows in 3.08 ms against tables' 5.98; the 2-D 9-point stencil's rows of 81,
+# in the class of 128 slots, 3.61 as short rows against 3.48 in tables: 64.)
+SHORT_MIN_PRODUCTS = 1_600_000
+
+
+def _all_short(left, right, products: int) -> bool:
+    """The first product's rule for short rows (above): bounds read only where known."""
+    if left.dtype not in HASH_DTYPES or products < SHORT_MIN_PRODUCTS:
+        return False
+    longest = (left.known_longest_row, right.known_longest_row)
+    if None in longest:
+        return False
+    bound = longest[0] * longest[1]
+    return bound <= SHORT_SLOTS and bound < right.shape[1]
+
+
 def _selects(left, right) -> bool:
     """The first product's rule for select products (:mod:`.select_spgemm`): rows of R of
     at most one entry and of L of at most SELECT_RULE_MAX, read only where known without a
@@ -553,6 +759,12 @@ class GpuSpgemm(CusparseSpgemm):
             f"{left.dtype}, about {products:,} products, {per_row:.1f} a row on average, "
             f"at most {bound:,}"
         )
+        if algorithm == HASH and _all_short(left, right, products):
+            return HASH, (
+                f"rule: {measures}: hash rows, every one a short row (rows of at most "
+                f"{SHORT_SLOTS} products, >= {SHORT_MIN_PRODUCTS:,} products in all: "
+                "sorted in registers, no table)"
+            )
         if compression is not None:
             measures += f", {compression:.2f} an entry on {SAMPLE_ROWS:,} rows"
         if exact is not None:
@@ -569,7 +781,9 @@ class GpuSpgemm(CusparseSpgemm):
             f"{HASH_MIN_PRODUCTS:,} products, >= {HASH_MIN_ROW_PRODUCTS} a row on average, "
             f"<= {HASH_MAX_ROW_PRODUCTS:,} a row, >= {HASH_MIN_COMPRESSION} an entry; or, "
             f"rows of over {HASH_MAX_ROW_PRODUCTS:,} products, >= "
-            f"{HASH_MIN_SKEWED_ROW_PRODUCTS:,} a row on average counted exactly)"
+            f"{HASH_MIN_SKEWED_ROW_PRODUCTS:,} a row on average counted exactly; or, every "
+            f"row of <= {SHORT_SLOTS} products by the known longest rows, >= "
+            f"{SHORT_MIN_PRODUCTS:,} products)"
         )
 
     def rule(self, left, right) -> str:
@@ -589,6 +803,8 @@ class GpuSpgemm(CusparseSpgemm):
         # R's mean row length from its sizes (no pass over it)
         products = int(left.nnz * (right.nnz / right.shape[0] if right.shape[0] else 0.0))
         per_row = products / max(left.shape[0], 1)
+        if _all_short(left, right, products):
+            return HASH, products, per_row, None, None, None
         hashable = left.dtype in HASH_DTYPES
         takes = hashable and products >= HASH_MIN_PRODUCTS
         takes = takes and per_row >= HASH_MIN_ROW_PRODUCTS

@@ -1,0 +1,323 @@
+// spgemm_short.cu: the rows of C = A @ B with few products (at most CAP: 32 to 256), which
+// the hash rows (spgemm_hash.cu) list by their products and hand over: no table. A group of
+// LANES lanes of a warp per row gathers the row's products (column, and a * b in the numeric
+// pass) into shared memory, spread evenly over its lanes (a scan of the B rows' lengths, a
+// binary search over it by shuffles), then sorts them in registers:
+//
+// spgemm_short_count   each listed row's entries of C: its products sorted by column (a
+//                      bitonic network over the group's registers) and the columns'
+//                      first products counted (sizes[row]);
+// spgemm_short_fill    the same sort carrying the products' values; each column's first
+//                      product, placed by a ballot of the firsts, sums its run (the same
+//                      network and order on every run: the same bits, no atomics) and is
+//                      written at c_indptr[row] + its place: canonical CSR; or, SLOTTED
+//                      (where the work space fits: no count pass), into a slot of CAP
+//                      entries a row with the row's entries into sizes[row];
+// spgemm_short_move    the slotted rows moved to their places once C's offsets are known;
+// spgemm_short_unlist  sizes[row] = 0 for the listed rows (so that the numeric listing of
+//                      the hash rows leaves them out).
+//
+// Work O(CAP log^2 CAP / LANES) a lane a row: no table to clear, no atomics, no shared memory
+// in the sort (the threshold is the hash rows' SHORT_SLOTS, fitted). A row's
+// products beyond CAP (only where a caller's bound was wrong) are never stored: no write
+// outside the group's shared memory. Entries whose products cancel stay stored, as the
+// hash rows and cuSPARSE keep them.
+// Value: float, double, complex64, complex128 (common.cuh). Index: int, long long.
+#include "common.cuh"
+
+constexpr int SHORT_BLOCK = 128;  // threads a block (the host's BLOCK)
+
+// The lanes of this thread's group within its warp.
+template <int LANES>
+__device__ __forceinline__ unsigned short_group_mask() {
+    static_assert(LANES == 8 || LANES == 16 || LANES == 32, "a group is 8, 16 or 32 lanes");
+    if constexpr (LANES == 32) {
+        return FULL_WARP;
+    } else {
+        return ((1u << LANES) - 1u) << ((threadIdx.x & 31) & ~(LANES - 1));
+    }
+}
+
+// The products of A's row [start, end) into keys[0, n) (values too when VALUES), spread
+// evenly over the group's lanes; n, the row's products (only the first CAP are stored).
+template <bool VALUES, int LANES, int CAP, typename Value, typename Index>
+__device__ __forceinline__ int short_gather(Index start, Index end,
+                                            const Index* __restrict__ a_indices,
+                                            const Value* __restrict__ a_data,
+                                            const Index* __restrict__ b_indptr,
+                                            const Index* __restrict__ b_indices,
+                                            const Value* __restrict__ b_data, Index* keys,
+                                            Value* values, unsigned mask, int lane) {
+    int n = 0;
+    for (Index base = start; base < end; base += LANES) {
+        const Index j = base + lane;
+        Index first = 0;
+        int length = 0;
+        Value a = value_zero<Value>();
+        if (j < end) {
+            const Index column = __ldg(a_indices + j);
+            first = __ldg(b_indptr + column);
+            length = static_cast<int>(__ldg(b_indptr + column + 1) - first);
+            if constexpr (VALUES) {
+                a = load_readonly(a_data + j);
+            }
+        }
+        int scan = length;  // inclusive, over the group's entries of this chunk
+#pragma unroll
+        for (int offset = 1; offset < LANES; offset <<= 1) {
+            const int below = __shfl_up_sync(mask, scan, offset, LANES);
+            if (lane >= offset) {
+                scan += below;
+            }
+        }
+        const int total = __shfl_sync(mask, scan, LANES - 1, LANES);
+        for (int p0 = 0; p0 < total; p0 += LANES) {
+            const int p = p0 + lane;
+            int e = 0;  // the entry whose B row holds product p: the first scan above p
+#pragma unroll
+            for (int step = LANES / 2; step > 0; step >>= 1) {
+                if (__shfl_sync(mask, scan, e + step - 1, LANES) <= p) {
+                    e += step;
+                }
+            }
+            const int end_e = __shfl_sync(mask, scan, e, LANES);
+            const int length_e = __shfl_sync(mask, length, e, LANES);
+            const Index first_e = shuffle_from(first, e, mask, LANES);
+            Value a_e = value_zero<Value>();
+            if constexpr (VALUES) {
+                a_e = shuffle_from(a, e, mask, LANES);
+            }
+            const int at = n + p;
+            if (p < total && at < CAP) {
+                const Index k = first_e + (p - (end_e - length_e));
+                keys[at] = __ldg(b_indices + k);
+                if constexpr (VALUES) {
+                    values[at] = multiply(a_e, load_readonly(b_data + k));
+                }
+            }
+        }
+        n += total;
+    }
+    return n;
+}
+
+// Sorts the group's LANES * K keys (element k * LANES + lane in keys[k] of that lane), with
+// their values when VALUES, ascending: a bitonic network, in registers (strides of LANES
+// or more) and by shuffles (the others). Equal keys keep their own values.
+template <bool VALUES, int LANES, int K, typename Index, typename Value>
+__device__ __forceinline__ void short_sort(Index (&keys)[K], Value (&values)[K], unsigned mask,
+                                           int lane) {
+#pragma unroll
+    for (int size = 2; size <= LANES * K; size <<= 1) {
+#pragma unroll
+        for (int stride = size / 2; stride > 0; stride >>= 1) {
+            if (stride >= LANES) {
+#pragma unroll
+                for (int k = 0; k < K; ++k) {
+                    const int partner = k ^ (stride / LANES);
+                    if (partner > k) {
+                        const bool ascending = ((k * LANES + lane) & size) == 0;
+                        if ((keys[partner] < keys[k]) == ascending && keys[partner] != keys[k]) {
+                            const Index key = keys[k];
+                            keys[k] = keys[partner];
+                            keys[partner] = key;
+                            if constexpr (VALUES) {
+                                const Value value = values[k];
+                                values[k] = values[partner];
+                                values[partner] = value;
+                            }
+                        }
+                    }
+                }
+            } else {
+#pragma unroll
+                for (int k = 0; k < K; ++k) {
+                    const Index other = __shfl_xor_sync(mask, keys[k], stride, LANES);
+                    Value other_value = values[k];
+                    if constexpr (VALUES) {
+                        other_value = shuffle_xor(values[k], stride, mask, LANES);
+                    }
+                    const bool lower = (lane & stride) == 0;
+                    const bool ascending = ((k * LANES + lane) & size) == 0;
+                    const bool take = lower == ascending ? other < keys[k] : keys[k] < other;
+                    if (take) {
+                        keys[k] = other;
+                        values[k] = other_value;
+                    }
+                }
+            }
+        }
+    }
+}
+
+// A row's products (n of them in keys_s, values_s) sorted into registers, and each first
+// of its column's run marked with its place among the row's columns; the row's columns.
+template <bool VALUES, int LANES, int K, typename Index, typename Value>
+__device__ __forceinline__ int short_sorted(const Index* keys_s, const Value* values_s, int n,
+                                            Index (&keys)[K], Value (&values)[K],
+                                            int (&place)[K], unsigned mask, int lane) {
+    // the largest Index: past every column, so pads sort last
+    constexpr Index PAD = static_cast<Index>(~0ull >> (65 - 8 * sizeof(Index)));
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+        const int i = k * LANES + lane;
+        keys[k] = i < n ? keys_s[i] : PAD;
+        values[k] = value_zero<Value>();
+        if constexpr (VALUES) {
+            if (i < n) {
+                values[k] = values_s[i];
+            }
+        }
+    }
+    short_sort<VALUES, LANES, K>(keys, values, mask, lane);
+    const int shift = (threadIdx.x & 31) & ~(LANES - 1);
+    int distinct = 0;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+        Index before = __shfl_up_sync(mask, keys[k], 1, LANES);
+        if (lane == 0) {
+            before = -1;
+        }
+        if (k > 0) {
+            const Index last = __shfl_sync(mask, keys[k - 1], LANES - 1, LANES);
+            if (lane == 0) {
+                before = last;
+            }
+        }
+        const bool first = keys[k] != PAD && keys[k] != before;
+        const unsigned firsts = (__ballot_sync(mask, first) & mask) >> shift;
+        place[k] = first ? distinct + __popc(firsts & ((1u << lane) - 1u)) : -1;
+        distinct += __popc(firsts);
+    }
+    return distinct;
+}
+
+template <typename Index, int LANES, int CAP>
+__global__ void
+    spgemm_short_count(const Index* __restrict__ a_indptr, const Index* __restrict__ a_indices,
+                       const Index* __restrict__ b_indptr, const Index* __restrict__ b_indices,
+                       const Index* __restrict__ rows, long long n_rows,
+                       Index* __restrict__ sizes) {
+    constexpr int GROUPS = SHORT_BLOCK / LANES;
+    constexpr int K = CAP / LANES;
+    __shared__ Index all_keys[GROUPS][CAP + 1];  // + 1: a warp's groups on other banks
+    const int lane = threadIdx.x % LANES;
+    const int group = threadIdx.x / LANES;
+    const unsigned mask = short_group_mask<LANES>();
+    Index* keys_s = all_keys[group];
+    for (long long r = static_cast<long long>(blockIdx.x) * GROUPS + group; r < n_rows;
+         r += static_cast<long long>(gridDim.x) * GROUPS) {
+        const Index row = rows[r];
+        int n = short_gather<false, LANES, CAP, float>(
+            a_indptr[row], a_indptr[row + 1], a_indices, static_cast<const float*>(nullptr),
+            b_indptr, b_indices, static_cast<const float*>(nullptr), keys_s,
+            static_cast<float*>(nullptr), mask, lane);
+        n = n < CAP ? n : CAP;
+        __syncwarp(mask);
+        Index keys[K];
+        float unused[K];
+        int place[K];
+        const int distinct = short_sorted<false, LANES, K>(
+            keys_s, static_cast<const float*>(nullptr), n, keys, unused, place, mask, lane);
+        if (lane == 0) {
+            sizes[row] = static_cast<Index>(distinct);
+        }
+        __syncwarp(mask);  // every lane done reading before the next row's gather
+    }
+}
+
+// SLOTTED: the r-th listed row written at r * CAP of c_indices and c_data (a slot of CAP
+// entries a row, before C's offsets are known) and its entries to sizes[row] (c_indptr
+// unread); else at c_indptr[row] (sizes unwritten).
+template <typename Value, typename Index, int LANES, int CAP, bool SLOTTED>
+__global__ void
+    spgemm_short_fill(const Index* __restrict__ a_indptr, const Index* __restrict__ a_indices,
+                      const Value* __restrict__ a_data, const Index* __restrict__ b_indptr,
+                      const Index* __restrict__ b_indices, const Value* __restrict__ b_data,
+                      const Index* __restrict__ rows, long long n_rows,
+                      const Index* __restrict__ c_indptr, Index* __restrict__ c_indices,
+                      Value* __restrict__ c_data, Index* __restrict__ sizes) {
+    constexpr int GROUPS = SHORT_BLOCK / LANES;
+    constexpr int K = CAP / LANES;
+    __shared__ Index all_keys[GROUPS][CAP + 1];
+    __shared__ Value all_values[GROUPS][CAP];
+    const int lane = threadIdx.x % LANES;
+    const int group = threadIdx.x / LANES;
+    const unsigned mask = short_group_mask<LANES>();
+    Index* keys_s = all_keys[group];
+    Value* values_s = all_values[group];
+    for (long long r = static_cast<long long>(blockIdx.x) * GROUPS + group; r < n_rows;
+         r += static_cast<long long>(gridDim.x) * GROUPS) {
+        const Index row = rows[r];
+        int n = short_gather<true, LANES, CAP>(a_indptr[row], a_indptr[row + 1], a_indices,
+                                                a_data, b_indptr, b_indices, b_data, keys_s,
+                                                values_s, mask, lane);
+        n = n < CAP ? n : CAP;
+        __syncwarp(mask);
+        Index keys[K];
+        Value values[K];
+        int place[K];
+        const int distinct =
+            short_sorted<true, LANES, K>(keys_s, values_s, n, keys, values, place, mask, lane);
+        __syncwarp(mask);  // every lane has read the gathered products
+#pragma unroll
+        for (int k = 0; k < K; ++k) {  // the sorted products back, for the runs' sums
+            const int i = k * LANES + lane;
+            if (i < n) {
+                keys_s[i] = keys[k];
+                values_s[i] = values[k];
+            }
+        }
+        __syncwarp(mask);
+        long long out;
+        if constexpr (SLOTTED) {
+            out = r * CAP;
+            if (lane == 0) {
+                sizes[row] = static_cast<Index>(distinct);
+            }
+        } else {
+            out = c_indptr[row];
+        }
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+            if (place[k] >= 0) {  // the first of its column's run: the run's sum, in order
+                Value sum = values[k];
+                for (int i = k * LANES + lane + 1; i < n && keys_s[i] == keys[k]; ++i) {
+                    sum = add(sum, values_s[i]);
+                }
+                c_indices[out + place[k]] = keys[k];
+                c_data[out + place[k]] = sum;
+            }
+        }
+        __syncwarp(mask);
+    }
+}
+
+// The slotted rows (spgemm_short_fill's SLOTTED) moved to their places in C: a warp a row.
+template <typename Value, typename Index, int CAP>
+__global__ void spgemm_short_move(const Index* __restrict__ rows, long long n_rows,
+                                  const Index* __restrict__ slot_indices,
+                                  const Value* __restrict__ slot_data,
+                                  const Index* __restrict__ c_indptr,
+                                  Index* __restrict__ c_indices, Value* __restrict__ c_data) {
+    const int lane = threadIdx.x & 31;
+    for (long long r = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+         r < n_rows; r += (static_cast<long long>(gridDim.x) * blockDim.x) >> 5) {
+        const Index row = rows[r];
+        const Index out = c_indptr[row];
+        const int size = static_cast<int>(c_indptr[row + 1] - out);
+        for (int i = lane; i < size; i += 32) {
+            c_indices[out + i] = slot_indices[r * CAP + i];
+            c_data[out + i] = slot_data[r * CAP + i];
+        }
+    }
+}
+
+template <typename Index>
+__global__ void spgemm_short_unlist(const Index* __restrict__ rows, long long n_rows,
+                                    Index* __restrict__ sizes) {
+    const long long r = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (r < n_rows) {
+        sizes[rows[r]] = 0;
+    }
+}

@@ -1,0 +1,128 @@
+"""Short rows of the hash SpGEMM (``kernels/spgemm_short.cu``): rows of few products gathered
+in shared memory and ranked there, no table. Equal to scipy's product, canonical, with the
+pattern of ``|A| @ |B|``, in every value and index dtype, on the awkward matrices, with every
+group shape (``SHORT_SLOTS`` 32 to 256) and none (0); beside rows of tables; where ``C`` has
+fewer columns than a short row's products; sums the same on every run.
+
+The kernels run on the GPU only (those tests skip on CPU with the reason); which classes
+run short rows, and the kernel family, are tested everywhere.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from sparsegpu.backends import hash_spgemm
+from sparsegpu.backends.spgemm import Budget
+from sparsegpu.device import _cuda
+from sparsegpu.device._compile import FAMILIES
+from sparsegpu.testing import INDEX_DTYPES, VALUE_DTYPES, awkward_matrices, no_gpu_reason
+
+from .test_spgemm_hash import MATRIX_NAMES, _check, _hash_product, _mirror_of
+
+gpu = pytest.mark.skipif(_cuda.cupy_or_none() is None, reason=no_gpu_reason())
+SLOTS = [0, *hash_spgemm.SHORT_GROUPS]
+
+
+def _two_passes(monkeypatch):
+    """Short rows counted, then computed into C (as where their slots do not fit)."""
+    monkeypatch.setattr(hash_spgemm, "_short_slotted", lambda *args: None)
+
+
+@gpu
+@pytest.mark.parametrize("passes", ["slotted", "two_passes"])
+@pytest.mark.parametrize("slots", SLOTS, ids=lambda s: f"short{s}")
+@pytest.mark.parametrize("name", MATRIX_NAMES)
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("dtype", VALUE_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_short_rows_equal_scipy(dtype, index_dtype, name, slots, passes, monkeypatch):
+    monkeypatch.setattr(hash_spgemm, "SHORT_SLOTS", slots)
+    if passes == "two_passes":
+        _two_passes(monkeypatch)
+    S = awkward_matrices(dtype, index_dtype, seed=11)[name]
+    S.sum_duplicates()
+    T = S.T.tocsr()
+    _check(_hash_product(S, T, dtype, index_dtype), S, T, dtype)
+
+
+def _skewed(n_rows, n_cols, seed, dtype=np.float64):
+    """Rows of 0 to 40 entries (a few of 300) over ``n_cols`` columns, random values."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(0, 40, n_rows) ** 2 // 40
+    lengths[rng.integers(0, n_rows, 3)] = min(300, n_cols)
+    indptr = np.r_[0, np.cumsum(lengths)]
+    indices = np.concatenate([rng.choice(n_cols, k, replace=False) for k in lengths])
+    values = rng.uniform(-1, 1, indices.size).astype(dtype)
+    if np.dtype(dtype).kind == "c":
+        values = values + 1j * rng.uniform(-1, 1, indices.size)
+    return sp.csr_matrix((values, indices, indptr), shape=(n_rows, n_cols))
+
+
+@gpu
+@pytest.mark.parametrize("passes", ["slotted", "two_passes"])
+@pytest.mark.parametrize("slots", [32, 64, 256], ids=lambda s: f"short{s}")
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("dtype", VALUE_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_short_rows_beside_rows_of_tables(dtype, index_dtype, slots, passes, monkeypatch):
+    """Rows of 0 to a few hundred products: some short, some in tables of every size; C's
+    nonzeros alone (the symbolic pass: short rows counted) equal too."""
+    monkeypatch.setattr(hash_spgemm, "SHORT_SLOTS", slots)
+    if passes == "two_passes":
+        _two_passes(monkeypatch)
+    A = _skewed(3000, 2000, seed=1, dtype=dtype)
+    B = _skewed(2000, 2500, seed=2, dtype=dtype)
+    _check(_hash_product(A, B, dtype, index_dtype), A, B, dtype)
+    left, right = _mirror_of(A, dtype, index_dtype), _mirror_of(B, dtype, index_dtype)
+    budget = Budget(_cuda.cupy_or_none())
+    expected = abs(A) @ abs(B)
+    expected.sum_duplicates()
+    assert hash_spgemm.hash_count(left, right, budget) == expected.nnz
+    assert budget.in_use == 0
+
+
+@gpu
+@pytest.mark.parametrize("n_cols", [1, 7, 32, 64, 65])
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_rows_of_more_products_than_c_has_columns(index_dtype, n_cols, monkeypatch):
+    """The listing caps a row's products at C's columns: a row of 200 products into 7
+    columns is listed in the class of 32 slots, and must not run as a short row (which
+    stores its products, not its columns)."""
+    monkeypatch.setattr(hash_spgemm, "SHORT_SLOTS", 64)
+    assert not hash_spgemm._is_short(32, 7) and not hash_spgemm._is_short(64, 64)
+    assert hash_spgemm._is_short(64, 65) and not hash_spgemm._is_short(128, 1000)
+    A = _skewed(500, 400, seed=3)
+    B = sp.random(400, n_cols, density=0.5, random_state=4, format="csr")
+    _check(_hash_product(A, B, np.float64, index_dtype), A, B, np.float64)
+
+
+@gpu
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_entries_that_cancel_stay_and_sums_are_the_same_every_run(index_dtype):
+    """Products that cancel leave a stored zero (the pattern of |A| @ |B|); a row's sums
+    run in the row's order, so every run gives the same bits."""
+    A = sp.csr_matrix(np.array([[1.0, -1.0, 0.5], [0.0, 2.0, 0.0]]))
+    B = sp.csr_matrix(np.array([[3.0, 1.0, 0.0], [3.0, 0.0, 1.0], [0.0, 0.0, 4.0]]))
+    C = _hash_product(A, B, np.float64, index_dtype)
+    _check(C, A, B, np.float64)
+    assert C[0, 0] == 0.0 and C.nnz == 5
+    rng = np.random.default_rng(5)
+    S = sp.random(2000, 2000, density=0.004, random_state=rng, format="csr")
+    first = _hash_product(S, S, np.float64, index_dtype)
+    assert all(
+        np.array_equal(first.data, _hash_product(S, S, np.float64, index_dtype).data)
+        for _ in range(3)
+    )
+
+
+def test_short_rows_are_a_registered_family_of_every_group():
+    family = next(f for f in FAMILIES if f.source == hash_spgemm.SHORT_SOURCE)
+    names = set(family.instantiations)
+    for slots, (lanes, cap) in hash_spgemm.SHORT_GROUPS.items():
+        assert cap == slots and lanes in (8, 16, 32)
+        assert f"spgemm_short_count<int, {lanes}, {cap}>" in names
+        for slotted in ("true", "false"):
+            assert f"spgemm_short_fill<double, long long, {lanes}, {cap}, {slotted}>" in names
+        assert f"spgemm_short_move<complex64, int, {cap}>" in names
+    assert hash_spgemm.SHORT_SLOTS in (0, *hash_spgemm.SHORT_GROUPS)
