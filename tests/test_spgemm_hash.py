@@ -328,7 +328,8 @@ def counted(monkeypatch):
         (100**3, 27.0, 27, np.complex128, 5.6, "alg1", False),
         (2000**2, 5.0, 5, np.float64, 5.6, HASH, False),  # 25 a row: all short rows
         (2000**2, 9.0, 9, np.float64, 5.6, "alg1", False),  # 81 a row: tables, no sample
-        (2000**2, 5.0, 5, np.complex128, 5.6, "alg1", False),  # short rows: real only
+        (2000**2, 5.0, 5, np.complex128, 5.6, "alg1", False),  # short rows: float64 only
+        (2000**2, 5.0, 5, np.float32, 5.6, "alg1", False),
         (44_000, 5.0, 5, np.float64, 5.6, "alg1", False),  # 1.1M products: too few
         (1000, 27.0, 27, np.float64, 5.6, "alg1", False),  # 729,000 products
         # rows of up to 25M products: no sample; 10,000 a row counted exactly: hash rows
@@ -343,6 +344,7 @@ def counted(monkeypatch):
         "short_rows",
         "rows_of_tables",
         "complex_short_rows",
+        "float32_short_rows",
         "few_short_rows",
         "small",
         "long_rows",

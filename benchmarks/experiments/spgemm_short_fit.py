@@ -3,10 +3,11 @@
 
 On fit matrices only (``spgemm_first``'s calls-mode fit instances, the steady fit set's
 stencils and the bundled SuiteSparse matrices; held-out instances take no part): the first
-``A @ A`` of a new pattern (wall clock from the call to a synchronized result, operands
-resident and made by a product, median of ``--repeat`` in alternation) by hash rows with
-``SHORT_SLOTS`` of each of ``--slots`` (0: no short rows), by ``algorithm="alg1"``, by the
-rule (``A @ A``) and by cupyx, each answer checked against cupyx.
+``A @ A`` of a new pattern in ``--dtype`` (wall clock from the call to a synchronized
+result, operands resident and made by a product, median of ``--repeat`` in alternation)
+by hash rows with ``SHORT_SLOTS`` of each of ``--slots`` (0: no short rows), by
+``algorithm="alg1"``, by the rule (``A @ A``) and by cupyx, each answer checked against
+cupyx.
 
 Usage (on a GPU machine)::
 
@@ -51,10 +52,10 @@ def columns(slots) -> dict:
     return out
 
 
-def markdown(rows: list, slots) -> str:
+def markdown(rows: list, slots, dtype: str = "float64") -> str:
     keys = list(columns(slots)) + ["cupyx"]
     lines = [
-        "# Short rows: first `A @ A` (wall clock, ms, median), fit matrices only",
+        f"# Short rows: first `A @ A` (wall clock, ms, median), {dtype}, fit matrices only",
         "",
         "| matrix | nnz | " + " | ".join(keys) + " | rule ran |",
         "|---|---|" + "---|" * len(keys) + "---|",
@@ -73,6 +74,14 @@ def main(argv=None) -> int:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--slots", type=int, nargs="+", default=list(SLOTS))
     parser.add_argument("--only", nargs="+", help="these matrices only")
+    parser.add_argument("--dtype", default="float64", choices=["float64", "float32"])
+    parser.add_argument(
+        "--groups",
+        nargs="+",
+        default=[],
+        metavar="SLOTS=LANES",
+        help="short rows of a class of SLOTS run LANES lanes a row (hash_spgemm.SHORT_GROUPS)",
+    )
     args = parser.parse_args(argv)
     cupy = common.require_gpu()
     if cupy is None:
@@ -83,6 +92,10 @@ def main(argv=None) -> int:
     from sparsegpu.backends import hash_spgemm
 
     default = hash_spgemm.SHORT_SLOTS
+    for setting in args.groups:
+        slots, lanes = (int(v) for v in setting.split("="))
+        hash_spgemm.SHORT_GROUPS[slots] = (lanes, slots)
+    dtype = np.dtype(args.dtype)
     fns = columns(args.slots)
     rows = []
     for name, build in matrices(cupy):
@@ -92,7 +105,7 @@ def main(argv=None) -> int:
         if S.shape[0] != S.shape[1]:
             continue
         S.sum_duplicates()
-        row, base, identity, Acx = FIRST.call_operands("fit", name, S, np.float64, cupyx_sparse)
+        row, base, identity, Acx = FIRST.call_operands("fit", name, S, dtype, cupyx_sparse)
 
         def run(key, A):
             algorithm, slots = fns[key]
@@ -112,7 +125,7 @@ def main(argv=None) -> int:
                 A = FIRST.fresh_sg(base, identity)
                 ms, C = FIRST.wall_ms(lambda A=A, key=key: run(key, A), cupy)
                 times.setdefault(key, []).append(ms)
-                problem = spgemm_bench.agree(C, reference, np.float64, cupy)
+                problem = spgemm_bench.agree(C, reference, dtype, cupy)
                 assert problem is None, (name, key, problem)
             B = FIRST.fresh_cupyx(Acx, cupyx_sparse)
             times.setdefault("cupyx", []).append(FIRST.wall_ms(lambda B=B: B @ B, cupy)[0])
@@ -125,9 +138,10 @@ def main(argv=None) -> int:
             + f" ms (rule ran {row['ran']})",
             flush=True,
         )
-        common.save_partial({"rows": rows, "slots": args.slots}, args.out)
+        saved = {"rows": rows, "slots": args.slots, "dtype": dtype.name, "groups": args.groups}
+        common.save_partial(saved, args.out)
     if args.md:
-        args.md.write_text(markdown(rows, args.slots))
+        args.md.write_text(markdown(rows, args.slots, dtype.name))
     return 0
 
 

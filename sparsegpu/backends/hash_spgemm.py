@@ -699,22 +699,29 @@ SELECT_RULE_MAX = 13
 
 # The first product's rule for short rows: hash rows where every row is a short row by a
 # bound known without a pass (L's longest row times R's: at most SHORT_SLOTS products, fewer
-# than C's columns), in float32 and float64, of at least SHORT_MIN_PRODUCTS products
-# (estimated as for the rule above). Fitted on fit matrices only (H200, float64, first
-# products of new patterns, benchmarks/experiments/spgemm_short_fit.py, short_fit_h200):
-# hash rows with short rows beat ALG1 on the 3-D 7-point stencils 100^3 and 120^3 (rows of
-# 49 products: 1.96 against 2.21 ms, 3.08 against 3.50) and the 2-D 5-point stencil 1000^2
-# (25: 1.14 against 1.32; 5.0M products), and lost on every small matrix of short rows (the
-# listing's fixed costs: jagmesh7, cti, olm1000, cryg2500, ...: at most 0.55M products).
-# The threshold is the geometric mean of 0.55M and 5.0M. (SHORT_SLOTS: rows of 49 products
-# ran short rows in 3.08 ms against tables' 5.98; the 2-D 9-point stencil's rows of 81,
-# in the class of 128 slots, 3.61 as short rows against 3.48 in tables: 64.)
+# than C's columns), in float64 (SHORT_DTYPES), of at least SHORT_MIN_PRODUCTS products
+# (estimated as for the rule above). Fitted on fit matrices only (H200, first products of
+# new patterns, benchmarks/experiments/spgemm_short_fit.py, spgemm_short_fit_h200 and
+# spgemm_short_fit_float32_h200): in float64 hash rows with short rows beat ALG1 on the
+# 3-D 7-point stencils 100^3 and 120^3 (rows of 49 products: 2.09 against 2.27 ms, 3.26
+# against 3.65) and the 2-D 5-point stencil 1000^2 (25 a row, 5.0M products: 1.32 against
+# 1.39), and lost on every small matrix of short rows (the listing's fixed costs: cti,
+# cs4, jagmesh7, cryg2500, olm1000, ...: at most 0.55M products). The threshold is the
+# geometric mean of 0.55M and 5.0M. In float32 they lost on all three stencils (3.20
+# against 3.15, 2.19 against 2.05, 1.38 against 1.32: ALG1 gains more from the narrower
+# values than the sort in registers does), so the rule keeps ALG1 there. (SHORT_SLOTS:
+# rows of 49 products ran short rows in 3.26 ms against tables' 6.10; the 2-D 9-point
+# stencil's rows of 81, in the class of 128 slots, 3.97 as short rows against 3.76 in
+# tables: 64. SHORT_GROUPS' 16 lanes for rows of up to 64: in one run, whose files were
+# not kept, 8 lanes took 3.41 against ALG1's 3.59 on the 120^3 stencil, 32 lanes 4.13
+# against 3.66, in float32 2.89 against 3.00 and 3.50 against 2.90.)
 SHORT_MIN_PRODUCTS = 1_600_000
+SHORT_DTYPES = (np.dtype(np.float64),)
 
 
 def _all_short(left, right, products: int) -> bool:
     """The first product's rule for short rows (above): bounds read only where known."""
-    if left.dtype not in HASH_DTYPES or products < SHORT_MIN_PRODUCTS:
+    if left.dtype not in SHORT_DTYPES or products < SHORT_MIN_PRODUCTS:
         return False
     longest = (left.known_longest_row, right.known_longest_row)
     if None in longest:
@@ -783,7 +790,7 @@ class GpuSpgemm(CusparseSpgemm):
             f"rows of over {HASH_MAX_ROW_PRODUCTS:,} products, >= "
             f"{HASH_MIN_SKEWED_ROW_PRODUCTS:,} a row on average counted exactly; or, every "
             f"row of <= {SHORT_SLOTS} products by the known longest rows, >= "
-            f"{SHORT_MIN_PRODUCTS:,} products)"
+            f"{SHORT_MIN_PRODUCTS:,} products, float64)"
         )
 
     def rule(self, left, right) -> str:
