@@ -42,7 +42,7 @@
 // The result is canonical CSR (sorted, no duplicates); entries whose products cancel stay
 // stored, as cuSPARSE keeps them. Sums are formed by atomics: equal to rounding, not bitwise.
 // Value: float, double, complex64, complex128 (common.cuh). Index: int, long long.
-#include "common.cuh"
+#include "spgemm_rows.cuh"
 
 constexpr int MIN_CLASS = 5;   // the smallest table: 32 slots (one per lane of a warp)
 constexpr int CLASSES = 64;    // classes counted (2^63 slots: never reached)
@@ -88,18 +88,6 @@ __device__ __forceinline__ int table_class(long long size, long long cap, int ha
         ++c;
     }
     return c;
-}
-
-// The lanes of this thread's group within its warp.
-template <int LANES, bool WHOLE_BLOCK>
-__device__ __forceinline__ unsigned group_mask() {
-    static_assert(LANES == 8 || LANES == 16 || LANES == 32, "a group is 8, 16 or 32 lanes");
-    static_assert(!WHOLE_BLOCK || LANES == 32, "a whole-block group is whole warps");
-    if constexpr (LANES == 32) {
-        return FULL_WARP;
-    } else {
-        return ((1u << LANES) - 1u) << ((threadIdx.x & 31) & ~(LANES - 1));
-    }
 }
 
 template <bool WHOLE_BLOCK>
@@ -226,71 +214,6 @@ __global__ void spgemm_hash_bin(const Index* __restrict__ sizes, long long n_row
     }
 }
 
-// ---------------------------------------------------------------- the products of a row
-// visit(position in B, a) for every product of the row's entries [a_start, a_end): each
-// LANES lanes (of each warp of a whole-block group) take LANES entries at a time and share
-// their products evenly.
-template <int LANES, bool WHOLE_BLOCK, typename Index, typename Value, typename Visit>
-__device__ __forceinline__ void for_each_product(Index a_start, Index a_end,
-                                                 const Index* __restrict__ a_indices,
-                                                 const Value* __restrict__ a_data,
-                                                 const Index* __restrict__ b_indptr,
-                                                 unsigned mask, Visit visit) {
-    const int lane = static_cast<int>(threadIdx.x) & (LANES - 1);
-    const int warp = WHOLE_BLOCK ? static_cast<int>(threadIdx.x >> 5) : 0;
-    const int warps = WHOLE_BLOCK ? static_cast<int>(blockDim.x >> 5) : 1;
-    // entries a warp takes at a time: LANES, or, in a block whose warps would not all get
-    // LANES, the entries shared evenly over the warps (a row of 81 entries keeps 27 warps
-    // busy, not 3)
-    Index chunk = LANES;
-    if (WHOLE_BLOCK) {
-        const Index even = (a_end - a_start + warps - 1) / warps;
-        chunk = even < 1 ? 1 : (even < LANES ? even : LANES);
-    }
-    for (Index base = a_start + static_cast<Index>(warp) * chunk; base < a_end;
-         base += static_cast<Index>(warps) * chunk) {
-        const Index j = base + lane;
-        Index start = 0;
-        Index length = 0;
-        Value a = value_zero<Value>();
-        if (lane < chunk && j < a_end) {
-            const Index column = __ldg(a_indices + j);
-            start = __ldg(b_indptr + column);
-            length = __ldg(b_indptr + column + 1) - start;
-            if (a_data != nullptr) {
-                a = load_readonly(a_data + j);
-            }
-        }
-        Index inclusive = length;
-#pragma unroll
-        for (int offset = 1; offset < LANES; offset <<= 1) {
-            const Index up = __shfl_up_sync(mask, inclusive, offset, LANES);
-            if (lane >= offset) {
-                inclusive += up;
-            }
-        }
-        const Index total = __shfl_sync(mask, inclusive, LANES - 1, LANES);
-        const Index exclusive = inclusive - length;
-        for (Index first = 0; first < total; first += LANES) {
-            const Index p = first + lane;
-            // the entry of product p: the number of lanes whose products end at or before p
-            int owner = 0;
-#pragma unroll
-            for (int step = LANES / 2; step > 0; step >>= 1) {
-                if (__shfl_sync(mask, inclusive, owner + step - 1, LANES) <= p) {
-                    owner += step;
-                }
-            }
-            const Index owner_start = __shfl_sync(mask, start, owner, LANES);
-            const Index owner_exclusive = __shfl_sync(mask, exclusive, owner, LANES);
-            const Value owner_a = shuffle_from(a, owner, mask, LANES);
-            if (p < total) {
-                visit(owner_start + (p - owner_exclusive), owner_a);
-            }
-        }
-    }
-}
-
 // The slot of `column` in a table of `slots` (a power of two) slots, claimed if it is new.
 template <typename Index>
 __device__ __forceinline__ int find_or_insert(Index* keys, int slots, Index column,
@@ -344,7 +267,7 @@ __device__ __forceinline__ void count_row(const Index* __restrict__ a_indptr,
     unsigned int products = 0;
     for_each_product<LANES, WHOLE_BLOCK>(
         a_indptr[row], a_indptr[row + 1], a_indices, static_cast<const float*>(nullptr),
-        b_indptr, mask, [&](Index position, float) {
+        b_indptr, mask, [&](Index position, float, Index) {
             bool inserted;
             find_or_insert(keys, s, __ldg(b_indices + position), inserted);
             mine += inserted;
@@ -552,7 +475,7 @@ __global__ void spgemm_hash_fill(const Index* __restrict__ a_indptr,
         group_sync<WHOLE_BLOCK>(mask);
         for_each_product<LANES, WHOLE_BLOCK>(
             a_indptr[row], a_indptr[row + 1], a_indices, a_data, b_indptr, mask,
-            [&](Index position, Value a) {
+            [&](Index position, Value a, Index) {
                 bool inserted;
                 const int h = find_or_insert(keys, s, __ldg(b_indices + position), inserted);
                 atomic_add_value(values + h, multiply(a, load_readonly(b_data + position)));
@@ -610,7 +533,7 @@ __global__ void spgemm_dense_count(const Index* __restrict__ a_indptr,
         __syncthreads();
         for_each_product<32, true>(
             a_indptr[row], a_indptr[row + 1], a_indices, static_cast<const float*>(nullptr),
-            b_indptr, FULL_WARP, [&](Index position, float) {
+            b_indptr, FULL_WARP, [&](Index position, float, Index) {
                 set_column_bit(bitmap, static_cast<unsigned long long>(__ldg(b_indices + position)));
             });
         __syncthreads();
@@ -662,7 +585,7 @@ __global__ void spgemm_dense_fill(const Index* __restrict__ a_indptr,
         __syncthreads();
         for_each_product<32, true>(
             a_indptr[row], a_indptr[row + 1], a_indices, a_data, b_indptr, FULL_WARP,
-            [&](Index position, Value a) {
+            [&](Index position, Value a, Index) {
                 const Index column = __ldg(b_indices + position);
                 atomic_add_value(dense + column, multiply(a, load_readonly(b_data + position)));
                 set_column_bit(bitmap, static_cast<unsigned long long>(column));

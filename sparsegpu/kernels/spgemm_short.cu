@@ -1,8 +1,8 @@
 // spgemm_short.cu: the rows of C = A @ B with few products (at most CAP: 32 to 256), which
 // the hash rows (spgemm_hash.cu) list by their products and hand over: no table. A group of
 // LANES lanes of a warp per row gathers the row's products (column, and a * b in the numeric
-// pass) into shared memory, spread evenly over its lanes (a scan of the B rows' lengths, a
-// binary search over it by shuffles), then sorts them in registers:
+// pass) into shared memory, spread evenly over its lanes as the hash rows do
+// (spgemm_rows.cuh), then sorts them in registers:
 //
 // spgemm_short_count   each listed row's entries of C: its products sorted by column (a
 //                      bitonic network over the group's registers) and the columns'
@@ -23,82 +23,30 @@
 // outside the group's shared memory. Entries whose products cancel stay stored, as the
 // hash rows and cuSPARSE keep them.
 // Value: float, double, complex64, complex128 (common.cuh). Index: int, long long.
-#include "common.cuh"
+#include "spgemm_rows.cuh"
 
 constexpr int SHORT_BLOCK = 128;  // threads a block (the host's BLOCK)
 
-// The lanes of this thread's group within its warp.
-template <int LANES>
-__device__ __forceinline__ unsigned short_group_mask() {
-    static_assert(LANES == 8 || LANES == 16 || LANES == 32, "a group is 8, 16 or 32 lanes");
-    if constexpr (LANES == 32) {
-        return FULL_WARP;
-    } else {
-        return ((1u << LANES) - 1u) << ((threadIdx.x & 31) & ~(LANES - 1));
-    }
-}
-
 // The products of A's row [start, end) into keys[0, n) (values too when VALUES), spread
-// evenly over the group's lanes; n, the row's products (only the first CAP are stored).
+// evenly over the group's lanes (spgemm_rows.cuh); n, the row's products (only the first
+// CAP are stored).
 template <bool VALUES, int LANES, int CAP, typename Value, typename Index>
-__device__ __forceinline__ int short_gather(Index start, Index end,
-                                            const Index* __restrict__ a_indices,
-                                            const Value* __restrict__ a_data,
-                                            const Index* __restrict__ b_indptr,
-                                            const Index* __restrict__ b_indices,
-                                            const Value* __restrict__ b_data, Index* keys,
-                                            Value* values, unsigned mask, int lane) {
-    int n = 0;
-    for (Index base = start; base < end; base += LANES) {
-        const Index j = base + lane;
-        Index first = 0;
-        int length = 0;
-        Value a = value_zero<Value>();
-        if (j < end) {
-            const Index column = __ldg(a_indices + j);
-            first = __ldg(b_indptr + column);
-            length = static_cast<int>(__ldg(b_indptr + column + 1) - first);
-            if constexpr (VALUES) {
-                a = load_readonly(a_data + j);
-            }
-        }
-        int scan = length;  // inclusive, over the group's entries of this chunk
-#pragma unroll
-        for (int offset = 1; offset < LANES; offset <<= 1) {
-            const int below = __shfl_up_sync(mask, scan, offset, LANES);
-            if (lane >= offset) {
-                scan += below;
-            }
-        }
-        const int total = __shfl_sync(mask, scan, LANES - 1, LANES);
-        for (int p0 = 0; p0 < total; p0 += LANES) {
-            const int p = p0 + lane;
-            int e = 0;  // the entry whose B row holds product p: the first scan above p
-#pragma unroll
-            for (int step = LANES / 2; step > 0; step >>= 1) {
-                if (__shfl_sync(mask, scan, e + step - 1, LANES) <= p) {
-                    e += step;
-                }
-            }
-            const int end_e = __shfl_sync(mask, scan, e, LANES);
-            const int length_e = __shfl_sync(mask, length, e, LANES);
-            const Index first_e = shuffle_from(first, e, mask, LANES);
-            Value a_e = value_zero<Value>();
-            if constexpr (VALUES) {
-                a_e = shuffle_from(a, e, mask, LANES);
-            }
-            const int at = n + p;
-            if (p < total && at < CAP) {
-                const Index k = first_e + (p - (end_e - length_e));
-                keys[at] = __ldg(b_indices + k);
+__device__ __forceinline__ Index short_gather(Index start, Index end,
+                                              const Index* __restrict__ a_indices,
+                                              const Value* __restrict__ a_data,
+                                              const Index* __restrict__ b_indptr,
+                                              const Index* __restrict__ b_indices,
+                                              const Value* __restrict__ b_data, Index* keys,
+                                              Value* values, unsigned mask) {
+    return for_each_product<LANES, false>(
+        start, end, a_indices, a_data, b_indptr, mask, [&](Index at, Value a, Index place) {
+            if (place < CAP) {
+                keys[place] = __ldg(b_indices + at);
                 if constexpr (VALUES) {
-                    values[at] = multiply(a_e, load_readonly(b_data + k));
+                    values[place] = multiply(a, load_readonly(b_data + at));
                 }
             }
-        }
-        n += total;
-    }
-    return n;
+        });
 }
 
 // Sorts the group's LANES * K keys (element k * LANES + lane in keys[k] of that lane), with
@@ -203,16 +151,16 @@ __global__ void
     __shared__ Index all_keys[GROUPS][CAP + 1];  // + 1: a warp's groups on other banks
     const int lane = threadIdx.x % LANES;
     const int group = threadIdx.x / LANES;
-    const unsigned mask = short_group_mask<LANES>();
+    const unsigned mask = group_mask<LANES, false>();
     Index* keys_s = all_keys[group];
     for (long long r = static_cast<long long>(blockIdx.x) * GROUPS + group; r < n_rows;
          r += static_cast<long long>(gridDim.x) * GROUPS) {
         const Index row = rows[r];
-        int n = short_gather<false, LANES, CAP, float>(
+        const Index products = short_gather<false, LANES, CAP, float>(
             a_indptr[row], a_indptr[row + 1], a_indices, static_cast<const float*>(nullptr),
             b_indptr, b_indices, static_cast<const float*>(nullptr), keys_s,
-            static_cast<float*>(nullptr), mask, lane);
-        n = n < CAP ? n : CAP;
+            static_cast<float*>(nullptr), mask);
+        const int n = products < CAP ? static_cast<int>(products) : CAP;
         __syncwarp(mask);
         Index keys[K];
         float unused[K];
@@ -243,16 +191,16 @@ __global__ void
     __shared__ Value all_values[GROUPS][CAP];
     const int lane = threadIdx.x % LANES;
     const int group = threadIdx.x / LANES;
-    const unsigned mask = short_group_mask<LANES>();
+    const unsigned mask = group_mask<LANES, false>();
     Index* keys_s = all_keys[group];
     Value* values_s = all_values[group];
     for (long long r = static_cast<long long>(blockIdx.x) * GROUPS + group; r < n_rows;
          r += static_cast<long long>(gridDim.x) * GROUPS) {
         const Index row = rows[r];
-        int n = short_gather<true, LANES, CAP>(a_indptr[row], a_indptr[row + 1], a_indices,
-                                                a_data, b_indptr, b_indices, b_data, keys_s,
-                                                values_s, mask, lane);
-        n = n < CAP ? n : CAP;
+        const Index products =
+            short_gather<true, LANES, CAP>(a_indptr[row], a_indptr[row + 1], a_indices, a_data,
+                                           b_indptr, b_indices, b_data, keys_s, values_s, mask);
+        const int n = products < CAP ? static_cast<int>(products) : CAP;
         __syncwarp(mask);
         Index keys[K];
         Value values[K];
