@@ -14,6 +14,11 @@ computes ``C = L @ R`` in two passes over the rows of ``L`` as nsparse does:
    times past 128), each row's products summed in its table, the table sorted by column
    and written: canonical CSR.
 
+Rows of at most :data:`SHORT_SLOTS` products are *short rows* (``kernels/spgemm_short.cu``)
+in both passes: a group of lanes gathers the row's products in shared memory and sorts them
+in registers, no table; where their work space fits, the symbolic pass writes them into
+slots of their class's size and the numeric pass moves them into place (no count pass).
+
 Rows whose tables would hold a large share of ``C``'s columns (R-MAT's hubs: tables of at
 least 1 / :data:`DENSE_MIN_SHARE` of the columns) are *dense rows* in both passes, where a
 bitmap of all the columns fits in shared memory: a block per row sets a bit per column
