@@ -55,7 +55,8 @@ SOURCE = "spgemm_hash.cu"
 SHORT_SOURCE = "spgemm_short.cu"
 # Rows of at most this many products (their tables of at most this many slots in the
 # symbolic listing) run short rows (kernels/spgemm_short.cu: a group of lanes gathers the
-# row's products in shared memory and ranks them: no table) in both passes; 0: never.
+# row's products in shared memory and sorts them in registers: no table) in both passes;
+# 0: never.
 # Fitted below (SHORT_SLOTS' comment)
 SHORT_SLOTS = 64
 SHORT_BLOCK = 128  # threads a block of the short rows' kernels (as the kernel's constant)
@@ -496,7 +497,7 @@ def _symbolic(left, right, budget: Budget, indptr, list_numeric: bool):
             budget.release(keys)
         indptr[:1] = 0
         _cuda.cupy_or_none().cumsum(sizes, dtype=indptr.dtype, out=indptr[1:])
-        counts = short = None
+        counts = None
         if list_numeric:
             # the numeric pass's listing queued before the host waits for the nonzeros
             short = _set_short_rows_apart(short_classes, rows, sizes, budget, slotted)

@@ -25,7 +25,7 @@
 // Value: float, double, complex64, complex128 (common.cuh). Index: int, long long.
 #include "spgemm_rows.cuh"
 
-constexpr int SHORT_BLOCK = 128;  // threads a block (the host's BLOCK)
+constexpr int SHORT_BLOCK = 128;  // threads a block (hash_spgemm.SHORT_BLOCK)
 
 // The products of A's row [start, end) into keys[0, n) (values too when VALUES), spread
 // evenly over the group's lanes (spgemm_rows.cuh); n, the row's products (only the first
