@@ -14,9 +14,19 @@ the held-out one (to see the path, not to fit anything), float64, this prints:
   already drained, less the direct call's, which waits for the same kernels);
 * a cProfile of ``--profile-calls`` calls of ``alg1``, the functions by own time.
 
+``--first``: the host timeline of first products of new patterns (the calls mode's fit
+matrices that run ALG1, and the P1 instance above), each function's entry and exit marked,
+beside cupyx's own (its ``spgemm`` and descriptor making marked). ``--layers``: the same
+first products through each layer of the path, wall clock, unmarked (``A @ A``; with
+spare timing events given beforehand; with planning's stopwatch on the host clock;
+``sg.spgemm`` at planning ``estimate``; the engine's ``multiply``; cuSPARSE called
+directly, every descriptor made in the call; cupyx), and single host pieces' microseconds
+from an idle device.
+
 Usage (on a GPU machine)::
 
     python -m benchmarks.experiments.spgemm_alg1_overhead --out FILE.json
+    python -m benchmarks.experiments.spgemm_alg1_overhead --layers --repeat 15 --out FILE.json
 """
 
 from __future__ import annotations
@@ -127,6 +137,17 @@ def _targets():
     return out
 
 
+def _cupyx_targets():
+    """``(owner, attribute)`` of cuSPARSE's calls and cupyx's own steps around them."""
+    import cupyx.cusparse as cupyx_cusparse
+    from cupy_backends.cuda.libs import cusparse as lib
+
+    out = [(lib, name) for name in _CALLS]
+    out += [(lib, "createCsr"), (lib, "spGEMM_createDescr"), (lib, "csrSetPointers")]
+    out += [(cupyx_cusparse, "spgemm"), (cupyx_cusparse.SpMatDescriptor, "create")]
+    return [(owner, name) for owner, name in out if name in owner.__dict__]
+
+
 def host_phases(fn, calls: int, targets=None) -> dict:
     """Median host microseconds of ``fn()``'s stretches around its cuSPARSE calls:
     ``before`` (the call to the first ``spGEMM_workEstimation``), each library call and the
@@ -213,15 +234,8 @@ def first_calls(args, cupy) -> int:
 
     from benchmarks import spgemm_first
 
-    chosen = {"stencil3d7_120", "powerlaw_1500k"}
     out = []
-    for group, name, build in spgemm_first.call_matrices(cupy):
-        if name not in chosen or (args.only and args.only not in name):
-            continue
-        S = sp.csr_matrix(build())
-        S.sum_duplicates()
-        row, base, identity, Acx = spgemm_first.call_operands(group, name, S, np.float64,
-                                                              cupyx_sparse)  # fmt: skip
+    for name, base, identity, Acx in _first_operands(args, cupy, cupyx_sparse, FIRST_MATRICES):
         for _ in range(2):  # kernels compiled
             A = spgemm_first.fresh_sg(base, identity)
             A @ A
@@ -229,6 +243,7 @@ def first_calls(args, cupy) -> int:
             B @ B
         ours, theirs = [], []
         timelines: dict = {}
+        cupyx_timelines: dict = {}
         for _ in range(args.repeat):
             A = spgemm_first.fresh_sg(base, identity)
             ours.append(host_ms(lambda A=A: A @ A, cupy, 1))
@@ -238,14 +253,181 @@ def first_calls(args, cupy) -> int:
             cupy.cuda.Device().synchronize()
             for key, value in host_phases(lambda A=A: A @ A, 1, _targets()).items():
                 timelines.setdefault(key, []).append(value)
+            B = spgemm_first.fresh_cupyx(Acx, cupyx_sparse)
+            cupy.cuda.Device().synchronize()
+            for key, value in host_phases(lambda B=B: B @ B, 1, _cupyx_targets()).items():
+                cupyx_timelines.setdefault(key, []).append(value)
         print(f"--- {name}: first A @ A {np.median(ours):.3f} ms, cupyx {np.median(theirs):.3f} "
               f"ms; timeline (us from the call, medians):")  # fmt: skip
         keys = [k for k, v in timelines.items() if len(v) == args.repeat]
         for key in keys:
             print(f"  {key:50s} {np.median(timelines[key]):9.1f}")
+        print("  cupyx's timeline:")
+        cupyx_keys = [k for k, v in cupyx_timelines.items() if len(v) == args.repeat]
+        for key in cupyx_keys:
+            print(f"  {key:50s} {np.median(cupyx_timelines[key]):9.1f}")
         out.append({"matrix": name, "first_ms": ours, "cupyx_ms": theirs,
-                    "timeline": {k: float(np.median(timelines[k])) for k in keys}})  # fmt: skip
-        common.save_partial({"first": out}, args.out)
+                    "timeline": {k: float(np.median(timelines[k])) for k in keys},
+                    "cupyx_timeline": {k: float(np.median(cupyx_timelines[k]))
+                                       for k in cupyx_keys}})  # fmt: skip
+        common.save_partial({**_header(), "first": out}, args.out)
+    return 0
+
+
+# the calls mode's fit matrices that ``--first`` follows (with the P1 instance)
+FIRST_MATRICES = {"stencil3d7_120", "powerlaw_1500k"}
+
+
+def _first_operands(args, cupy, cupyx_sparse, chosen):
+    """``(name, base, identity, cupyx copy)`` of each of the calls mode's fit matrices in
+    ``chosen`` and of the P1 mesh's class on another size and seed than the held-out one
+    (to see the path, not to fit anything), as ``spgemm_first.call_operands`` makes them
+    (``--only``: those whose names contain it)."""
+    from benchmarks import spgemm_first
+
+    listed = [m for m in spgemm_first.call_matrices(cupy) if m[1] in chosen]
+    p1 = ("fit", "fem_p1_250k_random_seed11", lambda: common.fem_p1(250_000, "random", seed=11))
+    for group, name, build in [*listed, p1]:
+        if args.only and args.only not in name:
+            continue
+        S = sp.csr_matrix(build())
+        S.sum_duplicates()
+        _, base, identity, Acx = spgemm_first.call_operands(group, name, S, np.float64,
+                                                            cupyx_sparse)  # fmt: skip
+        yield name, base, identity, Acx
+
+
+def _header() -> dict:
+    """The device, the versions and the command, a result file's opening."""
+    from sparsegpu.device import _cuda
+
+    command = ["python3 -m benchmarks.experiments.spgemm_alg1_overhead", *sys.argv[1:]]
+    return {
+        "device": _cuda.device_info().name,
+        "versions": _cuda.versions(),
+        "command": " ".join(command),
+    }
+
+
+def cold_pieces(A, cupy, repeat: int) -> dict:
+    """Microseconds of single calls of the pieces of a first product's host path, each
+    from an idle, synchronized device (medians of ``repeat``)."""
+    from sparsegpu.backends import spgemm
+    from sparsegpu.engine import _sparse_dispatch, _sparse_planning
+    from sparsegpu.measure import _timing
+
+    engine, residence, value_dtype, _ = _sparse_dispatch.where(A, A)
+    left, right = _sparse_dispatch.operands(A, A, residence, value_dtype)
+    product = A @ A
+    stored = product._sg_mirror(residence, value_dtype)
+    pieces = {
+        "Event()": lambda: cupy.cuda.Event(),
+        "Stopwatch+stop": lambda: _timing.Stopwatch(on_host=False).stop(),
+        "where": lambda: _sparse_dispatch.where(A, A),
+        "_on_device": lambda: _sparse_dispatch._on_device(A, A),
+        "operands": lambda: _sparse_dispatch.operands(A, A, residence, value_dtype),
+        "canonical": lambda: spgemm.canonical(left),
+        "_pair": lambda: _sparse_planning._pair(left, right),
+        "rule_and_products": lambda: engine.rule_and_products(left, right),
+        "total_products": lambda: engine.total_products(left, right),
+        "compute_operands": lambda: spgemm.compute_operands(engine, left, right, None, 1),
+        "Budget": lambda: spgemm.Budget(cupy),
+        "queued": lambda: stored.queued(),
+        "describe_product": lambda: spgemm.describe_product(stored, left, right),
+        "sg_on_device": lambda: type(A)._sg_on_device(stored, A.shape, A),
+    }
+    out = {}
+    for key, fn in pieces.items():
+        samples = []
+        for _ in range(repeat):
+            cupy.cuda.Device().synchronize()
+            start = time.perf_counter()
+            fn()
+            samples.append((time.perf_counter() - start) * 1e6)
+        out[key] = float(np.median(samples))
+    return out
+
+
+def layer_calls(args, cupy) -> int:
+    """``--layers``: the first ``A @ A`` of a new pattern through each layer of sparsegpu's
+    path, on fresh operands (the calls mode's), wall clock from an idle device to the
+    synchronized result, medians, in alternation: ``A @ A``; ``sg.spgemm`` at planning
+    ``estimate`` (no planning's bookkeeping); the engine's ``multiply`` on the mirrors
+    (``alg1``: no dispatch, no rule); cuSPARSE ALG1 called directly with every descriptor
+    made for the call (``DirectSpGEMM`` made inside the stopwatch); cupyx."""
+    import cupyx.scipy.sparse as cupyx_sparse
+
+    import sparsegpu as sg
+    from benchmarks import spgemm_first
+    from benchmarks.common import DirectSpGEMM
+    from sparsegpu.backends import spgemm
+    from sparsegpu.engine import _sparse_dispatch
+
+    header = _header()
+    out = []
+    for name, base, identity, Acx in _first_operands(args, cupy, cupyx_sparse, {"powerlaw_1500k"}):
+
+        def mirrors(A):
+            engine, residence, value_dtype, _ = _sparse_dispatch.where(A, A)
+            left, right = _sparse_dispatch.operands(A, A, residence, value_dtype)
+            return engine, spgemm.canonical(left), spgemm.canonical(right)
+
+        def engine_call(A):
+            engine, left, right = mirrors(A)
+            cupy.cuda.Device().synchronize()
+            return lambda: spgemm.multiply(engine, left, right, "alg1", spgemm.Budget(cupy))
+
+        def direct_call(A):
+            _, left, right = mirrors(A)
+            cupy.cuda.Device().synchronize()
+            return lambda: DirectSpGEMM(left, right)()
+
+        def spare_events(A):
+            from sparsegpu.measure import _timing
+
+            device = cupy.cuda.runtime.getDevice()
+            _timing._give_back(device, *(cupy.cuda.Event() for _ in range(2)))
+            return lambda: A @ A
+
+        def host_watch(A):
+            from sparsegpu.engine import _sparse_planning
+
+            real = _sparse_planning._timing.Stopwatch
+
+            def call():
+                _sparse_planning._timing.Stopwatch = lambda on_host: real(True)
+                try:
+                    return A @ A
+                finally:
+                    _sparse_planning._timing.Stopwatch = real
+
+            return call
+
+        variants = {
+            "A @ A": lambda A: lambda: A @ A,
+            "spare events": spare_events,
+            "host watch": host_watch,
+            "estimate": lambda A: lambda: sg.spgemm(A, A, planning="estimate"),
+            "engine alg1": engine_call,
+            "direct": direct_call,
+        }
+        times: dict = {k: [] for k in [*variants, "cupyx"]}
+        for sample in range(args.repeat + 2):
+            for key, make in variants.items():
+                fn = make(spgemm_first.fresh_sg(base, identity))
+                ms = spgemm_first.wall_ms(fn, cupy)[0]
+                if sample >= 2:
+                    times[key].append(ms)
+            B = spgemm_first.fresh_cupyx(Acx, cupyx_sparse)
+            ms = spgemm_first.wall_ms(lambda B=B: B @ B, cupy)[0]
+            if sample >= 2:
+                times["cupyx"].append(ms)
+        medians = {k: float(np.median(v)) for k, v in times.items()}
+        print(f"{name}: " + ", ".join(f"{k} {v:.3f}" for k, v in medians.items()) + " ms")
+        cold = cold_pieces(spgemm_first.fresh_sg(base, identity), cupy, args.repeat)
+        print("  cold pieces (us): " + ", ".join(f"{k} {v:.1f}" for k, v in cold.items()))
+        out.append({"matrix": name, "medians_ms": medians, "samples_ms": times, "cold_us": cold})
+        common.save_partial({**header, "layers": out}, args.out)
     return 0
 
 
@@ -258,12 +440,15 @@ def main(argv=None) -> int:
     parser.add_argument("--only", help="the matrices whose names contain this")
     parser.add_argument("--sort", default="tottime", help="the profile's order (pstats keys)")
     parser.add_argument("--first", action="store_true", help="first products of new patterns")
+    parser.add_argument("--layers", action="store_true", help="first products by layer")
     args = parser.parse_args(argv)
     cupy = common.require_gpu()
     if cupy is None:
         return 2
     if args.first:
         return first_calls(args, cupy)
+    if args.layers:
+        return layer_calls(args, cupy)
     import cupyx.scipy.sparse as cupyx_sparse
 
     import sparsegpu as sg

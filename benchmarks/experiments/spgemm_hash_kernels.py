@@ -4,7 +4,9 @@ For the fit matrices of ``spgemm_first --mode calls`` (``--only`` to choose): on
 ``hash`` product of a new pattern in a warm process, each launch of
 ``backends/hash_spgemm.py`` bracketed by CUDA events and each host synchronisation
 (``_classes``) and scan timed on the host, beside the wall clock of the whole product, of
-``alg1`` and of cupyx's product.
+``alg1`` and of cupyx's product. ``--lean-probe`` adds the time of one slotted short-rows
+fill over every row, with no listing before it (:func:`lean_probe`), and the matrices
+include an instance of the P1 mesh's class (another size and seed than the held-out one).
 
 Usage (on a GPU machine)::
 
@@ -25,6 +27,7 @@ import scipy.sparse as sp
 import sparsegpu as sg
 from benchmarks import common, spgemm_first
 from sparsegpu.backends import hash_spgemm
+from sparsegpu.device import _cuda
 
 FIRST = spgemm_first
 
@@ -110,6 +113,40 @@ def profile_first(name, build, dtype, cupy, cupyx_sparse) -> None:
     cupy.get_default_memory_pool().free_all_blocks()
 
 
+def lean_probe(A, cupy, repeat: int = 5) -> dict:
+    """CUDA-event medians (ms) of one slotted short-rows fill over *every* row of ``A @ A``
+    with no listing before it, for each short class (16 lanes and 64 slots, 32 and 128,
+    32 and 256): what a pipeline without the symbolic listing would pay for its first
+    kernel. A timing probe only: rows of more products than the class keeps their first
+    ones (the kernel's guard), and the slots are thrown away."""
+    from sparsegpu.backends import spgemm
+    from sparsegpu.engine import _sparse_dispatch
+
+    engine, residence, value_dtype, _ = _sparse_dispatch.where(A, A)
+    left, right = _sparse_dispatch.operands(A, A, residence, value_dtype)
+    left, right = spgemm.canonical(left), spgemm.canonical(right)
+    m = left.shape[0]
+    rows = cupy.arange(m, dtype=left.index_dtype)
+    sizes = cupy.empty(m, dtype=left.index_dtype)
+    device = _cuda.device_info()
+    out = {}
+    for slots in (64, 128, 256):
+        indices = cupy.empty(m * slots, dtype=left.index_dtype)
+        data = cupy.empty(m * slots, dtype=left.dtype)
+        outputs = (0, indices, data, sizes)
+        samples = []
+        for _ in range(repeat + 1):
+            start, end = cupy.cuda.Event(), cupy.cuda.Event()
+            start.record()
+            hash_spgemm._short_fill_launch(left, right, rows, m, slots, outputs, True, device)
+            end.record()
+            end.synchronize()
+            samples.append(cupy.cuda.get_elapsed_time(start, end))
+        out[f"all rows, {slots} slots"] = float(np.median(samples[1:]))
+        del indices, data
+    return out
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=pathlib.Path)
@@ -121,6 +158,9 @@ def main(argv=None) -> int:
         help="';'-separated settings of hash_spgemm's constants, each 'NAME=VALUE,...'",
     )
     parser.add_argument("--profile", default="", help="names whose first A @ A is profiled")
+    parser.add_argument(
+        "--lean-probe", action="store_true", help="time short-rows fills over every row"
+    )
     args = parser.parse_args(argv)
     cupy = common.require_gpu()
     if cupy is None:
@@ -129,7 +169,9 @@ def main(argv=None) -> int:
 
     dtype = np.dtype(args.dtype)
     rows = []
-    for group, name, build in FIRST.call_matrices(cupy):
+    # the P1 mesh's class on another size and seed than the held-out one (to see the path)
+    p1 = ("fit", "fem_p1_250k_random_seed11", lambda: common.fem_p1(250_000, "random", seed=11))
+    for group, name, build in [*FIRST.call_matrices(cupy), p1]:
         if name in args.profile.split(","):
             profile_first(name, build, dtype, cupy, cupyx_sparse)
         if name not in args.only.split(","):
@@ -172,6 +214,9 @@ def main(argv=None) -> int:
             B = FIRST.fresh_cupyx(Acx, cupyx_sparse)
             walls["cupyx"].append(FIRST.wall_ms(lambda B=B: B @ B, cupy)[0])
         set_variant(variants[0])
+        if args.lean_probe:
+            row["lean_probe_ms"] = lean_probe(FIRST.fresh_sg(base, identity), cupy)
+            print(f"{name}: lean probe {row['lean_probe_ms']}")
         row.update(common.medians(walls, "_ms"))
         row["trace"] = {str(k): v for k, v in traces.items()}
         rows.append(row)
@@ -179,11 +224,15 @@ def main(argv=None) -> int:
         for variant, trace in traces.items():
             print(f"  {variant}:")
             for what, ms in trace:
-                if ms > 0.05:
+                if ms > 0.01:
                     print(f"   {ms:8.3f}  {what}")
         cupy.get_default_memory_pool().free_all_blocks()
         if args.out:
-            args.out.write_text(json.dumps({"rows": rows}, indent=1, default=str))
+            header = {"device": _cuda.device_info().name, "versions": _cuda.versions()}
+            header["command"] = " ".join(
+                ["python3 -m benchmarks.experiments.spgemm_hash_kernels", *sys.argv[1:]]
+            )
+            args.out.write_text(json.dumps({**header, "rows": rows}, indent=1, default=str))
     return 0
 
 
