@@ -49,17 +49,25 @@ def _mirror_of(S, dtype, index_dtype):
     return spgemm.with_index_dtype(spgemm.canonical(mirror), index_dtype)
 
 
-def _hash_product(S, T, dtype, index_dtype) -> sp.csr_matrix:
+def _hash_product(S, T, dtype, index_dtype, first="listed") -> sp.csr_matrix:
     """``S @ T`` by the hash kernels on the GPU, in ``index_dtype`` (the engine called
-    directly: the driver would narrow int64 indices that fit in int32)."""
+    directly: the driver would narrow int64 indices that fit in int32), every row listed
+    first (``"listed"``) or every row tried as a short row first (``"short"``), whatever
+    :func:`~sparsegpu.backends.hash_spgemm.takes_short_first` would say."""
     cupy = _cuda.cupy_or_none()
     left, right = _mirror_of(S, dtype, index_dtype), _mirror_of(T, dtype, index_dtype)
     budget = Budget(cupy)
-    if spgemm.is_empty(left, right):
-        C = spgemm.run_once(ENGINE, left, right, HASH, budget)
-    else:
-        sink = ResultSink(budget, (S.shape[0], T.shape[1]), dtype, index_dtype, _mirror.CUPY)
-        C = ENGINE.multiply(left, right, HASH, sink)
+    takes = hash_spgemm.takes_short_first
+    hash_spgemm.takes_short_first = lambda left, right: first == "short"
+    try:
+        if spgemm.is_empty(left, right):
+            C = spgemm.run_once(ENGINE, left, right, HASH, budget)
+        else:
+            shape = (S.shape[0], T.shape[1])
+            sink = ResultSink(budget, shape, dtype, index_dtype, _mirror.CUPY)
+            C = ENGINE.multiply(left, right, HASH, sink)
+    finally:
+        hash_spgemm.takes_short_first = takes
     assert budget.in_use == C.indptr.nbytes + C.indices.nbytes + C.data.nbytes  # scratch given back
     arrays = (C.data.get(), C.indices.get(), C.indptr.get())
     assert arrays[1].dtype == index_dtype or spgemm.is_empty(left, right)
@@ -83,13 +91,14 @@ def _check(C, S, T, dtype):
 @pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("dtype", VALUE_DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("form", ["S@S.T", "S.T@S"])
-def test_hash_product_equals_scipy(form, dtype, index_dtype, name):
+@pytest.mark.parametrize("first", ["listed", "short"])
+def test_hash_product_equals_scipy(first, form, dtype, index_dtype, name):
     if form == "S.T@S" and name in NO_GRAM:
         pytest.skip(f"{form} of {name}: too large for the dense host oracle")
     S = awkward_matrices(dtype, index_dtype, seed=3)[name]
     S.sum_duplicates()
     left, right = (S, S.T.tocsr()) if form == "S@S.T" else (S.T.tocsr(), S)
-    _check(_hash_product(left, right, dtype, index_dtype), left, right, dtype)
+    _check(_hash_product(left, right, dtype, index_dtype, first), left, right, dtype)
 
 
 @gpu
@@ -327,6 +336,8 @@ def counted(monkeypatch):
         (100**3, 27.0, 27, np.float64, 1.2, "alg1", True),  # products hardly fold
         (100**3, 27.0, 27, np.complex128, 5.6, "alg1", False),
         (2000**2, 5.0, 5, np.float64, 5.6, HASH, False),  # 25 a row: all short rows
+        (300_000, 7.0, 20, np.float64, 2.4, HASH, False),  # P1 mesh: 49 a row, <= 400
+        (300_000, 7.0, 40, np.float64, 2.4, "alg1", False),  # rows of up to 1,600
         (2000**2, 9.0, 9, np.float64, 5.6, "alg1", False),  # 81 a row: tables, no sample
         (2000**2, 5.0, 5, np.complex128, 5.6, "alg1", False),  # short rows: float64 only
         (2000**2, 5.0, 5, np.float32, 5.6, "alg1", False),
@@ -342,6 +353,8 @@ def counted(monkeypatch):
         "no_folding",
         "complex",
         "short_rows",
+        "short_rows_first",
+        "rows_beyond_the_bound",
         "rows_of_tables",
         "complex_short_rows",
         "float32_short_rows",
@@ -486,3 +499,17 @@ def test_the_hash_family_is_registered_for_every_dtype():
         for index in ("int", "long long"):
             for lanes, whole in (("8", "false"), ("16", "false"), ("32", "false"), ("32", "true")):
                 assert f"spgemm_hash_fill<{value}, {index}, {lanes}, {whole}>" in names
+
+
+def test_short_rows_first_only_where_the_longest_rows_are_known():
+    """takes_short_first reads the longest rows only where known (no pass over an operand):
+    an unknown one, a bound past SHORT_FIRST_MAX_BOUND or more than SHORT_FIRST_SLOTS
+    products a row on average, and the rows are listed first."""
+    operand = _operand(300_000, 2_100_000, 7.0, 20)
+    assert hash_spgemm.takes_short_first(operand, operand)
+    unknown = _operand(300_000, 2_100_000, 7.0, 20)
+    unknown.known_longest_row = None
+    assert not hash_spgemm.takes_short_first(unknown, operand)
+    assert not hash_spgemm.takes_short_first(operand, unknown)
+    assert not hash_spgemm.takes_short_first(*[_operand(300_000, 2_100_000, 7.0, 33)] * 2)
+    assert not hash_spgemm.takes_short_first(*[_operand(300_000, 2_700_000, 9.0, 9)] * 2)

@@ -116,6 +116,54 @@ def test_entries_that_cancel_stay_and_sums_are_the_same_every_run(index_dtype):
     )
 
 
+@gpu
+@pytest.mark.parametrize("passes", ["slotted", "two_passes"])
+@pytest.mark.parametrize("listed", [0, 128, 256], ids=lambda s: f"listed{s}")
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("dtype", VALUE_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_short_rows_first_beside_listed_rows(dtype, index_dtype, listed, passes, monkeypatch):
+    """Short rows first: the rows of at most SHORT_FIRST_SLOTS products from the fill over
+    every row, the others listed by their products (short rows of up to
+    SHORT_FIRST_LISTED_SLOTS, slotted or counted, then tables of every size), into C;
+    equal to scipy, the budget given back (``_hash_product``)."""
+    monkeypatch.setattr(hash_spgemm, "SHORT_FIRST_LISTED_SLOTS", listed)
+    if passes == "two_passes":
+        _two_passes(monkeypatch)
+    A = _skewed(3000, 2000, seed=1, dtype=dtype)
+    B = _skewed(2000, 2500, seed=2, dtype=dtype)
+    _check(_hash_product(A, B, dtype, index_dtype, first="short"), A, B, dtype)
+    B = sp.random(2000, 7, density=0.5, random_state=4, format="csr").astype(dtype)
+    _check(_hash_product(A, B, dtype, index_dtype, first="short"), A, B, dtype)  # 7 columns
+
+
+@gpu
+def test_short_rows_first_list_every_row_where_their_slots_do_not_fit(monkeypatch):
+    """Where the first slots (a slot of SHORT_FIRST_SLOTS a row) do not fit the budget,
+    every row is listed instead, and nothing of the first try stays counted."""
+    from sparsegpu.backends.spgemm import DoesNotFit
+
+    slot = 3000 * hash_spgemm.SHORT_FIRST_SLOTS
+    real = Budget.empty
+
+    def empty(self, size, dtype, what):
+        if size == slot and "short rows' slots" in what:
+            raise DoesNotFit(size, 0, what)
+        return real(self, size, dtype, what)
+
+    answers = []
+    first = hash_spgemm._short_first_symbolic
+
+    def symbolic(*args):
+        answers.append(first(*args))
+        return answers[-1]
+
+    monkeypatch.setattr(Budget, "empty", empty)
+    monkeypatch.setattr(hash_spgemm, "_short_first_symbolic", symbolic)
+    A = _skewed(3000, 2000, seed=1)
+    _check(_hash_product(A, A.T.tocsr(), np.float64, np.int32, first="short"), A, A.T, np.float64)
+    assert answers == [None]
+
+
 def test_short_rows_are_a_registered_family_of_every_group():
     family = next(f for f in FAMILIES if f.source == hash_spgemm.SHORT_SOURCE)
     names = set(family.instantiations)
@@ -126,3 +174,6 @@ def test_short_rows_are_a_registered_family_of_every_group():
             assert f"spgemm_short_fill<double, long long, {lanes}, {cap}, {slotted}>" in names
         assert f"spgemm_short_move<complex64, int, {cap}>" in names
     assert hash_spgemm.SHORT_SLOTS in (0, *hash_spgemm.SHORT_GROUPS)
+    lanes, cap = hash_spgemm.SHORT_GROUPS[hash_spgemm.SHORT_FIRST_SLOTS]
+    assert f"spgemm_short_first<complex128, int, {lanes}, {cap}>" in names
+    assert f"spgemm_short_move_first<float, long long, {cap}>" in names

@@ -63,6 +63,17 @@ SHORT_BLOCK = 128  # threads a block of the short rows' kernels (as the kernel's
 SHORT_BLOCKS_PER_SM = 16  # their grid-stride loops' blocks an SM
 # (lanes a row, the most products a row) of the short rows' kernels, by the row's table
 SHORT_GROUPS = {32: (8, 32), 64: (16, 64), 128: (32, 128), 256: (32, 256)}
+# Short first (spgemm_short_first): where hash rows take a product whose rows are short on
+# average, every row is first tried as a short row of SHORT_FIRST_SLOTS products (no
+# listing before it), and only the rows of more are listed; of those, classes of up to
+# SHORT_FIRST_LISTED_SLOTS run as (slotted) short rows too, the rest in tables. Taken
+# (takes_short_first) where the known longest rows bound a row's products by
+# SHORT_FIRST_MAX_BOUND (tables of a warp's group: no whole-block, global or dense rows
+# among what is left) and the products a row are at most SHORT_FIRST_SLOTS on average.
+# Fitted below (the rule's comment).
+SHORT_FIRST_SLOTS = 64
+SHORT_FIRST_LISTED_SLOTS = 128
+SHORT_FIRST_MAX_BOUND = 1024
 CLASSES = 64  # as the kernels count them (class 0: rows with nothing to compute)
 MAX_CLASS = 30  # tables of up to 2^30 slots (larger: DoesNotFit, a leaner algorithm runs)
 BLOCK = 256  # threads per block of the listing kernels
@@ -140,6 +151,15 @@ def _short_move_kernel(value_dtype, index_dtype, slots: int) -> str:
     return name_expression("spgemm_short_move", value_dtype, index_dtype, slots)
 
 
+def _short_first_kernel(value_dtype, index_dtype, slots: int) -> str:
+    lanes, cap = SHORT_GROUPS[slots]
+    return name_expression("spgemm_short_first", value_dtype, index_dtype, lanes, cap)
+
+
+def _short_move_first_kernel(value_dtype, index_dtype, slots: int) -> str:
+    return name_expression("spgemm_short_move_first", value_dtype, index_dtype, slots)
+
+
 def _flag(value: bool) -> str:
     return "true" if value else "false"
 
@@ -200,6 +220,12 @@ SHORT_FAMILY = register_family(
             for value in CXX_VALUE_TYPES
             for index in CXX_INDEX_TYPES
             for s in SHORT_GROUPS
+        )
+        + tuple(
+            kernel(value, index, SHORT_FIRST_SLOTS)
+            for kernel in (_short_first_kernel, _short_move_first_kernel)
+            for value in CXX_VALUE_TYPES
+            for index in CXX_INDEX_TYPES
         ),
     )
 )
@@ -475,26 +501,7 @@ def _symbolic(left, right, budget: Budget, indptr, list_numeric: bool):
         if short_classes and slotted is None:
             for slots, first, count in short_classes:
                 _short_count(left, right, rows[first:], count, slots, sizes, device)
-        for table_class, first, count in classes[len(short_classes) :]:
-            slots = _slots(table_class)
-            dense = dense_launch(slots, n_cols, count, device)
-            if dense is not None:
-                arguments = (
-                    left.indptr, left.indices, right.indptr, right.indices, rows[first:],
-                    count, n_cols, sizes,
-                )  # fmt: skip
-                name = _dense_count_kernel(index)
-                _launch(name, dense.grid, dense.block, arguments, dense.shared_bytes)
-                continue
-            launch = table_launch(slots, index.itemsize, count, device)
-            keys = _global_tables(budget, launch, index, "the hash SpGEMM's global tables")
-            arguments = (
-                left.indptr, left.indices, right.indptr, right.indices, rows[first:],
-                count, n_cols, sizes, slots, 0 if keys is None else keys,
-            )  # fmt: skip
-            name = _count_kernel(index, launch.lanes, launch.whole_block)
-            _launch(name, launch.grid, launch.block, arguments, launch.shared_bytes)
-            budget.release(keys)
+        _count_tables(left, right, rows, classes[len(short_classes) :], sizes, budget, device)
         indptr[:1] = 0
         _cuda.cupy_or_none().cumsum(sizes, dtype=indptr.dtype, out=indptr[1:])
         counts = None
@@ -512,16 +519,49 @@ def _symbolic(left, right, budget: Budget, indptr, list_numeric: bool):
         raise
 
 
+def _count_tables(left, right, rows, classes, sizes, budget: Budget, device) -> None:
+    """The entries of the rows of ``classes`` (``[(table class, first, count)]`` of the
+    listing ``rows``, by their bounds in ``sizes``) into ``sizes``: tables, or dense rows."""
+    index, n_cols = left.index_dtype, right.shape[1]
+    for table_class, first, count in classes:
+        slots = _slots(table_class)
+        dense = dense_launch(slots, n_cols, count, device)
+        if dense is not None:
+            arguments = (
+                left.indptr, left.indices, right.indptr, right.indices, rows[first:],
+                count, n_cols, sizes,
+            )  # fmt: skip
+            name = _dense_count_kernel(index)
+            _launch(name, dense.grid, dense.block, arguments, dense.shared_bytes)
+            continue
+        launch = table_launch(slots, index.itemsize, count, device)
+        keys = _global_tables(budget, launch, index, "the hash SpGEMM's global tables")
+        arguments = (
+            left.indptr, left.indices, right.indptr, right.indices, rows[first:],
+            count, n_cols, sizes, slots, 0 if keys is None else keys,
+        )  # fmt: skip
+        name = _count_kernel(index, launch.lanes, launch.whole_block)
+        _launch(name, launch.grid, launch.block, arguments, launch.shared_bytes)
+        budget.release(keys)
+
+
 def _numeric(left, right, counts, rows, indptr, indices, data, budget: Budget, short=None):
     """``C``'s entries into ``indices`` and ``data`` (row offsets ``indptr``; the rows
     listed by their entries, ``counts`` the classes' counts; ``short`` the short rows)."""
     device = _cuda.device_info()
-    index, dtype = left.index_dtype, left.dtype
     if short is not None:
         _short_numeric(left, right, short, indptr, indices, data, device)
+    classes = [(_slots(c), first, count) for c, first, count in _classes(counts)]
+    _fill_tables(left, right, rows, classes, indptr, indices, data, budget, device)
+
+
+def _fill_tables(left, right, rows, classes, indptr, indices, data, budget: Budget, device):
+    """The entries of the rows of ``classes`` (``[(slots, first, count)]`` of ``rows``:
+    tables of at least the slots each row's entries take) into ``indices`` and ``data``:
+    tables, or dense rows."""
+    index, dtype = left.index_dtype, left.dtype
     slot_bytes = index.itemsize + dtype.itemsize
-    for table_class, first, count in _classes(counts):
-        slots = _slots(table_class)
+    for slots, first, count in classes:
         dense = (rows[first:], count, slots, indptr, indices, data)
         if _dense_numeric(left, right, *dense, budget, device):
             continue
@@ -566,9 +606,143 @@ def _dense_numeric(left, right, rows, count, slots, indptr, indices, data, budge
     return True
 
 
+def takes_short_first(left, right) -> bool:
+    """Whether the hash rows start with the short fill over every row (see
+    :data:`SHORT_FIRST_SLOTS`): L's longest row times R's, where both are known without a
+    pass, at most :data:`SHORT_FIRST_MAX_BOUND`, and at most :data:`SHORT_FIRST_SLOTS`
+    products a row on average (``nnz(L)`` times R's mean row length over L's rows)."""
+    longest = (left.known_longest_row, right.known_longest_row)
+    if None in longest or longest[0] * longest[1] > SHORT_FIRST_MAX_BOUND:
+        return False
+    products = left.nnz * (right.nnz / right.shape[0] if right.shape[0] else 0.0)
+    return products <= SHORT_FIRST_SLOTS * max(left.shape[0], 1)
+
+
+@dataclass
+class _ShortFirst:
+    """What :func:`_short_first_symbolic` leaves for the numeric pass: the rows' products
+    where they were left to the listing (``over``, 0 for the rows in the first slots), the
+    first slots, the listing of the rest, the listed rows run as short rows
+    (:class:`_ShortRows` of that listing, or None) and the listed rows' table classes
+    (``[(slots, first, count)]``, the numeric tables' slots)."""
+
+    nnz: int
+    sizes: object
+    over: object
+    slot_indices: object
+    slot_data: object
+    rows: object
+    short: _ShortRows | None
+    tables: list
+
+    def arrays(self) -> tuple:
+        """Every array the budget lent it."""
+        arrays = (self.sizes, self.over, self.slot_indices, self.slot_data, self.rows)
+        if self.short is None:
+            return arrays
+        return (*arrays, self.short.slot_indices, self.short.slot_data)
+
+
+def _short_first_symbolic(left, right, budget: Budget, indptr) -> _ShortFirst | None:
+    """``C``'s row offsets into ``indptr`` by the short fill over every row
+    (``spgemm_short_first``), then the listing of the rows it left (by their products:
+    short rows of up to :data:`SHORT_FIRST_LISTED_SLOTS` slotted, or counted where their
+    slots do not fit, the others counted in tables); None where the first slots do not fit
+    the budget (the caller lists every row instead)."""
+    device = _cuda.device_info()
+    m, index, n_cols = left.shape[0], left.index_dtype, right.shape[1]
+    slots = SHORT_FIRST_SLOTS
+    held = []
+    try:
+        for size, dtype in ((m, index), (m, index), (m * slots, index), (m * slots, left.dtype)):
+            held.append(budget.empty(size, dtype, "the hash SpGEMM's short rows' slots"))
+    except DoesNotFit:
+        budget.release(*held)
+        return None
+    sizes, over, slot_indices, slot_data = held
+    short = None
+    try:
+        lanes = SHORT_GROUPS[slots][0]
+        arguments = (
+            left.indptr, left.indices, left.data, right.indptr, right.indices, right.data,
+            m, slot_indices, slot_data, sizes, over,
+        )  # fmt: skip
+        grid = _grid_of(SHORT_BLOCK // lanes, m, device)
+        name = _short_first_kernel(left.dtype, index, slots)
+        _launch(name, grid, SHORT_BLOCK, arguments, source=SHORT_SOURCE)
+        rows = budget.empty(m, index, "the hash SpGEMM's row lists")
+        held.append(rows)
+        classes = []
+        if left.longest_row * right.longest_row > slots:  # known: takes_short_first's
+            classes = _classes(_list_rows(over, m, n_cols, False, rows))
+        listed = [(_slots(c), first, count) for c, first, count in classes]
+        short_classes = [
+            c for c in listed if c[0] <= SHORT_FIRST_LISTED_SLOTS and c[0] < n_cols
+        ]  # the first (the listing's order)
+        if short_classes:
+            slotted = _short_slotted(left, right, rows, short_classes, sizes, budget, device)
+            if slotted is None:
+                for s, first, count in short_classes:
+                    _short_count(left, right, rows[first:], count, s, sizes, device)
+            short = _ShortRows(rows, short_classes, *(slotted or ()))
+        table_classes = classes[len(short_classes) :]
+        _count_tables(left, right, rows, table_classes, sizes, budget, device)
+        indptr[:1] = 0
+        _cuda.cupy_or_none().cumsum(sizes, dtype=indptr.dtype, out=indptr[1:])
+        # the numeric tables: twice the symbolic class's slots hold any row's table (the
+        # fill sizes a row's table by its entries, a half again over them, and its
+        # entries are at most its products, which its class holds)
+        tables = [(2 * s, first, count) for s, first, count in listed[len(short_classes) :]]
+        state = _ShortFirst(0, *held[:4], rows, short, tables)
+        state.nnz = int(indptr[-1])
+        return state
+    except BaseException:
+        budget.release(*held)
+        if short is not None:
+            budget.release(short.slot_indices, short.slot_data)
+        raise
+
+
+def _short_first_numeric(left, right, state: _ShortFirst, indptr, indices, data, budget):
+    """``C``'s entries: the first slots moved into place, the listed short rows moved (or
+    computed), the listed others' tables filled."""
+    device = _cuda.device_info()
+    m = left.shape[0]
+    arguments = (m, state.over, state.slot_indices, state.slot_data, indptr, indices, data)
+    name = _short_move_first_kernel(left.dtype, left.index_dtype, SHORT_FIRST_SLOTS)
+    grid = _grid_of(SHORT_BLOCK // 32, m, device)
+    _launch(name, grid, SHORT_BLOCK, arguments, source=SHORT_SOURCE)
+    if state.short is not None:
+        _short_numeric(left, right, state.short, indptr, indices, data, device)
+    _fill_tables(left, right, state.rows, state.tables, indptr, indices, data, budget, device)
+
+
+def _short_first_multiply(left, right, sink: ResultSink):
+    """``left @ right`` into ``sink`` starting with the short fill over every row, or None
+    where its slots do not fit (nothing allocated then but ``sink``'s row offsets)."""
+    budget = sink.budget
+    state = _short_first_symbolic(left, right, budget, sink.indptr())
+    if state is None:
+        return None
+    try:
+        indptr, indices, data = sink.allocate(state.nnz)
+        _short_first_numeric(left, right, state, indptr, indices, data, budget)
+    finally:
+        budget.release(*state.arrays())
+    return sink.finish()
+
+
 def hash_multiply(left, right, sink: ResultSink):
     """``left @ right`` (canonical CSR mirrors on the GPU, one index dtype) into ``sink``."""
     budget = sink.budget
+    try:
+        if takes_short_first(left, right):
+            product = _short_first_multiply(left, right, sink)
+            if product is not None:
+                return product
+    except DoesNotFit:
+        sink.discard()
+        raise
     try:
         nnz, sizes, rows, counts, short = _symbolic(left, right, budget, sink.indptr(), True)
         try:
@@ -725,15 +899,13 @@ SHORT_MIN_PRODUCTS = 1_600_000
 SHORT_DTYPES = (np.dtype(np.float64),)
 
 
-def _all_short(left, right, products: int) -> bool:
-    """The first product's rule for short rows (above): bounds read only where known."""
+def _short_first_rule(left, right, products: int) -> bool:
+    """The first product's rule for short rows (above): float64, at least
+    SHORT_MIN_PRODUCTS products, and short rows first (:func:`takes_short_first`: bounds
+    read only where known)."""
     if left.dtype not in SHORT_DTYPES or products < SHORT_MIN_PRODUCTS:
         return False
-    longest = (left.known_longest_row, right.known_longest_row)
-    if None in longest:
-        return False
-    bound = longest[0] * longest[1]
-    return bound <= SHORT_SLOTS and bound < right.shape[1]
+    return takes_short_first(left, right)
 
 
 def _selects(left, right) -> bool:
@@ -772,11 +944,13 @@ class GpuSpgemm(CusparseSpgemm):
             f"{left.dtype}, about {products:,} products, {per_row:.1f} a row on average, "
             f"at most {bound:,}"
         )
-        if algorithm == HASH and _all_short(left, right, products):
+        if algorithm == HASH and _short_first_rule(left, right, products):
             return HASH, (
-                f"rule: {measures}: hash rows, every one a short row (rows of at most "
-                f"{SHORT_SLOTS} products, >= {SHORT_MIN_PRODUCTS:,} products in all: "
-                "sorted in registers, no table)"
+                f"rule: {measures}: hash rows, short rows first (every row of at most "
+                f"{SHORT_FIRST_SLOTS} products sorted in registers, no listing; the rest "
+                f"listed: short rows of up to {SHORT_FIRST_LISTED_SLOTS}, then tables; "
+                f"float64, >= {SHORT_MIN_PRODUCTS:,} products, <= {SHORT_FIRST_SLOTS} a row "
+                f"on average, rows of <= {SHORT_FIRST_MAX_BOUND:,} by the known longest rows)"
             )
         if compression is not None:
             measures += f", {compression:.2f} an entry on {SAMPLE_ROWS:,} rows"
@@ -794,9 +968,10 @@ class GpuSpgemm(CusparseSpgemm):
             f"{HASH_MIN_PRODUCTS:,} products, >= {HASH_MIN_ROW_PRODUCTS} a row on average, "
             f"<= {HASH_MAX_ROW_PRODUCTS:,} a row, >= {HASH_MIN_COMPRESSION} an entry; or, "
             f"rows of over {HASH_MAX_ROW_PRODUCTS:,} products, >= "
-            f"{HASH_MIN_SKEWED_ROW_PRODUCTS:,} a row on average counted exactly; or, every "
-            f"row of <= {SHORT_SLOTS} products by the known longest rows, >= "
-            f"{SHORT_MIN_PRODUCTS:,} products, float64)"
+            f"{HASH_MIN_SKEWED_ROW_PRODUCTS:,} a row on average counted exactly; or, short "
+            f"rows first: rows of <= {SHORT_FIRST_MAX_BOUND:,} products by the known longest "
+            f"rows, <= {SHORT_FIRST_SLOTS} a row on average, >= {SHORT_MIN_PRODUCTS:,} "
+            "products, float64)"
         )
 
     def rule(self, left, right) -> str:
@@ -816,7 +991,7 @@ class GpuSpgemm(CusparseSpgemm):
         # R's mean row length from its sizes (no pass over it)
         products = int(left.nnz * (right.nnz / right.shape[0] if right.shape[0] else 0.0))
         per_row = products / max(left.shape[0], 1)
-        if _all_short(left, right, products):
+        if _short_first_rule(left, right, products):
             return HASH, products, per_row, None, None, None
         hashable = left.dtype in HASH_DTYPES
         takes = hashable and products >= HASH_MIN_PRODUCTS

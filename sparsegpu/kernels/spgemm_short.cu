@@ -14,6 +14,10 @@
 //                      (where the work space fits: no count pass), into a slot of CAP
 //                      entries a row with the row's entries into sizes[row];
 // spgemm_short_move    the slotted rows moved to their places once C's offsets are known;
+// spgemm_short_first   every row of A, no listing before it: rows of at most CAP products
+//                      into slots indexed by the row, the others' products into over[row]
+//                      (for the hash rows' listing of what is left);
+// spgemm_short_move_first  its slotted rows moved to their places;
 // spgemm_short_unlist  sizes[row] = 0 for the listed rows (so that the numeric listing of
 //                      the hash rows leaves them out).
 //
@@ -174,6 +178,46 @@ __global__ void
     }
 }
 
+// The n products of a row gathered in keys_s and values_s (the group's shared memory)
+// sorted by column and written as the row's entries to out_indices and out_data (each
+// column's first product sums its run, in order); the row's entries. Leaves the group's
+// lanes in step (keys_s and values_s free again).
+template <int LANES, int CAP, typename Index, typename Value>
+__device__ __forceinline__ int short_write(Index* keys_s, Value* values_s, int n,
+                                           Index* __restrict__ out_indices,
+                                           Value* __restrict__ out_data, unsigned mask,
+                                           int lane) {
+    constexpr int K = CAP / LANES;
+    Index keys[K];
+    Value values[K];
+    int place[K];
+    const int distinct =
+        short_sorted<true, LANES, K>(keys_s, values_s, n, keys, values, place, mask, lane);
+    __syncwarp(mask);  // every lane has read the gathered products
+#pragma unroll
+    for (int k = 0; k < K; ++k) {  // the sorted products back, for the runs' sums
+        const int i = k * LANES + lane;
+        if (i < n) {
+            keys_s[i] = keys[k];
+            values_s[i] = values[k];
+        }
+    }
+    __syncwarp(mask);
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+        if (place[k] >= 0) {  // the first of its column's run: the run's sum, in order
+            Value sum = values[k];
+            for (int i = k * LANES + lane + 1; i < n && keys_s[i] == keys[k]; ++i) {
+                sum = add(sum, values_s[i]);
+            }
+            out_indices[place[k]] = keys[k];
+            out_data[place[k]] = sum;
+        }
+    }
+    __syncwarp(mask);
+    return distinct;
+}
+
 // SLOTTED: the r-th listed row written at r * CAP of c_indices and c_data (a slot of CAP
 // entries a row, before C's offsets are known) and its entries to sizes[row] (c_indptr
 // unread); else at c_indptr[row] (sizes unwritten).
@@ -186,7 +230,6 @@ __global__ void
                       const Index* __restrict__ c_indptr, Index* __restrict__ c_indices,
                       Value* __restrict__ c_data, Index* __restrict__ sizes) {
     constexpr int GROUPS = SHORT_BLOCK / LANES;
-    constexpr int K = CAP / LANES;
     __shared__ Index all_keys[GROUPS][CAP + 1];
     __shared__ Value all_values[GROUPS][CAP];
     const int lane = threadIdx.x % LANES;
@@ -202,42 +245,67 @@ __global__ void
                                            b_indptr, b_indices, b_data, keys_s, values_s, mask);
         const int n = products < CAP ? static_cast<int>(products) : CAP;
         __syncwarp(mask);
-        Index keys[K];
-        Value values[K];
-        int place[K];
+        const long long out = SLOTTED ? r * CAP : static_cast<long long>(c_indptr[row]);
         const int distinct =
-            short_sorted<true, LANES, K>(keys_s, values_s, n, keys, values, place, mask, lane);
-        __syncwarp(mask);  // every lane has read the gathered products
-#pragma unroll
-        for (int k = 0; k < K; ++k) {  // the sorted products back, for the runs' sums
-            const int i = k * LANES + lane;
-            if (i < n) {
-                keys_s[i] = keys[k];
-                values_s[i] = values[k];
-            }
+            short_write<LANES, CAP>(keys_s, values_s, n, c_indices + out, c_data + out, mask, lane);
+        if (SLOTTED && lane == 0) {
+            sizes[row] = static_cast<Index>(distinct);
         }
-        __syncwarp(mask);
-        long long out;
-        if constexpr (SLOTTED) {
-            out = r * CAP;
+    }
+}
+
+// SHORT FIRST: every row of A (no listing before it): a row of at most CAP products is
+// computed into its slot (row * CAP of slot_indices and slot_data) with its entries in
+// sizes[row] and over[row] = 0; a row of more (its products summed by the group's lanes
+// first, so a long row costs one pass over its entries) is left for the listed kernels,
+// with its products in over[row] and sizes[row] (their tables' bound, as
+// spgemm_hash_bounds gives it).
+template <typename Value, typename Index, int LANES, int CAP>
+__global__ void
+    spgemm_short_first(const Index* __restrict__ a_indptr, const Index* __restrict__ a_indices,
+                       const Value* __restrict__ a_data, const Index* __restrict__ b_indptr,
+                       const Index* __restrict__ b_indices, const Value* __restrict__ b_data,
+                       long long n_rows, Index* __restrict__ slot_indices,
+                       Value* __restrict__ slot_data, Index* __restrict__ sizes,
+                       Index* __restrict__ over) {
+    constexpr int GROUPS = SHORT_BLOCK / LANES;
+    __shared__ Index all_keys[GROUPS][CAP + 1];
+    __shared__ Value all_values[GROUPS][CAP];
+    const int lane = threadIdx.x % LANES;
+    const int group = threadIdx.x / LANES;
+    const unsigned mask = group_mask<LANES, false>();
+    Index* keys_s = all_keys[group];
+    Value* values_s = all_values[group];
+    for (long long r = static_cast<long long>(blockIdx.x) * GROUPS + group; r < n_rows;
+         r += static_cast<long long>(gridDim.x) * GROUPS) {
+        const Index start = a_indptr[r];
+        const Index end = a_indptr[r + 1];
+        Index products = 0;
+        for (Index j = start + lane; j < end; j += LANES) {
+            const Index column = __ldg(a_indices + j);
+            products += __ldg(b_indptr + column + 1) - __ldg(b_indptr + column);
+        }
+#pragma unroll
+        for (int offset = LANES / 2; offset > 0; offset >>= 1) {
+            products += __shfl_xor_sync(mask, products, offset, LANES);
+        }
+        if (products > CAP) {  // the same on every lane of the group
             if (lane == 0) {
-                sizes[row] = static_cast<Index>(distinct);
+                over[r] = products;
+                sizes[r] = products;  // the bound the listed kernels size its table by
             }
-        } else {
-            out = c_indptr[row];
+            continue;
         }
-#pragma unroll
-        for (int k = 0; k < K; ++k) {
-            if (place[k] >= 0) {  // the first of its column's run: the run's sum, in order
-                Value sum = values[k];
-                for (int i = k * LANES + lane + 1; i < n && keys_s[i] == keys[k]; ++i) {
-                    sum = add(sum, values_s[i]);
-                }
-                c_indices[out + place[k]] = keys[k];
-                c_data[out + place[k]] = sum;
-            }
-        }
+        short_gather<true, LANES, CAP>(start, end, a_indices, a_data, b_indptr, b_indices,
+                                       b_data, keys_s, values_s, mask);
         __syncwarp(mask);
+        const int distinct = short_write<LANES, CAP>(keys_s, values_s, static_cast<int>(products),
+                                                     slot_indices + r * CAP,
+                                                     slot_data + r * CAP, mask, lane);
+        if (lane == 0) {
+            over[r] = 0;
+            sizes[r] = static_cast<Index>(distinct);
+        }
     }
 }
 
@@ -254,6 +322,30 @@ __global__ void spgemm_short_move(const Index* __restrict__ rows, long long n_ro
         const Index row = rows[r];
         const Index out = c_indptr[row];
         const int size = static_cast<int>(c_indptr[row + 1] - out);
+        for (int i = lane; i < size; i += 32) {
+            c_indices[out + i] = slot_indices[r * CAP + i];
+            c_data[out + i] = slot_data[r * CAP + i];
+        }
+    }
+}
+
+// spgemm_short_first's rows moved to their places in C (a warp a row; rows with over[row]
+// set are the listed kernels').
+template <typename Value, typename Index, int CAP>
+__global__ void spgemm_short_move_first(long long n_rows, const Index* __restrict__ over,
+                                        const Index* __restrict__ slot_indices,
+                                        const Value* __restrict__ slot_data,
+                                        const Index* __restrict__ c_indptr,
+                                        Index* __restrict__ c_indices,
+                                        Value* __restrict__ c_data) {
+    const int lane = threadIdx.x & 31;
+    for (long long r = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+         r < n_rows; r += (static_cast<long long>(gridDim.x) * blockDim.x) >> 5) {
+        if (over[r] != 0) {
+            continue;
+        }
+        const Index out = c_indptr[r];
+        const int size = static_cast<int>(c_indptr[r + 1] - out);
         for (int i = lane; i < size; i += 32) {
             c_indices[out + i] = slot_indices[r * CAP + i];
             c_data[out + i] = slot_data[r * CAP + i];
