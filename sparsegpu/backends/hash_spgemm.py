@@ -19,6 +19,18 @@ in both passes: a group of lanes gathers the row's products in shared memory and
 in registers, no table; where their work space fits, the symbolic pass writes them into
 slots of their class's size and the numeric pass moves them into place (no count pass).
 
+*Short rows first* (:func:`takes_short_first`: rows bounded by at most
+:data:`SHORT_FIRST_MAX_BOUND` products by the known longest rows, at most
+:data:`SHORT_FIRST_SLOTS` a row on average, as a P1 mesh's square): no bounds and no listing
+of every row; one kernel (``spgemm_short_first``) sums each row's products and computes the
+rows of at most :data:`SHORT_FIRST_SLOTS` into slots indexed by the row, and only the rows
+of more are listed (by their products: short rows of up to
+:data:`SHORT_FIRST_LISTED_SLOTS`, then tables); the numeric pass moves the slots and fills
+the listed rows' tables (twice their symbolic slots) without listing them again: one host
+synchronisation fewer, none before the scan where the bound is at most
+:data:`SHORT_FIRST_SLOTS`. Where its slots (a slot a row) do not fit the budget, every row is
+listed as above.
+
 Rows whose tables would hold a large share of ``C``'s columns (R-MAT's hubs: tables of at
 least 1 / :data:`DENSE_MIN_SHARE` of the columns) are *dense rows* in both passes, where a
 bitmap of all the columns fits in shared memory: a block per row sets a bit per column
