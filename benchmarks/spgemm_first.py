@@ -27,12 +27,12 @@ points in random order with random aggregates of 4 points), so held out from tha
 ``--mode calls`` (issue 47) times what a user sees instead, wall clock from the call to a
 synchronized result, operands already on the device (made by an earlier product): the first
 ``A @ A`` of a *new* pattern (fresh operands, sparse plans forgotten) against cupyx's on
-fresh operands made the same way, by a cupyx product (median of three, in alternation,
-after a throw-away first product of the class compiled every kernel), the first ten calls
-of one pattern (planning included) beside cupyx's, and the first ``sg.galerkin_product(A,
-P)`` against cupyx's ``P.T @ A @ P`` (aggregates of 8: 2 x 2 x 2 on the 3-D stencils,
-random elsewhere). Its matrices (:func:`call_matrices`): the classes of issue 47, ``fit``
-the instances the rule and planning were looked at on
+fresh operands made the same way, by a cupyx product (median of three, ``--samples``, in
+alternation, after a throw-away first product of the class compiled every kernel), the
+first ten calls of one pattern (planning included) beside cupyx's, and the first
+``sg.galerkin_product(A, P)`` against cupyx's ``P.T @ A @ P`` (aggregates of 8: 2 x 2 x 2
+on the 3-D stencils, random elsewhere). Its matrices (:func:`call_matrices`): the classes
+of issue 47, ``fit`` the instances the rule and planning were looked at on
 (``benchmarks/experiments/spgemm_first_phases.py``), ``heldout`` the others.
 
 Timing as ``benchmarks/spgemm.py``: every answer checked against cupyx first (same
@@ -407,7 +407,7 @@ def main_calls(args, cupy, cupyx_sparse) -> int:
         "device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
         "cupy": cupy.__version__,
         "mode": "calls",
-        "samples": 3,
+        "samples": args.samples,
         "command": " ".join(sys.argv),
         "rows": [],
     }
@@ -422,7 +422,10 @@ def main_calls(args, cupy, cupyx_sparse) -> int:
         for dtype in (np.dtype(d) for d in args.dtypes.split(",")):
             warm_planning(dtype)
             try:
-                row = run_calls(group, name, S, dtype, cupy, cupyx_sparse, spgemm_bench.log)
+                row = run_calls(
+                    group, name, S, dtype, cupy, cupyx_sparse, spgemm_bench.log,
+                    samples=args.samples,
+                )  # fmt: skip
             except Exception as exc:  # one matrix's failure is reported, not the run's end
                 row = {"set": group, "matrix": name, "dtype": dtype.name}
                 row["error"] = f"{type(exc).__name__}: {exc}"
@@ -491,6 +494,12 @@ def main(argv=None) -> int:
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--only", help="comma-separated matrix names")
     parser.add_argument("--mode", choices=("steady", "calls"), default="steady")
+    parser.add_argument(
+        "--samples",
+        type=int,
+        default=3,
+        help="calls mode: new patterns whose first products give the median (default 3)",
+    )
     args = parser.parse_args(argv)
     if args.mode == "calls" and args.dtypes == parser.get_default("dtypes"):
         args.dtypes = "float64"

@@ -685,7 +685,9 @@ def _short_first_symbolic(left, right, budget: Budget, indptr) -> _ShortFirst | 
         rows = budget.empty(m, index, "the hash SpGEMM's row lists")
         held.append(rows)
         classes = []
-        if left.longest_row * right.longest_row > slots:  # known: takes_short_first's
+        # longest_row is an upper bound of every row's length (a mirror's arrays are never
+        # written), so where the bound is within the slots no row was left: no listing
+        if left.longest_row * right.longest_row > slots:
             classes = _classes(_list_rows(over, m, n_cols, False, rows))
         listed = [(_slots(c), first, count) for c, first, count in classes]
         short_classes = [
