@@ -205,6 +205,16 @@ def spmv_operands(host, dtype, cupy):
     return S, A, x, y
 
 
+def experiment_header(module: str) -> dict:
+    """An experiment's result file's opening: the device, the versions and the command
+    (``python3 -m module`` and this process's arguments)."""
+    return {
+        "device": _cuda.device_info().name,
+        "versions": _cuda.versions(),
+        "command": " ".join([f"python3 -m {module}", *sys.argv[1:]]),
+    }
+
+
 def gpu_header(scale: str) -> dict:
     """A result's opening fields: the device, the versions, the copy bandwidth measured
     now (what the byte bounds are read against), the scale; its rows come after."""

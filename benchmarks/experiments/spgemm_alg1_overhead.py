@@ -79,6 +79,7 @@ def profile(fn, calls: int, top: int, sort: str = "tottime") -> str:
     return text.getvalue()
 
 
+MODULE = "benchmarks.experiments.spgemm_alg1_overhead"  # its result files' command
 _CALLS = ("spGEMM_workEstimation", "spGEMM_compute", "spMatGetSize", "spGEMM_copy")
 
 
@@ -270,7 +271,7 @@ def first_calls(args, cupy) -> int:
                     "timeline": {k: float(np.median(timelines[k])) for k in keys},
                     "cupyx_timeline": {k: float(np.median(cupyx_timelines[k]))
                                        for k in cupyx_keys}})  # fmt: skip
-        common.save_partial({**_header(), "first": out}, args.out)
+        common.save_partial({**common.experiment_header(MODULE), "first": out}, args.out)
     return 0
 
 
@@ -295,18 +296,6 @@ def _first_operands(args, cupy, cupyx_sparse, chosen):
         _, base, identity, Acx = spgemm_first.call_operands(group, name, S, np.float64,
                                                             cupyx_sparse)  # fmt: skip
         yield name, base, identity, Acx
-
-
-def _header() -> dict:
-    """The device, the versions and the command, a result file's opening."""
-    from sparsegpu.device import _cuda
-
-    command = ["python3 -m benchmarks.experiments.spgemm_alg1_overhead", *sys.argv[1:]]
-    return {
-        "device": _cuda.device_info().name,
-        "versions": _cuda.versions(),
-        "command": " ".join(command),
-    }
 
 
 def cold_pieces(A, cupy, repeat: int) -> dict:
@@ -363,7 +352,7 @@ def layer_calls(args, cupy) -> int:
     from sparsegpu.backends import spgemm
     from sparsegpu.engine import _sparse_dispatch
 
-    header = _header()
+    header = common.experiment_header(MODULE)
     out = []
     for name, base, identity, Acx in _first_operands(args, cupy, cupyx_sparse, {"powerlaw_1500k"}):
 

@@ -228,10 +228,7 @@ def main(argv=None) -> int:
                     print(f"   {ms:8.3f}  {what}")
         cupy.get_default_memory_pool().free_all_blocks()
         if args.out:
-            header = {"device": _cuda.device_info().name, "versions": _cuda.versions()}
-            header["command"] = " ".join(
-                ["python3 -m benchmarks.experiments.spgemm_hash_kernels", *sys.argv[1:]]
-            )
+            header = common.experiment_header("benchmarks.experiments.spgemm_hash_kernels")
             args.out.write_text(json.dumps({**header, "rows": rows}, indent=1, default=str))
     return 0
 
