@@ -218,3 +218,88 @@ def test_a_read_stopwatch_gives_its_events_to_the_next(cupy):
 def test_a_stopwatch_on_the_host_reads_the_clock():
     watch = _timing.Stopwatch(on_host=True).stop()
     assert watch.ms() >= 0 and watch.ms(wait=False) >= 0
+
+
+class _EventsCupy:
+    """Events that finish when the test says (``done``); how many were made, and whether a
+    read waited on one that had not finished."""
+
+    def __init__(self):
+        self.made = 0
+        self.clock = 0.0
+        fake = self
+
+        class Event:
+            def __init__(self):
+                fake.made += 1
+                self.done = False
+
+            def record(self, stream=None):
+                self.at = fake.clock
+                self.done = False
+
+            def synchronize(self):
+                assert self.done, "a read waited on a stopwatch still running"
+
+        self.cuda = _fake_cuda(Event, None)
+        self.cuda.runtime = types.SimpleNamespace(getDevice=lambda: 0)
+
+    def finish(self, *watches):
+        for watch in watches:
+            watch._start.done = watch._stop.done = True
+
+
+@pytest.fixture
+def events_cupy(monkeypatch):
+    fake = _EventsCupy()
+    monkeypatch.setattr(_cuda, "cupy_or_none", lambda: fake)
+    monkeypatch.setattr(_timing, "_spare_events", __import__("threading").local())
+    return fake
+
+
+def test_a_first_stopwatch_makes_its_stop_event_with_its_start(events_cupy):
+    # the stop comes after the product's kernels were queued: no event is made then
+    watch = _timing.Stopwatch(on_host=False)
+    assert events_cupy.made == 2
+    watch.stop()
+    assert events_cupy.made == 2
+
+
+def test_finished_stopwatches_nobody_read_give_their_events_to_the_next(events_cupy):
+    """A first product of each new pattern leaves its stopwatch unread (its pair reads it
+    at the pattern's next product); once finished, its events serve the next stopwatch,
+    and its reading is kept for the pair."""
+    first = _timing.Stopwatch(on_host=False)
+    events_cupy.clock = 0.5
+    first.stop()
+    events = {id(first._start), id(first._stop)}
+    events_cupy.finish(first)
+    second = _timing.Stopwatch(on_host=False).stop()
+    assert events_cupy.made == 2
+    assert {id(second._start), id(second._stop)} == events
+    assert first.ms(wait=False) == 0.5 and first.ms() == 0.5
+
+
+def test_a_stopwatch_still_running_is_not_waited_for(events_cupy):
+    first = _timing.Stopwatch(on_host=False).stop()
+    second = _timing.Stopwatch(on_host=False).stop()  # the first is still running
+    assert events_cupy.made == 4
+    assert first.ms(wait=False) is None and second._start is not first._start
+    events_cupy.finish(first, second)
+    assert first.ms(wait=False) == 0.0
+
+
+def test_the_walk_stops_at_the_first_stopwatch_still_running(events_cupy):
+    watches = [_timing.Stopwatch(on_host=False).stop() for _ in range(3)]
+    events_cupy.finish(watches[1], watches[2])  # the oldest one still runs
+    _timing.Stopwatch(on_host=False)
+    assert all(w._ms is None for w in watches)
+    assert events_cupy.made == 8
+
+
+def test_a_stopwatch_dropped_unread_gives_its_events_back(events_cupy):
+    watch = _timing.Stopwatch(on_host=False).stop()
+    events = {id(watch._start), id(watch._stop)}
+    del watch  # its pattern's pair forgotten before the next product
+    again = _timing.Stopwatch(on_host=False).stop()
+    assert {id(again._start), id(again._stop)} == events and events_cupy.made == 2

@@ -26,6 +26,8 @@ import math
 import statistics
 import threading
 import time
+import weakref
+from collections import deque
 from dataclasses import dataclass
 
 from ..device import _cuda
@@ -293,32 +295,68 @@ def time_candidates(
 _spare_events = threading.local()
 # timing events a thread keeps for its stopwatches, per device
 SPARE_EVENTS = 16
+# stopwatches a thread made and nobody has read yet, per device, oldest first (weak
+# references): their events come back once they are read, here at the latest
+UNREAD_WATCHES = 64
 
 
-def _event(cuda, device: int):
-    """A timing event of ``device``: one a read stopwatch gave back, else a new one (made
-    once: a first sparse product's host work ran cold, where each event's making cost
-    10-15 us)."""
-    spare = getattr(_spare_events, "by_device", None)
-    found = spare.get(device) if spare else None
-    return found.pop() if found else cuda.Event()
+def _event(cuda, device: int, extra: int = 0):
+    """A timing event of ``device``: one a stopwatch gave back (read, or gone unread), else
+    one of a finished stopwatch nobody read yet (read now, without waiting), else a new one,
+    with ``extra`` more kept for the next stopwatches. A first product of every new pattern
+    makes a stopwatch its pattern's pair keeps unread; making its two events cost 49 us of a
+    0.88 ms first product of a P1 mesh (``spgemm_first_layers_short_first_h200``)."""
+    spare = _spare(device)
+    if not spare:
+        _read_finished(device)
+    if spare:
+        return spare.pop()
+    spare.extend(cuda.Event() for _ in range(min(extra, SPARE_EVENTS)))
+    return cuda.Event()
 
 
-def _give_back(device: int, *events) -> None:
-    spare = getattr(_spare_events, "by_device", None)
-    if spare is None:
-        spare = _spare_events.by_device = {}
-    kept = spare.setdefault(device, [])
+def _spare(device: int) -> list:
+    by_device = getattr(_spare_events, "by_device", None)
+    if by_device is None:
+        by_device = _spare_events.by_device = {}
+    return by_device.setdefault(device, [])
+
+
+def _give_back(device: int, *events, kept: list | None = None) -> None:
+    kept = _spare(device) if kept is None else kept
     for event in events:
         if len(kept) < SPARE_EVENTS:
             kept.append(event)
+
+
+def _unread(device: int) -> deque:
+    by_device = getattr(_spare_events, "unread", None)
+    if by_device is None:
+        by_device = _spare_events.unread = {}
+    found = by_device.get(device)
+    if found is None:
+        found = by_device[device] = deque(maxlen=UNREAD_WATCHES)
+    return found
+
+
+def _read_finished(device: int) -> None:
+    """Read this thread's unread stopwatches of ``device``, oldest first, while they have
+    finished (each read gives its two events back), until two events are spare: the first
+    one still running stops the walk (the later ones were queued after it)."""
+    unread, spare = _unread(device), _spare(device)
+    while unread and len(spare) < 2:
+        watch = unread[0]()
+        if watch is not None and watch._ms is None and watch.ms(wait=False) is None:
+            return
+        unread.popleft()
 
 
 class Stopwatch:
     """The time of the work queued between :meth:`stop` and the stopwatch's making: CUDA
     events on the current stream (read later, without waiting for the work now), or the
     host's clock (``on_host``). Once read, its events serve later stopwatches of the
-    thread that read it."""
+    thread that read it; one left unread serves them too, read without waiting once it has
+    finished (where the thread's spare events ran out), or dropped."""
 
     def __init__(self, on_host: bool):
         self.on_host = on_host
@@ -329,7 +367,9 @@ class Stopwatch:
         else:
             cuda = _cuda.cupy_or_none().cuda
             self._device = cuda.runtime.getDevice()
-            self._start = _event(cuda, self._device)
+            self._pool = _spare(self._device)  # where its events go back if dropped unread
+            # the stop's event made now too, where there is none: the device is idle yet
+            self._start = _event(cuda, self._device, extra=1)
             self._start.record()
 
     def stop(self) -> Stopwatch:
@@ -339,7 +379,19 @@ class Stopwatch:
             cuda = _cuda.cupy_or_none().cuda
             self._stop = _event(cuda, self._device)
             self._stop.record()
+            _unread(self._device).append(weakref.ref(self))
         return self
+
+    def __del__(self):
+        # a stopwatch dropped unread (its pattern's pair forgotten) gives its events back
+        # to the pool they came from (recording an event again is allowed while its
+        # earlier record is pending)
+        try:
+            if not self.on_host and self._start is not None:
+                events = filter(None, (self._start, self._stop))
+                _give_back(self._device, *events, kept=self._pool)
+        except Exception:  # noqa: BLE001 - at the interpreter's exit the pool may be gone
+            pass
 
     def ms(self, wait: bool = True) -> float | None:
         """Milliseconds from start to stop; None when ``wait`` is False and the work is
