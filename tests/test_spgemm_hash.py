@@ -195,6 +195,43 @@ def test_a_block_per_row_whose_rows_have_fewer_entries_than_its_lanes(index_dtyp
 
 
 @gpu
+@pytest.mark.parametrize("dense", [False, True], ids=["tables", "dense"])
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("dtype", VALUE_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_entries_selecting_hub_rows_share_a_block(dtype, index_dtype, dense, monkeypatch):
+    """Entries whose row of B alone holds a block of products (hub rows, as power-law and
+    R-MAT columns select): queued and their products shared over the whole block; past the
+    queue's 16 a row, a warp takes them as any other. A row of one such entry (tables in
+    shared memory), one of 40 of them among short ones (more than the queue; tables in
+    global memory, or dense rows), one of a few, and short rows."""
+    if not dense:
+        monkeypatch.setattr(hash_spgemm, "DENSE_MIN_SHARE", 0)
+    rng = np.random.default_rng(11)
+    n_cols = 300_000
+    b_lengths = np.where(np.arange(80) % 2 == 0, rng.integers(1100, 5000, 80), 3)
+    b_rows = np.repeat(np.arange(80), b_lengths)
+    b_columns = np.concatenate([rng.choice(n_cols, n, replace=False) for n in b_lengths])
+    B = sp.csr_matrix((rng.uniform(-1, 1, b_rows.size), (b_rows, b_columns)), shape=(80, n_cols))
+    picks = [
+        [0],  # one hub entry
+        list(range(0, 80, 2)) + [1, 3, 5, 7],  # 40 hub entries and short ones
+        [2, 9, 11, 40],  # a few
+        [13, 15],  # short
+        [],
+        [17],
+    ]
+    rows = np.repeat(np.arange(len(picks)), [len(p) for p in picks])
+    A = sp.csr_matrix(
+        (rng.uniform(-1, 1, rows.size), (rows, np.concatenate(picks).astype(int))),
+        shape=(len(picks), 80),
+    )
+    if np.dtype(dtype).kind == "c":
+        A = A + 1j * A
+        B = B - 0.5j * B
+    _check(_hash_product(A, B, dtype, index_dtype), A, B, dtype)
+
+
+@gpu
 @pytest.mark.parametrize("name", [*MATRIX_NAMES, "hub"])
 @pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=lambda d: np.dtype(d).name)
 def test_total_products_counts_every_product(name, index_dtype):

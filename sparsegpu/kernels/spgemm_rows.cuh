@@ -15,18 +15,36 @@ __device__ __forceinline__ unsigned group_mask() {
     }
 }
 
+// A whole-block group's entries whose B row alone holds at least a block of products (a
+// hub row of power-law or R-MAT columns) are queued, up to LONG_QUEUE a row, and their
+// products shared over the whole block once the warps are done: one warp alone walked the
+// 21,905 products of a row's single entry while the block's other 31 waited (1.2 ms of a
+// power-law matrix's numeric pass).
+constexpr int LONG_QUEUE = 16;
+
+template <typename Index, typename Value>
+struct LongEntries {
+    int* count;
+    Index* start;
+    Index* length;
+    Value* a;
+};
+
 // visit(position in B, a, place) for every product of the row's entries [a_start, a_end):
 // each LANES lanes (of each warp of a whole-block group) take LANES entries at a time and
 // share their products evenly (a scan of the B rows' lengths, a binary search over it by
-// shuffles). place: the product's place among the row's products, in the order of A's
-// entries and B's (a group within a warp only: a whole block's warps each count their own).
-// Returns the products (this warp's, in a whole-block group).
+// shuffles); a whole block then shares the products of its long entries (LongEntries).
+// place: the product's place among the row's products, in the order of A's entries and
+// B's (a group within a warp only: a whole block's warps each count their own, and the
+// long entries' products are placed after them). Returns the products (this warp's, in a
+// whole-block group, with none of the long entries').
 template <int LANES, bool WHOLE_BLOCK, typename Index, typename Value, typename Visit>
-__device__ __forceinline__ Index for_each_product(Index a_start, Index a_end,
-                                                 const Index* __restrict__ a_indices,
-                                                 const Value* __restrict__ a_data,
-                                                 const Index* __restrict__ b_indptr,
-                                                 unsigned mask, Visit visit) {
+__device__ __forceinline__ Index warp_products(Index a_start, Index a_end,
+                                              const Index* __restrict__ a_indices,
+                                              const Value* __restrict__ a_data,
+                                              const Index* __restrict__ b_indptr,
+                                              unsigned mask, Visit& visit,
+                                              LongEntries<Index, Value> queue) {
     const int lane = static_cast<int>(threadIdx.x) & (LANES - 1);
     const int warp = WHOLE_BLOCK ? static_cast<int>(threadIdx.x >> 5) : 0;
     const int warps = WHOLE_BLOCK ? static_cast<int>(blockDim.x >> 5) : 1;
@@ -51,6 +69,17 @@ __device__ __forceinline__ Index for_each_product(Index a_start, Index a_end,
             length = __ldg(b_indptr + column + 1) - start;
             if (a_data != nullptr) {
                 a = load_readonly(a_data + j);
+            }
+            if constexpr (WHOLE_BLOCK) {
+                if (length >= static_cast<Index>(blockDim.x)) {
+                    const int slot = atomicAdd(queue.count, 1);
+                    if (slot < LONG_QUEUE) {  // else this warp takes it, as any other
+                        queue.start[slot] = start;
+                        queue.length[slot] = length;
+                        queue.a[slot] = a;
+                        length = 0;
+                    }
+                }
             }
         }
         Index inclusive = length;
@@ -83,4 +112,42 @@ __device__ __forceinline__ Index for_each_product(Index a_start, Index a_end,
         done += total;
     }
     return done;
+}
+
+template <int LANES, bool WHOLE_BLOCK, typename Index, typename Value, typename Visit>
+__device__ __forceinline__ Index for_each_product(Index a_start, Index a_end,
+                                                 const Index* __restrict__ a_indices,
+                                                 const Value* __restrict__ a_data,
+                                                 const Index* __restrict__ b_indptr,
+                                                 unsigned mask, Visit visit) {
+    if constexpr (!WHOLE_BLOCK) {
+        return warp_products<LANES, false>(a_start, a_end, a_indices, a_data, b_indptr, mask,
+                                           visit, LongEntries<Index, Value>{});
+    } else {
+        __shared__ int count;
+        __shared__ Index start[LONG_QUEUE];
+        __shared__ Index length[LONG_QUEUE];
+        __shared__ __align__(16) unsigned char a_bytes[LONG_QUEUE * sizeof(Value)];
+        const LongEntries<Index, Value> queue{&count, start, length,
+                                              reinterpret_cast<Value*>(a_bytes)};
+        if (threadIdx.x == 0) {
+            count = 0;
+        }
+        __syncthreads();
+        const Index done = warp_products<LANES, true>(a_start, a_end, a_indices, a_data,
+                                                      b_indptr, mask, visit, queue);
+        __syncthreads();
+        const int queued = count < LONG_QUEUE ? count : LONG_QUEUE;
+        for (int q = 0; q < queued; ++q) {
+            const Index first = start[q];
+            const Index n = length[q];
+            const Value a = queue.a[q];
+            for (Index p = static_cast<Index>(threadIdx.x); p < n;
+                 p += static_cast<Index>(blockDim.x)) {
+                visit(first + p, a, done + p);
+            }
+        }
+        __syncthreads();  // the queue read before the next row's group resets it
+        return done;
+    }
 }
