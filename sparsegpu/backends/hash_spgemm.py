@@ -634,9 +634,9 @@ def takes_short_first(left, right) -> bool:
 class _ShortFirst:
     """What :func:`_short_first_symbolic` leaves for the numeric pass: the rows' products
     where they were left to the listing (``over``, 0 for the rows in the first slots), the
-    first slots, the listing of the rest, the listed rows run as short rows
-    (:class:`_ShortRows` of that listing, or None) and the listed rows' table classes
-    (``[(slots, first, count)]``, the numeric tables' slots)."""
+    first slots, the listing of the rest (None where no row was left), the listed rows run
+    as short rows (:class:`_ShortRows` of that listing, or None) and the listed rows' table
+    classes (``[(slots, first, count)]``, the numeric tables' slots)."""
 
     nnz: int
     sizes: object
@@ -650,9 +650,9 @@ class _ShortFirst:
     def arrays(self) -> tuple:
         """Every array the budget lent it."""
         arrays = (self.sizes, self.over, self.slot_indices, self.slot_data, self.rows)
-        if self.short is None:
-            return arrays
-        return (*arrays, self.short.slot_indices, self.short.slot_data)
+        if self.short is not None:
+            arrays += (self.short.slot_indices, self.short.slot_data)
+        return tuple(a for a in arrays if a is not None)
 
 
 def _short_first_symbolic(left, right, budget: Budget, indptr) -> _ShortFirst | None:
@@ -682,12 +682,12 @@ def _short_first_symbolic(left, right, budget: Budget, indptr) -> _ShortFirst | 
         grid = _grid_of(SHORT_BLOCK // lanes, m, device)
         name = _short_first_kernel(left.dtype, index, slots)
         _launch(name, grid, SHORT_BLOCK, arguments, source=SHORT_SOURCE)
-        rows = budget.empty(m, index, "the hash SpGEMM's row lists")
-        held.append(rows)
-        classes = []
+        rows, classes = None, []
         # longest_row is an upper bound of every row's length (a mirror's arrays are never
         # written), so where the bound is within the slots no row was left: no listing
         if left.longest_row * right.longest_row > slots:
+            rows = budget.empty(m, index, "the hash SpGEMM's row lists")
+            held.append(rows)
             classes = _classes(_list_rows(over, m, n_cols, False, rows))
         listed = [(_slots(c), first, count) for c, first, count in classes]
         short_classes = [
@@ -707,9 +707,7 @@ def _short_first_symbolic(left, right, budget: Budget, indptr) -> _ShortFirst | 
         # fill sizes a row's table by its entries, a half again over them, and its
         # entries are at most its products, which its class holds)
         tables = [(2 * s, first, count) for s, first, count in listed[len(short_classes) :]]
-        state = _ShortFirst(0, *held[:4], rows, short, tables)
-        state.nnz = int(indptr[-1])
-        return state
+        return _ShortFirst(int(indptr[-1]), *held[:4], rows, short, tables)
     except BaseException:
         budget.release(*held)
         if short is not None:
