@@ -28,7 +28,8 @@ points in random order with random aggregates of 4 points), so held out from tha
 synchronized result, operands already on the device (made by an earlier product): the first
 ``A @ A`` of a *new* pattern (fresh operands, sparse plans forgotten) against cupyx's on
 fresh operands made the same way, by a cupyx product (median of three, ``--samples``, in
-alternation, after a throw-away first product of the class compiled every kernel), the
+alternation, who goes first alternating by sample, after a throw-away first product of the
+class compiled every kernel), the
 first ten calls of one pattern (planning included) beside cupyx's, and the first
 ``sg.galerkin_product(A, P)`` against cupyx's ``P.T @ A @ P`` (aggregates of 8: 2 x 2 x 2
 on the 3-D stencils, random elsewhere). Its matrices (:func:`call_matrices`): the classes
@@ -269,13 +270,18 @@ def run_calls(group, name, S, dtype, cupy, cupyx_sparse, log, calls=10, samples=
         sg.spgemm(A, A, algorithm=algorithm)
     fresh_cupyx(Acx, cupyx_sparse) @ fresh_cupyx(Acx, cupyx_sparse)
     first, cupyx_first = [], []
-    for _ in range(samples):
-        A = fresh_sg(base, identity)
-        ms, C = wall_ms(lambda A=A: A @ A, cupy)
-        first.append(ms)
-        B = fresh_cupyx(Acx, cupyx_sparse)
-        ms, reference = wall_ms(lambda B=B: B @ B, cupy)
-        cupyx_first.append(ms)
+    for sample in range(samples):
+        # who goes first alternates sample by sample: neither always runs just after the
+        # other's product
+        for side in ("sg", "cupyx") if sample % 2 == 0 else ("cupyx", "sg"):
+            if side == "sg":
+                A = fresh_sg(base, identity)
+                ms, C = wall_ms(lambda A=A: A @ A, cupy)
+                first.append(ms)
+            else:
+                B = fresh_cupyx(Acx, cupyx_sparse)
+                ms, reference = wall_ms(lambda B=B: B @ B, cupy)
+                cupyx_first.append(ms)
     row["ran"] = sg.explain(A, A).last.algorithm
     row["result_nnz"] = int(reference.nnz)
     row["first_ms"], row["cupyx_first_ms"] = float(np.median(first)), float(np.median(cupyx_first))
@@ -301,15 +307,18 @@ def run_calls(group, name, S, dtype, cupy, cupyx_sparse, log, calls=10, samples=
     Pcx = cupyx_sparse.csr_matrix(P)  # one untimed product each: every kernel compiled
     sg.galerkin_product(fresh_sg(base, identity), sg.csr_matrix(P))
     Pcx.T @ fresh_cupyx(Acx, cupyx_sparse) @ Pcx
-    for _ in range(samples):
-        A = fresh_sg(base, identity)
-        Psg = sg.csr_matrix(P)
-        Psg._sg_mirror(CUPY, np.dtype(dtype))  # resident, as cupyx's P is
-        ms, G = wall_ms(lambda A=A, P=Psg: sg.galerkin_product(A, P), cupy)
-        galerkin.append(ms)
-        B, Pcx = fresh_cupyx(Acx, cupyx_sparse), cupyx_sparse.csr_matrix(P)
-        ms, reference = wall_ms(lambda B=B, P=Pcx: P.T @ B @ P, cupy)
-        cupyx_galerkin.append(ms)
+    for sample in range(samples):
+        for side in ("sg", "cupyx") if sample % 2 == 0 else ("cupyx", "sg"):
+            if side == "sg":
+                A = fresh_sg(base, identity)
+                Psg = sg.csr_matrix(P)
+                Psg._sg_mirror(CUPY, np.dtype(dtype))  # resident, as cupyx's P is
+                ms, G = wall_ms(lambda A=A, P=Psg: sg.galerkin_product(A, P), cupy)
+                galerkin.append(ms)
+            else:
+                B, Pcx = fresh_cupyx(Acx, cupyx_sparse), cupyx_sparse.csr_matrix(P)
+                ms, reference = wall_ms(lambda B=B, P=Pcx: P.T @ B @ P, cupy)
+                cupyx_galerkin.append(ms)
     row["galerkin_first_ms"] = float(np.median(galerkin))
     row["cupyx_galerkin_first_ms"] = float(np.median(cupyx_galerkin))
     problem = spgemm_bench.agree(G, reference.tocsr(), dtype, cupy)
@@ -334,7 +343,9 @@ def markdown_calls(result: dict) -> str:
         "from the call to a synchronized result, operands resident on the device (made by "
         "an earlier product), in a warm process (every kernel compiled before); first "
         f"products: median of {result.get('samples', 3)} new patterns, in alternation with "
-        "cupyx's on fresh operands made by a cupyx product; answers checked against "
+        "cupyx's on fresh operands made by a cupyx product"
+        + (" (who goes first alternating sample by sample)" if result.get("sides_turn") else "")
+        + "; answers checked against "
         "cupyx. `fit`: the instances the rule and planning were looked at on; `heldout`: "
         "the others.",
         "",
@@ -408,6 +419,7 @@ def main_calls(args, cupy, cupyx_sparse) -> int:
         "cupy": cupy.__version__,
         "mode": "calls",
         "samples": args.samples,
+        "sides_turn": True,  # who goes first alternates by sample (since the 32nd session)
         "command": " ".join(sys.argv),
         "rows": [],
     }

@@ -340,7 +340,8 @@ def cold_pieces(A, cupy, repeat: int) -> dict:
 def layer_calls(args, cupy) -> int:
     """``--layers``: the first ``A @ A`` of a new pattern through each layer of sparsegpu's
     path, on fresh operands (the calls mode's), wall clock from an idle device to the
-    synchronized result, medians, in alternation: ``A @ A``; ``sg.spgemm`` at planning
+    synchronized result, medians, in alternation (the order turning by one column each
+    sample): ``A @ A``; ``sg.spgemm`` at planning
     ``estimate`` (no planning's bookkeeping); the engine's ``multiply`` on the mirrors
     (``alg1``: no dispatch, no rule); cuSPARSE ALG1 called directly with every descriptor
     made for the call (``DirectSpGEMM`` made inside the stopwatch); cupyx."""
@@ -401,16 +402,20 @@ def layer_calls(args, cupy) -> int:
             "direct": direct_call,
         }
         times: dict = {k: [] for k in [*variants, "cupyx"]}
+        order = list(times)
         for sample in range(args.repeat + 2):
-            for key, make in variants.items():
-                fn = make(spgemm_first.fresh_sg(base, identity))
+            # the order turns by one each sample, so that no column always runs first: in a
+            # fixed order `A @ A`, first after cupyx, read 35-100 us over `spare events`
+            turn = sample % len(order)
+            for key in order[turn:] + order[:turn]:
+                if key == "cupyx":
+                    B = spgemm_first.fresh_cupyx(Acx, cupyx_sparse)
+                    fn = lambda B=B: B @ B  # noqa: E731
+                else:
+                    fn = variants[key](spgemm_first.fresh_sg(base, identity))
                 ms = spgemm_first.wall_ms(fn, cupy)[0]
                 if sample >= 2:
                     times[key].append(ms)
-            B = spgemm_first.fresh_cupyx(Acx, cupyx_sparse)
-            ms = spgemm_first.wall_ms(lambda B=B: B @ B, cupy)[0]
-            if sample >= 2:
-                times["cupyx"].append(ms)
         medians = {k: float(np.median(v)) for k, v in times.items()}
         print(f"{name}: " + ", ".join(f"{k} {v:.3f}" for k, v in medians.items()) + " ms")
         cold = cold_pieces(spgemm_first.fresh_sg(base, identity), cupy, args.repeat)
