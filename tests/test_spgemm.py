@@ -643,29 +643,6 @@ def test_planning_waits_until_the_products_have_paid_for_it(engine, monkeypatch)
     assert len(clock.runs) == done, "a planned pair times nothing more"
 
 
-def test_a_first_product_is_not_timed(engine, monkeypatch):
-    """Most patterns are multiplied once: a pattern's first product makes no stopwatch
-    (timing it cost tens of microseconds of a first product); its cost counts as the
-    median of the pair's timed products."""
-    ScriptedClock(monkeypatch, product=10.0)
-    scripted, made = _sparse_planning._timing.Stopwatch, []
-
-    def counted(on_host):
-        made.append(on_host)
-        return scripted(on_host)
-
-    monkeypatch.setattr(_sparse_planning._timing, "Stopwatch", counted)
-    S = random_sparse((150, 150), 0.05, 21, np.float64)
-    A = _on(engine, S)
-    check_product(A @ A, S @ S, np.float64, 150)
-    assert made == [] and sg.explain(A, A).products_ms == 0.0
-    A @ A
-    A @ A
-    assert len(made) == 2
-    plan = sg.explain(A, A)  # the three products: two timed, the first as their median
-    assert plan.product_ms == 10.0 and plan.products_ms == 30.0, plan
-
-
 def test_repeating_plans_on_the_second_product(engine, monkeypatch):
     """A caller that says its patterns come again (multigrid's update) plans the pair on
     its second product, among measure's candidates; outside the block, measure waits."""

@@ -17,12 +17,11 @@ the held-out one (to see the path, not to fit anything), float64, this prints:
 ``--first``: the host timeline of first products of new patterns (the calls mode's fit
 matrices that run ALG1, and the P1 instance above), each function's entry and exit marked,
 beside cupyx's own (its ``spgemm`` and descriptor making marked). ``--layers``: the same
-first products through each layer of the path, wall clock, unmarked (``A @ A``; ``timed
-first``, with planning's stopwatch on the first product as before the 32nd session (the
-earlier columns ``spare events`` and ``host watch`` handed it two events beforehand or ran
-it on the host clock); ``sg.spgemm`` at planning ``estimate``; the engine's ``multiply``;
-cuSPARSE called directly, every descriptor made in the call; cupyx), and single host pieces'
-microseconds from an idle device.
+first products through each layer of the path, wall clock, unmarked (``A @ A``; with
+spare timing events given beforehand; with planning's stopwatch on the host clock;
+``sg.spgemm`` at planning ``estimate``; the engine's ``multiply``; cuSPARSE called
+directly, every descriptor made in the call; cupyx), and single host pieces' microseconds
+from an idle device.
 
 Usage (on a GPU machine)::
 
@@ -342,11 +341,10 @@ def layer_calls(args, cupy) -> int:
     """``--layers``: the first ``A @ A`` of a new pattern through each layer of sparsegpu's
     path, on fresh operands (the calls mode's), wall clock from an idle device to the
     synchronized result, medians, in alternation (the order turning by one column each
-    sample): ``A @ A``; ``timed first`` (planning's stopwatch on it, as before the 32nd
-    session); ``sg.spgemm`` at planning ``estimate`` (no planning's bookkeeping); the
-    engine's ``multiply`` on the mirrors (``alg1``: no dispatch, no rule); cuSPARSE ALG1
-    called directly with every descriptor made for the call (``DirectSpGEMM`` made inside
-    the stopwatch); cupyx."""
+    sample): ``A @ A``; ``sg.spgemm`` at planning
+    ``estimate`` (no planning's bookkeeping); the engine's ``multiply`` on the mirrors
+    (``alg1``: no dispatch, no rule); cuSPARSE ALG1 called directly with every descriptor
+    made for the call (``DirectSpGEMM`` made inside the stopwatch); cupyx."""
     import cupyx.scipy.sparse as cupyx_sparse
 
     import sparsegpu as sg
@@ -374,31 +372,31 @@ def layer_calls(args, cupy) -> int:
             cupy.cuda.Device().synchronize()
             return lambda: DirectSpGEMM(left, right)()
 
-        def timed_first(A):
-            # the library before the 32nd session: a first product timed by planning's
-            # stopwatch (its pair made as if seen once; its planning step then returns at
-            # once: no product of the pair has been read)
+        def spare_events(A):
+            from sparsegpu.measure import _timing
+
+            device = cupy.cuda.runtime.getDevice()
+            _timing._give_back(device, *(cupy.cuda.Event() for _ in range(2)))
+            return lambda: A @ A
+
+        def host_watch(A):
             from sparsegpu.engine import _sparse_planning
 
-            real = _sparse_planning._Pair
-
-            class SeenOnce(real):
-                def __init__(self):
-                    super().__init__()
-                    self.seen = 1
+            real = _sparse_planning._timing.Stopwatch
 
             def call():
-                _sparse_planning._Pair = SeenOnce
+                _sparse_planning._timing.Stopwatch = lambda on_host: real(True)
                 try:
                     return A @ A
                 finally:
-                    _sparse_planning._Pair = real
+                    _sparse_planning._timing.Stopwatch = real
 
             return call
 
         variants = {
             "A @ A": lambda A: lambda: A @ A,
-            "timed first": timed_first,
+            "spare events": spare_events,
+            "host watch": host_watch,
             "estimate": lambda A: lambda: sg.spgemm(A, A, planning="estimate"),
             "engine alg1": engine_call,
             "direct": direct_call,
@@ -409,7 +407,7 @@ def layer_calls(args, cupy) -> int:
         order = list(times)
         for sample in range(args.repeat + 2):
             # the order turns by one each sample, so that no column always runs first: in a
-            # fixed order `A @ A`, first after cupyx, read 35-100 us over its copy second
+            # fixed order `A @ A`, first after cupyx, read 35-100 us over `spare events`
             turn = sample % len(order)
             for key in order[turn:] + order[:turn]:
                 if key == "cupyx":

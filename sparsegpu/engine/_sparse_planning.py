@@ -6,13 +6,11 @@ rows or cuSPARSE ALG1, by the products a row may have), falling back to the memo
 algorithms and to row blocks where its work space does not fit
 (:func:`sparsegpu.backends.spgemm.multiply`).
 
-``measure`` plans only with time the pair's products have already cost (ski rental, as a
-user renting the rule's algorithm until the rent paid would buy planning): every product of
-the pair but its first is timed as it runs (a :class:`~sparsegpu.measure._timing.Stopwatch`,
-read later, never waited for; the first, counted as the median of the others, is not: timing
-it cost a first product of a P1 mesh 35-64 us of its 0.8 ms,
-``spgemm_first_layers_untimed_h200``), and a later product of the pair times a candidate
-beside the user's own product (the rule's, which is the reference its answer is checked
+``measure`` plans only with time the pair's products have already cost (ski rental, as
+a user renting the rule's algorithm until the rent paid would buy planning): every
+product of the pair is timed as it runs (a :class:`~sparsegpu.measure._timing.Stopwatch`,
+read later, never waited for), and a later product of the pair times a candidate beside
+the user's own product (the rule's, which is the reference its answer is checked
 against) only while what planning has cost, with that candidate, stays within what the
 products of the pair have cost so far (:data:`PAYBACK` times). A candidate is counted at
 :data:`CANDIDATE_COST` products until it has run; it runs once (checked and timed) and,
@@ -125,9 +123,8 @@ class SpgemmPlan:
     planning_ms : float
         What planning has cost so far (its candidates' runs), in milliseconds.
     products_ms : float
-        What the products of this pair have cost so far (timed as they ran, the first
-        counted as the median of the others; those still running when last read are left
-        out).
+        What the products of this pair have cost so far (timed as they ran; those still
+        running when last read are left out).
     product_ms : float or None
         One product with the rule's algorithm (the median of those timed).
     """
@@ -187,16 +184,13 @@ class _Pair:
         self.lock = threading.Lock()  # held (never waited for) while measuring
         self.watches: list = []  # the rule's products not read yet (Stopwatch)
         self.product_times: list[float] = []  # the rule's products, read
-        self.untimed = 0  # the rule's products not timed (the first)
         self.planning_ms = 0.0
         self.pending: list[str] | None = None  # candidates not timed yet (None: not begun)
         self.measured: dict[str, SpgemmMeasurement] = {}
 
     @property
     def products_ms(self) -> float:
-        if not self.product_times:
-            return 0.0
-        return float(sum(self.product_times)) + self.untimed * self.product_ms
+        return float(sum(self.product_times))
 
     @property
     def product_ms(self) -> float | None:
@@ -317,14 +311,10 @@ def _multiply_sparse(left, right, engine, level, algorithm, memory_limit):
         pair.last = outcome
         return _finished(product, left, right)
     pair.read_times(wait=False)  # the products before this one that have finished
-    # a pattern's first product is not timed (most patterns are multiplied once)
-    watch = _timing.Stopwatch(on_host=left.xp is np) if pair.seen > 1 else None
+    watch = _timing.Stopwatch(on_host=left.xp is np)
     algorithm, products = engine.rule_and_products(left, right)
     product, outcome = spgemm.multiply(engine, left, right, algorithm, budget, products)
-    if watch is None:
-        pair.untimed += 1
-    else:
-        pair.watches.append(watch.stop())
+    pair.watches.append(watch.stop())
     pair.last = outcome
     if pair.seen >= 2 and pair.lock.acquire(blocking=False):  # never waits for another's
         try:
