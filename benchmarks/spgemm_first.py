@@ -29,8 +29,8 @@ synchronized result, operands already on the device (made by an earlier product)
 ``A @ A`` of a *new* pattern (fresh operands, sparse plans forgotten) against cupyx's on
 fresh operands made the same way, by a cupyx product (median of three, ``--samples``, in
 alternation, who goes first alternating by sample, after a throw-away first product of the
-class compiled every kernel), the
-first ten calls of one pattern (planning included) beside cupyx's, and the first
+class compiled every kernel), the first ten calls of one pattern (planning included) beside
+cupyx's, and the first
 ``sg.galerkin_product(A, P)`` against cupyx's ``P.T @ A @ P`` (aggregates of 8: 2 x 2 x 2
 on the 3-D stencils, random elsewhere). Its matrices (:func:`call_matrices`): the classes
 of issue 47, ``fit`` the instances the rule and planning were looked at on
