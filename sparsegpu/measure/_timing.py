@@ -304,8 +304,11 @@ def _event(cuda, device: int, extra: int = 0):
     """A timing event of ``device``: one a stopwatch gave back (read, or gone unread), else
     one of a finished stopwatch nobody read yet (read now, without waiting), else a new one,
     with ``extra`` more kept for the next stopwatches. A first product of every new pattern
-    makes a stopwatch its pattern's pair keeps unread; making its two events cost 49 us of a
-    0.88 ms first product of a P1 mesh (``spgemm_first_layers_short_first_h200``)."""
+    makes a stopwatch its pattern's pair keeps unread, so without these its two events
+    would be new ones each time. (``spgemm_first_layers_short_first_h200`` put 49 us of a
+    0.88 ms first product on making them, in a fixed order later found to cost its first
+    column 35-105 us, ``spgemm_first_layers_recycled_h200``: what reusing them saves on its
+    own is not measured.)"""
     spare = _spare(device)
     if not spare:
         _read_finished(device)
