@@ -297,9 +297,41 @@ def test_the_walk_stops_at_the_first_stopwatch_still_running(events_cupy):
     assert events_cupy.made == 8
 
 
-def test_a_stopwatch_dropped_unread_gives_its_events_back(events_cupy):
+def test_events_of_a_stopwatch_collected_as_cyclic_garbage_never_come_back(events_cupy):
+    """CuPy's Event frees its handle in __del__; a stopwatch in a reference cycle (a
+    forgotten pair's) is collected with every finalizer in its garbage run, so a stopwatch
+    that gave its events back from a finalizer handed out freed ones (a segfault at the
+    next record on the H200). Dropped stopwatches free their events; only read ones serve
+    again."""
+    import gc
+    import itertools
+
+    serials, freed = itertools.count(), set()
+
+    class Event(events_cupy.cuda.Event):
+        def __init__(self):
+            super().__init__()
+            self.serial = next(serials)
+
+        def __del__(self):
+            freed.add(self.serial)
+
+        def record(self, stream=None):
+            assert self.serial not in freed, "an event whose handle was freed was recorded"
+            super().record(stream)
+
+    events_cupy.cuda.Event = Event
     watch = _timing.Stopwatch(on_host=False).stop()
-    events = {id(watch._start), id(watch._stop)}
-    del watch  # its pattern's pair forgotten before the next product
+    events = {watch._start.serial, watch._stop.serial}
+    holder = {"watch": watch}
+    holder["self"] = holder  # a cycle: only the collector frees it
+    del watch, holder
+    gc.collect()
+    assert events <= freed
     again = _timing.Stopwatch(on_host=False).stop()
-    assert {id(again._start), id(again._stop)} == events and events_cupy.made == 2
+    kept = {again._start.serial, again._stop.serial}
+    assert not kept & freed
+    events_cupy.finish(again)
+    assert again.ms() == 0.0
+    read = _timing.Stopwatch(on_host=False).stop()  # a read one's events do serve again
+    assert {read._start.serial, read._stop.serial} == kept

@@ -301,7 +301,7 @@ UNREAD_WATCHES = 64
 
 
 def _event(cuda, device: int, extra: int = 0):
-    """A timing event of ``device``: one a stopwatch gave back (read, or gone unread), else
+    """A timing event of ``device``: one a read stopwatch gave back, else
     one of a finished stopwatch nobody read yet (read now, without waiting), else a new one,
     with ``extra`` more kept for the next stopwatches. A first product of every new pattern
     makes a stopwatch its pattern's pair keeps unread, so without these its two events
@@ -325,8 +325,8 @@ def _spare(device: int) -> list:
     return by_device.setdefault(device, [])
 
 
-def _give_back(device: int, *events, kept: list | None = None) -> None:
-    kept = _spare(device) if kept is None else kept
+def _give_back(device: int, *events) -> None:
+    kept = _spare(device)
     for event in events:
         if len(kept) < SPARE_EVENTS:
             kept.append(event)
@@ -359,7 +359,7 @@ class Stopwatch:
     events on the current stream (read later, without waiting for the work now), or the
     host's clock (``on_host``). Once read, its events serve later stopwatches of the
     thread that read it; one left unread serves them too, read without waiting once it has
-    finished (where the thread's spare events ran out), or dropped."""
+    finished (where the thread's spare events ran out). One dropped unread frees them."""
 
     def __init__(self, on_host: bool):
         self.on_host = on_host
@@ -370,7 +370,6 @@ class Stopwatch:
         else:
             cuda = _cuda.cupy_or_none().cuda
             self._device = cuda.runtime.getDevice()
-            self._pool = _spare(self._device)  # where its events go back if dropped unread
             # the stop's event made now too, where there is none: the device is idle yet
             self._start = _event(cuda, self._device, extra=1)
             self._start.record()
@@ -385,16 +384,11 @@ class Stopwatch:
             _unread(self._device).append(weakref.ref(self))
         return self
 
-    def __del__(self):
-        # a stopwatch dropped unread (its pattern's pair forgotten) gives its events back
-        # to the pool they came from (recording an event again is allowed while its
-        # earlier record is pending)
-        try:
-            if not self.on_host and self._start is not None:
-                events = filter(None, (self._start, self._stop))
-                _give_back(self._device, *events, kept=self._pool)
-        except Exception:  # noqa: BLE001 - at the interpreter's exit the pool may be gone
-            pass
+    # No __del__ gives a dropped stopwatch's events back: CuPy's Event destroys its handle
+    # in its own __del__, and where a stopwatch was cyclic garbage (its pattern's pair in a
+    # reference cycle) the collector ran both finalizers, so the pool got events whose
+    # handles were gone; the next record segfaulted (or raised cudaErrorContextIsDestroyed).
+    # A dropped stopwatch's events are freed with it.
 
     def ms(self, wait: bool = True) -> float | None:
         """Milliseconds from start to stop; None when ``wait`` is False and the work is
