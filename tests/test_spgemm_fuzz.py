@@ -164,6 +164,76 @@ def test_products_the_caller_counted_are_not_counted_again(engine, monkeypatch):
     assert_product_close(got.toarray(), (S @ S).toarray(), np.float64, max_row_length=10)
 
 
+class Pending(spgemm.Counted):
+    """A count still running (until read) that will find ``exact``."""
+
+    def __init__(self, exact: int):
+        super().__init__()
+        self.exact = exact
+
+    def _read(self) -> int:
+        return self.exact
+
+
+def _skewed_square():
+    dense = np.zeros((30, 30))
+    dense[:10, :10] = 1.0
+    dense[np.arange(10, 30), np.arange(20) % 10] = 2.0
+    return sp.csr_matrix(dense)  # S @ S: 1,200 products, 300 nonzeros
+
+
+@pytest.mark.parametrize("exact", [1200, 400])
+def test_a_count_still_running_is_assumed_within_int32_until_the_launch(engine, monkeypatch, exact):
+    """A count launched ahead (products_ahead) is not waited for: int32 is assumed and
+    checked before the product's first launch; where it fails nothing was launched, the
+    work space is given back, and the product decided again on the count (the planning
+    driver, _rule_product) widens its indices as the count says."""
+    from sparsegpu.engine import _sparse_planning
+
+    S = _skewed_square()
+    engine_obj, left, right = _mirrors(engine, S, S)
+    monkeypatch.setattr(spgemm, "INT32_MAX", 500)
+    budget = Budget(left.xp)
+    pending = Pending(exact)
+    if exact > 500:
+        with pytest.raises(spgemm.Reconsider, match="1,200 products: not within 32-bit"):
+            spgemm.multiply(engine_obj, left, right, "alg1", budget, products=pending)
+        assert budget.in_use == 0
+    pending = Pending(exact)
+    C, outcome = _sparse_planning._rule_product(engine_obj, left, right, Budget(left.xp), pending)
+    wide = exact > 500 and not engine_obj.narrows_by_result  # the host narrows by the result
+    assert C.index_dtype == (np.int64 if wide else np.int32) and outcome.blocks == 1
+    got = sp.csr_matrix((_host(C.data), _host(C.indices), _host(C.indptr)), shape=C.shape)
+    assert_product_close(got.toarray(), (S @ S).toarray(), np.float64, max_row_length=10)
+
+
+def test_products_counted_ahead_on_the_gpu_decide_as_the_rules_own_count(monkeypatch):
+    """On the GPU the count launched ahead is the device's sum (the rule's own count's
+    answer), and a first product through planning that overflows the (lowered) int32
+    bound on it is computed with 64-bit indices, equal to scipy's."""
+    if _cuda.cupy_or_none() is None:
+        pytest.skip(no_gpu_reason())
+    S = _skewed_square()
+    engine_obj, left, right = _mirrors("gpu", S, S)
+    monkeypatch.setattr(spgemm, "INT32_MAX", 500)
+    counted = engine_obj.products_ahead(left, right)
+    assert counted is not None and counted.value() == engine_obj.total_products(left, right)
+    assert counted.value() == 1200
+    from sparsegpu.backends import hash_spgemm
+
+    # never finished before it is read: the product runs on the assumption, then again
+    monkeypatch.setattr(hash_spgemm._DeviceCount, "done", lambda self: self._exact is not None)
+    A = _on("gpu", S)
+    C = A @ A
+    assert C.indices.dtype == np.int64 and sg.explain(A, A).last.algorithm == "alg1"
+    assert_product_close(C.toarray(), (S @ S).toarray(), np.float64, max_row_length=10)
+    monkeypatch.setattr(spgemm, "INT32_MAX", 1500)  # the assumption holds
+    A = _on("gpu", S)
+    C = A @ A
+    assert C.indices.dtype == np.int32
+    assert_product_close(C.toarray(), (S @ S).toarray(), np.float64, max_row_length=10)
+
+
 def test_the_default_rule_counts_nothing(engine):
     S = sp.random(40, 40, density=0.1, random_state=3, format="csr")
     engine_obj, left, right = _mirrors(engine, S, S)

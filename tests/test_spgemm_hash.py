@@ -448,6 +448,87 @@ def test_skewed_rows_are_counted_exactly_where_they_could_take_hash_rows(
     assert compression.calls == 0  # no sample: rows beyond shared memory's tables
 
 
+class Pending(spgemm.Counted):
+    """A count still running (until read) that will find ``exact``."""
+
+    def __init__(self, exact: int):
+        super().__init__()
+        self.exact, self.reads = exact, 0
+
+    def _read(self) -> int:
+        self.reads += 1
+        return self.exact
+
+
+@pytest.mark.parametrize("exact, decided", [(1_088_536_389, HASH), (22_967_327, "alg1")])
+def test_a_count_still_running_is_assumed_few_a_row_until_the_launch(
+    compression, counted, exact, decided
+):
+    """The rule does not wait for a count launched ahead (products_ahead): skewed rows take
+    ALG1 on the assumption of few products a row, checked before the first launch; a
+    count already read decides at once, as the rule's own count does."""
+    operand = _operand(131_072, 1_942_939, 1_942_939 / 131_072, 10_043)  # R-MAT 17's rows
+    pending = Pending(exact)
+    algorithm, products = ENGINE.rule_and_products(operand, operand, pending)
+    assert (algorithm, products, pending.reads, counted.calls) == ("alg1", pending, 0, 0)
+    if decided == HASH:
+        with pytest.raises(spgemm.Reconsider, match=r"1,088,536,389 products: not few products"):
+            pending.check()
+    else:
+        pending.check()
+    assert pending.reads == 1
+    pending.check()  # checked once
+    assert ENGINE.rule_and_products(operand, operand, pending.value()) == (decided, exact)
+    read = Pending(exact)
+    read.value()
+    assert ENGINE.rule_and_products(operand, operand, read) == (decided, exact)
+    assert counted.calls == 0
+
+
+def test_what_the_rule_will_count_is_known_before_it_runs(compression, counted):
+    """products_ahead launches the count only where the rule counts skewed rows or the
+    index dtype waits for the products (never where a sample decides first)."""
+    rmat = _operand(131_072, 1_942_939, 1_942_939 / 131_072, 10_043)
+    assert ENGINE._counts_skewed(rmat, rmat)
+    assert spgemm.products_decide_indices(rmat, rmat)  # 1.9M entries x 10,043 > 2^31
+    stencil = _operand(100**3, 27 * 100**3, 27.0, 27)  # a sample decides first
+    assert not ENGINE._counts_skewed(stencil, stencil)
+    assert not spgemm.products_decide_indices(stencil, stencil)  # 27M x 27 < 2^31
+    powerlaw = _operand(2_000_000, 6_393_209, 3.2, 10_218)  # no bitmap of 2M columns
+    assert not ENGINE._counts_skewed(powerlaw, powerlaw)
+    assert spgemm.products_decide_indices(powerlaw, powerlaw)  # 6.4M x 10,218 > 2^31
+    for operand in (rmat, stencil, powerlaw):  # host operands: never launched
+        operand.xp = np
+        assert ENGINE.products_ahead(operand, operand) is None
+
+
+@gpu
+@pytest.mark.parametrize("per_row, decided", [(10, HASH), (10**6, "alg1")])
+def test_skewed_rows_assumed_few_a_row_take_hash_rows_where_the_count_says(
+    monkeypatch, per_row, decided
+):
+    """A first product of skewed rows (R-MAT, thresholds lowered) runs ALG1's host work on
+    the assumption of few products a row while the count launched ahead runs; where the
+    count says many, nothing was launched for ALG1 and hash rows compute it."""
+    S = sp.csr_matrix(synthetic.rmat(10, 16, seed=4).astype(np.float64))
+    S.sum_duplicates()
+    for name, value in (
+        ("HASH_MIN_ROW_PRODUCTS", 10**9),  # no sample: the skewed rows' count decides
+        ("HASH_MIN_SKEWED_ESTIMATE", 1),
+        ("HASH_MIN_PRODUCTS", 1),
+        ("HASH_MAX_ROW_PRODUCTS", 16),
+        ("HASH_MIN_SKEWED_ROW_PRODUCTS", per_row),
+    ):
+        monkeypatch.setattr(hash_spgemm, name, value)
+    # the count never finished before it is read: the rule assumes, the launch checks
+    monkeypatch.setattr(hash_spgemm._DeviceCount, "done", lambda self: self._exact is not None)
+    A = sg.csr_matrix(S)
+    C = A @ A
+    assert sg.explain(A, A).last.algorithm == decided
+    expected = (S @ S).toarray()
+    assert_product_close(C.toarray(), expected, np.float64, max_row_length=S.shape[1])
+
+
 def test_a_transpose_of_one_entry_a_row_is_never_counted(compression, counted):
     """P.T @ (A @ P) of aggregates of 8 on power-law rows: P.T's rows have 8 entries and A
     @ P's up to 21,905, but P has one entry a row, so each column of P.T one: the products

@@ -237,6 +237,7 @@ class CusparseSpgemm(SpgemmEngine):
     """cuSPARSE SpGEMM on the GPU mirrors (see the module docstring)."""
 
     name = "cusparse"
+    checks_before_launch = True  # _compute checks, once the descriptors are made
 
     def unavailable_reason(self):
         return unavailable_reason()
@@ -269,7 +270,9 @@ class CusparseSpgemm(SpgemmEngine):
 
     def _multiply_into(self, left, right, algorithm, sink: ResultSink):
         try:
-            call, buffers = self._compute(left, right, algorithm, sink.budget, sink.indptr())
+            call, buffers = self._compute(
+                left, right, algorithm, sink.budget, sink.indptr(), sink.before_launch
+            )
             try:
                 indptr, indices, data = sink.allocate(_nnz(call.lib, call.c))
                 call.lib.csrSetPointers(
@@ -293,10 +296,14 @@ class CusparseSpgemm(SpgemmEngine):
         finally:
             budget.release(indptr)
 
-    def _compute(self, left, right, algorithm, budget: Budget, c_indptr):
+    def _compute(self, left, right, algorithm, budget: Budget, c_indptr, before_launch=None):
         """``(call, work buffers)`` after ``cusparseSpGEMM_compute``: C's nonzeros are
-        known, its entries wait in the buffers for ``cusparseSpGEMM_copy``."""
+        known, its entries wait in the buffers for ``cusparseSpGEMM_copy``.
+        ``before_launch``: called after the descriptors are made (host work only), before
+        the first SpGEMM call."""
         call = _Call(left, right, algorithm, c_indptr)
+        if before_launch is not None:
+            before_launch()
         lib, args = call.lib, call.args()
         buffers = []
 

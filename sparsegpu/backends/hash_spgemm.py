@@ -50,6 +50,7 @@ planning times both (and the others) on the second product of a pair of patterns
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -60,7 +61,14 @@ from ..device._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES, KernelLaunch, nam
 from . import select_spgemm
 from .cusparse_spgemm import CusparseSpgemm
 from .select_spgemm import SELECT
-from .spgemm import Budget, DoesNotFit, ResultSink
+from .spgemm import (
+    Budget,
+    Counted,
+    DoesNotFit,
+    ResultSink,
+    exact_products,
+    products_decide_indices,
+)
 
 HASH = "hash"
 SOURCE = "spgemm_hash.cu"
@@ -931,6 +939,84 @@ def _selects(left, right) -> bool:
     return longest is not None and longest <= SELECT_RULE_MAX
 
 
+class _DeviceCount(Counted):
+    """The products of ``left @ right`` summed on the device (``spgemm_products_total``: a
+    thread per entry of L summing the lengths of the R rows it selects into one 64-bit
+    counter) and copied into pinned host memory behind an event: launched, not waited
+    for (:class:`~sparsegpu.backends.spgemm.Counted`). Its counter, host word and event
+    are a :class:`_CountSlot` of this thread's, given back once read."""
+
+    def __init__(self, left, right):
+        super().__init__()
+        cupy = _cuda.cupy_or_none()
+        stream = cupy.cuda.get_current_stream()
+        slot = self._slot = _CountSlot.take(cupy)
+        runtime = cupy.cuda.runtime
+        runtime.memsetAsync(slot.counter.data.ptr, 0, 8, stream.ptr)
+        blocks = TOTAL_BLOCKS_PER_SM * _cuda.device_info().multiprocessors
+        grid = min(-(-left.nnz // BLOCK), blocks)
+        name = _index_kernel("spgemm_products_total", left.index_dtype)
+        _launch(name, grid, BLOCK, (left.indices, left.nnz, right.indptr, slot.counter))
+        runtime.memcpyAsync(slot.host_address, slot.counter.data.ptr, 8, DEVICE_TO_HOST, stream.ptr)
+        slot.event.record(stream)
+
+    def done(self) -> bool:
+        return self._exact is not None or self._slot.event.done
+
+    def _read(self) -> int:
+        slot, self._slot = self._slot, None
+        slot.event.synchronize()
+        count = int(slot.host[0])
+        slot.give_back()
+        return count
+
+    def __del__(self):  # never read: its slot is given back once the copy has written it
+        slot = getattr(self, "_slot", None)
+        if slot is not None:
+            self._slot = None
+            try:
+                slot.event.synchronize()
+            except Exception:  # noqa: BLE001 - the context went first (interpreter exit)
+                return
+            slot.give_back()
+
+
+DEVICE_TO_HOST = 2  # cudaMemcpyDeviceToHost
+
+
+class _CountSlot:
+    """A device counter, the pinned host word a count is copied into, and the event after
+    the copy, kept per thread and device for the next count (making them took 90 us of a
+    1.4 ms first product on the H200: a pinned allocation, an event, a zeroed array)."""
+
+    __slots__ = ("device", "counter", "host", "host_address", "event")
+
+    def __init__(self, cupy, device: int):
+        import cupyx
+
+        self.device = device
+        self.counter = cupy.empty(1, dtype=np.uint64)
+        self.host = cupyx.empty_pinned(1, dtype=np.uint64)
+        self.host_address = self.host.ctypes.data
+        self.event = cupy.cuda.Event(disable_timing=True)
+
+    @classmethod
+    def take(cls, cupy) -> _CountSlot:
+        device = cupy.cuda.runtime.getDevice()
+        free = _count_slots.__dict__.setdefault("free", {}).setdefault(device, [])
+        return free.pop() if free else cls(cupy, device)
+
+    def give_back(self) -> None:
+        free = _count_slots.__dict__.setdefault("free", {}).setdefault(self.device, [])
+        if len(free) < COUNT_SLOTS:
+            free.append(self)
+
+
+# the slots a thread keeps per device (more are made while that many counts are unread)
+COUNT_SLOTS = 4
+_count_slots = threading.local()
+
+
 class GpuSpgemm(CusparseSpgemm):
     """The GPU's SpGEMM engine: cuSPARSE's algorithms and our hash rows (module docstring)."""
 
@@ -989,17 +1075,60 @@ class GpuSpgemm(CusparseSpgemm):
     def rule(self, left, right) -> str:
         return self.rule_and_products(left, right)[0]
 
-    def rule_and_products(self, left, right) -> tuple[str, int | None]:
+    def rule_and_products(self, left, right, counted=None) -> tuple[str, int | Counted | None]:
         if _selects(left, right):
-            return SELECT, None
-        found = self._rule(left, right)
-        return found[0], found[5]
+            return SELECT, counted
+        found = self._rule(left, right, counted)
+        return found[0], found[5] if found[5] is not None else counted
 
-    def _rule(self, left, right) -> tuple:
+    def products_ahead(self, left, right) -> Counted | None:
+        # launched where the rule will count skewed rows or the index dtype waits for the
+        # count: the first products of power-law rows (the rule's count took 0.1 ms of a
+        # 1.4 ms product, the device idle while the host waited for it)
+        if left.xp is np or not left.nnz:
+            return None
+        if self._counts_skewed(left, right) or products_decide_indices(left, right):
+            return _DeviceCount(left, right)
+        return None
+
+    def _counts_skewed(self, left, right) -> bool:
+        """Whether :meth:`_rule` will count the products exactly (skewed rows), as far as
+        it is known without a pass: not where it may decide on a sample of rows first."""
+        if _selects(left, right):
+            return False
+        products = int(left.nnz * (right.nnz / right.shape[0] if right.shape[0] else 0.0))
+        if _short_first_rule(left, right, products):
+            return False
+        hashable = left.dtype in HASH_DTYPES
+        per_row = products / max(left.shape[0], 1)
+        if hashable and products >= HASH_MIN_PRODUCTS and per_row >= HASH_MIN_ROW_PRODUCTS:
+            return False  # a sample may decide first
+        return self._skewed_count_needed(left, right, products)
+
+    @staticmethod
+    def _skewed_count_needed(left, right, products: int) -> bool:
+        """Whether the products of skewed rows are counted: where the most products L and
+        R can have (L's entries times R's longest row; R's entries times L's fullest
+        column where a transpose knows it) could reach the thresholds, and a row's bound
+        is over :data:`HASH_MAX_ROW_PRODUCTS` (power-law rows of a few entries and the
+        P.T @ (A @ P) of aggregation cannot: no pass, nothing read)."""
+        if left.dtype not in HASH_DTYPES or products < HASH_MIN_SKEWED_ESTIMATE:
+            return False
+        most = left.nnz * right.longest_row
+        if left.column_bound is not None:
+            most = min(most, right.nnz * left.column_bound)
+        most_needed = max(HASH_MIN_PRODUCTS, HASH_MIN_SKEWED_ROW_PRODUCTS * left.shape[0])
+        if most < most_needed or not dense_rows_fit(right.shape[1], _cuda.device_info()):
+            return False
+        return left.longest_row * right.longest_row > HASH_MAX_ROW_PRODUCTS
+
+    def _rule(self, left, right, counted=None) -> tuple:
         """``(algorithm, products, products a row, bound of a row's products (None where
         it was not needed: reading it may cost a pass over a fresh operand), products an
-        entry on a sample of rows or None where the rest decided, the exact products or
-        None where they were not counted)``."""
+        entry on a sample of rows or None where the rest decided, the exact products (a
+        :class:`Counted` still running, where the rule assumed few a row of it) or None
+        where they were not counted)``. ``counted``: the products where the caller has
+        them (an int, or a :class:`Counted`)."""
         # R's mean row length from its sizes (no pass over it)
         products = int(left.nnz * (right.nnz / right.shape[0] if right.shape[0] else 0.0))
         per_row = products / max(left.shape[0], 1)
@@ -1016,28 +1145,31 @@ class GpuSpgemm(CusparseSpgemm):
             compression = sampled_compression(left, right, bound)
         takes = compression is not None and compression >= HASH_MIN_COMPRESSION
         exact = None
-        if not takes and hashable and products >= HASH_MIN_SKEWED_ESTIMATE:
-            # skewed rows: counted only where the most products L and R can have (L's
-            # entries times R's longest row; R's entries times L's fullest column where a
-            # transpose knows it) could reach the thresholds: power-law rows of a few
-            # entries and the P.T @ (A @ P) of aggregation cannot (no pass, nothing read)
-            most = left.nnz * right.longest_row
-            if left.column_bound is not None:
-                most = min(most, right.nnz * left.column_bound)
-            most_needed = max(HASH_MIN_PRODUCTS, HASH_MIN_SKEWED_ROW_PRODUCTS * left.shape[0])
-            if most >= most_needed and dense_rows_fit(right.shape[1], _cuda.device_info()):
-                bound = left.longest_row * right.longest_row  # recorded ones, if loose
-                if bound > HASH_MAX_ROW_PRODUCTS:
+        if not takes and self._skewed_count_needed(left, right, products):
+            bound = left.longest_row * right.longest_row  # recorded ones, if loose
+            m = left.shape[0]
+
+            def skewed(count: int) -> bool:
+                return count >= HASH_MIN_PRODUCTS and count >= HASH_MIN_SKEWED_ROW_PRODUCTS * m
+
+            exact = exact_products(counted)
+            if exact is None and isinstance(counted, Counted):
+                # still counting: ALG1 (skewed rows are rare), checked before its launch
+                exact = counted
+                counted.expect(lambda count: not skewed(count), "few products a row")
+            else:
+                if exact is None:
                     exact = self.total_products(left, right)
-                    takes = exact >= HASH_MIN_PRODUCTS
-                    takes = takes and exact >= HASH_MIN_SKEWED_ROW_PRODUCTS * left.shape[0]
+                takes = skewed(exact)
         algorithm = HASH if takes else self.default_algorithm
         return algorithm, products, per_row, bound, compression, exact
 
     def _multiply(self, left, right, algorithm, sink: ResultSink):
         if algorithm == HASH:
+            sink.before_launch()
             return hash_multiply(left, right, sink)
         if algorithm == SELECT:
+            sink.before_launch()
             return select_spgemm.select_multiply(left, right, sink)
         return super()._multiply(left, right, algorithm, sink)
 
@@ -1055,12 +1187,7 @@ class GpuSpgemm(CusparseSpgemm):
         # where the whole first product took 0.4 ms longer than cupyx's)
         if not left.nnz:
             return 0
-        cupy = _cuda.cupy_or_none()
-        total = cupy.zeros(1, dtype=np.uint64)
-        grid = min(-(-left.nnz // BLOCK), TOTAL_BLOCKS_PER_SM * _cuda.device_info().multiprocessors)
-        name = _index_kernel("spgemm_products_total", left.index_dtype)
-        _launch(name, grid, BLOCK, (left.indices, left.nnz, right.indptr, total))
-        return int(total.get()[0])
+        return _DeviceCount(left, right).value()
 
     def result_nnz(self, left, right, budget: Budget) -> int:
         # the hash rows' symbolic pass on the operands as they are (int32: the fast

@@ -60,6 +60,66 @@ class Refused(RuntimeError):
     next algorithm."""
 
 
+class Reconsider(Exception):
+    """What a product assumed of its intermediate products while they were still being
+    counted (:class:`Counted`) did not hold: nothing was launched for it, and the rule
+    and the index dtype are decided again on the exact count (internal)."""
+
+
+class Counted:
+    """The intermediate products of one product, counted on the device: launched ahead of
+    the host work that would otherwise wait for the count, and read when it is needed.
+
+    While the count runs, the rule and :func:`compute_operands` may assume what their
+    usual answer needs of it (:meth:`expect`: a skewed product's few products a row,
+    products within int32); :meth:`check` reads the count and tests those assumptions
+    just before the product's first launch (:meth:`ResultSink.before_launch`), raising
+    :class:`Reconsider` where one fails. Only host work (and the narrowing of int64
+    operands to int32, whose values fit: their sizes are within int32) runs on an
+    assumption, so a wrong one costs host time, never a product launched with the wrong
+    index dtype or algorithm. Subclasses (an engine's) implement :meth:`done` and
+    :meth:`_read`."""
+
+    def __init__(self):
+        self._exact: int | None = None
+        self._expected: list = []
+
+    def done(self) -> bool:
+        """Whether the count has finished (no wait)."""
+        return self._exact is not None
+
+    def value(self) -> int:
+        """The exact count (waits for it)."""
+        if self._exact is None:
+            self._exact = int(self._read())
+        return self._exact
+
+    def _read(self) -> int:
+        raise NotImplementedError
+
+    def expect(self, holds, what: str) -> None:
+        """Assume ``holds(count)`` until :meth:`check`; ``what`` says what was assumed."""
+        self._expected.append((holds, what))
+
+    def check(self) -> None:
+        """Test the assumptions made (once): :class:`Reconsider` naming those that fail."""
+        if not self._expected:
+            return
+        exact = self.value()
+        failed = [what for holds, what in self._expected if not holds(exact)]
+        self._expected = []
+        if failed:
+            raise Reconsider(f"{exact:,} products: not " + "; not ".join(failed))
+
+
+def exact_products(products) -> int | None:
+    """``products`` (an int, a :class:`Counted` or None) as an int where it is known
+    without waiting, else None."""
+    if isinstance(products, Counted):
+        return products.value() if products.done() else None
+    return products
+
+
 class SpgemmError(RuntimeError):
     """No algorithm of the engine could compute a product (each refused it): what the user
     sees instead of the library's own status."""
@@ -163,6 +223,8 @@ class ResultSink:
         self.residence = residence
         self.slot = slot
         self.nnz = 0
+        # what must hold before the product's first launch (Counted.check), or None
+        self.check = None
         self._indptr = None
         self._arrays = None
         self._allocated = []  # what this sink took from the budget
@@ -178,6 +240,13 @@ class ResultSink:
             what = "the result" if self.slot is None else "a row block's row offsets"
             self._indptr = self._empty(self.shape[0] + 1, self.index_dtype, what)
         return self._indptr
+
+    def before_launch(self) -> None:
+        """What an engine calls before it launches anything for this product: the
+        assumptions made of a count still running are checked (:class:`Reconsider`)."""
+        check, self.check = self.check, None
+        if check is not None:
+            check()
 
     def allocate(self, nnz: int):
         """``(indptr, indices, data)`` to fill: :meth:`indptr` and ``nnz`` entries."""
@@ -251,11 +320,18 @@ class SpgemmEngine:
         before it runs: no text made per product)."""
         return self.estimate(left, right)[0]
 
-    def rule_and_products(self, left, right) -> tuple[str, int | None]:
+    def rule_and_products(self, left, right, counted=None) -> tuple[str, int | Counted | None]:
         """``(rule's algorithm, the intermediate products where the rule counted them,
         else None)``: a product passes the count on to :func:`multiply`, which then does not
-        count them again."""
-        return self.rule(left, right), None
+        count them again. ``counted``: the products where the caller has them (an int, or
+        a :class:`Counted` launched by :meth:`products_ahead`), passed on."""
+        return self.rule(left, right), counted
+
+    def products_ahead(self, left, right) -> Counted | None:
+        """The intermediate products' count launched now, where the rule or the index
+        dtype will read it (the first product of a pair), so that the device counts them
+        while the host plans; None where nothing will read it, or the engine cannot."""
+        return None
 
     def lean_algorithms(self) -> tuple[str, ...]:
         """Algorithms taking less work space, tried in order when the default's does not
@@ -272,9 +348,16 @@ class SpgemmEngine:
             )
 
     def multiply(self, left, right, algorithm: str, sink: ResultSink):
-        """``left @ right`` into ``sink``; DoesNotFit when its work space does not fit."""
+        """``left @ right`` into ``sink``; DoesNotFit when its work space does not fit.
+        ``_multiply`` calls ``sink.before_launch()`` before its first launch (here, for
+        an engine that does not: before it)."""
         self.check_algorithm(algorithm)
+        if not self.checks_before_launch:
+            sink.before_launch()
         return self._multiply(left, right, algorithm, sink)
+
+    # whether _multiply calls sink.before_launch() itself (as late as it can)
+    checks_before_launch = False
 
     def count(self, left, right, algorithm: str, budget: Budget) -> int:
         """Nonzeros of ``left @ right`` (the first pass over row blocks)."""
@@ -469,7 +552,9 @@ def multiply(
     """``(C, Outcome)``: ``left @ right`` (canonical CSR mirrors of one residence) as a
     canonical DeviceMatrix (int32 indices unless its sizes need int64), whole when it
     fits, else with a leaner algorithm, else in row blocks (see the module docstring).
-    ``products``: the intermediate products, where the caller counted them already.
+    ``products``: the intermediate products, where the caller counted them already (an
+    int), or is counting them (a :class:`Counted`: what was assumed of them is checked
+    before the first launch; :class:`Reconsider` where it does not hold).
 
     Raises
     ------
@@ -484,16 +569,19 @@ def multiply(
     left, right, nnz = compute_operands(engine, left, right, budget, products)
     if nnz is not None:  # counted: a result that cannot fit is refused before any work
         _check_result_fits(left, right, nnz, budget)
+    check = products.check if isinstance(products, Counted) else None
     refused = {}
     for attempt in (algorithm, *[a for a in engine.lean_algorithms() if a != algorithm]):
         try:
-            product = run_once(engine, left, right, attempt, budget, ready=True)
+            product = run_once(engine, left, right, attempt, budget, ready=True, check=check)
         except DoesNotFit:
             continue
         except Refused as exc:
             refused[attempt] = exc
             continue
         return product, Outcome(attempt, 1, budget.peak)
+    if check is not None:  # (once checked, it passes at once)
+        check()
     usable = [a for a in (algorithm, *engine.lean_algorithms()) if a not in refused]
     if usable:
         sink_args = ((left.shape[0], right.shape[1]), left.dtype, left.index_dtype, left.residence)
@@ -513,18 +601,33 @@ def multiply(
 
 
 def run_once(
-    engine: SpgemmEngine, left, right, algorithm: str, budget: Budget, ready: bool = False
+    engine: SpgemmEngine,
+    left,
+    right,
+    algorithm: str,
+    budget: Budget,
+    ready: bool = False,
+    check=None,
 ) -> DeviceMatrix:
     """``left @ right`` whole with ``algorithm`` and nothing else: DoesNotFit when its
     work space or result does not fit (what planning times). ``ready``: the operands are
-    :func:`compute_operands`' already."""
+    :func:`compute_operands`' already. ``check``: called before the first launch
+    (:meth:`ResultSink.before_launch`)."""
     if not ready:
         left, right, _ = compute_operands(engine, left, right, budget)
     if is_empty(left, right):
+        if check is not None:
+            check()
         return empty_product(left, right, left.index_dtype, budget)
     shape = (left.shape[0], right.shape[1])
     sink = ResultSink(budget, shape, left.dtype, left.index_dtype, left.residence)
-    return mark_canonical(engine.multiply(left, right, algorithm, sink))
+    sink.check = check
+    try:
+        product = engine.multiply(left, right, algorithm, sink)
+    except Reconsider:
+        sink.discard()
+        raise
+    return mark_canonical(product)
 
 
 def is_empty(left, right) -> bool:
@@ -547,14 +650,19 @@ def compute_operands(engine: SpgemmEngine, left, right, budget: Budget, products
     result fits), or where the result may not fit in memory, so that it is refused before
     any work with its size. ``products``: the count where the caller has it (the rule's:
     a skewed product's rule counts them, and counting again cost 0.1 ms of a 1.9 ms first
-    product of power-law rows). Returns ``(left, right, the result's nonzeros where they
-    were counted, else None)``."""
-    wide = max(left.nnz, right.nnz, *left.shape, *right.shape) > INT32_MAX
-    m, n = left.shape[0], right.shape[1]
+    product of power-law rows); a :class:`Counted` still running is not waited for: int32
+    is assumed (:meth:`Counted.expect`) and checked before the product's first launch.
+    Returns ``(left, right, the result's nonzeros where they were counted, else None)``."""
+    wide = False
     nnz = None
-    if not wide and m * n > INT32_MAX and _products_may_pass_int32(left, right, n):
+    if products_decide_indices(left, right):
         if products is None:
             products = engine.total_products(left, right)
+        elif isinstance(products, Counted):
+            if not products.done():
+                products.expect(lambda exact: exact <= INT32_MAX, "within 32-bit indices")
+                return with_index_dtype(left, INT32), with_index_dtype(right, INT32), None
+            products = products.value()
         wide = products > INT32_MAX
         if wide and (engine.narrows_by_result or not _may_fit(left, right, products, budget)):
             try:
@@ -563,8 +671,23 @@ def compute_operands(engine: SpgemmEngine, left, right, budget: Budget, products
                 nnz = None
             if nnz is not None and engine.narrows_by_result:
                 wide = nnz > INT32_MAX
-    index_dtype = np.dtype(np.int64 if wide else np.int32)
+    else:
+        wide = max(left.nnz, right.nnz, *left.shape, *right.shape) > INT32_MAX
+    index_dtype = INT64 if wide else INT32
     return with_index_dtype(left, index_dtype), with_index_dtype(right, index_dtype), nnz
+
+
+INT32, INT64 = np.dtype(np.int32), np.dtype(np.int64)
+
+
+def products_decide_indices(left, right) -> bool:
+    """Whether the index dtype of ``left @ right`` waits for its intermediate products:
+    no size of the operands needs int64 by itself, and the bounds of the products (and
+    ``m x n``) allow more than int32 holds."""
+    if max(left.nnz, right.nnz, *left.shape, *right.shape) > INT32_MAX:
+        return False
+    n = right.shape[1]
+    return left.shape[0] * n > INT32_MAX and _products_may_pass_int32(left, right, n)
 
 
 def _products_may_pass_int32(left, right, n: int) -> bool:

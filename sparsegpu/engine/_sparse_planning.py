@@ -292,10 +292,11 @@ def _multiply_sparse(left, right, engine, level, algorithm, memory_limit):
     budget = Budget(left.xp, memory_limit)
     pair = None if spgemm.is_empty(left, right) else _pair(left, right)
     if pair is None or algorithm is not None or level == "estimate":  # the rule, always
-        products = None
         if algorithm is None:
-            algorithm, products = engine.rule_and_products(left, right)
-        product, outcome = spgemm.multiply(engine, left, right, algorithm, budget, products)
+            counted = None if pair is None else engine.products_ahead(left, right)
+            product, outcome = _rule_product(engine, left, right, budget, counted)
+        else:
+            product, outcome = spgemm.multiply(engine, left, right, algorithm, budget)
         if pair is not None:
             pair.last = outcome
         return _finished(product, left, right)
@@ -310,10 +311,10 @@ def _multiply_sparse(left, right, engine, level, algorithm, memory_limit):
         product, outcome = spgemm.multiply(engine, left, right, algorithm, budget)
         pair.last = outcome
         return _finished(product, left, right)
+    counted = engine.products_ahead(left, right)  # counting while the host plans
     pair.read_times(wait=False)  # the products before this one that have finished
     watch = _timing.Stopwatch(on_host=left.xp is np)
-    algorithm, products = engine.rule_and_products(left, right)
-    product, outcome = spgemm.multiply(engine, left, right, algorithm, budget, products)
+    product, outcome = _rule_product(engine, left, right, budget, counted)
     pair.watches.append(watch.stop())
     pair.last = outcome
     if pair.seen >= 2 and pair.lock.acquire(blocking=False):  # never waits for another's
@@ -323,6 +324,19 @@ def _multiply_sparse(left, right, engine, level, algorithm, memory_limit):
         finally:
             pair.lock.release()
     return _finished(product, left, right)
+
+
+def _rule_product(engine, left, right, budget: Budget, counted):
+    """``(C, Outcome)`` with the rule's algorithm; ``counted``: the products being counted
+    (:meth:`~sparsegpu.backends.spgemm.SpgemmEngine.products_ahead`, or None), on which
+    the rule and the index dtype assume their usual answer until the product's first
+    launch, and decide again where the count says otherwise."""
+    algorithm, products = engine.rule_and_products(left, right, counted)
+    try:
+        return spgemm.multiply(engine, left, right, algorithm, budget, products)
+    except spgemm.Reconsider:  # nothing was launched for it: decided on the count now
+        algorithm, products = engine.rule_and_products(left, right, counted.value())
+        return spgemm.multiply(engine, left, right, algorithm, budget, products)
 
 
 def _reuse_product(pair: _Pair, engine, left, right, budget: Budget) -> DeviceMatrix | None:
