@@ -228,6 +228,31 @@ def test_dimension_mismatch_uses_scipy_wording():
         sg.matvec(A, np.ones(2))
 
 
+@pytest.mark.parametrize(
+    "ours, theirs",
+    [(sg.csr_matrix, sp.csr_matrix), (sg.csc_matrix, sp.csc_matrix), (sg.csr_array, sp.csr_array)],
+)
+@pytest.mark.parametrize("backend", ["scipy", None])
+def test_a_sparse_product_answers_as_scipys_dispatch(ours, theirs, backend):
+    """A @ B of sparse operands skips scipy's scalar checks (A.__matmul__) and keeps its
+    sparse branch: the same error for a mismatch, the same result and class, with the
+    right operand ours, scipy's, or a transpose (another layout)."""
+    rng = np.random.default_rng(7)
+    S = sp.random(30, 20, density=0.2, random_state=rng, format="csr")
+    T = sp.random(20, 25, density=0.2, random_state=rng, format="csr")
+    A, B = ours(S), ours(T)
+    A.backend = backend
+    for right, expected in ((B, S @ T), (theirs(T), S @ T), (ours(T.T).T, S @ T)):
+        C = A @ right
+        assert isinstance(C, ours) and C.shape == expected.shape
+        assert_product_close(C.toarray(), expected.toarray(), np.float64, 20)
+    with pytest.raises(ValueError) as ours_error:
+        A @ ours(S)
+    with pytest.raises(ValueError) as scipys_error:
+        theirs(S) @ theirs(S)
+    assert str(ours_error.value) == str(scipys_error.value)
+
+
 def test_matvec_refuses_plain_scipy_matrix():
     with pytest.raises(TypeError, match="sparsegpu.csr_matrix"):
         sg.matvec(sp.eye(3, format="csr"), np.ones(3))

@@ -135,11 +135,17 @@ def _operand(lib, matrix: DeviceMatrix) -> _Descriptor:
 
 
 def _nnz(lib, descriptor: _Descriptor) -> int:
-    sizes = np.zeros(3, dtype=np.int64)
-    lib.spMatGetSize(
-        descriptor.handle, sizes.ctypes.data, sizes.ctypes.data + 8, sizes.ctypes.data + 16
-    )
-    return int(sizes[2])
+    sizes = getattr(_sizes, "buffer", None)
+    if sizes is None:  # this thread's: rows, columns, nonzeros and their addresses
+        array = np.zeros(3, dtype=np.int64)
+        address = array.ctypes.data
+        sizes = _sizes.buffer = (array, address, address + 8, address + 16)
+    lib.spMatGetSize(descriptor.handle, *sizes[1:])
+    return int(sizes[0][2])
+
+
+# each thread's spMatGetSize output (numpy's ctypes.data costs a microsecond or two a read)
+_sizes = threading.local()
 
 
 @functools.cache

@@ -44,6 +44,9 @@ from ..engine._choice import Operand
 from ._class_loss import adopting, warn_if_lost
 from ._mirrors import MatrixMirrors, expose, invalidate, mirrors_of, reading_internally
 
+# scipy >= 1.13 multiplies sparse operands through _matmul_sparse (older: _mul_sparse_matrix)
+_SCIPY_MATMUL_SPARSE = hasattr(sp.csr_matrix, "_matmul_sparse")
+
 
 def _half_target(dtype, arg1) -> np.dtype | None:
     """The 16-bit float dtype a new matrix is to hold (from ``dtype``, else from ``arg1``'s
@@ -446,6 +449,15 @@ class _SparseGPUMixin:
                 # a solver's x or a block method's X, shapes as scipy's
                 return _dispatch.apply(self, other)
             return self._sg_cupy_matmul(other)
+        if _SCIPY_MATMUL_SPARSE and len(shape) == 2 and sp.issparse(other) and other.ndim == 2:
+            # scipy's own sparse branch (_matmul_dispatch), without its scalar checks: a
+            # first A @ B of a new pattern is a millisecond, and they took 5-10 us of it
+            if other.shape[0] != shape[1]:
+                raise ValueError(
+                    f"matmul: dimension mismatch with signature (n,k={shape[1]}),"
+                    f"(k={other.shape[0]},m)->(n,m)"
+                )
+            return self._matmul_sparse(other)
         return super().__matmul__(other)
 
     def _matmul_dispatch(self, other):
