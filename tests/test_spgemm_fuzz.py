@@ -207,6 +207,21 @@ def test_a_count_still_running_is_assumed_within_int32_until_the_launch(engine, 
     assert_product_close(got.toarray(), (S @ S).toarray(), np.float64, max_row_length=10)
 
 
+def test_a_finished_count_checks_the_rules_assumption_before_any_symbolic_pass(engine, monkeypatch):
+    """A count that finished between the rule (which assumed on it) and the index dtype is
+    checked first: a failed assumption reconsiders before the result's nonzeros are
+    counted for the index dtype, a pass the retry would only repeat."""
+    S = _skewed_square()
+    engine_obj, left, right = _mirrors(engine, S, S)
+    monkeypatch.setattr(spgemm, "INT32_MAX", 500)
+    monkeypatch.setattr(engine_obj, "result_nnz", lambda *a: pytest.fail("counted"))
+    pending = Pending(1200)
+    pending.expect(lambda count: count < 1000, "a rule's assumption")
+    pending.value()  # finished, not yet checked
+    with pytest.raises(spgemm.Reconsider, match="not a rule's assumption"):
+        spgemm.compute_operands(engine_obj, left, right, Budget(left.xp), pending)
+
+
 def test_products_counted_ahead_on_the_gpu_decide_as_the_rules_own_count(monkeypatch):
     """On the GPU the count launched ahead is the device's sum (the rule's own count's
     answer), and a first product through planning that overflows the (lowered) int32

@@ -485,6 +485,62 @@ def test_a_count_still_running_is_assumed_few_a_row_until_the_launch(
     assert counted.calls == 0
 
 
+def test_a_count_dropped_unread_gives_its_slot_back_alive(monkeypatch):
+    """A count launched ahead and never read (an error before its read), collected as
+    cyclic garbage, gives its slot back only once its copy has written it, and never a
+    slot whose event CuPy's own __del__ freed in the same collection: the next count
+    records on a live event (a freed one segfaulted the stopwatch's record, 47feb89)."""
+    import gc
+    import sys
+    import threading
+    import types
+
+    freed, synchronized = set(), []
+
+    class Event:
+        serials = iter(range(10**6))
+
+        def __init__(self, disable_timing=False):
+            self.serial, self.done = next(Event.serials), False
+
+        def __del__(self):  # CuPy's Event frees its handle here
+            freed.add(self.serial)
+
+        def record(self, stream=None):
+            assert self.serial not in freed, "a freed event was recorded"
+
+        def synchronize(self):
+            assert self.serial not in freed, "a freed event was waited for"
+            synchronized.append(self.serial)
+
+    array = types.SimpleNamespace(data=types.SimpleNamespace(ptr=8))
+    runtime = types.SimpleNamespace(
+        getDevice=lambda: 0, memsetAsync=lambda *a: None, memcpyAsync=lambda *a: None
+    )
+    cuda = types.SimpleNamespace(
+        Event=Event, runtime=runtime, get_current_stream=lambda: types.SimpleNamespace(ptr=0)
+    )
+    fake = types.SimpleNamespace(cuda=cuda, empty=lambda *a, **k: array)
+    monkeypatch.setitem(
+        sys.modules, "cupyx", types.SimpleNamespace(empty_pinned=lambda *a, **k: np.zeros(1))
+    )
+    monkeypatch.setattr(_cuda, "cupy_or_none", lambda: fake)
+    monkeypatch.setattr(_cuda, "device_info", lambda index=None: H200)
+    monkeypatch.setattr(hash_spgemm, "_launch", lambda *a, **k: None)
+    monkeypatch.setattr(hash_spgemm, "_count_slots", threading.local())
+    operand = types.SimpleNamespace(nnz=10, index_dtype=np.dtype(np.int32), indices=0, indptr=0)
+    count = hash_spgemm._DeviceCount(operand, operand)
+    serial = count._slot.event.serial  # (the slot itself not held here: only the count)
+    holder = {"count": count}
+    holder["self"] = holder  # a cycle: only the collector frees it
+    del count, holder
+    gc.collect()
+    assert synchronized == [serial] and serial not in freed
+    again = hash_spgemm._DeviceCount(operand, operand)
+    assert again._slot.event.serial == serial  # given back, and reused on a live event
+    assert again.value() == 0 and len(hash_spgemm._count_slots.free[0]) == 1
+
+
 def test_what_the_rule_will_count_is_known_before_it_runs(compression, counted):
     """products_ahead launches the count only where the rule counts skewed rows or the
     index dtype waits for the products (never where a sample decides first)."""

@@ -51,6 +51,7 @@ planning times both (and the others) on the second product of a pair of patterns
 from __future__ import annotations
 
 import threading
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -951,6 +952,12 @@ class _DeviceCount(Counted):
         cupy = _cuda.cupy_or_none()
         stream = cupy.cuda.get_current_stream()
         slot = self._slot = _CountSlot.take(cupy)
+        # a count never read gives its slot back once the copy has written it: from a
+        # finalizer that holds the slot, never from __del__, so the slot and its event do
+        # not join the garbage a collection frees with this count (CuPy's Event frees its
+        # handle in its own __del__: a pool given the slot from __del__ held a freed event)
+        self._unread = weakref.finalize(self, _CountSlot.settle, slot)
+        self._unread.atexit = False
         runtime = cupy.cuda.runtime
         runtime.memsetAsync(slot.counter.data.ptr, 0, 8, stream.ptr)
         blocks = TOTAL_BLOCKS_PER_SM * _cuda.device_info().multiprocessors
@@ -964,21 +971,12 @@ class _DeviceCount(Counted):
         return self._exact is not None or self._slot.event.done
 
     def _read(self) -> int:
+        self._unread.detach()
         slot, self._slot = self._slot, None
         slot.event.synchronize()
         count = int(slot.host[0])
         slot.give_back()
         return count
-
-    def __del__(self):  # never read: its slot is given back once the copy has written it
-        slot = getattr(self, "_slot", None)
-        if slot is not None:
-            self._slot = None
-            try:
-                slot.event.synchronize()
-            except Exception:  # noqa: BLE001 - the context went first (interpreter exit)
-                return
-            slot.give_back()
 
 
 DEVICE_TO_HOST = 2  # cudaMemcpyDeviceToHost
@@ -1010,6 +1008,14 @@ class _CountSlot:
         free = _count_slots.__dict__.setdefault("free", {}).setdefault(self.device, [])
         if len(free) < COUNT_SLOTS:
             free.append(self)
+
+    def settle(self) -> None:
+        """Given back once its copy has written its host word (a count dropped unread)."""
+        try:
+            self.event.synchronize()
+        except Exception:  # noqa: BLE001 - its context went first: nothing to give back to
+            return
+        self.give_back()
 
 
 # the slots a thread keeps per device (more are made while that many counts are unread)

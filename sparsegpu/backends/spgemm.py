@@ -662,6 +662,7 @@ def compute_operands(engine: SpgemmEngine, left, right, budget: Budget, products
             if not products.done():
                 products.expect(lambda exact: exact <= INT32_MAX, "within 32-bit indices")
                 return with_index_dtype(left, INT32), with_index_dtype(right, INT32), None
+            products.check()  # the rule's assumption first: no symbolic pass for nothing
             products = products.value()
         wide = products > INT32_MAX
         if wide and (engine.narrows_by_result or not _may_fit(left, right, products, budget)):

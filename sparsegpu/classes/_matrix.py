@@ -449,14 +449,16 @@ class _SparseGPUMixin:
                 # a solver's x or a block method's X, shapes as scipy's
                 return _dispatch.apply(self, other)
             return self._sg_cupy_matmul(other)
-        if _SCIPY_MATMUL_SPARSE and len(shape) == 2 and sp.issparse(other) and other.ndim == 2:
+        if (
+            _SCIPY_MATMUL_SPARSE
+            and len(shape) == 2
+            and sp.issparse(other)
+            and other.ndim == 2
+            and other.shape[0] == shape[1]
+        ):
             # scipy's own sparse branch (_matmul_dispatch), without its scalar checks: a
             # first A @ B of a new pattern is a millisecond, and they took 5-10 us of it
-            if other.shape[0] != shape[1]:
-                raise ValueError(
-                    f"matmul: dimension mismatch with signature (n,k={shape[1]}),"
-                    f"(k={other.shape[0]},m)->(n,m)"
-                )
+            # (a mismatch goes to scipy, whose wording differs from version to version)
             return self._matmul_sparse(other)
         return super().__matmul__(other)
 

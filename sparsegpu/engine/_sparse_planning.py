@@ -335,8 +335,9 @@ def _rule_product(engine, left, right, budget: Budget, counted):
     try:
         return spgemm.multiply(engine, left, right, algorithm, budget, products)
     except spgemm.Reconsider:  # nothing was launched for it: decided on the count now
-        algorithm, products = engine.rule_and_products(left, right, counted.value())
-        return spgemm.multiply(engine, left, right, algorithm, budget, products)
+        pass  # (the retry outside the handler: its errors are not chained to this)
+    algorithm, products = engine.rule_and_products(left, right, counted.value())
+    return spgemm.multiply(engine, left, right, algorithm, budget, products)
 
 
 def _reuse_product(pair: _Pair, engine, left, right, budget: Budget) -> DeviceMatrix | None:
