@@ -1001,11 +1001,11 @@ class _CountSlot:
     @classmethod
     def take(cls, cupy) -> _CountSlot:
         device = cupy.cuda.runtime.getDevice()
-        free = _count_slots.__dict__.setdefault("free", {}).setdefault(device, [])
+        free = _free_slots(device)
         return free.pop() if free else cls(cupy, device)
 
     def give_back(self) -> None:
-        free = _count_slots.__dict__.setdefault("free", {}).setdefault(self.device, [])
+        free = _free_slots(self.device)
         if len(free) < COUNT_SLOTS:
             free.append(self)
 
@@ -1021,6 +1021,20 @@ class _CountSlot:
 # the slots a thread keeps per device (more are made while that many counts are unread)
 COUNT_SLOTS = 4
 _count_slots = threading.local()
+
+
+def _free_slots(device: int) -> list:
+    """This thread's free :class:`_CountSlot` list of ``device``."""
+    return _count_slots.__dict__.setdefault("free", {}).setdefault(device, [])
+
+
+def _estimate(left, right) -> tuple[int, float, bool]:
+    """``(products, products a row, whether a sample of rows may decide for hash rows)``,
+    the products estimated from R's mean row length (its sizes: no pass over it)."""
+    products = int(left.nnz * (right.nnz / right.shape[0] if right.shape[0] else 0.0))
+    per_row = products / max(left.shape[0], 1)
+    may_sample = left.dtype in HASH_DTYPES and products >= HASH_MIN_PRODUCTS
+    return products, per_row, may_sample and per_row >= HASH_MIN_ROW_PRODUCTS
 
 
 class GpuSpgemm(CusparseSpgemm):
@@ -1102,13 +1116,9 @@ class GpuSpgemm(CusparseSpgemm):
         it is known without a pass: not where it may decide on a sample of rows first."""
         if _selects(left, right):
             return False
-        products = int(left.nnz * (right.nnz / right.shape[0] if right.shape[0] else 0.0))
-        if _short_first_rule(left, right, products):
-            return False
-        hashable = left.dtype in HASH_DTYPES
-        per_row = products / max(left.shape[0], 1)
-        if hashable and products >= HASH_MIN_PRODUCTS and per_row >= HASH_MIN_ROW_PRODUCTS:
-            return False  # a sample may decide first
+        products, per_row, may_sample = _estimate(left, right)
+        if _short_first_rule(left, right, products) or may_sample:
+            return False  # short rows first, or a sample may decide first
         return self._skewed_count_needed(left, right, products)
 
     @staticmethod
@@ -1135,14 +1145,9 @@ class GpuSpgemm(CusparseSpgemm):
         :class:`Counted` still running, where the rule assumed few a row of it) or None
         where they were not counted)``. ``counted``: the products where the caller has
         them (an int, or a :class:`Counted`)."""
-        # R's mean row length from its sizes (no pass over it)
-        products = int(left.nnz * (right.nnz / right.shape[0] if right.shape[0] else 0.0))
-        per_row = products / max(left.shape[0], 1)
+        products, per_row, takes = _estimate(left, right)
         if _short_first_rule(left, right, products):
             return HASH, products, per_row, None, None, None
-        hashable = left.dtype in HASH_DTYPES
-        takes = hashable and products >= HASH_MIN_PRODUCTS
-        takes = takes and per_row >= HASH_MIN_ROW_PRODUCTS
         bound = left.longest_row * right.longest_row if takes else None
         if takes and bound > HASH_MAX_ROW_PRODUCTS:  # a recorded bound: the exact one
             bound = left.row_stats.max * right.row_stats.max

@@ -41,6 +41,7 @@ from ..device._mirror import (
 from .base import FLOAT_AND_COMPLEX
 
 INT32_MAX = np.iinfo(np.int32).max
+INT32, INT64 = np.dtype(np.int32), np.dtype(np.int64)
 
 
 class DoesNotFit(Exception):
@@ -615,9 +616,7 @@ def run_once(
     (:meth:`ResultSink.before_launch`)."""
     if not ready:
         left, right, _ = compute_operands(engine, left, right, budget)
-    if is_empty(left, right):
-        if check is not None:
-            check()
+    if is_empty(left, right):  # (never with a check: multiply's empty products return first)
         return empty_product(left, right, left.index_dtype, budget)
     shape = (left.shape[0], right.shape[1])
     sink = ResultSink(budget, shape, left.dtype, left.index_dtype, left.residence)
@@ -653,7 +652,6 @@ def compute_operands(engine: SpgemmEngine, left, right, budget: Budget, products
     product of power-law rows); a :class:`Counted` still running is not waited for: int32
     is assumed (:meth:`Counted.expect`) and checked before the product's first launch.
     Returns ``(left, right, the result's nonzeros where they were counted, else None)``."""
-    wide = False
     nnz = None
     if products_decide_indices(left, right):
         if products is None:
@@ -676,9 +674,6 @@ def compute_operands(engine: SpgemmEngine, left, right, budget: Budget, products
         wide = max(left.nnz, right.nnz, *left.shape, *right.shape) > INT32_MAX
     index_dtype = INT64 if wide else INT32
     return with_index_dtype(left, index_dtype), with_index_dtype(right, index_dtype), nnz
-
-
-INT32, INT64 = np.dtype(np.int32), np.dtype(np.int64)
 
 
 def products_decide_indices(left, right) -> bool:
