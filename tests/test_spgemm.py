@@ -596,7 +596,7 @@ class ScriptedClock:
 
         class Stopwatch:
             def __init__(self, on_host):
-                pass
+                clock.watches += 1
 
             def stop(self):
                 return self
@@ -608,7 +608,7 @@ class ScriptedClock:
             clock.runs.append(name)
             return fn(), clock.costs.get(name.replace(" ", "_"), 10.0)
 
-        self.product, self.costs, self.runs = product, runs, []
+        self.product, self.costs, self.runs, self.watches = product, runs, [], 0
         monkeypatch.setattr(_sparse_planning._timing, "Stopwatch", Stopwatch)
         monkeypatch.setattr(_sparse_planning, "_run_timed", run_timed)
 
@@ -641,6 +641,22 @@ def test_planning_waits_until_the_products_have_paid_for_it(engine, monkeypatch)
     done = len(clock.runs)
     A @ A
     assert len(clock.runs) == done, "a planned pair times nothing more"
+
+
+def test_a_pairs_first_product_is_not_timed_but_counted(engine, monkeypatch):
+    """Most pairs are multiplied once: the first product makes no stopwatch, and the
+    products' cost counts it at the median of the timed ones from the second on."""
+    clock = ScriptedClock(monkeypatch, product=10.0)
+    S = random_sparse((150, 150), 0.05, 23, np.float64)
+    A = _on(engine, S)
+    check_product(A @ A, S @ S, np.float64, 150)
+    plan = sg.explain(A, A)
+    assert clock.watches == 0 and plan.products_ms == 0.0 and plan.product_ms is None
+    for n in (2, 3):
+        check_product(A @ A, S @ S, np.float64, 150)
+        plan = sg.explain(A, A)
+        assert clock.watches == n - 1
+        assert plan.product_ms == 10.0 and plan.products_ms == 10.0 * n, plan
 
 
 def test_repeating_plans_on_the_second_product(engine, monkeypatch):

@@ -6,27 +6,29 @@ rows or cuSPARSE ALG1, by the products a row may have), falling back to the memo
 algorithms and to row blocks where its work space does not fit
 (:func:`sparsegpu.backends.spgemm.multiply`).
 
-``measure`` plans only with time the pair's products have already cost (ski rental, as
-a user renting the rule's algorithm until the rent paid would buy planning): every
-product of the pair is timed as it runs (a :class:`~sparsegpu.measure._timing.Stopwatch`,
-read later, never waited for), and a later product of the pair times a candidate beside
-the user's own product (the rule's, which is the reference its answer is checked
-against) only while what planning has cost, with that candidate, stays within what the
-products of the pair have cost so far (:data:`PAYBACK` times). A candidate is counted at
-:data:`CANDIDATE_COST` products until it has run; it runs once (checked and timed) and,
-unless it is over ``HOPELESS`` times the fastest so far, once more (timed warm). The
-candidates: ``SpGEMMreuse`` (the result's structure made once, the values redone each
-product) where the library has it, then the engine's other fast algorithm
-(:meth:`~sparsegpu.backends.spgemm.SpgemmEngine.planning_algorithms`: hash rows or ALG1),
-none after one that takes under half the rule's time (:data:`CLEAR_WIN`). Then the
-fastest (the rule's own products included, timed as they ran) is kept for the pair.
+``measure`` plans only with time the pair's products have already cost (ski rental, as a
+user renting the rule's algorithm until the rent paid would buy planning): every product
+of the pair after the first is timed as it runs (a
+:class:`~sparsegpu.measure._timing.Stopwatch`, read later, never waited for; the first,
+which most pairs never follow, is counted at the median of the timed ones), and a later
+product of the pair times a candidate beside the user's own product (the rule's, which
+is the reference its answer is checked against) only while what planning has cost, with
+that candidate, stays within what the products of the pair have cost so far
+(:data:`PAYBACK` times). A candidate is counted at :data:`CANDIDATE_COST` products until
+it has run; it runs once (checked and timed) and, unless it is over ``HOPELESS`` times
+the fastest so far, once more (timed warm). The candidates: ``SpGEMMreuse`` (the
+result's structure made once, the values redone each product) where the library has it,
+then the engine's other fast algorithm
+(:meth:`~sparsegpu.backends.spgemm.SpgemmEngine.planning_algorithms`: hash rows or
+ALG1), none after one that takes under half the rule's time (:data:`CLEAR_WIN`). Then
+the fastest (the rule's own products included, timed as they ran) is kept for the pair.
 So a pattern multiplied a few times never pays for planning, and no product costs much
-more than the products before it have cost in all. A caller that knows its patterns will be
-multiplied again with new values (multigrid's re-set-up, a Newton loop's Jacobian
+more than the products before it have cost in all. A caller that knows its patterns will
+be multiplied again with new values (multigrid's re-set-up, a Newton loop's Jacobian
 products) says so with :func:`repeating`: inside it, the pair's second product times its
 candidates at once, as ``exhaustive`` would but among ``measure``'s candidates, so the
-products after it run on the plan (the cost of planning is then the caller's bet, not the
-products' rent).
+products after it run on the plan (the cost of planning is then the caller's bet, not
+the products' rent).
 ``exhaustive`` times every algorithm (ALG2 and ALG3 too) on the second product, whatever
 it costs. A candidate whose buffers do not fit is left out, so the plan is memory-aware.
 
@@ -124,7 +126,7 @@ class SpgemmPlan:
         What planning has cost so far (its candidates' runs), in milliseconds.
     products_ms : float
         What the products of this pair have cost so far (timed as they ran; those still
-        running when last read are left out).
+        running when last read are left out; the first, not timed, at ``product_ms``).
     product_ms : float or None
         One product with the rule's algorithm (the median of those timed).
     """
@@ -184,13 +186,17 @@ class _Pair:
         self.lock = threading.Lock()  # held (never waited for) while measuring
         self.watches: list = []  # the rule's products not read yet (Stopwatch)
         self.product_times: list[float] = []  # the rule's products, read
+        self.untimed = 0  # the rule's products not timed (the first: see _multiply_sparse)
         self.planning_ms = 0.0
         self.pending: list[str] | None = None  # candidates not timed yet (None: not begun)
         self.measured: dict[str, SpgemmMeasurement] = {}
 
     @property
     def products_ms(self) -> float:
-        return float(sum(self.product_times))
+        """The rule's products' cost: those timed, and those not at the median of those."""
+        if not self.product_times:
+            return 0.0
+        return float(sum(self.product_times)) + self.untimed * self.product_ms
 
     @property
     def product_ms(self) -> float | None:
@@ -312,12 +318,21 @@ def _multiply_sparse(left, right, engine, level, algorithm, memory_limit):
         pair.last = outcome
         return _finished(product, left, right)
     counted = engine.products_ahead(left, right)  # counting while the host plans
+    if pair.seen == 1:
+        # The first product is not timed (counted at the median of the timed ones): most
+        # pairs are multiplied once, and its two events cost a first ALG1 product of
+        # power-law rows 30 us of 1.4 ms (H200, spgemm_alg1_overhead --layers, "host
+        # watch"), the device idle while the host made and recorded them.
+        product, outcome = _rule_product(engine, left, right, budget, counted)
+        pair.untimed += 1
+        pair.last = outcome
+        return _finished(product, left, right)
     pair.read_times(wait=False)  # the products before this one that have finished
     watch = _timing.Stopwatch(on_host=left.xp is np)
     product, outcome = _rule_product(engine, left, right, budget, counted)
     pair.watches.append(watch.stop())
     pair.last = outcome
-    if pair.seen >= 2 and pair.lock.acquire(blocking=False):  # never waits for another's
+    if pair.lock.acquire(blocking=False):  # never waits for another's
         try:
             if pair.plan is None:
                 _plan_step(pair, engine, left, right, product, level, memory_limit)
