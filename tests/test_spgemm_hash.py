@@ -236,7 +236,8 @@ def test_entries_selecting_hub_rows_share_a_block(dtype, index_dtype, dense, mon
 @pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=lambda d: np.dtype(d).name)
 def test_total_products_counts_every_product(name, index_dtype):
     """The products of L @ R (a thread per entry of L, one 64-bit sum) as the host counts
-    them: on the awkward matrices, and with a hub row of 20,000 entries."""
+    them: on the awkward matrices, and with a hub row of 20,000 entries; again and again
+    on one slot (the kernel's last block zeroes its counters), and two counts at once."""
     if name == "hub":
         rng = np.random.default_rng(2)
         S = sp.random(20_000, 20_000, density=5e-4, random_state=rng, format="lil")
@@ -249,7 +250,12 @@ def test_total_products_counts_every_product(name, index_dtype):
     expected = int(np.diff(T.indptr)[S.indices].sum())
     left = _mirror_of(S, np.float64, index_dtype)
     right = _mirror_of(T, np.float64, index_dtype)
-    assert ENGINE.total_products(left, right) == expected
+    assert [ENGINE.total_products(left, right) for _ in range(3)] == [expected] * 3
+    if S.nnz:  # two counts launched (two slots), read in the other order
+        first = hash_spgemm._DeviceCount(left, right)
+        second = hash_spgemm._DeviceCount(right, left)
+        assert second.value() == int(np.diff(S.indptr)[T.indices].sum())
+        assert first.value() == expected
 
 
 @gpu
@@ -515,18 +521,19 @@ def test_a_count_dropped_unread_gives_its_slot_back_alive(monkeypatch):
 
     array = types.SimpleNamespace(data=types.SimpleNamespace(ptr=8))
     runtime = types.SimpleNamespace(
-        getDevice=lambda: 0, memsetAsync=lambda *a: None, memcpyAsync=lambda *a: None
+        getDevice=lambda: 0, pointerGetAttributes=lambda p: types.SimpleNamespace(devicePointer=p)
     )
     cuda = types.SimpleNamespace(
         Event=Event, runtime=runtime, get_current_stream=lambda: types.SimpleNamespace(ptr=0)
     )
-    fake = types.SimpleNamespace(cuda=cuda, empty=lambda *a, **k: array)
+    fake = types.SimpleNamespace(cuda=cuda, zeros=lambda *a, **k: array)
     monkeypatch.setitem(
         sys.modules, "cupyx", types.SimpleNamespace(empty_pinned=lambda *a, **k: np.zeros(1))
     )
     monkeypatch.setattr(_cuda, "cupy_or_none", lambda: fake)
     monkeypatch.setattr(_cuda, "device_info", lambda index=None: H200)
-    monkeypatch.setattr(hash_spgemm, "_launch", lambda *a, **k: None)
+    monkeypatch.setattr(hash_spgemm, "_kernel", lambda *a, **k: None)
+    monkeypatch.setattr(hash_spgemm, "KernelLaunch", lambda *a, **k: lambda *a, **k: None)
     monkeypatch.setattr(hash_spgemm, "_count_slots", threading.local())
     operand = types.SimpleNamespace(nnz=10, index_dtype=np.dtype(np.int32), indices=0, indptr=0)
     count = hash_spgemm._DeviceCount(operand, operand)
@@ -556,6 +563,33 @@ def test_what_the_rule_will_count_is_known_before_it_runs(compression, counted):
     for operand in (rmat, stencil, powerlaw):  # host operands: never launched
         operand.xp = np
         assert ENGINE.products_ahead(operand, operand) is None
+
+
+@pytest.mark.parametrize("exact", [22_967_327, 1_088_536_389])
+def test_the_rules_path_known_at_the_count_is_the_rules_own(compression, counted, exact):
+    """A count launched ahead carries where the rule goes (products_ahead worked it out:
+    skewed rows counted, the default with nothing to decide, or unknown), and the rule
+    given it answers as the rule working it out again."""
+    rmat = _operand(131_072, 1_942_939, 1_942_939 / 131_072, 10_043)
+    stencil = _operand(100**3, 27 * 100**3, 27.0, 27)
+    powerlaw = _operand(2_000_000, 6_393_209, 3.2, 10_218)
+    paths = ((rmat, hash_spgemm.SKEWED_PATH), (powerlaw, hash_spgemm.DEFAULT_PATH))
+    for operand, path in (*paths, (stencil, None)):
+        assert ENGINE._rule_path(operand, operand) == path
+        known, unknown = Pending(exact), Pending(exact)
+        known.rule_path = path
+        answer = ENGINE.rule_and_products(operand, operand, known)
+        assert answer[0] == ENGINE.rule_and_products(operand, operand, unknown)[0]
+        assert ENGINE._rule(operand, operand, known)[1:3] == ENGINE._rule(operand, operand)[1:3]
+        for pending in (known, unknown):  # the same assumption checked: the same decision
+            try:
+                pending.check()
+                decided = answer[0]
+            except spgemm.Reconsider:
+                decided = "reconsidered"
+            if pending is known:
+                first = decided
+        assert decided == first
 
 
 @gpu

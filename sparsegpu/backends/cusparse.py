@@ -23,6 +23,7 @@ way ``cupyx/cusparse.py`` uses them.
 
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass
 
@@ -100,6 +101,7 @@ class CusparsePolicy(Policy):
             )
 
 
+@functools.cache  # a product asks several times: an import statement each costs a microsecond
 def _bindings():
     from cupy_backends.cuda.libs import cusparse
 

@@ -943,28 +943,30 @@ def _selects(left, right) -> bool:
 class _DeviceCount(Counted):
     """The products of ``left @ right`` summed on the device (``spgemm_products_total``: a
     thread per entry of L summing the lengths of the R rows it selects into one 64-bit
-    counter) and copied into pinned host memory behind an event: launched, not waited
-    for (:class:`~sparsegpu.backends.spgemm.Counted`). Its counter, host word and event
-    are a :class:`_CountSlot` of this thread's, given back once read."""
+    counter, its last block writing the total into pinned host memory) behind an event:
+    launched, not waited for (:class:`~sparsegpu.backends.spgemm.Counted`). Its counters,
+    host word and event are a :class:`_CountSlot` of this thread's, given back once read."""
 
-    def __init__(self, left, right):
+    def __init__(self, left, right, rule_path: str | None = None):
         super().__init__()
+        # where the rule goes, known when the count was launched (GpuSpgemm._rule_path):
+        # the rule does not work it out again
+        self.rule_path = rule_path
         cupy = _cuda.cupy_or_none()
         stream = cupy.cuda.get_current_stream()
         slot = self._slot = _CountSlot.take(cupy)
-        # a count never read gives its slot back once the copy has written it: from a
+        # a count never read gives its slot back once the kernel has written it: from a
         # finalizer that holds the slot, never from __del__, so the slot and its event do
         # not join the garbage a collection frees with this count (CuPy's Event frees its
         # handle in its own __del__: a pool given the slot from __del__ held a freed event)
         self._unread = weakref.finalize(self, _CountSlot.settle, slot)
         self._unread.atexit = False
-        runtime = cupy.cuda.runtime
-        runtime.memsetAsync(slot.counter.data.ptr, 0, 8, stream.ptr)
-        blocks = TOTAL_BLOCKS_PER_SM * _cuda.device_info().multiprocessors
-        grid = min(-(-left.nnz // BLOCK), blocks)
-        name = _index_kernel("spgemm_products_total", left.index_dtype)
-        _launch(name, grid, BLOCK, (left.indices, left.nnz, right.indptr, slot.counter))
-        runtime.memcpyAsync(slot.host_address, slot.counter.data.ptr, 8, DEVICE_TO_HOST, stream.ptr)
+        # One launch, its counters and host word bound: the kernel's last block writes the
+        # total into the pinned host word and zeroes the counters for the next count. (A
+        # memset before it, a copy after it and the generic launch's key and argument list
+        # cost this count 30 us of host time on a first product's critical path, H200.)
+        grid = min(-(-left.nnz // BLOCK), slot.blocks)
+        slot.launch(left.index_dtype)(grid, p0=left.indices, p1=left.nnz, p2=right.indptr)
         slot.event.record(stream)
 
     def done(self) -> bool:
@@ -979,24 +981,35 @@ class _DeviceCount(Counted):
         return count
 
 
-DEVICE_TO_HOST = 2  # cudaMemcpyDeviceToHost
-
-
 class _CountSlot:
-    """A device counter, the pinned host word a count is copied into, and the event after
-    the copy, kept per thread and device for the next count (making them took 90 us of a
-    1.4 ms first product on the H200: a pinned allocation, an event, a zeroed array)."""
+    """The device counters of a count (its sum and its blocks done, zero between counts),
+    the pinned host word its kernel writes the total into, and the event after the kernel,
+    kept per thread and device for the next count (making them took 90 us of a 1.4 ms
+    first product on the H200: a pinned allocation, an event, a zeroed array)."""
 
-    __slots__ = ("device", "counter", "host", "host_address", "event")
+    __slots__ = ("device", "counters", "host", "host_on_device", "event", "blocks", "launches")
 
     def __init__(self, cupy, device: int):
         import cupyx
 
         self.device = device
-        self.counter = cupy.empty(1, dtype=np.uint64)
+        self.counters = cupy.zeros(2, dtype=np.uint64)  # the kernel leaves them zero
         self.host = cupyx.empty_pinned(1, dtype=np.uint64)
-        self.host_address = self.host.ctypes.data
+        self.host_on_device = _device_address(cupy, self.host.ctypes.data)
         self.event = cupy.cuda.Event(disable_timing=True)
+        self.blocks = TOTAL_BLOCKS_PER_SM * _cuda.device_info().multiprocessors
+        self.launches: dict = {}  # index dtype -> the count's launch, counters bound
+
+    def launch(self, index_dtype) -> KernelLaunch:
+        """``spgemm_products_total`` of ``index_dtype`` into this slot."""
+        launch = self.launches.get(index_dtype)
+        if launch is None:
+            kernel = _kernel(_index_kernel("spgemm_products_total", index_dtype), 0)
+            fixed = [self.counters, self.host_on_device]
+            launch = self.launches[index_dtype] = KernelLaunch(
+                kernel, BLOCK, ["p0", "p1", "p2", *fixed]
+            )
+        return launch
 
     @classmethod
     def take(cls, cupy) -> _CountSlot:
@@ -1010,12 +1023,23 @@ class _CountSlot:
             free.append(self)
 
     def settle(self) -> None:
-        """Given back once its copy has written its host word (a count dropped unread)."""
+        """Given back once its kernel has written its host word and zeroed its counters
+        (a count dropped unread)."""
         try:
             self.event.synchronize()
         except Exception:  # noqa: BLE001 - its context went first: nothing to give back to
             return
         self.give_back()
+
+
+def _device_address(cupy, host_address: int) -> int:
+    """Pinned host memory's address as kernels reach it: with unified addressing (every
+    64-bit platform CUDA supports) the host address itself, which is what
+    ``cudaPointerGetAttributes`` answers."""
+    try:
+        return cupy.cuda.runtime.pointerGetAttributes(host_address).devicePointer or host_address
+    except (AttributeError, cupy.cuda.runtime.CUDARuntimeError):
+        return host_address
 
 
 # the slots a thread keeps per device (more are made while that many counts are unread)
@@ -1026,6 +1050,16 @@ _count_slots = threading.local()
 def _free_slots(device: int) -> list:
     """This thread's free :class:`_CountSlot` list of ``device``."""
     return _count_slots.__dict__.setdefault("free", {}).setdefault(device, [])
+
+
+# GpuSpgemm._rule_path's answers: the rule counts skewed rows, or takes the default
+# algorithm with nothing to decide (None: a select, short rows first or a sample may decide)
+SKEWED_PATH, DEFAULT_PATH = "skewed", "default"
+
+
+def _known_path(counted) -> str | None:
+    """The rule's path ``counted`` was launched with (:meth:`GpuSpgemm._rule_path`)."""
+    return getattr(counted, "rule_path", None)
 
 
 def _estimate(left, right) -> tuple[int, float, bool]:
@@ -1096,7 +1130,7 @@ class GpuSpgemm(CusparseSpgemm):
         return self.rule_and_products(left, right)[0]
 
     def rule_and_products(self, left, right, counted=None) -> tuple[str, int | Counted | None]:
-        if _selects(left, right):
+        if _known_path(counted) is None and _selects(left, right):
             return SELECT, counted
         found = self._rule(left, right, counted)
         return found[0], found[5] if found[5] is not None else counted
@@ -1107,19 +1141,26 @@ class GpuSpgemm(CusparseSpgemm):
         # 1.4 ms product, the device idle while the host waited for it)
         if left.xp is np or not left.nnz:
             return None
-        if self._counts_skewed(left, right) or products_decide_indices(left, right):
-            return _DeviceCount(left, right)
+        path = self._rule_path(left, right)
+        if path == SKEWED_PATH or products_decide_indices(left, right):
+            return _DeviceCount(left, right, path)
         return None
 
     def _counts_skewed(self, left, right) -> bool:
         """Whether :meth:`_rule` will count the products exactly (skewed rows), as far as
         it is known without a pass: not where it may decide on a sample of rows first."""
+        return self._rule_path(left, right) == SKEWED_PATH
+
+    def _rule_path(self, left, right) -> str | None:
+        """Where :meth:`_rule` goes where that is known without a pass: SKEWED_PATH (it
+        counts the products: skewed rows), DEFAULT_PATH (the default algorithm, nothing to
+        decide), or None (a select, short rows first, or a sample of rows may decide)."""
         if _selects(left, right):
-            return False
+            return None
         products, per_row, may_sample = _estimate(left, right)
         if _short_first_rule(left, right, products) or may_sample:
-            return False  # short rows first, or a sample may decide first
-        return self._skewed_count_needed(left, right, products)
+            return None  # short rows first, or a sample may decide first
+        return SKEWED_PATH if self._skewed_count_needed(left, right, products) else DEFAULT_PATH
 
     @staticmethod
     def _skewed_count_needed(left, right, products: int) -> bool:
@@ -1146,7 +1187,11 @@ class GpuSpgemm(CusparseSpgemm):
         where they were not counted)``. ``counted``: the products where the caller has
         them (an int, or a :class:`Counted`)."""
         products, per_row, takes = _estimate(left, right)
-        if _short_first_rule(left, right, products):
+        path = _known_path(counted)  # known when the count was launched: not again
+        if path == DEFAULT_PATH:
+            return self.default_algorithm, products, per_row, None, None, None
+        counts = path == SKEWED_PATH
+        if not counts and _short_first_rule(left, right, products):
             return HASH, products, per_row, None, None, None
         bound = left.longest_row * right.longest_row if takes else None
         if takes and bound > HASH_MAX_ROW_PRODUCTS:  # a recorded bound: the exact one
@@ -1156,7 +1201,7 @@ class GpuSpgemm(CusparseSpgemm):
             compression = sampled_compression(left, right, bound)
         takes = compression is not None and compression >= HASH_MIN_COMPRESSION
         exact = None
-        if not takes and self._skewed_count_needed(left, right, products):
+        if not takes and (counts or self._skewed_count_needed(left, right, products)):
             bound = left.longest_row * right.longest_row  # recorded ones, if loose
             m = left.shape[0]
 
@@ -1193,7 +1238,7 @@ class GpuSpgemm(CusparseSpgemm):
 
     def total_products(self, left, right) -> int:
         # a thread per entry of L summing the lengths of the R rows it selects into one
-        # 64-bit counter (one kernel, one transfer): no array of nnz(L) entries, and no
+        # 64-bit counter (one kernel, which writes the host word): no array of nnz(L), no
         # row's group of lanes walking a hub row of R-MAT alone (0.7 ms on scale 17,
         # where the whole first product took 0.4 ms longer than cupyx's)
         if not left.nnz:

@@ -127,12 +127,17 @@ __global__ void spgemm_hash_bounds(const Index* __restrict__ a_indptr,
     }
 }
 
-// The products of L @ R summed into *total: a thread per entry of L (grid-stride), so that
-// a row of many entries (R-MAT's hubs) does not hold up one group of lanes the whole time.
+// The products of L @ R summed into counter[0]: a thread per entry of L (grid-stride), so
+// that a row of many entries (R-MAT's hubs) does not hold up one group of lanes the whole
+// time. The last block to finish (counter[1] counts the blocks done) writes the total to
+// *host_total (pinned host memory, which the device reaches through unified addressing: no
+// copy launched after the count) and zeroes both counters for the next count (no memset
+// launched before it).
 template <typename Index>
 __global__ void spgemm_products_total(const Index* __restrict__ a_indices, long long nnz,
                                       const Index* __restrict__ b_indptr,
-                                      unsigned long long* __restrict__ total) {
+                                      unsigned long long* __restrict__ counter,
+                                      unsigned long long* __restrict__ host_total) {
     unsigned long long sum = 0;
     for (long long j = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; j < nnz;
          j += static_cast<long long>(gridDim.x) * blockDim.x) {
@@ -145,7 +150,19 @@ __global__ void spgemm_products_total(const Index* __restrict__ a_indices, long 
         sum += __shfl_xor_sync(FULL_WARP, sum, offset);
     }
     if ((threadIdx.x & 31) == 0 && sum) {
-        atomicAdd(total, sum);
+        atomicAdd(counter, sum);
+        __threadfence();  // the sum reaches every block before this block counts as done
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const unsigned long long done = atomicAdd(counter + 1, 1ull);
+        if (done == gridDim.x - 1ull) {  // every other block's sums are in
+            __threadfence();
+            const unsigned long long total = atomicExch(counter, 0ull);
+            atomicExch(counter + 1, 0ull);
+            *reinterpret_cast<volatile unsigned long long*>(host_total) = total;
+            __threadfence_system();
+        }
     }
 }
 
