@@ -423,7 +423,8 @@ def main_calls(args, cupy, cupyx_sparse) -> int:
         "command": " ".join(sys.argv),
         "rows": [],
     }
-    chosen = call_matrices(cupy)
+    sets = set(args.sets.split(","))
+    chosen = [m for m in call_matrices(cupy) if m[0] in sets]
     if args.only:
         keep = set(args.only.split(","))
         chosen = [m for m in chosen if m[1] in keep]
