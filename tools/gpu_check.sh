@@ -39,8 +39,14 @@ SCIPY_LIMIT="${SCIPY_LIMIT:-300}"
 RANKS_LIMIT="${RANKS_LIMIT:-420}"
 HANG="${HANG:-60}"
 export NCCL_NVLS_ENABLE="${NCCL_NVLS_ENABLE:-0}" PYTHONUNBUFFERED=1
-export SPARSEGPU_TEST_STACKS="$out/stacks" SPARSEGPU_TEST_HANG_SECONDS="$HANG"
-summary=()
+# Every pytest worker opens its stacks file at start: they are kept outside $out and only
+# the non-empty ones (a hang's) are copied there, so that the output folder holds the logs
+# (a device run brings back at most 8 files: in the 34th session empty stacks files crowded
+# out the suite's log of a run cut short).
+stacks_dir="$(mktemp -d)"
+trap 'rm -rf "$stacks_dir"' EXIT
+export SPARSEGPU_TEST_STACKS="$stacks_dir/stacks" SPARSEGPU_TEST_HANG_SECONDS="$HANG"
+: >"$out/summary.txt"
 status=0
 
 wants() { [[ ",$only," == *",$1,"* ]]; }
@@ -56,7 +62,12 @@ run() {
   last="$(grep -a -E "passed|failed|error|tests with sparsegpu" "$out/$name.log" | tail -1)"
   [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ] && last="TIMED OUT after ${limit} s (stacks: $out/stacks.rank*) ${last}"
   [ "$rc" -ne 0 ] && status=1
-  summary+=("$name: rc=$rc ${last}")
+  for stacks in "$stacks_dir"/stacks*; do
+    [ -s "$stacks" ] && cp "$stacks" "$out/"
+  done
+  rm -f "$stacks_dir"/stacks*
+  # each step's line written as it ends: a run cut short keeps the steps it finished
+  echo "$name: rc=$rc ${last}" >>"$out/summary.txt"
 }
 
 if wants suite; then
@@ -86,5 +97,5 @@ if wants distributed && [ -n "$ranks" ]; then
 fi
 
 echo
-printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
+cat "$out/summary.txt"
 exit "$status"
