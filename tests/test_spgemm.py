@@ -589,9 +589,10 @@ def test_spgemm_checks_its_operands():
 # ------------------------------------------------------------------------- planning
 class ScriptedClock:
     """Planning's clock, scripted: each product by the rule costs ``product`` ms, each run
-    of a candidate its entry of ``runs`` (``"reuse plan"``: making the reuse plan)."""
+    of a candidate its entry of ``runs`` (``"reuse plan"``: making the reuse plan);
+    ``running``: a product's time is read only by waiting for it (still running)."""
 
-    def __init__(self, monkeypatch, product=10.0, **runs):
+    def __init__(self, monkeypatch, product=10.0, running=False, **runs):
         clock = self
 
         class Stopwatch:
@@ -602,7 +603,7 @@ class ScriptedClock:
                 return self
 
             def ms(self, wait=True):
-                return clock.product
+                return None if running and not wait else clock.product
 
         def run_timed(name, fn, on_host):
             clock.runs.append(name)
@@ -683,6 +684,23 @@ def test_repeating_plans_on_the_second_product(engine, monkeypatch):
     runs = len(clock.runs)
     B @ B
     assert len(clock.runs) == runs and sg.explain(B, B).last.algorithm == "reuse"
+
+
+def test_exhaustive_judges_its_candidates_against_the_second_products_time(engine, monkeypatch):
+    """The first product is not timed, so exhaustive's second product waits for its own
+    time before the candidates run: each candidate hopeless next to it runs once."""
+    clock = ScriptedClock(monkeypatch, product=1.0, running=True, reuse_plan=1.0)
+    S = random_sparse((130, 130), 0.05, 24, np.float64)
+    A = _on(engine, S)
+    A.planning = "exhaustive"
+    A @ A
+    assert not clock.runs
+    check_product(A @ A, S @ S, np.float64, 130)
+    plan = sg.explain(A, A)
+    timed = [m for m in plan.measurements if m.ms is not None and m.algorithm != "alg1"]
+    assert timed and all(m.note.startswith("timed once: hopeless") for m in timed), plan
+    runs = [name for name in clock.runs if name != "reuse plan"]
+    assert len(runs) == len(set(runs)), clock.runs  # none run twice
 
 
 def test_exhaustive_times_every_algorithm_on_the_second_product(engine):

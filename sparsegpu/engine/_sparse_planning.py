@@ -319,10 +319,11 @@ def _multiply_sparse(left, right, engine, level, algorithm, memory_limit):
         return _finished(product, left, right)
     counted = engine.products_ahead(left, right)  # counting while the host plans
     if pair.seen == 1:
-        # The first product is not timed (counted at the median of the timed ones): most
-        # pairs are multiplied once, and its two events cost a first ALG1 product of
-        # power-law rows 30 us of 1.4 ms (H200, spgemm_alg1_overhead --layers, "host
-        # watch"), the device idle while the host made and recorded them.
+        # The first product is not timed (counted at the median of the timed ones, so a
+        # first product slowed by a cold start counts as the later ones do): most pairs
+        # are multiplied once, and its two events cost a first ALG1 product of power-law
+        # rows about 30 us of 1.4 ms (H200, spgemm_alg1_overhead --layers, "host watch"),
+        # the device idle while the host made and recorded them.
         product, outcome = _rule_product(engine, left, right, budget, counted)
         pair.untimed += 1
         pair.last = outcome
@@ -394,8 +395,10 @@ def _plan_step(pair: _Pair, engine, left, right, product, level, memory_limit) -
         names = engine.algorithms() if level == "exhaustive" else engine.planning_algorithms()
         pair.pending = [REUSE] + [name for name in names if name != default]
     now = level == "exhaustive" or _repeats_expected()  # planning's cost not rented
-    if pair.product_ms is None and now and level != "exhaustive":
-        pair.read_times(wait=True)  # the earlier products' times (long finished, as a rule)
+    if pair.product_ms is None and now:
+        # this product's time (a second product: the first is not timed), which the
+        # candidates are judged hopeless against; they synchronize anyway
+        pair.read_times(wait=True)
     if pair.product_ms is None and not now:
         return  # no product of the pair has been timed yet
     allowance = float("inf") if now else PAYBACK * pair.products_ms
