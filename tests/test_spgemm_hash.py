@@ -237,7 +237,8 @@ def test_entries_selecting_hub_rows_share_a_block(dtype, index_dtype, dense, mon
 def test_total_products_counts_every_product(name, index_dtype):
     """The products of L @ R (a thread per entry of L, one 64-bit sum) as the host counts
     them: on the awkward matrices, and with a hub row of 20,000 entries; again and again
-    on one slot (the kernel's last block zeroes its counters), and two counts at once."""
+    on one slot (the kernel's last block zeroes its counters), with the other index dtype
+    on the right, and two counts at once."""
     if name == "hub":
         rng = np.random.default_rng(2)
         S = sp.random(20_000, 20_000, density=5e-4, random_state=rng, format="lil")
@@ -251,6 +252,9 @@ def test_total_products_counts_every_product(name, index_dtype):
     left = _mirror_of(S, np.float64, index_dtype)
     right = _mirror_of(T, np.float64, index_dtype)
     assert [ENGINE.total_products(left, right) for _ in range(3)] == [expected] * 3
+    other = np.int32 if np.dtype(index_dtype) == np.int64 else np.int64
+    mixed = _mirror_of(T, np.float64, other)  # the kernel reads both in one index type
+    assert ENGINE.total_products(left, mixed) == expected
     if S.nnz:  # two counts launched (two slots), read in the other order
         first = hash_spgemm._DeviceCount(left, right)
         second = hash_spgemm._DeviceCount(right, left)
@@ -580,7 +584,10 @@ def test_the_rules_path_known_at_the_count_is_the_rules_own(compression, counted
         known.rule_path = path
         answer = ENGINE.rule_and_products(operand, operand, known)
         assert answer[0] == ENGINE.rule_and_products(operand, operand, unknown)[0]
-        assert ENGINE._rule(operand, operand, known)[1:3] == ENGINE._rule(operand, operand)[1:3]
+        known_again, unknown_again = Pending(exact), Pending(exact)
+        known_again.rule_path = path
+        found = ENGINE._rule(operand, operand, known_again)
+        _same_rule(found, known_again, ENGINE._rule(operand, operand, unknown_again), unknown_again)
         for pending in (known, unknown):  # the same assumption checked: the same decision
             try:
                 pending.check()
@@ -590,6 +597,52 @@ def test_the_rules_path_known_at_the_count_is_the_rules_own(compression, counted
             if pending is known:
                 first = decided
         assert decided == first
+
+
+def _same_rule(found, counted, expected, expected_counted) -> None:
+    """The rule's whole answer equal, the count it returns being each call's own."""
+    assert found[:5] == expected[:5], (found, expected)
+    if found[5] is counted:
+        assert expected[5] is expected_counted, (found, expected)
+    else:
+        assert found[5] == expected[5], (found, expected)
+
+
+class _ReadOnce:
+    """An operand whose longest row is known only once read (a pass over a fresh one)."""
+
+    def __init__(self, n_rows, nnz, longest, dtype=np.float64):
+        from sparsegpu.device._mirror import RowLengthStats
+
+        self.nnz, self.shape, self.dtype = nnz, (n_rows, n_rows), np.dtype(dtype)
+        self.column_bound, self._longest, self.read = None, longest, False
+        self.row_stats = RowLengthStats(n_rows, n_rows, nnz, nnz / n_rows, 0.0, 0, longest, 0)
+
+    @property
+    def known_longest_row(self):
+        return self._longest if self.read else None
+
+    @property
+    def longest_row(self):
+        self.read = True
+        return self._longest
+
+
+def test_the_rules_path_reads_what_the_rule_would_read_after_it(compression, counted):
+    """Where working out the path reads the longest rows (a pass), short rows first may
+    hold on them: the path is then left to the rule, which answers as it did when it
+    worked everything out again after the count's launch."""
+    first = _ReadOnce(20_000_000, 120_000_000, 32)
+    path = ENGINE._rule_path(first, first)
+    assert first.read and path is None  # short rows first, on the rows just read
+    known = Pending(10**9)
+    known.rule_path = path
+    again = _ReadOnce(20_000_000, 120_000_000, 32)
+    ENGINE._rule_path(again, again)  # the same reads, then the rule with no path
+    unknown = Pending(10**9)
+    found = ENGINE._rule(first, first, known)
+    _same_rule(found, known, ENGINE._rule(again, again, unknown), unknown)
+    assert found[0] == HASH
 
 
 @gpu

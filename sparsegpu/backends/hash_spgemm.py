@@ -63,12 +63,14 @@ from . import select_spgemm
 from .cusparse_spgemm import CusparseSpgemm
 from .select_spgemm import SELECT
 from .spgemm import (
+    INT64,
     Budget,
     Counted,
     DoesNotFit,
     ResultSink,
     exact_products,
     products_decide_indices,
+    with_index_dtype,
 )
 
 HASH = "hash"
@@ -952,6 +954,11 @@ class _DeviceCount(Counted):
         # where the rule goes, known when the count was launched (GpuSpgemm._rule_path):
         # the rule does not work it out again
         self.rule_path = rule_path
+        if not left.nnz:  # nothing to launch (a grid of no blocks is no launch at all)
+            self._exact, self._slot = 0, None
+            return
+        if left.index_dtype != right.index_dtype:  # the kernel reads both in one type
+            left, right = with_index_dtype(left, INT64), with_index_dtype(right, INT64)
         cupy = _cuda.cupy_or_none()
         stream = cupy.cuda.get_current_stream()
         slot = self._slot = _CountSlot.take(cupy)
@@ -1160,7 +1167,10 @@ class GpuSpgemm(CusparseSpgemm):
         products, per_row, may_sample = _estimate(left, right)
         if _short_first_rule(left, right, products) or may_sample:
             return None  # short rows first, or a sample may decide first
-        return SKEWED_PATH if self._skewed_count_needed(left, right, products) else DEFAULT_PATH
+        counts = self._skewed_count_needed(left, right, products)
+        if _short_first_rule(left, right, products):  # on longest rows it read just now
+            return None
+        return SKEWED_PATH if counts else DEFAULT_PATH
 
     @staticmethod
     def _skewed_count_needed(left, right, products: int) -> bool:

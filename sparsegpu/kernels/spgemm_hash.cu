@@ -155,6 +155,7 @@ __global__ void spgemm_products_total(const Index* __restrict__ a_indices, long 
     }
     __syncthreads();
     if (threadIdx.x == 0) {
+        __threadfence();  // the block's sums before its count of done (CUDA's reduction sample)
         const unsigned long long done = atomicAdd(counter + 1, 1ull);
         if (done == gridDim.x - 1ull) {  // every other block's sums are in
             __threadfence();
