@@ -183,3 +183,40 @@ def test_calls_summary_is_set_by_set_and_shows_a_tie_under_one():
     assert held.startswith("Held out") and "min 0.998x" in held and "geomean 2.00x" in held
     assert "P.T @ A @ P: min 1.000x" in held  # every held-out matrix's Galerkin product
     assert fit.startswith("Fit") and "min 4.000x, geomean 4.00x" in fit
+
+
+def test_calls_mode_runs_the_sets_asked_for_and_refuses_unknown_ones(monkeypatch):
+    """``--mode calls`` runs only the matrices of ``--sets`` (it once ran every set), and a
+    set it does not have is refused with the sets it has."""
+    import argparse
+    import types
+
+    from benchmarks import spgemm_first
+
+    ran = []
+    matrices = [("fit", "f", lambda: sp.identity(3, format="csr")),
+                ("heldout", "h", lambda: sp.identity(3, format="csr"))]  # fmt: skip
+    monkeypatch.setattr(spgemm_first, "call_matrices", lambda xp: matrices)
+    monkeypatch.setattr(spgemm_first, "warm_planning", lambda dtype: None)
+
+    def run_calls(group, name, *args, **kwargs):
+        ran.append(name)
+        return {"matrix": name}
+
+    monkeypatch.setattr(spgemm_first, "run_calls", run_calls)
+    monkeypatch.setattr(spgemm_first.spgemm_bench, "finish", lambda args, result, render: 0)
+    monkeypatch.setattr(spgemm_first.spgemm_bench, "log", lambda *a: None)
+    pool = types.SimpleNamespace(free_all_blocks=lambda: None)
+    runtime = types.SimpleNamespace(getDeviceProperties=lambda i: {"name": b"fake"})
+    cupy = types.SimpleNamespace(__version__="0", cuda=types.SimpleNamespace(runtime=runtime),
+                                 get_default_memory_pool=lambda: pool)  # fmt: skip
+
+    def args(sets):
+        return argparse.Namespace(sets=sets, only=None, dtypes="float64", samples=1, out=None)
+
+    spgemm_first.main_calls(args("heldout"), cupy, None)
+    assert ran == ["h"]
+    spgemm_first.main_calls(args("fit,heldout"), cupy, None)
+    assert ran == ["h", "f", "h"]
+    with pytest.raises(SystemExit, match=r"unknown set\(s\) \['galerkin'\].*fit, heldout"):
+        spgemm_first.main_calls(args("galerkin"), cupy, None)
