@@ -1250,9 +1250,8 @@ class GpuSpgemm(CusparseSpgemm):
         # a thread per entry of L summing the lengths of the R rows it selects into one
         # 64-bit counter (one kernel, which writes the host word): no array of nnz(L), no
         # row's group of lanes walking a hub row of R-MAT alone (0.7 ms on scale 17,
-        # where the whole first product took 0.4 ms longer than cupyx's)
-        if not left.nnz:
-            return 0
+        # where the whole first product took 0.4 ms longer than cupyx's; an empty L
+        # launches nothing)
         return _DeviceCount(left, right).value()
 
     def result_nnz(self, left, right, budget: Budget) -> int:
