@@ -1137,7 +1137,10 @@ class GpuSpgemm(CusparseSpgemm):
         return self.rule_and_products(left, right)[0]
 
     def rule_and_products(self, left, right, counted=None) -> tuple[str, int | Counted | None]:
-        if _known_path(counted) is None and _selects(left, right):
+        path = _known_path(counted)
+        if path == DEFAULT_PATH:  # known when the count was launched: nothing to decide
+            return self.default_algorithm, counted
+        if path is None and _selects(left, right):
             return SELECT, counted
         found = self._rule(left, right, counted)
         return found[0], found[5] if found[5] is not None else counted
@@ -1149,8 +1152,11 @@ class GpuSpgemm(CusparseSpgemm):
         if left.xp is np or not left.nnz:
             return None
         path = self._rule_path(left, right)
-        if path == SKEWED_PATH or products_decide_indices(left, right):
-            return _DeviceCount(left, right, path)
+        decides = products_decide_indices(left, right)
+        if path == SKEWED_PATH or decides:
+            count = _DeviceCount(left, right, path)
+            count.decides_indices = decides
+            return count
         return None
 
     def _counts_skewed(self, left, right) -> bool:

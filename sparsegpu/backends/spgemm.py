@@ -81,6 +81,11 @@ class Counted:
     index dtype or algorithm. Subclasses (an engine's) implement :meth:`done` and
     :meth:`_read`."""
 
+    # whether the operands' sizes leave the index dtype to the count
+    # (:func:`products_decide_indices`), where the one who launched it worked that out
+    # (None: not known; :func:`compute_operands` works it out)
+    decides_indices: bool | None = None
+
     def __init__(self):
         self._exact: int | None = None
         self._expected: list = []
@@ -341,6 +346,8 @@ class SpgemmEngine:
 
     def check_algorithm(self, algorithm: str) -> None:
         """A ValueError naming this engine's algorithms unless ``algorithm`` is one."""
+        if algorithm == self.default_algorithm:  # every product the rule runs: no lookup
+            return
         known = dict.fromkeys(self.algorithms() + self.lean_algorithms())
         if algorithm not in known:
             raise ValueError(
@@ -616,8 +623,8 @@ def run_once(
     (:meth:`ResultSink.before_launch`)."""
     if not ready:
         left, right, _ = compute_operands(engine, left, right, budget)
-    if is_empty(left, right):  # (never with a check: multiply's empty products return first)
-        return empty_product(left, right, left.index_dtype, budget)
+        if is_empty(left, right):  # (multiply's, ready, returned before: never with a check)
+            return empty_product(left, right, left.index_dtype, budget)
     shape = (left.shape[0], right.shape[1])
     sink = ResultSink(budget, shape, left.dtype, left.index_dtype, left.residence)
     sink.check = check
@@ -653,7 +660,10 @@ def compute_operands(engine: SpgemmEngine, left, right, budget: Budget, products
     is assumed (:meth:`Counted.expect`) and checked before the product's first launch.
     Returns ``(left, right, the result's nonzeros where they were counted, else None)``."""
     nnz = None
-    if products_decide_indices(left, right):
+    decides = products.decides_indices if isinstance(products, Counted) else None
+    if decides is None:
+        decides = products_decide_indices(left, right)
+    if decides:
         if products is None:
             products = engine.total_products(left, right)
         elif isinstance(products, Counted):
