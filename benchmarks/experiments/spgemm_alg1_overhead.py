@@ -134,6 +134,22 @@ def _targets():
         (spgemm, "describe_product"),
         (_sparse_dispatch, "_with_operands_index_dtype"),
         (_matrix._SparseGPUMixin, "_sg_on_device"),
+        (_sparse_dispatch, "where"),
+        (_sparse_dispatch._cuda, "ensure_context"),
+        (hash_spgemm.GpuSpgemm, "products_ahead"),
+        (hash_spgemm.GpuSpgemm, "_rule_path"),
+        (hash_spgemm.GpuSpgemm, "rule_and_products"),
+        (hash_spgemm.GpuSpgemm, "_rule"),
+        (hash_spgemm._DeviceCount, "__init__"),
+        (hash_spgemm._DeviceCount, "_read"),
+        (hash_spgemm._CountSlot, "take"),
+        (spgemm.ResultSink, "before_launch"),
+        (spgemm.Counted, "check"),
+        (spgemm, "with_index_dtype"),
+        (spgemm, "products_decide_indices"),
+        (spgemm.SpgemmEngine, "check_algorithm"),
+        (spgemm.SpgemmEngine, "multiply"),
+        (_sparse_planning, "_rule_product"),
     ]
     return out
 
@@ -337,6 +353,40 @@ def cold_pieces(A, cupy, repeat: int) -> dict:
     return out
 
 
+def turning_samples(variants, operands, cupy, repeat: int, measured=None, extra=None) -> dict:
+    """``{variant: [ms]}``: each variant's call (``variants[key](A)`` gives it, ``A`` fresh
+    operands made by a product) and cupyx's product on fresh operands (key ``"cupyx"``),
+    wall clock from an idle device to the synchronized result, ``repeat`` samples after
+    two unkept ones. The order turns by one each sample, so that no column always runs
+    first: in a fixed order `A @ A`, first after cupyx, read 35-100 us over `spare
+    events`. ``measured(key, fn)``: ``(ms, something else)`` instead of the wall clock,
+    the something else kept in ``extra[key]``."""
+    import cupyx.scipy.sparse as cupyx_sparse
+
+    from benchmarks import spgemm_first
+
+    base, identity, Acx = operands
+    order = [*variants, "cupyx"]
+    times: dict = {k: [] for k in order}
+    for sample in range(repeat + 2):
+        turn = sample % len(order)
+        for key in order[turn:] + order[:turn]:
+            if key == "cupyx":
+                B = spgemm_first.fresh_cupyx(Acx, cupyx_sparse)
+                fn = lambda B=B: B @ B  # noqa: E731
+            else:
+                fn = variants[key](spgemm_first.fresh_sg(base, identity))
+            if measured is None:
+                ms, other = spgemm_first.wall_ms(fn, cupy)[0], None
+            else:
+                ms, other = measured(key, fn)
+            if sample >= 2:
+                times[key].append(ms)
+                if extra is not None:
+                    extra[key].append(other)
+    return times
+
+
 def layer_calls(args, cupy) -> int:
     """``--layers``: the first ``A @ A`` of a new pattern through each layer of sparsegpu's
     path, on fresh operands (the calls mode's), wall clock from an idle device to the
@@ -401,25 +451,15 @@ def layer_calls(args, cupy) -> int:
             "engine alg1": engine_call,
             "direct": direct_call,
         }
-        times: dict = {k: [] for k in [*variants, "cupyx"]}
-        grew: dict = {k: [] for k in times}  # CuPy's pool growth during the call, MB
+        grew: dict = {k: [] for k in [*variants, "cupyx"]}  # CuPy's pool growth, MB
         pool = cupy.get_default_memory_pool()
-        order = list(times)
-        for sample in range(args.repeat + 2):
-            # the order turns by one each sample, so that no column always runs first: in a
-            # fixed order `A @ A`, first after cupyx, read 35-100 us over `spare events`
-            turn = sample % len(order)
-            for key in order[turn:] + order[:turn]:
-                if key == "cupyx":
-                    B = spgemm_first.fresh_cupyx(Acx, cupyx_sparse)
-                    fn = lambda B=B: B @ B  # noqa: E731
-                else:
-                    fn = variants[key](spgemm_first.fresh_sg(base, identity))
-                held = pool.total_bytes()
-                ms = spgemm_first.wall_ms(fn, cupy)[0]
-                if sample >= 2:
-                    times[key].append(ms)
-                    grew[key].append((pool.total_bytes() - held) / 1e6)
+
+        def measured(key, fn, pool=pool):
+            held = pool.total_bytes()
+            ms = spgemm_first.wall_ms(fn, cupy)[0]
+            return ms, (pool.total_bytes() - held) / 1e6
+
+        times = turning_samples(variants, (base, identity, Acx), cupy, args.repeat, measured, grew)
         medians = {k: float(np.median(v)) for k, v in times.items()}
         print(f"{name}: " + ", ".join(f"{k} {v:.3f}" for k, v in medians.items()) + " ms")
         growth = ", ".join(f"{k} {np.mean(v):.0f}" for k, v in grew.items())
