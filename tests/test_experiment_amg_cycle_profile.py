@@ -6,7 +6,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from benchmarks.experiments import amg_cycle_profile as profile
+
+# the problems come from PyAMG's gallery, and the warm-up builds one (benchmarks/amg.py)
+pytest.importorskip("pyamg", reason="the profile's problems are PyAMG's (the amg extra)")
 
 
 def test_the_profile_counts_each_levels_launches(tmp_path):

@@ -9,6 +9,7 @@ import json
 import pytest
 
 from benchmarks.experiments import first_call_compiles as probe
+from sparsegpu.device import _cuda
 
 
 def test_a_session_reports_each_step(tmp_path):
@@ -19,8 +20,15 @@ def test_a_session_reports_each_step(tmp_path):
     steps = [row["step"] for row in result["steps"]]
     assert steps == [f"circuit2d_40 {s}" for s in
                      ("set-up", "solve", "update", "update again", "solve again")]  # fmt: skip
-    assert all(row["seconds"] > 0 and row["compiles"] == 0 for row in result["steps"])
-    assert result["compiles"] == [] and "| step | seconds |" in md.read_text()
+    assert all(row["seconds"] > 0 for row in result["steps"])
+    compiled = [row for row in result["steps"] if row["compiles"]]
+    if _cuda.cupy_or_none() is None:
+        assert not compiled  # nothing compiles without a GPU
+    # (on a GPU, a step compiles what no earlier test in this process and no other worker
+    # has put in the kernel cache yet: the test suite's order decides, so only its record
+    # is checked: each compiling step listed once)
+    assert [c["step"] for c in result["compiles"]] == [row["step"] for row in compiled]
+    assert "| step | seconds |" in md.read_text()
 
 
 def test_the_probe_refuses_the_held_out_set():

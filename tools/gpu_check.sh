@@ -39,8 +39,9 @@ SCIPY_LIMIT="${SCIPY_LIMIT:-300}"
 RANKS_LIMIT="${RANKS_LIMIT:-420}"
 HANG="${HANG:-60}"
 export NCCL_NVLS_ENABLE="${NCCL_NVLS_ENABLE:-0}" PYTHONUNBUFFERED=1
-# Every pytest worker opens its stacks file at start: they are kept outside $out and only
-# the non-empty ones (a hang's) are copied there, so that the output folder holds the logs
+# Every pytest worker opens its stacks file at start and writes each test's name in it: they
+# are kept outside $out and only those with a stack dump (a hang's) are copied there, so
+# that the output folder holds the logs
 # (a device run brings back at most 8 files: in the 34th session empty stacks files crowded
 # out the suite's log of a run cut short).
 stacks_dir="$(mktemp -d)"
@@ -63,7 +64,9 @@ run() {
   [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ] && last="TIMED OUT after ${limit} s (stacks: $out/stacks.rank*) ${last}"
   [ "$rc" -ne 0 ] && status=1
   for stacks in "$stacks_dir"/stacks*; do
-    [ -s "$stacks" ] && cp "$stacks" "$out/"
+    # every test's name is written as it starts; only a file with a dump (a test past the
+    # hang limit) is worth a place among the 8 files a device run brings back
+    grep -q "most recent call first" "$stacks" 2>/dev/null && cp "$stacks" "$out/"
   done
   rm -f "$stacks_dir"/stacks*
   # each step's line written as it ends: a run cut short keeps the steps it finished
