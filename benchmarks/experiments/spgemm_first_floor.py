@@ -32,12 +32,14 @@ it.
 Usage (on a GPU machine)::
 
     python -m benchmarks.experiments.spgemm_first_floor [--only NAME] [--repeat 15]
-        [--variants "A @ A,flat,bare"]
+        [--variants "A @ A,flat,bare"] [--out FILE.json] [--md FILE.md]
+    python -m benchmarks.experiments.spgemm_first_floor --from-json FILE.json --md FILE.md
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import pathlib
 import sys
 import time
@@ -305,6 +307,42 @@ def allocations(made, Acx, base, identity, cupyx_sparse) -> dict:
     return out
 
 
+def markdown(result: dict) -> str:
+    """The result file's summary: each round's medians, then the probes."""
+    lines = [
+        "# How far below `A @ A`'s first ALG1 product the host path can go (issue 47)",
+        "",
+        f"Device: {result.get('device', '?')}. Command: `{result.get('command', '?')}`. Wall "
+        "clock from an idle device to the synchronized result, fresh operands made by a "
+        "product, medians in turning order (module docstring: what each variant leaves "
+        "out). A probe of the path: nothing is fitted on it.",
+    ]
+    for row in result["rows"]:
+        rounds = row["medians_ms"]
+        keys = list(rounds[0])
+        lines += ["", f"## {row['matrix']}", "", "| variant | " + " | ".join(
+            f"round {i + 1} (ms)" for i in range(len(rounds))) + " |",
+            "|---|" + "---:|" * len(rounds)]  # fmt: skip
+        lines += [f"| {k} | " + " | ".join(f"{r[k]:.3f}" for r in rounds) + " |" for k in keys]
+        t = row["via_transpose_ms"]
+        lines += [
+            "",
+            f"`((A.T) @ (A.T)).T`: transpose {t['transpose']:.3f} ms (with the row "
+            f"statistics the rule reads), the transposed product {t['product']:.3f} "
+            f"(longest row of `A.T`: {t['t_longest_row']}), the transpose back "
+            f"{t['back']:.3f}, in all {t['total']:.3f}.",
+            "",
+            "Container objects a call allocates: "
+            + ", ".join(f"{k} {v}" for k, v in row["allocations"].items())
+            + ".",
+            "",
+            "The products count alone from an idle device: "
+            + ", ".join(f"{k} {v:.1f}" for k, v in row["count_alone"].items())
+            + ".",
+        ]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=15)
@@ -312,7 +350,15 @@ def main(argv=None) -> int:
     parser.add_argument("--variants", help="','-separated variants to run (default: all)")
     parser.add_argument("--rounds", type=int, default=1, help="runs of the alternation")
     parser.add_argument("--out", type=pathlib.Path)
+    parser.add_argument("--md", type=pathlib.Path)
+    parser.add_argument("--from-json", type=pathlib.Path, help="only write --md from this file")
     args = parser.parse_args(argv)
+    if args.from_json:  # no GPU needed
+        text = markdown(json.loads(args.from_json.read_text()))
+        if args.md:
+            args.md.write_text(text)
+        print(text)
+        return 0
     cupy = common.require_gpu()
     if cupy is None:
         return 2
@@ -354,6 +400,8 @@ def main(argv=None) -> int:
         out.append(row)
         header = common.experiment_header("benchmarks.experiments.spgemm_first_floor")
         common.save_partial({**header, "rows": out}, args.out)
+    if args.md and out:
+        args.md.write_text(markdown({**header, "rows": out}))
     return 0
 
 
