@@ -424,13 +424,14 @@ def main_calls(args, cupy, cupyx_sparse) -> int:
         "rows": [],
     }
     sets = set(args.sets.split(","))
-    known = {m[0] for m in call_matrices(cupy)}
+    matrices = call_matrices(cupy)
+    known = {m[0] for m in matrices}
     if not sets <= known:
         raise SystemExit(
             f"spgemm_first --mode calls: unknown set(s) {sorted(sets - known)} in --sets "
             f"{args.sets!r}; the calls mode has {', '.join(sorted(known))}"
         )
-    chosen = [m for m in call_matrices(cupy) if m[0] in sets]
+    chosen = [m for m in matrices if m[0] in sets]
     if args.only:
         keep = set(args.only.split(","))
         chosen = [m for m in chosen if m[1] in keep]

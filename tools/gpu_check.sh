@@ -39,11 +39,10 @@ SCIPY_LIMIT="${SCIPY_LIMIT:-300}"
 RANKS_LIMIT="${RANKS_LIMIT:-420}"
 HANG="${HANG:-60}"
 export NCCL_NVLS_ENABLE="${NCCL_NVLS_ENABLE:-0}" PYTHONUNBUFFERED=1
-# Every pytest worker opens its stacks file at start and writes each test's name in it: they
-# are kept outside $out and only those with a stack dump (a hang's) are copied there, so
-# that the output folder holds the logs
-# (a device run brings back at most 8 files: in the 34th session empty stacks files crowded
-# out the suite's log of a run cut short).
+# Every pytest worker opens a stacks file and writes each test's name in it: they are kept
+# outside $out and only those holding a stack dump (a hang's) are copied there, so that the
+# output folder holds the logs (a device run brings back at most 8 files, and sixteen
+# workers' stacks files crowded the suite's log out).
 stacks_dir="$(mktemp -d)"
 trap 'rm -rf "$stacks_dir"' EXIT
 export SPARSEGPU_TEST_STACKS="$stacks_dir/stacks" SPARSEGPU_TEST_HANG_SECONDS="$HANG"
