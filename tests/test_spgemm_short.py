@@ -171,9 +171,76 @@ def test_short_rows_are_a_registered_family_of_every_group():
         assert cap == slots and lanes in (8, 16, 32)
         assert f"spgemm_short_count<int, {lanes}, {cap}>" in names
         for slotted in ("true", "false"):
-            assert f"spgemm_short_fill<double, long long, {lanes}, {cap}, {slotted}>" in names
+            for narrow in ("true", "false"):  # NARROW keys: 32-bit indices only
+                assert (
+                    f"spgemm_short_fill<double, int, {lanes}, {cap}, {slotted}, {narrow}>" in names
+                )
+            assert (
+                f"spgemm_short_fill<double, long long, {lanes}, {cap}, {slotted}, false>" in names
+            )
+            assert (
+                f"spgemm_short_fill<float, long long, {lanes}, {cap}, {slotted}, true>" not in names
+            )
         assert f"spgemm_short_move<complex64, int, {cap}>" in names
     assert hash_spgemm.SHORT_SLOTS in (0, *hash_spgemm.SHORT_GROUPS)
     lanes, cap = hash_spgemm.SHORT_GROUPS[hash_spgemm.SHORT_FIRST_SLOTS]
-    assert f"spgemm_short_first<complex128, int, {lanes}, {cap}>" in names
+    for narrow in ("true", "false"):
+        assert f"spgemm_short_first<complex128, int, {lanes}, {cap}, {narrow}>" in names
+    assert f"spgemm_short_first<double, long long, {lanes}, {cap}, false>" in names
     assert f"spgemm_short_move_first<float, long long, {cap}>" in names
+
+
+def test_narrow_keys_leave_the_pad_and_its_column_out():
+    """NARROW keys (32-bit: a column above its place among the row's products) where C's
+    columns stay below 2^(32 - log2 cap) - 1: no key is the sort's pad (all ones), and no
+    column is the pad's; 64-bit indices never."""
+    for cap in hash_spgemm.SHORT_GROUPS:
+        bits = cap.bit_length() - 1
+        limit = (1 << (32 - bits)) - 1
+        assert hash_spgemm.narrow_keys(np.int32, limit - 1, cap)
+        assert not hash_spgemm.narrow_keys(np.int32, limit, cap)
+        assert not hash_spgemm.narrow_keys(np.int64, 10, cap)
+        largest = ((limit - 2) << bits) | (cap - 1)  # the last column, the last place
+        assert largest < 2**32 - 1 and (limit - 2) != (2**32 - 1) >> bits
+
+
+def _top_columns(n_rows, n_cols, seed):
+    """Rows of 0 to 6 entries among C's last 300 columns (the last one in every tenth)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(n_rows):
+        k = int(rng.integers(0, 7))
+        columns = set(rng.choice(300, k, replace=False).tolist())
+        if i % 10 == 0:
+            columns.add(299)
+        rows.append(sorted(columns))
+    indptr = np.r_[0, np.cumsum([len(r) for r in rows])]
+    indices = np.array([c for r in rows for c in r], dtype=np.int64)
+    values = rng.uniform(-1, 1, indices.size)
+    compact = sp.csr_matrix((values, indices, indptr), shape=(n_rows, 300))
+    wide = sp.csr_matrix((values, indices + (n_cols - 300), indptr), shape=(n_rows, n_cols))
+    return compact, wide
+
+
+@gpu
+@pytest.mark.parametrize("first", ["listed", "short"])
+@pytest.mark.parametrize(
+    "n_cols", [2**24 - 2, 2**24 - 1, 2**25 - 1, 2**26 - 2, 2**26 - 1, 2**26 + 5]
+)
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_short_rows_at_the_narrow_keys_bounds(index_dtype, n_cols, first, monkeypatch):
+    """C's columns just within and just past each short class's NARROW bound, B's entries
+    in C's last 300 columns (the last one among them): rows of every short class (and
+    tables) equal scipy's product, which is computed on the 300 columns and moved up."""
+    monkeypatch.setattr(hash_spgemm, "SHORT_FIRST_LISTED_SLOTS", 256)
+    A = _skewed(600, 400, seed=7)
+    compact, wide = _top_columns(400, n_cols, seed=8)
+    C = _hash_product(A, wide, np.float64, index_dtype, first=first)
+    expected = (A @ compact).tocsr()
+    pattern = abs(A) @ abs(compact)
+    pattern.sum_duplicates()
+    assert C.shape == (600, n_cols) and C.nnz == pattern.nnz
+    assert np.array_equal(C.indptr, pattern.indptr)
+    assert np.array_equal(C.indices.astype(np.int64) - (n_cols - 300), pattern.indices)
+    moved = sp.csr_matrix((C.data, C.indices.astype(np.int64) - (n_cols - 300), C.indptr))
+    assert abs(moved - expected).max() <= 1e-12 * max(abs(expected).max(), 1.0) * 300

@@ -11,6 +11,8 @@ include an instance of the P1 mesh's class (another size and seed than the held-
 Usage (on a GPU machine)::
 
     python -m benchmarks.experiments.spgemm_hash_kernels --out FILE.json [--only NAME,...]
+        [--variants "NAME=VALUE,...;..."] [--rounds N] [--md FILE.md]
+    python -m benchmarks.experiments.spgemm_hash_kernels --from-json FILE.json --md FILE.md
 """
 
 from __future__ import annotations
@@ -71,10 +73,15 @@ def traced_product(A, cupy) -> tuple[float, list]:
 
 
 def set_variant(variant: str) -> None:
-    """Set hash_spgemm's constants as ``NAME=VALUE,NAME=VALUE`` says."""
+    """Set hash_spgemm's constants as ``NAME=VALUE,NAME=VALUE`` says; ``SHORT_GROUPS.S=L``
+    runs the short rows of up to ``S`` products with ``L`` lanes a row."""
     for setting in filter(None, variant.split(",")):
         key, value = setting.split("=")
-        setattr(hash_spgemm, key, int(value))
+        if key.startswith("SHORT_GROUPS."):
+            slots = int(key.split(".")[1])
+            hash_spgemm.SHORT_GROUPS[slots] = (int(value), slots)
+        else:
+            setattr(hash_spgemm, key, int(value))
 
 
 def profile_first(name, build, dtype, cupy, cupyx_sparse) -> None:
@@ -147,6 +154,32 @@ def lean_probe(A, cupy, repeat: int = 5) -> dict:
     return out
 
 
+def summary(result: dict) -> str:
+    """A result file's Markdown: each matrix's wall clock by variant (and ALG1's and
+    cupyx's), then each variant's launches of over 0.01 ms."""
+    rows = result["rows"]
+    walls = [key[:-3] for key in rows[0] if key.endswith("_ms") and "trace" not in key]
+    lines = [
+        "# The hash rows kernel by kernel (issue 47)",
+        "",
+        f"Device: {result['device']}. Command: `{result['command']}`. Wall clock of a first "
+        "product of a new pattern, medians over the rounds (the variants in turn each "
+        "round), and the launches of one traced product (CUDA events; host waits timed on "
+        "the host).",
+        "",
+        "| set | matrix | nnz | " + " | ".join(f"{w} (ms)" for w in walls) + " |",
+        "|---|---|---|" + "---|" * len(walls),
+    ]
+    for row in rows:
+        cells = " | ".join(f"{row[w + '_ms']:.3f}" for w in walls)
+        lines.append(f"| {row['set']} | {row['matrix']} | {row['nnz']:,} | {cells} |")
+    for row in rows:
+        for variant, trace in row.get("trace", {}).items():
+            lines += ["", f"{row['matrix']}, {variant}: launches and host waits (ms)", ""]
+            lines += [f"- {ms:.3f} {what}" for what, ms in trace if ms > 0.01]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=pathlib.Path)
@@ -157,11 +190,20 @@ def main(argv=None) -> int:
         default="SLOTS_PER_LANE=4",
         help="';'-separated settings of hash_spgemm's constants, each 'NAME=VALUE,...'",
     )
+    parser.add_argument("--rounds", type=int, default=3, help="timed products a variant")
+    parser.add_argument("--md", type=pathlib.Path, help="the summary in Markdown")
+    parser.add_argument("--from-json", type=pathlib.Path, help="only write --md from this file")
     parser.add_argument("--profile", default="", help="names whose first A @ A is profiled")
     parser.add_argument(
         "--lean-probe", action="store_true", help="time short-rows fills over every row"
     )
     args = parser.parse_args(argv)
+    if args.from_json:  # no GPU needed
+        text = summary(json.loads(args.from_json.read_text()))
+        if args.md:
+            args.md.write_text(text)
+        print(text)
+        return 0
     cupy = common.require_gpu()
     if cupy is None:
         return 2
@@ -198,7 +240,7 @@ def main(argv=None) -> int:
             row[f"check{variant}"] = [same, error]
             del C
         sg.spgemm(FIRST.fresh_sg(base, identity), FIRST.fresh_sg(base, identity), algorithm="alg1")
-        for _ in range(3):
+        for _ in range(args.rounds):
             for variant in variants:
                 set_variant(variant)
                 A = FIRST.fresh_sg(base, identity)
@@ -230,6 +272,9 @@ def main(argv=None) -> int:
         if args.out:
             header = common.experiment_header("benchmarks.experiments.spgemm_hash_kernels")
             args.out.write_text(json.dumps({**header, "rows": rows}, indent=1, default=str))
+    if args.md and rows:
+        header = common.experiment_header("benchmarks.experiments.spgemm_hash_kernels")
+        args.md.write_text(summary({**header, "rows": rows}))
     return 0
 
 

@@ -18,6 +18,9 @@ Rows of at most :data:`SHORT_SLOTS` products are *short rows* (``kernels/spgemm_
 in both passes: a group of lanes gathers the row's products in shared memory and sorts them
 in registers, no table; where their work space fits, the symbolic pass writes them into
 slots of their class's size and the numeric pass moves them into place (no count pass).
+With 32-bit indices and ``C``'s columns below 2^(32 - log2 slots) - 1 (:func:`narrow_keys`)
+the numeric sort moves one 32-bit key a product, the column above the product's place among
+the row's, and the runs' sums read the values where the gather left them.
 
 *Short rows first* (:func:`takes_short_first`: rows bounded by at most
 :data:`SHORT_FIRST_MAX_BOUND` products by the known longest rows, at most
@@ -93,9 +96,12 @@ SHORT_GROUPS = {32: (8, 32), 64: (16, 64), 128: (32, 128), 256: (32, 256)}
 # (takes_short_first) where the known longest rows bound a row's products by
 # SHORT_FIRST_MAX_BOUND (tables of a warp's group: no whole-block, global or dense rows
 # among what is left) and the products a row are at most SHORT_FIRST_SLOTS on average.
-# Fitted below (the rule's comment).
+# Fitted below (the rule's comment). SHORT_FIRST_LISTED_SLOTS: 256 (fit P1 instance, seed
+# 11, H200, spgemm_short_narrow_h200: its 45 rows of 129-223 products took 0.088 ms in
+# tables, count and fill, and 0.041 as short rows of 256, fill and move; the product 1.180
+# against 1.221 ms with 128).
 SHORT_FIRST_SLOTS = 64
-SHORT_FIRST_LISTED_SLOTS = 128
+SHORT_FIRST_LISTED_SLOTS = 256
 SHORT_FIRST_MAX_BOUND = 1024
 CLASSES = 64  # as the kernels count them (class 0: rows with nothing to compute)
 MAX_CLASS = 30  # tables of up to 2^30 slots (larger: DoesNotFit, a leaner algorithm runs)
@@ -163,10 +169,28 @@ def _short_count_kernel(index_dtype, slots: int) -> str:
     return _index_kernel("spgemm_short_count", index_dtype, lanes, cap)
 
 
-def _short_fill_kernel(value_dtype, index_dtype, slots: int, slotted: bool) -> str:
+# The short rows' numeric sort moves one 32-bit key a product where it fits (narrow_keys);
+# False: never (the two compared in one process, spgemm_hash_kernels --variants). Fit
+# matrices, H200, spgemm_short_narrow_h200: the short fill over every row of the 7-point
+# 120^3 stencil 1.77 ms against 2.18 (the product 2.40 against 2.81), of the P1 instance
+# 0.319 against 0.372 (1.165 against 1.180).
+SHORT_NARROW = True
+
+
+def narrow_keys(index_dtype, n_cols: int, cap: int) -> bool:
+    """Whether the short rows' numeric sort of rows of up to ``cap`` products moves one
+    32-bit key a product (``NARROW`` in kernels/spgemm_short.cu: the column above the
+    product's place among the row's): 32-bit indices, and C's ``n_cols`` columns below
+    2^(32 - log2 cap) - 1, so that no key is the sort's pad (and :data:`SHORT_NARROW`)."""
+    bits = int(cap).bit_length() - 1
+    fits = np.dtype(index_dtype) == np.int32 and n_cols < (1 << (32 - bits)) - 1
+    return bool(SHORT_NARROW) and fits
+
+
+def _short_fill_kernel(value_dtype, index_dtype, slots: int, slotted: bool, narrow=False) -> str:
     lanes, cap = SHORT_GROUPS[slots]
     return name_expression(
-        "spgemm_short_fill", value_dtype, index_dtype, lanes, cap, _flag(slotted)
+        "spgemm_short_fill", value_dtype, index_dtype, lanes, cap, _flag(slotted), _flag(narrow)
     )
 
 
@@ -174,9 +198,11 @@ def _short_move_kernel(value_dtype, index_dtype, slots: int) -> str:
     return name_expression("spgemm_short_move", value_dtype, index_dtype, slots)
 
 
-def _short_first_kernel(value_dtype, index_dtype, slots: int) -> str:
+def _short_first_kernel(value_dtype, index_dtype, slots: int, narrow=False) -> str:
     lanes, cap = SHORT_GROUPS[slots]
-    return name_expression("spgemm_short_first", value_dtype, index_dtype, lanes, cap)
+    return name_expression(
+        "spgemm_short_first", value_dtype, index_dtype, lanes, cap, _flag(narrow)
+    )
 
 
 def _short_move_first_kernel(value_dtype, index_dtype, slots: int) -> str:
@@ -226,17 +252,21 @@ HASH_FAMILY = register_family(
 )
 
 
+# the short rows' NARROW instantiations by index type (32-bit keys: 32-bit indices only)
+_NARROW_OF = {index: (False, True) if index == np.int32 else (False,) for index in CXX_INDEX_TYPES}
+
 SHORT_FAMILY = register_family(
     KernelFamily(
         SHORT_SOURCE,
         tuple(_index_kernel("spgemm_short_unlist", index) for index in CXX_INDEX_TYPES)
         + tuple(_short_count_kernel(index, s) for index in CXX_INDEX_TYPES for s in SHORT_GROUPS)
         + tuple(
-            _short_fill_kernel(value, index, s, slotted)
+            _short_fill_kernel(value, index, s, slotted, narrow)
             for value in CXX_VALUE_TYPES
             for index in CXX_INDEX_TYPES
             for s in SHORT_GROUPS
             for slotted in (False, True)
+            for narrow in _NARROW_OF[index]
         )
         + tuple(
             _short_move_kernel(value, index, s)
@@ -245,8 +275,13 @@ SHORT_FAMILY = register_family(
             for s in SHORT_GROUPS
         )
         + tuple(
-            kernel(value, index, SHORT_FIRST_SLOTS)
-            for kernel in (_short_first_kernel, _short_move_first_kernel)
+            _short_first_kernel(value, index, SHORT_FIRST_SLOTS, narrow)
+            for value in CXX_VALUE_TYPES
+            for index in CXX_INDEX_TYPES
+            for narrow in _NARROW_OF[index]
+        )
+        + tuple(
+            _short_move_first_kernel(value, index, SHORT_FIRST_SLOTS)
             for value in CXX_VALUE_TYPES
             for index in CXX_INDEX_TYPES
         ),
@@ -421,7 +456,8 @@ def _short_fill_launch(left, right, rows, count, slots, outputs, slotted, device
         rows, count, *outputs,
     )  # fmt: skip
     grid = _grid_of(SHORT_BLOCK // lanes, count, device)
-    name = _short_fill_kernel(left.dtype, left.index_dtype, slots, slotted)
+    narrow = narrow_keys(left.index_dtype, right.shape[1], SHORT_GROUPS[slots][1])
+    name = _short_fill_kernel(left.dtype, left.index_dtype, slots, slotted, narrow)
     _launch(name, grid, SHORT_BLOCK, arguments, source=SHORT_SOURCE)
 
 
@@ -691,7 +727,8 @@ def _short_first_symbolic(left, right, budget: Budget, indptr) -> _ShortFirst | 
             m, slot_indices, slot_data, sizes, over,
         )  # fmt: skip
         grid = _grid_of(SHORT_BLOCK // lanes, m, device)
-        name = _short_first_kernel(left.dtype, index, slots)
+        narrow = narrow_keys(index, n_cols, SHORT_GROUPS[slots][1])
+        name = _short_first_kernel(left.dtype, index, slots, narrow)
         _launch(name, grid, SHORT_BLOCK, arguments, source=SHORT_SOURCE)
         rows, classes = None, []
         # longest_row is an upper bound of every row's length (a mirror's arrays are never

@@ -22,7 +22,11 @@
 //                      the hash rows leaves them out).
 //
 // Work O(CAP log^2 CAP / LANES) a lane a row: no table to clear, no atomics, no shared memory
-// in the sort (the threshold is the hash rows' SHORT_SLOTS, fitted). A row's
+// in the sort (the threshold is the hash rows' SHORT_SLOTS, fitted). NARROW (32-bit indices,
+// C's columns below 2^(32 - log2 CAP) - 1): the numeric sort moves one 32-bit key a product,
+// its column above its place among the row's products, and the runs' sums read the values
+// where the gather left them (one shuffle a product a step of the network, not a key's and a
+// value's: a double's value took two of the three). A row's
 // products beyond CAP (only where a caller's bound was wrong) are never stored: no write
 // outside the group's shared memory. Entries whose products cancel stay stored, as the
 // hash rows and cuSPARSE keep them.
@@ -178,16 +182,99 @@ __global__ void
     }
 }
 
+// log2 of CAP: the bits of a NARROW key that hold a product's place among its row's.
+template <int CAP>
+__host__ __device__ constexpr int place_bits() {
+    static_assert(CAP > 1 && (CAP & (CAP - 1)) == 0, "CAP is a power of two");
+    int bits = 0;
+    while ((1 << bits) < CAP) {
+        ++bits;
+    }
+    return bits;
+}
+
+// NARROW: short_write's sort on one 32-bit key a product (its column above its place among
+// the n products of keys_s); each first of its column's run marked with its place among the
+// row's columns; the row's columns. The caller keeps C's columns below 2^(32 - BITS) - 1, so
+// no key is PAD and no column equals PAD's.
+template <int LANES, int K, int BITS, typename Index>
+__device__ __forceinline__ int short_sorted_narrow(const Index* keys_s, int n,
+                                                   unsigned (&keys)[K], int (&place)[K],
+                                                   unsigned mask, int lane) {
+    static_assert(sizeof(Index) == 4, "NARROW keys are 32-bit indices");
+    constexpr unsigned PAD = ~0u;
+    float unused[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+        const int i = k * LANES + lane;
+        keys[k] = i < n ? (static_cast<unsigned>(keys_s[i]) << BITS) | static_cast<unsigned>(i)
+                        : PAD;
+    }
+    short_sort<false, LANES, K>(keys, unused, mask, lane);
+    const int shift = (threadIdx.x & 31) & ~(LANES - 1);
+    int distinct = 0;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+        unsigned before = __shfl_up_sync(mask, keys[k], 1, LANES);
+        if (k > 0) {
+            const unsigned last = __shfl_sync(mask, keys[k - 1], LANES - 1, LANES);
+            if (lane == 0) {
+                before = last;
+            }
+        }
+        const bool first = keys[k] != PAD &&
+                           ((k == 0 && lane == 0) || (before >> BITS) != (keys[k] >> BITS));
+        const unsigned firsts = (__ballot_sync(mask, first) & mask) >> shift;
+        place[k] = first ? distinct + __popc(firsts & ((1u << lane) - 1u)) : -1;
+        distinct += __popc(firsts);
+    }
+    return distinct;
+}
+
 // The n products of a row gathered in keys_s and values_s (the group's shared memory)
 // sorted by column and written as the row's entries to out_indices and out_data (each
 // column's first product sums its run, in order); the row's entries. Leaves the group's
-// lanes in step (keys_s and values_s free again).
-template <int LANES, int CAP, typename Index, typename Value>
+// lanes in step (keys_s and values_s free again). NARROW: one 32-bit key a product (see
+// the file's comment).
+template <int LANES, int CAP, bool NARROW, typename Index, typename Value>
 __device__ __forceinline__ int short_write(Index* keys_s, Value* values_s, int n,
                                            Index* __restrict__ out_indices,
                                            Value* __restrict__ out_data, unsigned mask,
                                            int lane) {
     constexpr int K = CAP / LANES;
+    if constexpr (NARROW) {
+        constexpr int BITS = place_bits<CAP>();
+        constexpr unsigned PLACE = (1u << BITS) - 1u;
+        unsigned keys[K];
+        int place[K];
+        const int distinct = short_sorted_narrow<LANES, K, BITS>(keys_s, n, keys, place, mask,
+                                                                  lane);
+        __syncwarp(mask);  // every lane has read the gathered columns
+        unsigned* sorted_s = reinterpret_cast<unsigned*>(keys_s);
+#pragma unroll
+        for (int k = 0; k < K; ++k) {  // the sorted keys back, for the runs' sums
+            const int i = k * LANES + lane;
+            if (i < n) {
+                sorted_s[i] = keys[k];
+            }
+        }
+        __syncwarp(mask);
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+            if (place[k] >= 0) {  // the first of its column's run: the run's sum, in order
+                const unsigned column = keys[k] >> BITS;
+                Value sum = values_s[keys[k] & PLACE];
+                for (int i = k * LANES + lane + 1; i < n && (sorted_s[i] >> BITS) == column;
+                     ++i) {
+                    sum = add(sum, values_s[sorted_s[i] & PLACE]);
+                }
+                out_indices[place[k]] = static_cast<Index>(column);
+                out_data[place[k]] = sum;
+            }
+        }
+        __syncwarp(mask);
+        return distinct;
+    }
     Index keys[K];
     Value values[K];
     int place[K];
@@ -220,8 +307,8 @@ __device__ __forceinline__ int short_write(Index* keys_s, Value* values_s, int n
 
 // SLOTTED: the r-th listed row written at r * CAP of c_indices and c_data (a slot of CAP
 // entries a row, before C's offsets are known) and its entries to sizes[row] (c_indptr
-// unread); else at c_indptr[row] (sizes unwritten).
-template <typename Value, typename Index, int LANES, int CAP, bool SLOTTED>
+// unread); else at c_indptr[row] (sizes unwritten). NARROW: see the file's comment.
+template <typename Value, typename Index, int LANES, int CAP, bool SLOTTED, bool NARROW>
 __global__ void
     spgemm_short_fill(const Index* __restrict__ a_indptr, const Index* __restrict__ a_indices,
                       const Value* __restrict__ a_data, const Index* __restrict__ b_indptr,
@@ -247,7 +334,8 @@ __global__ void
         __syncwarp(mask);
         const long long out = SLOTTED ? r * CAP : static_cast<long long>(c_indptr[row]);
         const int distinct =
-            short_write<LANES, CAP>(keys_s, values_s, n, c_indices + out, c_data + out, mask, lane);
+            short_write<LANES, CAP, NARROW>(keys_s, values_s, n, c_indices + out, c_data + out,
+                                            mask, lane);
         if (SLOTTED && lane == 0) {
             sizes[row] = static_cast<Index>(distinct);
         }
@@ -259,8 +347,8 @@ __global__ void
 // sizes[row] and over[row] = 0; a row of more (its products summed by the group's lanes
 // first, so a long row costs one pass over its entries) is left for the listed kernels,
 // with its products in over[row] and sizes[row] (their tables' bound, as
-// spgemm_hash_bounds gives it).
-template <typename Value, typename Index, int LANES, int CAP>
+// spgemm_hash_bounds gives it). NARROW: see the file's comment.
+template <typename Value, typename Index, int LANES, int CAP, bool NARROW>
 __global__ void
     spgemm_short_first(const Index* __restrict__ a_indptr, const Index* __restrict__ a_indices,
                        const Value* __restrict__ a_data, const Index* __restrict__ b_indptr,
@@ -299,9 +387,9 @@ __global__ void
         short_gather<true, LANES, CAP>(start, end, a_indices, a_data, b_indptr, b_indices,
                                        b_data, keys_s, values_s, mask);
         __syncwarp(mask);
-        const int distinct = short_write<LANES, CAP>(keys_s, values_s, static_cast<int>(products),
-                                                     slot_indices + r * CAP,
-                                                     slot_data + r * CAP, mask, lane);
+        const int distinct = short_write<LANES, CAP, NARROW>(
+            keys_s, values_s, static_cast<int>(products), slot_indices + r * CAP,
+            slot_data + r * CAP, mask, lane);
         if (lane == 0) {
             over[r] = 0;
             sizes[r] = static_cast<Index>(distinct);
