@@ -774,3 +774,29 @@ def test_short_rows_first_only_where_the_longest_rows_are_known():
     assert not hash_spgemm.takes_short_first(operand, unknown)
     assert not hash_spgemm.takes_short_first(*[_operand(300_000, 2_100_000, 7.0, 33)] * 2)
     assert not hash_spgemm.takes_short_first(*[_operand(300_000, 2_700_000, 9.0, 9)] * 2)
+
+
+def test_short_rows_first_in_float32_only_where_no_row_is_listed_and_rows_are_long():
+    """The first product's rule takes short rows first in float64 as takes_short_first
+    says (at least SHORT_MIN_PRODUCTS products); in float32 only where the known longest
+    rows bound every row by SHORT_FIRST_SLOTS (no listing) and the rows average at least
+    SHORT_FLOAT32_ROW_PRODUCTS products (a 3-D 7-point stencil's 49, not a 2-D 5-point's
+    25 nor a P1 mesh's, whose longest rows bound some past 64)."""
+    rule = hash_spgemm._short_first_rule
+
+    def pair(n_rows, mean, longest, dtype):
+        operand = _operand(n_rows, int(n_rows * mean), mean, longest, dtype)
+        return operand, operand, int(n_rows * mean * mean)
+
+    stencil3d = pair(1_728_000, 7.0, 7, np.float32)  # 49 a row, bound 49
+    assert rule(*stencil3d)
+    assert rule(*pair(1_728_000, 7.0, 7, np.float64))
+    assert not rule(*pair(1_000_000, 5.0, 5, np.float32))  # 25 a row
+    assert rule(*pair(1_000_000, 5.0, 5, np.float64))
+    assert not rule(*pair(300_000, 7.0, 20, np.float32))  # bound 400: rows listed
+    assert rule(*pair(300_000, 7.0, 20, np.float64))
+    assert not rule(*pair(1_728_000, 7.0, 7, np.complex128))
+    assert not rule(*pair(20_000, 7.0, 7, np.float32))  # under SHORT_MIN_PRODUCTS
+    unknown = _operand(1_728_000, 12_096_000, 7.0, 7, np.float32)
+    unknown.known_longest_row = None
+    assert not rule(unknown, stencil3d[1], stencil3d[2])

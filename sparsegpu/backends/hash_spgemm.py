@@ -957,13 +957,33 @@ SELECT_RULE_MAX = 13
 # against 3.66, in float32 2.89 against 3.00 and 3.50 against 2.90.)
 SHORT_MIN_PRODUCTS = 1_600_000
 SHORT_DTYPES = (np.dtype(np.float64),)
+# float32, since the short rows sort one 32-bit key a product (SHORT_NARROW): short rows
+# first where no row is listed (the known longest rows bound every row by
+# SHORT_FIRST_SLOTS products) and the rows average at least SHORT_FLOAT32_ROW_PRODUCTS.
+# Fit matrices only (H200, spgemm_short_fit_float32_narrow_h200 and
+# spgemm_short_narrow_float32_h200): the 3-D 7-point stencils (rows of 49, none listed) won,
+# 2.31 against ALG1's 2.96 ms on 120^3 and 1.46 against 1.94 on 100^3; the 2-D 5-point
+# 1000^2 (rows of 25, none listed) lost, 1.22 against 1.10, the 2-D 9-point (rows of 81,
+# all listed) 3.84 against 2.49 and the P1 instance (a tenth of its rows listed) 1.05
+# against 0.88. The threshold is the geometric mean of 25 and 49 products a row.
+SHORT_FLOAT32 = np.dtype(np.float32)
+SHORT_FLOAT32_ROW_PRODUCTS = 35
 
 
 def _short_first_rule(left, right, products: int) -> bool:
     """The first product's rule for short rows (above): float64, at least
     SHORT_MIN_PRODUCTS products, and short rows first (:func:`takes_short_first`: bounds
-    read only where known)."""
-    if left.dtype not in SHORT_DTYPES or products < SHORT_MIN_PRODUCTS:
+    read only where known); in float32 also no row listed and at least
+    SHORT_FLOAT32_ROW_PRODUCTS products a row on average."""
+    if products < SHORT_MIN_PRODUCTS:
+        return False
+    if left.dtype == SHORT_FLOAT32:
+        longest = (left.known_longest_row, right.known_longest_row)
+        if None in longest or longest[0] * longest[1] > SHORT_FIRST_SLOTS:
+            return False
+        if products < SHORT_FLOAT32_ROW_PRODUCTS * max(left.shape[0], 1):
+            return False
+    elif left.dtype not in SHORT_DTYPES:
         return False
     return takes_short_first(left, right)
 
@@ -1146,7 +1166,9 @@ class GpuSpgemm(CusparseSpgemm):
                 f"{SHORT_FIRST_SLOTS} products sorted in registers, no listing; the rest "
                 f"listed: short rows of up to {SHORT_FIRST_LISTED_SLOTS}, then tables; "
                 f"float64, >= {SHORT_MIN_PRODUCTS:,} products, <= {SHORT_FIRST_SLOTS} a row "
-                f"on average, rows of <= {SHORT_FIRST_MAX_BOUND:,} by the known longest rows)"
+                f"on average, rows of <= {SHORT_FIRST_MAX_BOUND:,} by the known longest rows; "
+                f"float32: every row of <= {SHORT_FIRST_SLOTS}, >= "
+                f"{SHORT_FLOAT32_ROW_PRODUCTS} a row on average)"
             )
         if compression is not None:
             measures += f", {compression:.2f} an entry on {SAMPLE_ROWS:,} rows"
@@ -1167,7 +1189,8 @@ class GpuSpgemm(CusparseSpgemm):
             f"{HASH_MIN_SKEWED_ROW_PRODUCTS:,} a row on average counted exactly; or, short "
             f"rows first: rows of <= {SHORT_FIRST_MAX_BOUND:,} products by the known longest "
             f"rows, <= {SHORT_FIRST_SLOTS} a row on average, >= {SHORT_MIN_PRODUCTS:,} "
-            "products, float64)"
+            f"products, float64; float32 where every row has <= {SHORT_FIRST_SLOTS} products "
+            f"by the known longest rows and >= {SHORT_FLOAT32_ROW_PRODUCTS} a row on average)"
         )
 
     def rule(self, left, right) -> str:
