@@ -15,8 +15,9 @@ the held-out one (to see the path, not to fit anything), float64, this prints:
 * a cProfile of ``--profile-calls`` calls of ``alg1``, the functions by own time.
 
 ``--first``: the host timeline of first products of new patterns (the calls mode's fit
-matrices that run ALG1, and the P1 instance above), each function's entry and exit marked,
-beside cupyx's own (its ``spgemm`` and descriptor making marked). ``--layers``: the same
+matrices that run ALG1, and the P1 instance above), each function's entry and exit marked
+(the hash rows' too: short rows first, the listing's host wait, each launch), beside
+cupyx's own (its ``spgemm`` and descriptor making marked). ``--layers``: the same
 first products through each layer of the path, wall clock, unmarked (``A @ A``; with
 spare timing events given beforehand; with planning's stopwatch on the host clock;
 ``sg.spgemm`` at planning ``estimate``; the engine's ``multiply``; cuSPARSE called
@@ -151,7 +152,16 @@ def _targets():
         (spgemm.SpgemmEngine, "multiply"),
         (_sparse_planning, "_rule_product"),
     ]
-    return out
+    # the hash rows' pieces (short rows first, the listing's host wait, each launch)
+    out += [
+        (hash_spgemm, name)
+        for name in (
+            "hash_multiply", "_short_first_multiply", "_short_first_symbolic", "_list_rows",
+            "_classes", "_short_slotted", "_count_tables", "_short_first_numeric",
+            "_short_numeric", "_fill_tables", "_launch",
+        )
+    ]  # fmt: skip
+    return [(owner, name) for owner, name in out if name in owner.__dict__]
 
 
 def _cupyx_targets():
