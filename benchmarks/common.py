@@ -180,6 +180,17 @@ def redraw(path, args, summarize, markdown, plot) -> None:
     write_outputs(result, args, markdown, plot)
 
 
+def markdown_again(path, md, markdown) -> int:
+    """``--from-json`` of a script whose result has no summary to recompute (an
+    experiment's): ``markdown(result)`` of the earlier result at ``path``, written to ``md``
+    (where given) and printed; exit status 0, no GPU needed."""
+    text = markdown(json.loads(pathlib.Path(path).read_text()))
+    if md:
+        pathlib.Path(md).write_text(text)
+    print(text)
+    return 0
+
+
 def launch(mirror, backend, policy, x, y):
     """``(plan, None)``: ``backend``'s plan at ``policy`` (kept in the mirror's plans)
     after ``y = A @ x`` ran once; or ``(None, why)`` where it cannot launch here."""

@@ -39,7 +39,6 @@ Usage (on a GPU machine)::
 from __future__ import annotations
 
 import argparse
-import json
 import pathlib
 import sys
 import time
@@ -354,11 +353,7 @@ def main(argv=None) -> int:
     parser.add_argument("--from-json", type=pathlib.Path, help="only write --md from this file")
     args = parser.parse_args(argv)
     if args.from_json:  # no GPU needed
-        text = markdown(json.loads(args.from_json.read_text()))
-        if args.md:
-            args.md.write_text(text)
-        print(text)
-        return 0
+        return common.markdown_again(args.from_json, args.md, markdown)
     cupy = common.require_gpu()
     if cupy is None:
         return 2

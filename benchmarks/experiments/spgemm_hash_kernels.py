@@ -158,7 +158,8 @@ def summary(result: dict) -> str:
     """A result file's Markdown: each matrix's wall clock by variant (and ALG1's and
     cupyx's), then each variant's launches of over 0.01 ms."""
     rows = result["rows"]
-    walls = [key[:-3] for key in rows[0] if key.endswith("_ms") and "trace" not in key]
+    # the wall clocks (not --lean-probe's dict of kernel times)
+    walls = [k[:-3] for k, v in rows[0].items() if k.endswith("_ms") and isinstance(v, float)]
     lines = [
         "# The hash rows kernel by kernel (issue 47)",
         "",
@@ -199,14 +200,11 @@ def main(argv=None) -> int:
     )
     args = parser.parse_args(argv)
     if args.from_json:  # no GPU needed
-        text = summary(json.loads(args.from_json.read_text()))
-        if args.md:
-            args.md.write_text(text)
-        print(text)
-        return 0
+        return common.markdown_again(args.from_json, args.md, summary)
     cupy = common.require_gpu()
     if cupy is None:
         return 2
+    header = common.experiment_header("benchmarks.experiments.spgemm_hash_kernels")
     import cupyx.scipy.sparse as cupyx_sparse
 
     dtype = np.dtype(args.dtype)
@@ -270,10 +268,8 @@ def main(argv=None) -> int:
                     print(f"   {ms:8.3f}  {what}")
         cupy.get_default_memory_pool().free_all_blocks()
         if args.out:
-            header = common.experiment_header("benchmarks.experiments.spgemm_hash_kernels")
             args.out.write_text(json.dumps({**header, "rows": rows}, indent=1, default=str))
     if args.md and rows:
-        header = common.experiment_header("benchmarks.experiments.spgemm_hash_kernels")
         args.md.write_text(summary({**header, "rows": rows}))
     return 0
 
