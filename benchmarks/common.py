@@ -191,6 +191,26 @@ def markdown_again(path, md, markdown) -> int:
     return 0
 
 
+def experiment_parser(doc: str, only=None, repeat: int | None = None):
+    """An experiment's arguments: ``--out``, ``--md``, ``--from-json`` (see
+    :func:`markdown_again`), and, given defaults, ``--only`` (comma-separated names) and
+    ``--repeat``; its description the first line of ``doc``."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--out")
+    parser.add_argument("--md")
+    parser.add_argument("--from-json")
+    if only is not None:
+        parser.add_argument("--only", default=",".join(only))
+    if repeat is not None:
+        parser.add_argument("--repeat", type=int, default=repeat)
+    return parser
+
+
+def doc_paragraph(doc: str, index: int) -> str:
+    """Paragraph ``index`` of a docstring on one line (a result's description)."""
+    return " ".join(doc.split("\n\n")[index].split())
+
+
 def launch(mirror, backend, policy, x, y):
     """``(plan, None)``: ``backend``'s plan at ``policy`` (kept in the mirror's plans)
     after ``y = A @ x`` ran once; or ``(None, why)`` where it cannot launch here."""

@@ -45,6 +45,22 @@ def test_row_stats_on_the_device_equal_numpys(cupy, name, index_dtype):
     assert on_device.std == pytest.approx(lengths.std(), rel=1e-12, abs=1e-12)
 
 
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_row_stats_read_through_pinned_words_equal_numpys(cupy, index_dtype):
+    """Without the column spread the statistics come back through pinned host words
+    (row_length_stats_host, one event, its scratch left as it found it): every awkward
+    indptr in turn, a slice of one (indptr[0] > 0), and each read again, equal NumPy's
+    exactly, so no read sees another's shares."""
+    indptrs = dict(_awkward_indptrs())
+    indptrs["a_slice"] = indptrs["power_law_with_empty_rows"][1000:]
+    for _ in range(2):
+        for name, indptr in sorted(indptrs.items()):
+            indptr = indptr.astype(index_dtype)
+            on_host = RowLengthStats.from_indptr(indptr, 9000, np)
+            on_device = RowLengthStats.from_indptr(cupy.asarray(indptr), 9000, cupy)
+            assert on_device == on_host, name
+
+
 @pytest.mark.parametrize("bad", ["decreasing_indptr", "negative_index", "index_past_the_end"])
 def test_the_upload_check_names_the_bad_spot_on_the_device(cupy, bad):
     """The check made in the row statistics' pass still refuses what it refused."""

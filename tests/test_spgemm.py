@@ -355,6 +355,30 @@ def test_a_product_with_a_fresh_result_reads_no_pass_over_it(engine):
     assert again.formats["pattern_key"] == device.formats["pattern_key"]
 
 
+def test_a_canonical_copy_keeps_a_bound_of_its_rows(engine):
+    """An operand with unsorted rows and duplicates is multiplied through its canonical
+    copy: the copy keeps the operand's longest row as a bound (summing duplicates never
+    lengthens a row), so neither the copy nor a product of it is read for its rows first,
+    and the product is still scipy's."""
+    rng = np.random.default_rng(3)
+    rows = np.repeat(np.arange(50), 6)
+    cols = rng.integers(0, 50, size=rows.size)  # duplicates within rows, unsorted
+    S = sp.csr_matrix((rng.random(rows.size) + 1, (rows, cols)), shape=(50, 50))
+    S.has_canonical_format = False
+    raw = sp.csr_matrix((S.data, S.indices, S.indptr), shape=S.shape)
+    A = _on(engine, raw)
+    _, residence, value_dtype, _ = _sparse_dispatch.where(A, A)
+    left, _ = _sparse_dispatch.operands(A, A, residence, value_dtype)
+    copy = spgemm.canonical_copy(left)
+    assert copy.row_bound == left.known_longest_row
+    if copy.row_bound is not None:
+        exact = int(np.diff(_cuda.to_host(copy.indptr)).max())
+        assert exact <= copy.row_bound
+        assert copy._stats is None and copy._row_stats is None, "the copy's rows were read"
+    expected = raw.toarray() @ raw.toarray()
+    np.testing.assert_allclose((A @ A).toarray(), expected, rtol=1e-12)
+
+
 def test_a_product_of_a_product_stays_on_the_device(engine):
     S = random_sparse((40, 40), 0.2, 4, np.float64)
     A = _on(engine, S)

@@ -18,7 +18,7 @@ from sparsegpu.backends import hash_spgemm, spgemm
 from sparsegpu.backends.hash_spgemm import HASH, GpuSpgemm, table_launch
 from sparsegpu.backends.spgemm import Budget, ResultSink
 from sparsegpu.datasets import synthetic
-from sparsegpu.device import _cuda, _mirror
+from sparsegpu.device import _cuda, _host_words, _mirror
 from sparsegpu.device._cuda import DeviceInfo
 from sparsegpu.testing import (
     INDEX_DTYPES,
@@ -530,7 +530,7 @@ def test_a_count_dropped_unread_gives_its_slot_back_alive(monkeypatch):
     cuda = types.SimpleNamespace(
         Event=Event, runtime=runtime, get_current_stream=lambda: types.SimpleNamespace(ptr=0)
     )
-    fake = types.SimpleNamespace(cuda=cuda, zeros=lambda *a, **k: array)
+    fake = types.SimpleNamespace(cuda=cuda, asarray=lambda *a, **k: array)
     monkeypatch.setitem(
         sys.modules, "cupyx", types.SimpleNamespace(empty_pinned=lambda *a, **k: np.zeros(1))
     )
@@ -538,7 +538,7 @@ def test_a_count_dropped_unread_gives_its_slot_back_alive(monkeypatch):
     monkeypatch.setattr(_cuda, "device_info", lambda index=None: H200)
     monkeypatch.setattr(hash_spgemm, "_kernel", lambda *a, **k: None)
     monkeypatch.setattr(hash_spgemm, "KernelLaunch", lambda *a, **k: lambda *a, **k: None)
-    monkeypatch.setattr(hash_spgemm, "_count_slots", threading.local())
+    monkeypatch.setattr(_host_words, "_pools", threading.local())
     operand = types.SimpleNamespace(nnz=10, index_dtype=np.dtype(np.int32), indices=0, indptr=0)
     count = hash_spgemm._DeviceCount(operand, operand)
     serial = count._slot.event.serial  # (the slot itself not held here: only the count)
@@ -549,7 +549,8 @@ def test_a_count_dropped_unread_gives_its_slot_back_alive(monkeypatch):
     assert synchronized == [serial] and serial not in freed
     again = hash_spgemm._DeviceCount(operand, operand)
     assert again._slot.event.serial == serial  # given back, and reused on a live event
-    assert again.value() == 0 and len(hash_spgemm._count_slots.free[0]) == 1
+    free = _host_words.free_slots(hash_spgemm._CountSlot.KIND, 0)
+    assert again.value() == 0 and len(free) == 1
 
 
 def test_what_the_rule_will_count_is_known_before_it_runs(compression, counted):

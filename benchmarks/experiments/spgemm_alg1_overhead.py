@@ -91,6 +91,7 @@ def _targets():
     from sparsegpu.backends import cusparse as cusparse_backend
     from sparsegpu.backends import cusparse_spgemm, hash_spgemm, spgemm
     from sparsegpu.classes import _matrix, _products
+    from sparsegpu.device import _host_words, _launch
     from sparsegpu.engine import _sparse_dispatch, _sparse_planning
 
     out = [(lib, name) for name in _CALLS]
@@ -143,7 +144,9 @@ def _targets():
         (hash_spgemm.GpuSpgemm, "_rule"),
         (hash_spgemm._DeviceCount, "__init__"),
         (hash_spgemm._DeviceCount, "_read"),
-        (hash_spgemm._CountSlot, "take"),
+        (_host_words.HostWords, "take"),
+        (hash_spgemm._CountSlot, "launch"),
+        (_launch.KernelLaunch, "__call__"),
         (spgemm.ResultSink, "before_launch"),
         (spgemm.Counted, "check"),
         (spgemm, "with_index_dtype"),
@@ -175,10 +178,13 @@ def _cupyx_targets():
     return [(owner, name) for owner, name in out if name in owner.__dict__]
 
 
-def host_phases(fn, calls: int, targets=None) -> dict:
+def host_phases(fn, calls: int, targets=None, by_occurrence: bool = False) -> dict:
     """Median host microseconds of ``fn()``'s stretches around its cuSPARSE calls:
     ``before`` (the call to the first ``spGEMM_workEstimation``), each library call and the
-    gap after it, and ``after`` (``spGEMM_copy``'s return to ``fn``'s)."""
+    gap after it, and ``after`` (``spGEMM_copy``'s return to ``fn``'s). Marks are keyed by
+    their place among all marks, or (``by_occurrence``) by their name and how many of that
+    name came before (``_operand> #1``), so that calls whose paths differ by a mark still
+    line up."""
     from cupy_backends.cuda.libs import cusparse as lib
 
     marks = []
@@ -207,8 +213,11 @@ def host_phases(fn, calls: int, targets=None) -> dict:
             fn()
             end = time.perf_counter_ns()
             points = [("start", start), *marks, ("end", end)]
+            seen: dict = {}
             for i, (name, t) in enumerate(points):  # the i-th mark's time from the start
-                samples.setdefault(f"{i:02d} {name}", []).append((t - start) / 1e3)
+                seen[name] = seen.get(name, 0) + 1
+                key = f"{name} #{seen[name]}" if by_occurrence else f"{i:02d} {name}"
+                samples.setdefault(key, []).append((t - start) / 1e3)
     finally:
         for (owner, name), original in originals.items():
             setattr(owner, name, original)
@@ -278,7 +287,8 @@ def first_calls(args, cupy) -> int:
             theirs.append(host_ms(lambda B=B: B @ B, cupy, 1))
             A = spgemm_first.fresh_sg(base, identity)
             cupy.cuda.Device().synchronize()
-            for key, value in host_phases(lambda A=A: A @ A, 1, _targets()).items():
+            marked = host_phases(lambda A=A: A @ A, 1, _targets(), by_occurrence=True)
+            for key, value in marked.items():
                 timelines.setdefault(key, []).append(value)
             B = spgemm_first.fresh_cupyx(Acx, cupyx_sparse)
             cupy.cuda.Device().synchronize()
@@ -287,6 +297,7 @@ def first_calls(args, cupy) -> int:
         print(f"--- {name}: first A @ A {np.median(ours):.3f} ms, cupyx {np.median(theirs):.3f} "
               f"ms; timeline (us from the call, medians):")  # fmt: skip
         keys = [k for k, v in timelines.items() if len(v) == args.repeat]
+        keys.sort(key=lambda k: np.median(timelines[k]))
         for key in keys:
             print(f"  {key:50s} {np.median(timelines[key]):9.1f}")
         print("  cupyx's timeline:")

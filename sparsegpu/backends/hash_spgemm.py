@@ -53,7 +53,6 @@ planning times both (and the others) on the second product of a pair of patterns
 
 from __future__ import annotations
 
-import threading
 import weakref
 from dataclasses import dataclass
 
@@ -61,6 +60,7 @@ import numpy as np
 
 from ..device import _cuda
 from ..device._compile import KernelFamily, get_kernel, register_family
+from ..device._host_words import HostWords
 from ..device._launch import CXX_INDEX_TYPES, CXX_VALUE_TYPES, KernelLaunch, name_expression
 from . import select_spgemm
 from .cusparse_spgemm import CusparseSpgemm
@@ -1045,22 +1045,23 @@ class _DeviceCount(Counted):
         return count
 
 
-class _CountSlot:
-    """The device counters of a count (its sum and its blocks done, zero between counts),
-    the pinned host word its kernel writes the total into, and the event after the kernel,
-    kept per thread and device for the next count (making them took 90 us of a 1.4 ms
-    first product on the H200: a pinned allocation, an event, a zeroed array)."""
+# the slots a thread keeps per device (more are made while that many counts are unread)
+COUNT_SLOTS = 4
 
-    __slots__ = ("device", "counters", "host", "host_on_device", "event", "blocks", "launches")
+
+class _CountSlot(HostWords):
+    """The device counters of a count (its sum and its blocks done, zero between counts),
+    the pinned host word its kernel writes the total into, and the event after the kernel
+    (:class:`~sparsegpu.device._host_words.HostWords`), kept per thread and device for the
+    next count (making them took 90 us of a 1.4 ms first product on the H200: a pinned
+    allocation, an event, a zeroed array)."""
+
+    __slots__ = ("blocks", "launches")
+    KIND = "spgemm_products_total"
+    KEEP = COUNT_SLOTS
 
     def __init__(self, cupy, device: int):
-        import cupyx
-
-        self.device = device
-        self.counters = cupy.zeros(2, dtype=np.uint64)  # the kernel leaves them zero
-        self.host = cupyx.empty_pinned(1, dtype=np.uint64)
-        self.host_on_device = _device_address(cupy, self.host.ctypes.data)
-        self.event = cupy.cuda.Event(disable_timing=True)
+        super().__init__(cupy, device, np.zeros(2, dtype=np.uint64), 1)
         self.blocks = TOTAL_BLOCKS_PER_SM * _cuda.device_info().multiprocessors
         self.launches: dict = {}  # index dtype -> the count's launch, counters bound
 
@@ -1069,51 +1070,11 @@ class _CountSlot:
         launch = self.launches.get(index_dtype)
         if launch is None:
             kernel = _kernel(_index_kernel("spgemm_products_total", index_dtype), 0)
-            fixed = [self.counters, self.host_on_device]
+            fixed = [self.scratch, self.host_on_device]
             launch = self.launches[index_dtype] = KernelLaunch(
                 kernel, BLOCK, ["p0", "p1", "p2", *fixed]
             )
         return launch
-
-    @classmethod
-    def take(cls, cupy) -> _CountSlot:
-        device = cupy.cuda.runtime.getDevice()
-        free = _free_slots(device)
-        return free.pop() if free else cls(cupy, device)
-
-    def give_back(self) -> None:
-        free = _free_slots(self.device)
-        if len(free) < COUNT_SLOTS:
-            free.append(self)
-
-    def settle(self) -> None:
-        """Given back once its kernel has written its host word and zeroed its counters
-        (a count dropped unread)."""
-        try:
-            self.event.synchronize()
-        except Exception:  # noqa: BLE001 - its context went first: nothing to give back to
-            return
-        self.give_back()
-
-
-def _device_address(cupy, host_address: int) -> int:
-    """Pinned host memory's address as kernels reach it: with unified addressing (every
-    64-bit platform CUDA supports) the host address itself, which is what
-    ``cudaPointerGetAttributes`` answers."""
-    try:
-        return cupy.cuda.runtime.pointerGetAttributes(host_address).devicePointer or host_address
-    except (AttributeError, cupy.cuda.runtime.CUDARuntimeError):
-        return host_address
-
-
-# the slots a thread keeps per device (more are made while that many counts are unread)
-COUNT_SLOTS = 4
-_count_slots = threading.local()
-
-
-def _free_slots(device: int) -> list:
-    """This thread's free :class:`_CountSlot` list of ``device``."""
-    return _count_slots.__dict__.setdefault("free", {}).setdefault(device, [])
 
 
 # GpuSpgemm._rule_path's answers: the rule counts skewed rows, or takes the default

@@ -461,7 +461,12 @@ def canonical_copy(matrix: DeviceMatrix) -> DeviceMatrix:
         counts = xp.bincount(key // max(n_cols, 1), minlength=n_rows)
         indptr[1:] = xp.cumsum(counts)
     indices = (key % max(n_cols, 1)).astype(matrix.index_dtype)
-    return DeviceMatrix(data, indices, indptr, matrix.shape, matrix.residence)
+    copy = DeviceMatrix(data, indices, indptr, matrix.shape, matrix.residence)
+    # summing duplicates never lengthens a row: the matrix's longest row, where known without
+    # a pass, bounds the copy's (a product of it needs no pass over the copy to bound its
+    # rows, nor does a product of that product's result: describe_product)
+    copy.row_bound = matrix.known_longest_row
+    return copy
 
 
 def _scatter_add(xp, target, positions, values) -> None:

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import _compile, _cuda
+from ._host_words import HostWords
 from ._launch import CXX_INDEX_TYPES
 
 
@@ -98,6 +99,8 @@ class RowLengthStats:
         samples = _spread_samples(indptr, indices, n_rows, xp) if spread else None
         if xp is np:
             summary = np.concatenate([_row_summary_on_host(indptr)] + ([samples] if spread else []))
+        elif not spread:  # what a product reads of a fresh operand, its host waiting
+            summary = _row_summary_to_host(xp.ascontiguousarray(indptr), n_rows, xp)
         else:
             indptr = xp.ascontiguousarray(indptr)
             summary = _row_stats_on_device(indptr, n_rows, xp, samples).get()
@@ -123,7 +126,7 @@ ROW_STATS_FAMILY = _compile.register_family(
         "row_stats.cu",
         tuple(
             f"{k}<{t}>"
-            for k in ("row_length_stats", "index_range", "rows_rising")
+            for k in ("row_length_stats", "row_length_stats_host", "index_range", "rows_rising")
             for t in ("int", "long long")
         ),
     )
@@ -144,6 +147,30 @@ def _row_summary_on_host(indptr) -> np.ndarray:
         ],
         dtype=np.int64,
     )
+
+
+class _StatsWords(HostWords):
+    """The scratch of ``row_length_stats_host`` (its blocks' shares: 0, LLONG_MAX,
+    LLONG_MIN, 0, and the blocks done) and the six integers it writes for the host."""
+
+    __slots__ = ()
+    KIND = "row_length_stats_host"
+
+    def __init__(self, cupy, device: int):
+        most = np.iinfo(np.int64).max
+        super().__init__(cupy, device, np.array([0, most, -most - 1, 0, 0], np.int64), 6)
+
+
+def _row_summary_to_host(indptr, n_rows: int, xp) -> np.ndarray:
+    """``row_length_stats``' six integers of a contiguous device ``indptr``, written by
+    ``row_length_stats_host`` into pinned host memory and read after an event
+    (:mod:`._host_words`: no upload before the launch, no copy after it)."""
+    name = f"row_length_stats_host<{_cxx_index(indptr)}>"
+    slot = _StatsWords.take(xp)
+    _launch_stats(
+        name, n_rows, (indptr, np.int64(n_rows), slot.scratch, np.uint64(slot.host_on_device))
+    )
+    return slot.read(xp.cuda.get_current_stream())
 
 
 def _row_stats_on_device(indptr, n_rows: int, xp, samples=None, indices=None, rising=True):

@@ -10,6 +10,43 @@
 // with shuffles and adds them with one atomic each: integers, so the order of additions
 // does not change the answer. O(n_rows) work, (n_rows + 1) sizeof(Index) bytes read.
 
+// A thread's share of the row statistics (grid-stride over the rows), combined over its
+// warp: lane 0 holds the warp's. Integers, so the order of additions does not change them.
+struct RowShares {
+  unsigned long long empty;
+  unsigned long long squares;
+  long long shortest;
+  long long longest;
+};
+
+constexpr long long kMostRow = 0x7fffffffffffffffLL;
+
+__device__ __forceinline__ void combine_down(RowShares& s) {
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    s.empty += __shfl_down_sync(0xffffffffu, s.empty, offset);
+    s.squares += __shfl_down_sync(0xffffffffu, s.squares, offset);
+    s.shortest = min(s.shortest, __shfl_down_sync(0xffffffffu, s.shortest, offset));
+    s.longest = max(s.longest, __shfl_down_sync(0xffffffffu, s.longest, offset));
+  }
+}
+
+template <typename Index>
+__device__ RowShares warp_row_shares(const Index* __restrict__ indptr, long long n_rows) {
+  RowShares s{0ull, 0ull, kMostRow, -kMostRow - 1};
+  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
+  for (long long row = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+       row < n_rows; row += stride) {
+    const long long length =
+        static_cast<long long>(indptr[row + 1]) - static_cast<long long>(indptr[row]);
+    s.empty += length == 0;
+    s.squares += static_cast<unsigned long long>(length * length);
+    s.shortest = min(s.shortest, length);
+    s.longest = max(s.longest, length);
+  }
+  combine_down(s);
+  return s;
+}
+
 template <typename Index>
 __global__ void row_length_stats(const Index* __restrict__ indptr, long long n_rows,
                                  long long* __restrict__ out) {
@@ -17,32 +54,66 @@ __global__ void row_length_stats(const Index* __restrict__ indptr, long long n_r
     out[4] = static_cast<long long>(indptr[0]);
     out[5] = static_cast<long long>(indptr[n_rows]);
   }
-  unsigned long long empty = 0;
-  unsigned long long squares = 0;
-  long long shortest = 0x7fffffffffffffffLL;
-  long long longest = -shortest - 1;
-  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
-  for (long long row = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
-       row < n_rows; row += stride) {
-    const long long length =
-        static_cast<long long>(indptr[row + 1]) - static_cast<long long>(indptr[row]);
-    empty += length == 0;
-    squares += static_cast<unsigned long long>(length * length);
-    shortest = min(shortest, length);
-    longest = max(longest, length);
-  }
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    empty += __shfl_down_sync(0xffffffffu, empty, offset);
-    squares += __shfl_down_sync(0xffffffffu, squares, offset);
-    shortest = min(shortest, __shfl_down_sync(0xffffffffu, shortest, offset));
-    longest = max(longest, __shfl_down_sync(0xffffffffu, longest, offset));
-  }
+  const RowShares s = warp_row_shares(indptr, n_rows);
   if ((threadIdx.x & 31) == 0) {
-    atomicAdd(reinterpret_cast<unsigned long long*>(out), empty);
-    atomicMin(out + 1, shortest);
-    atomicMax(out + 2, longest);
-    atomicAdd(reinterpret_cast<unsigned long long*>(out + 3), squares);
+    atomicAdd(reinterpret_cast<unsigned long long*>(out), s.empty);
+    atomicMin(out + 1, s.shortest);
+    atomicMax(out + 2, s.longest);
+    atomicAdd(reinterpret_cast<unsigned long long*>(out + 3), s.squares);
   }
+}
+
+// row_length_stats for a host that waits on an event instead of a copy (a product's first
+// read of a fresh operand's longest row, where the host waits for it): the same six integers
+// written by the last block into host_out (pinned host memory, reached through unified
+// addressing: no copy launched after it), the blocks' shares gathered in scratch[0..3] and
+// the blocks done counted in scratch[4], which the last block leaves as it found them (0,
+// LLONG_MAX, LLONG_MIN, 0, 0: no upload before the next launch). A block combines its warps'
+// shares in shared memory first: one set of atomics a block. Blocks of at most 1024 threads.
+template <typename Index>
+__global__ void row_length_stats_host(const Index* __restrict__ indptr, long long n_rows,
+                                      long long* __restrict__ scratch,
+                                      long long* __restrict__ host_out) {
+  __shared__ RowShares warp_shares[32];
+  RowShares s = warp_row_shares(indptr, n_rows);
+  const int warp = threadIdx.x >> 5;
+  const int warps = (blockDim.x + 31) >> 5;
+  if ((threadIdx.x & 31) == 0) {
+    warp_shares[warp] = s;
+  }
+  __syncthreads();
+  if (warp != 0) {
+    return;
+  }
+  if (threadIdx.x < warps) {
+    s = warp_shares[threadIdx.x];
+  } else {
+    s = RowShares{0ull, 0ull, kMostRow, -kMostRow - 1};
+  }
+  combine_down(s);
+  if (threadIdx.x != 0) {
+    return;
+  }
+  auto* words = reinterpret_cast<unsigned long long*>(scratch);
+  atomicAdd(words, s.empty);
+  atomicMin(scratch + 1, s.shortest);
+  atomicMax(scratch + 2, s.longest);
+  atomicAdd(words + 3, s.squares);
+  __threadfence();  // the block's shares before its count of done (CUDA's reduction sample)
+  if (atomicAdd(words + 4, 1ull) != gridDim.x - 1ull) {
+    return;
+  }
+  __threadfence();  // every other block's shares are in
+  volatile long long* out = host_out;
+  out[0] = static_cast<long long>(atomicExch(words, 0ull));
+  out[1] = static_cast<long long>(atomicExch(words + 1, static_cast<unsigned long long>(kMostRow)));
+  out[2] = static_cast<long long>(
+      atomicExch(words + 2, static_cast<unsigned long long>(-kMostRow - 1)));
+  out[3] = static_cast<long long>(atomicExch(words + 3, 0ull));
+  out[4] = static_cast<long long>(indptr[0]);
+  out[5] = static_cast<long long>(indptr[n_rows]);
+  atomicExch(words + 4, 0ull);
+  __threadfence_system();
 }
 
 // The smallest and the largest of n indices (a CSR matrix's column indices, checked when

@@ -129,40 +129,72 @@ __global__ void spgemm_hash_bounds(const Index* __restrict__ a_indptr,
 
 // The products of L @ R summed into counter[0]: a thread per entry of L (grid-stride), so
 // that a row of many entries (R-MAT's hubs) does not hold up one group of lanes the whole
-// time. The last block to finish (counter[1] counts the blocks done) writes the total to
-// *host_total (pinned host memory, which the device reaches through unified addressing: no
-// copy launched after the count) and zeroes both counters for the next count (no memset
-// launched before it).
+// time. Each thread keeps COUNT_LOADS entries' gathers of R's offsets in flight at once (the
+// kernel waits on those gathers, not on bandwidth), and a block adds its sum into the
+// counter once (one atomic a block: a warp's each, 8 a block, queued on one address at the
+// kernel's end). The last block to finish (counter[1] counts the blocks done) writes the
+// total to *host_total (pinned host memory, which the device reaches through unified
+// addressing: no copy launched after the count) and zeroes both counters for the next count
+// (no memset launched before it). Blocks of at most 1024 threads.
+constexpr int COUNT_LOADS = 4;
+
+template <typename Index>
+__device__ __forceinline__ unsigned long long row_length(const Index* __restrict__ indptr,
+                                                         Index row) {
+    return static_cast<unsigned long long>(__ldg(indptr + row + 1) - __ldg(indptr + row));
+}
+
 template <typename Index>
 __global__ void spgemm_products_total(const Index* __restrict__ a_indices, long long nnz,
                                       const Index* __restrict__ b_indptr,
                                       unsigned long long* __restrict__ counter,
                                       unsigned long long* __restrict__ host_total) {
+    __shared__ unsigned long long warp_sums[32];
+    const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
+    long long j = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
     unsigned long long sum = 0;
-    for (long long j = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; j < nnz;
-         j += static_cast<long long>(gridDim.x) * blockDim.x) {
-        const Index column = __ldg(a_indices + j);
-        sum += static_cast<unsigned long long>(__ldg(b_indptr + column + 1) -
-                                               __ldg(b_indptr + column));
+    for (; j + (COUNT_LOADS - 1) * stride < nnz; j += COUNT_LOADS * stride) {
+        Index columns[COUNT_LOADS];
+#pragma unroll
+        for (int k = 0; k < COUNT_LOADS; ++k) {
+            columns[k] = __ldg(a_indices + j + k * stride);
+        }
+#pragma unroll
+        for (int k = 0; k < COUNT_LOADS; ++k) {
+            sum += row_length(b_indptr, columns[k]);
+        }
+    }
+    for (; j < nnz; j += stride) {
+        sum += row_length(b_indptr, __ldg(a_indices + j));
     }
 #pragma unroll
     for (int offset = 16; offset > 0; offset >>= 1) {
         sum += __shfl_xor_sync(FULL_WARP, sum, offset);
     }
-    if ((threadIdx.x & 31) == 0 && sum) {
-        atomicAdd(counter, sum);
-        __threadfence();  // the sum reaches every block before this block counts as done
+    const int warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+    if ((threadIdx.x & 31) == 0) {
+        warp_sums[warp] = sum;
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-        __threadfence();  // the block's sums before its count of done (CUDA's reduction sample)
-        const unsigned long long done = atomicAdd(counter + 1, 1ull);
-        if (done == gridDim.x - 1ull) {  // every other block's sums are in
-            __threadfence();
-            const unsigned long long total = atomicExch(counter, 0ull);
-            atomicExch(counter + 1, 0ull);
-            *reinterpret_cast<volatile unsigned long long*>(host_total) = total;
-            __threadfence_system();
+    if (warp == 0) {
+        sum = threadIdx.x < warps ? warp_sums[threadIdx.x] : 0ull;
+#pragma unroll
+        for (int offset = 16; offset > 0; offset >>= 1) {
+            sum += __shfl_xor_sync(FULL_WARP, sum, offset);
+        }
+        if (threadIdx.x == 0) {
+            if (sum) {
+                atomicAdd(counter, sum);
+            }
+            __threadfence();  // the block's sum before its count of done (CUDA's sample)
+            const unsigned long long done = atomicAdd(counter + 1, 1ull);
+            if (done == gridDim.x - 1ull) {  // every other block's sums are in
+                __threadfence();
+                const unsigned long long total = atomicExch(counter, 0ull);
+                atomicExch(counter + 1, 0ull);
+                *reinterpret_cast<volatile unsigned long long*>(host_total) = total;
+                __threadfence_system();
+            }
         }
     }
 }
