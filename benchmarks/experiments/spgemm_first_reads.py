@@ -118,12 +118,13 @@ def measure(name, S, cupy, cupyx_sparse, repeat: int) -> dict:
 
 
 def markdown(result) -> str:
-    head = common.doc_paragraph(__doc__, 1)
     lines = [
         "# What a first product reads of its operands before it starts (issue 47)",
         "",
-        f"Device: {result['device']}. Command: `{result['command']}`. {head} Medians of "
-        f"{result['repeat']} samples.",
+        f"Device: {result['device']}. Command: `{result['command']}`. Medians of "
+        f"{result['repeat']} samples. {common.doc_paragraph(__doc__, 1)}",
+        "",
+        __doc__.split("\n\n")[2].strip(),
         "",
         "| matrix | nnz | nnz out | " + " | ".join(f"{k} (ms)" for k in VARIANTS) + " | cupyx "
         "(ms) | library x before | library x cupyx |",
@@ -135,6 +136,8 @@ def markdown(result) -> str:
             f"| {r['matrix']} | {r['nnz']:,} | {r['nnz_out']:,} | {cells} | "
             f"{r['before_ms'] / r['library_ms']:.2f}x | {r['cupyx_ms'] / r['library_ms']:.2f}x |"
         )
+    if result.get("reading"):
+        lines += ["", "Reading: " + result["reading"]]
     return "\n".join(lines) + "\n"
 
 
