@@ -21,7 +21,7 @@ import scipy.sparse as sp
 import sparsegpu as sg
 from sparsegpu.backends import spgemm
 from sparsegpu.device import _cuda
-from sparsegpu.device._mirror import DeviceMemoryError
+from sparsegpu.device._mirror import CUPY, HOST, DeviceMatrix, DeviceMemoryError
 from sparsegpu.engine import _sparse_dispatch, _sparse_planning
 from sparsegpu.testing import (
     INDEX_DTYPES,
@@ -353,6 +353,46 @@ def test_a_product_with_a_fresh_result_reads_no_pass_over_it(engine):
     check_product(D, S @ S @ S, np.float64, 60 * 60)
     again = (A @ A).__dict__["_sg_pending"].device
     assert again.formats["pattern_key"] == device.formats["pattern_key"]
+
+
+def _awkward_rows(rng, index_dtype, complex_values):
+    """Row offsets, columns and values of awkward rows: leading, inner and trailing empty
+    rows, duplicates (three of one column in a row), unsorted, one long row."""
+    lengths = np.array([0, 0, 3, 1, 0, 7, 2, 40, 0, 5, 0, 0])
+    indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(index_dtype)
+    indices = rng.integers(0, 9, size=int(indptr[-1]))
+    indices[indptr[2] : indptr[2] + 3] = 4  # one column three times
+    data = rng.random(indices.size) - 0.5
+    if complex_values:
+        data = data + 1j * (rng.random(indices.size) - 0.5)
+    return indptr, indices.astype(index_dtype), data
+
+
+@pytest.mark.parametrize("complex_values", [False, True])
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("where", ["host", "gpu"])
+def test_a_canonical_copy_is_scipys_sum_duplicates(where, index_dtype, complex_values):
+    """The canonical copy (sorted rows, duplicates summed, row offsets read off the sort)
+    equals scipy's ``sum_duplicates`` on awkward rows, in the operands' index dtype, and on
+    a matrix of no entries."""
+    if where == "gpu" and _cuda.cupy_or_none() is None:
+        pytest.skip(no_gpu_reason())
+    residence = CUPY if where == "gpu" else HOST
+    xp = residence.xp
+    rng = np.random.default_rng(21)
+    for shape, (indptr, indices, data) in (
+        ((12, 9), _awkward_rows(rng, index_dtype, complex_values)),
+        ((3, 4), (np.zeros(4, index_dtype), np.zeros(0, index_dtype), np.zeros(0))),
+    ):
+        matrix = DeviceMatrix(xp.asarray(data), xp.asarray(indices), xp.asarray(indptr),
+                              shape, residence)  # fmt: skip
+        copy = spgemm.canonical_copy(matrix)
+        expected = sp.csr_matrix((data, indices, indptr), shape=shape)
+        expected.sum_duplicates()
+        assert copy.indptr.dtype == index_dtype and copy.indices.dtype == index_dtype
+        np.testing.assert_array_equal(_cuda.to_host(copy.indptr), expected.indptr)
+        np.testing.assert_array_equal(_cuda.to_host(copy.indices), expected.indices)
+        np.testing.assert_allclose(_cuda.to_host(copy.data), expected.data, rtol=1e-14)
 
 
 def test_a_canonical_copy_keeps_a_bound_of_its_rows(engine):
