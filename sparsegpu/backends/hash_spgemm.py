@@ -1039,10 +1039,7 @@ class _DeviceCount(Counted):
     def _read(self) -> int:
         self._unread.detach()
         slot, self._slot = self._slot, None
-        slot.event.synchronize()
-        count = int(slot.host[0])
-        slot.give_back()
-        return count
+        return int(slot.collect()[0])
 
 
 # the slots a thread keeps per device (more are made while that many counts are unread)

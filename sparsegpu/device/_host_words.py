@@ -80,11 +80,15 @@ class HostWords:
             return
         self.give_back()
 
-    def read(self, stream) -> np.ndarray:
-        """The host words once the kernel just launched on ``stream`` has written them (a
-        copy), the slot given back."""
-        self.event.record(stream)
+    def collect(self) -> np.ndarray:
+        """The host words once the kernel before :attr:`event` has written them (a copy),
+        the slot given back."""
         self.event.synchronize()
         words = self.host.copy()
         self.give_back()
         return words
+
+    def read(self, stream) -> np.ndarray:
+        """:meth:`collect` of the kernel just launched on ``stream``."""
+        self.event.record(stream)
+        return self.collect()

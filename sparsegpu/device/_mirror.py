@@ -99,11 +99,12 @@ class RowLengthStats:
         samples = _spread_samples(indptr, indices, n_rows, xp) if spread else None
         if xp is np:
             summary = np.concatenate([_row_summary_on_host(indptr)] + ([samples] if spread else []))
-        elif not spread:  # what a product reads of a fresh operand, its host waiting
-            summary = _row_summary_to_host(xp.ascontiguousarray(indptr), n_rows, xp)
         else:
             indptr = xp.ascontiguousarray(indptr)
-            summary = _row_stats_on_device(indptr, n_rows, xp, samples).get()
+            if spread:
+                summary = _row_stats_on_device(indptr, n_rows, xp, samples).get()
+            else:  # what a product reads of a fresh operand, its host waiting
+                summary = _row_summary_to_host(indptr, n_rows, xp)
         return cls.from_summary(summary, n_rows, n_cols, spread=bool(spread))
 
     @classmethod
