@@ -557,13 +557,13 @@ def test_what_the_rule_will_count_is_known_before_it_runs(compression, counted):
     """products_ahead launches the count only where the rule counts skewed rows or the
     index dtype waits for the products (never where a sample decides first)."""
     rmat = _operand(131_072, 1_942_939, 1_942_939 / 131_072, 10_043)
-    assert ENGINE._counts_skewed(rmat, rmat)
+    assert ENGINE._rule_path(rmat, rmat) == hash_spgemm.SKEWED_PATH
     assert spgemm.products_decide_indices(rmat, rmat)  # 1.9M entries x 10,043 > 2^31
     stencil = _operand(100**3, 27 * 100**3, 27.0, 27)  # a sample decides first
-    assert not ENGINE._counts_skewed(stencil, stencil)
+    assert ENGINE._rule_path(stencil, stencil) is None
     assert not spgemm.products_decide_indices(stencil, stencil)  # 27M x 27 < 2^31
     powerlaw = _operand(2_000_000, 6_393_209, 3.2, 10_218)  # no bitmap of 2M columns
-    assert not ENGINE._counts_skewed(powerlaw, powerlaw)
+    assert ENGINE._rule_path(powerlaw, powerlaw) == hash_spgemm.DEFAULT_PATH
     assert spgemm.products_decide_indices(powerlaw, powerlaw)  # 6.4M x 10,218 > 2^31
     for operand in (rmat, stencil, powerlaw):  # host operands: never launched
         operand.xp = np

@@ -1177,11 +1177,6 @@ class GpuSpgemm(CusparseSpgemm):
             return count
         return None
 
-    def _counts_skewed(self, left, right) -> bool:
-        """Whether :meth:`_rule` will count the products exactly (skewed rows), as far as
-        it is known without a pass: not where it may decide on a sample of rows first."""
-        return self._rule_path(left, right) == SKEWED_PATH
-
     def _rule_path(self, left, right) -> str | None:
         """Where :meth:`_rule` goes where that is known without a pass: SKEWED_PATH (it
         counts the products: skewed rows), DEFAULT_PATH (the default algorithm, nothing to
@@ -1221,10 +1216,9 @@ class GpuSpgemm(CusparseSpgemm):
         where they were not counted)``. ``counted``: the products where the caller has
         them (an int, or a :class:`Counted`)."""
         products, per_row, takes = _estimate(left, right)
-        path = _known_path(counted)  # known when the count was launched: not again
-        if path == DEFAULT_PATH:
-            return self.default_algorithm, products, per_row, None, None, None
-        counts = path == SKEWED_PATH
+        # known when the count was launched: not again (DEFAULT_PATH never gets here:
+        # rule_and_products answers it)
+        counts = _known_path(counted) == SKEWED_PATH
         if not counts and _short_first_rule(left, right, products):
             return HASH, products, per_row, None, None, None
         bound = left.longest_row * right.longest_row if takes else None

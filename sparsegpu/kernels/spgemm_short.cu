@@ -106,6 +106,32 @@ __device__ __forceinline__ void short_sort(Index (&keys)[K], Value (&values)[K],
     }
 }
 
+// The group's LANES * K sorted keys (element k * LANES + lane in keys[k] of that lane): each
+// first of its column's run (column(key): the column a key holds; PAD: no product) marked
+// with its place among the row's columns in place[k] (else -1); the row's columns.
+template <int LANES, int K, typename Key, typename Column>
+__device__ __forceinline__ int mark_firsts(const Key (&keys)[K], int (&place)[K], Key pad,
+                                           unsigned mask, int lane, Column column) {
+    const int shift = (threadIdx.x & 31) & ~(LANES - 1);
+    int distinct = 0;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+        Key before = __shfl_up_sync(mask, keys[k], 1, LANES);
+        if (k > 0) {
+            const Key last = __shfl_sync(mask, keys[k - 1], LANES - 1, LANES);
+            if (lane == 0) {
+                before = last;
+            }
+        }
+        const bool first =
+            keys[k] != pad && ((k == 0 && lane == 0) || column(before) != column(keys[k]));
+        const unsigned firsts = (__ballot_sync(mask, first) & mask) >> shift;
+        place[k] = first ? distinct + __popc(firsts & ((1u << lane) - 1u)) : -1;
+        distinct += __popc(firsts);
+    }
+    return distinct;
+}
+
 // A row's products (n of them in keys_s, values_s) sorted into registers, and each first
 // of its column's run marked with its place among the row's columns; the row's columns.
 template <bool VALUES, int LANES, int K, typename Index, typename Value>
@@ -126,26 +152,7 @@ __device__ __forceinline__ int short_sorted(const Index* keys_s, const Value* va
         }
     }
     short_sort<VALUES, LANES, K>(keys, values, mask, lane);
-    const int shift = (threadIdx.x & 31) & ~(LANES - 1);
-    int distinct = 0;
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-        Index before = __shfl_up_sync(mask, keys[k], 1, LANES);
-        if (lane == 0) {
-            before = -1;
-        }
-        if (k > 0) {
-            const Index last = __shfl_sync(mask, keys[k - 1], LANES - 1, LANES);
-            if (lane == 0) {
-                before = last;
-            }
-        }
-        const bool first = keys[k] != PAD && keys[k] != before;
-        const unsigned firsts = (__ballot_sync(mask, first) & mask) >> shift;
-        place[k] = first ? distinct + __popc(firsts & ((1u << lane) - 1u)) : -1;
-        distinct += __popc(firsts);
-    }
-    return distinct;
+    return mark_firsts<LANES, K>(keys, place, PAD, mask, lane, [](Index key) { return key; });
 }
 
 template <typename Index, int LANES, int CAP>
@@ -211,24 +218,8 @@ __device__ __forceinline__ int short_sorted_narrow(const Index* keys_s, int n,
                         : PAD;
     }
     short_sort<false, LANES, K>(keys, unused, mask, lane);
-    const int shift = (threadIdx.x & 31) & ~(LANES - 1);
-    int distinct = 0;
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-        unsigned before = __shfl_up_sync(mask, keys[k], 1, LANES);
-        if (k > 0) {
-            const unsigned last = __shfl_sync(mask, keys[k - 1], LANES - 1, LANES);
-            if (lane == 0) {
-                before = last;
-            }
-        }
-        const bool first = keys[k] != PAD &&
-                           ((k == 0 && lane == 0) || (before >> BITS) != (keys[k] >> BITS));
-        const unsigned firsts = (__ballot_sync(mask, first) & mask) >> shift;
-        place[k] = first ? distinct + __popc(firsts & ((1u << lane) - 1u)) : -1;
-        distinct += __popc(firsts);
-    }
-    return distinct;
+    return mark_firsts<LANES, K>(keys, place, PAD, mask, lane,
+                                 [](unsigned key) { return key >> BITS; });
 }
 
 // The n products of a row gathered in keys_s and values_s (the group's shared memory)
