@@ -52,12 +52,18 @@ def _skewed(n_rows, n_cols, seed, dtype=np.float64):
     rng = np.random.default_rng(seed)
     lengths = rng.integers(0, 40, n_rows) ** 2 // 40
     lengths[rng.integers(0, n_rows, 3)] = min(300, n_cols)
+    return _rows_of(lengths, n_cols, rng, dtype)
+
+
+def _rows_of(lengths, n_cols, rng, dtype):
+    """Rows of ``lengths`` entries in distinct random columns, random values (complex for
+    a complex ``dtype``)."""
     indptr = np.r_[0, np.cumsum(lengths)]
     indices = np.concatenate([rng.choice(n_cols, k, replace=False) for k in lengths])
     values = rng.uniform(-1, 1, indices.size).astype(dtype)
     if np.dtype(dtype).kind == "c":
         values = values + 1j * rng.uniform(-1, 1, indices.size)
-    return sp.csr_matrix((values, indices, indptr), shape=(n_rows, n_cols))
+    return sp.csr_matrix((values, indices, indptr), shape=(len(lengths), n_cols))
 
 
 @gpu
@@ -136,6 +142,64 @@ def test_short_rows_first_beside_listed_rows(dtype, index_dtype, listed, passes,
     _check(_hash_product(A, B, dtype, index_dtype, first="short"), A, B, dtype)  # 7 columns
 
 
+def _bounded(n_rows, n_cols, longest, seed, dtype=np.float64):
+    """Rows of 0 to ``longest`` entries (every tenth row ``longest``), random values: a
+    known longest row, so that short rows first bound every row's products by it."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(0, longest + 1, n_rows)
+    lengths[::10] = longest
+    return _rows_of(np.minimum(lengths, n_cols), n_cols, rng, dtype)
+
+
+def _spy(monkeypatch, name):
+    """Calls of ``hash_spgemm.name`` (their number), the function still run."""
+    calls = []
+    real = getattr(hash_spgemm, name)
+
+    def spy(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(hash_spgemm, name, spy)
+    return calls
+
+
+@gpu
+@pytest.mark.parametrize(
+    "longest", [(10, 10), (14, 14), (22, 22), (73, 7)], ids=lambda t: f"{t[0]}x{t[1]}"
+)
+@pytest.mark.parametrize("dtype", VALUE_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_short_rows_first_listed_on_the_device(dtype, longest, monkeypatch):
+    """Short rows first where the longest rows bound every row's products by 100, 196,
+    484 and 511 (32-bit indices): the rows the first slots leave are listed, counted and
+    filled by classes read on the device (no host read of the listing's counts), every
+    class up to the bound's; the last with 7 columns (rows of up to 511 products, at most 7
+    entries). Equal to scipy's product, the budget given back."""
+    a_longest, b_longest = longest
+    n_cols = 7 if b_longest == 7 else 1500
+    A = _bounded(2000, 1200, a_longest, seed=3, dtype=dtype)
+    B = _bounded(1200, n_cols, b_longest, seed=4, dtype=dtype)
+    on_device = _spy(monkeypatch, "_listed_on_device")
+    read = _spy(monkeypatch, "_classes")
+    _check(_hash_product(A, B, dtype, np.int32, first="short"), A, B, dtype)
+    assert on_device == [1] and read == []
+
+
+@gpu
+@pytest.mark.parametrize("case", ["int64", "bound 529"])
+def test_short_rows_first_list_on_the_host_past_the_device_classes(case, monkeypatch):
+    """64-bit indices, or a bound past the largest device class (23 x 23 = 529 > 512): the
+    listing is read by the host (short rows, then tables), as before."""
+    index_dtype = np.int64 if case == "int64" else np.int32
+    longest = 22 if case == "int64" else 23
+    A = _bounded(2000, 1200, longest, seed=5)
+    B = _bounded(1200, 1500, longest, seed=6)
+    on_device = _spy(monkeypatch, "_listed_on_device")
+    read = _spy(monkeypatch, "_classes")
+    _check(_hash_product(A, B, np.float64, index_dtype, first="short"), A, B, np.float64)
+    assert on_device == [] and read == [1]
+
+
 @gpu
 def test_short_rows_first_list_every_row_where_their_slots_do_not_fit(monkeypatch):
     """Where the first slots (a slot of SHORT_FIRST_SLOTS a row) do not fit the budget,
@@ -188,6 +252,12 @@ def test_short_rows_are_a_registered_family_of_every_group():
         assert f"spgemm_short_first<complex128, int, {lanes}, {cap}, {narrow}>" in names
     assert f"spgemm_short_first<double, long long, {lanes}, {cap}, false>" in names
     assert f"spgemm_short_move_first<float, long long, {cap}>" in names
+    for slots, (lanes, cap) in hash_spgemm.LISTED_GROUPS.items():  # 32-bit indices only
+        assert cap == slots and lanes == 32
+        assert f"spgemm_short_count_listed<int, {lanes}, {cap}>" in names
+        assert f"spgemm_short_count_listed<long long, {lanes}, {cap}>" not in names
+        for narrow in ("true", "false"):
+            assert f"spgemm_short_fill_listed<complex128, int, {lanes}, {cap}, {narrow}>" in names
 
 
 def test_narrow_keys_leave_the_pad_and_its_column_out():

@@ -31,8 +31,10 @@ of more are listed (by their products: short rows of up to
 :data:`SHORT_FIRST_LISTED_SLOTS`, then tables); the numeric pass moves the slots and fills
 the listed rows' tables (twice their symbolic slots) without listing them again: one host
 synchronisation fewer, none before the scan where the bound is at most
-:data:`SHORT_FIRST_SLOTS`. Where its slots (a slot a row) do not fit the budget, every row is
-listed as above.
+:data:`SHORT_FIRST_SLOTS`, nor where it is at most :data:`LISTED_GROUPS`' largest class
+(32-bit indices): there every listed row is a short row, counted and then filled by kernels
+that read their class's rows off the listing's counts on the device. Where its slots (a
+slot a row) do not fit the budget, every row is listed as above.
 
 Rows whose tables would hold a large share of ``C``'s columns (R-MAT's hubs: tables of at
 least 1 / :data:`DENSE_MIN_SHARE` of the columns) are *dense rows* in both passes, where a
@@ -103,6 +105,18 @@ SHORT_GROUPS = {32: (8, 32), 64: (16, 64), 128: (32, 128), 256: (32, 256)}
 SHORT_FIRST_SLOTS = 64
 SHORT_FIRST_LISTED_SLOTS = 256
 SHORT_FIRST_MAX_BOUND = 1024
+# Short rows first, listed on the device: where the known longest rows bound every row by
+# the largest of these classes' products (and the indices are 32-bit: a class of 512
+# products of 64-bit indices and complex128 values would take more than the 48 KiB of
+# static shared memory a block), the rows left by the first slots are listed by their
+# products and every class is counted, then filled, by kernels that read the class's rows
+# off the listing's counts on the device (spgemm_short_count_listed and _fill_listed): no
+# host wait for the class counts and no slots, one wait (for C's nonzeros) in the product.
+# (lanes a row, the most products a row) of each class, by its products.
+LISTED_GROUPS = {128: SHORT_GROUPS[128], 256: SHORT_GROUPS[256], 512: (32, 512)}
+# False: the listing is always read by the host (the two compared in one process,
+# spgemm_hash_kernels --variants)
+SHORT_FIRST_DEVICE_LISTING = True
 CLASSES = 64  # as the kernels count them (class 0: rows with nothing to compute)
 MAX_CLASS = 30  # tables of up to 2^30 slots (larger: DoesNotFit, a leaner algorithm runs)
 BLOCK = 256  # threads per block of the listing kernels
@@ -191,6 +205,18 @@ def _short_fill_kernel(value_dtype, index_dtype, slots: int, slotted: bool, narr
     lanes, cap = SHORT_GROUPS[slots]
     return name_expression(
         "spgemm_short_fill", value_dtype, index_dtype, lanes, cap, _flag(slotted), _flag(narrow)
+    )
+
+
+def _short_count_listed_kernel(index_dtype, slots: int) -> str:
+    lanes, cap = LISTED_GROUPS[slots]
+    return _index_kernel("spgemm_short_count_listed", index_dtype, lanes, cap)
+
+
+def _short_fill_listed_kernel(value_dtype, index_dtype, slots: int, narrow: bool) -> str:
+    lanes, cap = LISTED_GROUPS[slots]
+    return name_expression(
+        "spgemm_short_fill_listed", value_dtype, index_dtype, lanes, cap, _flag(narrow)
     )
 
 
@@ -284,6 +310,13 @@ SHORT_FAMILY = register_family(
             _short_move_first_kernel(value, index, SHORT_FIRST_SLOTS)
             for value in CXX_VALUE_TYPES
             for index in CXX_INDEX_TYPES
+        )
+        + tuple(_short_count_listed_kernel(np.int32, s) for s in LISTED_GROUPS)
+        + tuple(
+            _short_fill_listed_kernel(value, np.int32, s, narrow)
+            for value in CXX_VALUE_TYPES
+            for s in LISTED_GROUPS
+            for narrow in (False, True)
         ),
     )
 )
@@ -693,6 +726,10 @@ class _ShortFirst:
     rows: object
     short: _ShortRows | None
     tables: list
+    # where the listing is read on the device (_listed_on_device): its class counts, and
+    # the bound of a listed row's products its classes were launched for
+    listed_counts: object = None
+    listed_bound: int = 0
 
     def arrays(self) -> tuple:
         """Every array the budget lent it."""
@@ -705,9 +742,11 @@ class _ShortFirst:
 def _short_first_symbolic(left, right, budget: Budget, indptr) -> _ShortFirst | None:
     """``C``'s row offsets into ``indptr`` by the short fill over every row
     (``spgemm_short_first``), then the listing of the rows it left (by their products:
-    short rows of up to :data:`SHORT_FIRST_LISTED_SLOTS` slotted, or counted where their
-    slots do not fit, the others counted in tables); None where the first slots do not fit
-    the budget (the caller lists every row instead)."""
+    read on the device and counted as short rows where every row is bounded by
+    :data:`LISTED_GROUPS`' largest class, else read by the host: short rows of up to
+    :data:`SHORT_FIRST_LISTED_SLOTS` slotted, or counted where their slots do not fit, the
+    others counted in tables); None where the first slots do not fit the budget (the
+    caller lists every row instead)."""
     device = _cuda.device_info()
     m, index, n_cols = left.shape[0], left.index_dtype, right.shape[1]
     slots = SHORT_FIRST_SLOTS
@@ -733,9 +772,14 @@ def _short_first_symbolic(left, right, budget: Budget, indptr) -> _ShortFirst | 
         rows, classes = None, []
         # longest_row is an upper bound of every row's length (a mirror's arrays are never
         # written), so where the bound is within the slots no row was left: no listing
-        if left.longest_row * right.longest_row > slots:
+        bound = left.longest_row * right.longest_row
+        if bound > slots:
             rows = budget.empty(m, index, "the hash SpGEMM's row lists")
             held.append(rows)
+            if _lists_on_device(index, bound):
+                counts = _listed_on_device(left, right, over, rows, bound, sizes, device)
+                _scan_sizes(sizes, indptr)
+                return _ShortFirst(int(indptr[-1]), *held[:4], rows, None, [], counts, bound)
             classes = _classes(_list_rows(over, m, n_cols, False, rows))
         listed = [(_slots(c), first, count) for c, first, count in classes]
         short_classes = [
@@ -749,8 +793,7 @@ def _short_first_symbolic(left, right, budget: Budget, indptr) -> _ShortFirst | 
             short = _ShortRows(rows, short_classes, *(slotted or ()))
         table_classes = classes[len(short_classes) :]
         _count_tables(left, right, rows, table_classes, sizes, budget, device)
-        indptr[:1] = 0
-        _cuda.cupy_or_none().cumsum(sizes, dtype=indptr.dtype, out=indptr[1:])
+        _scan_sizes(sizes, indptr)
         # the numeric tables: twice the symbolic class's slots hold any row's table (the
         # fill sizes a row's table by its entries, a half again over them, and its
         # entries are at most its products, which its class holds)
@@ -763,6 +806,67 @@ def _short_first_symbolic(left, right, budget: Budget, indptr) -> _ShortFirst | 
         raise
 
 
+def _scan_sizes(sizes, indptr) -> None:
+    """``C``'s row offsets: 0, then the running sum of the rows' ``sizes``."""
+    indptr[:1] = 0
+    _cuda.cupy_or_none().cumsum(sizes, dtype=indptr.dtype, out=indptr[1:])
+
+
+def _lists_on_device(index_dtype, bound: int) -> bool:
+    """Whether short rows first list the rows their first slots left on the device (see
+    :data:`LISTED_GROUPS`): 32-bit indices and a bound of every row's products within the
+    largest class."""
+    fits = np.dtype(index_dtype) == np.int32 and bound <= max(LISTED_GROUPS)
+    return fits and bool(SHORT_FIRST_DEVICE_LISTING)
+
+
+def _listed_grid(slots: int, device) -> int:
+    """The grid of a class listed on the device: its rows are unknown to the host, so the
+    grid-stride loop's most blocks (those with no row return at once)."""
+    lanes = LISTED_GROUPS[slots][0]
+    return _grid_of(SHORT_BLOCK // lanes, 1 << 62, device)
+
+
+def _listed_class(slots: int) -> int:
+    """The listing's class of rows of at most ``slots`` products (a power of two)."""
+    return int(slots).bit_length() - 1
+
+
+def _listed_on_device(left, right, over, rows, bound: int, sizes, device):
+    """The rows the first slots left (``over[row]``: their products, each more than
+    :data:`SHORT_FIRST_SLOTS` and at most ``bound``) listed by their products into
+    ``rows`` and counted class by class into ``sizes``, each class's range read on the
+    device; the listing's class counts (on the device) for the numeric pass."""
+    m, index = left.shape[0], left.index_dtype
+    # capped at the bound, not at C's columns: a row's class holds all its products
+    counts = _list_rows(over, m, bound, False, rows)
+    for slots in LISTED_GROUPS:
+        if slots // 2 >= bound:
+            break
+        arguments = (
+            left.indptr, left.indices, right.indptr, right.indices, rows, counts,
+            _listed_class(slots), sizes,
+        )  # fmt: skip
+        name = _short_count_listed_kernel(index, slots)
+        _launch(name, _listed_grid(slots, device), SHORT_BLOCK, arguments, source=SHORT_SOURCE)
+    return counts
+
+
+def _fill_listed(left, right, state, indptr, indices, data, device) -> None:
+    """The rows :func:`_listed_on_device` counted, filled into ``C`` class by class."""
+    n_cols = right.shape[1]
+    for slots in LISTED_GROUPS:
+        if slots // 2 >= state.listed_bound:
+            break
+        narrow = narrow_keys(left.index_dtype, n_cols, LISTED_GROUPS[slots][1])
+        arguments = (
+            left.indptr, left.indices, left.data, right.indptr, right.indices, right.data,
+            state.rows, state.listed_counts, _listed_class(slots), indptr, indices, data,
+        )  # fmt: skip
+        name = _short_fill_listed_kernel(left.dtype, left.index_dtype, slots, narrow)
+        _launch(name, _listed_grid(slots, device), SHORT_BLOCK, arguments, source=SHORT_SOURCE)
+
+
 def _short_first_numeric(left, right, state: _ShortFirst, indptr, indices, data, budget):
     """``C``'s entries: the first slots moved into place, the listed short rows moved (or
     computed), the listed others' tables filled."""
@@ -772,6 +876,8 @@ def _short_first_numeric(left, right, state: _ShortFirst, indptr, indices, data,
     name = _short_move_first_kernel(left.dtype, left.index_dtype, SHORT_FIRST_SLOTS)
     grid = _grid_of(SHORT_BLOCK // 32, m, device)
     _launch(name, grid, SHORT_BLOCK, arguments, source=SHORT_SOURCE)
+    if state.listed_counts is not None:
+        _fill_listed(left, right, state, indptr, indices, data, device)
     if state.short is not None:
         _short_numeric(left, right, state.short, indptr, indices, data, device)
     _fill_tables(left, right, state.rows, state.tables, indptr, indices, data, budget, device)
@@ -1122,7 +1228,9 @@ class GpuSpgemm(CusparseSpgemm):
             return HASH, (
                 f"rule: {measures}: hash rows, short rows first (every row of at most "
                 f"{SHORT_FIRST_SLOTS} products sorted in registers, no listing; the rest "
-                f"listed: short rows of up to {SHORT_FIRST_LISTED_SLOTS}, then tables; "
+                f"listed: short rows of up to {SHORT_FIRST_LISTED_SLOTS}, then tables, or, "
+                f"rows of <= {max(LISTED_GROUPS)} with 32-bit indices, all short rows listed "
+                "on the device; "
                 f"float64, >= {SHORT_MIN_PRODUCTS:,} products, <= {SHORT_FIRST_SLOTS} a row "
                 f"on average, rows of <= {SHORT_FIRST_MAX_BOUND:,} by the known longest rows; "
                 f"float32: every row of <= {SHORT_FIRST_SLOTS}, >= "

@@ -19,7 +19,11 @@
 //                      (for the hash rows' listing of what is left);
 // spgemm_short_move_first  its slotted rows moved to their places;
 // spgemm_short_unlist  sizes[row] = 0 for the listed rows (so that the numeric listing of
-//                      the hash rows leaves them out).
+//                      the hash rows leaves them out);
+// spgemm_short_count_listed, spgemm_short_fill_listed  the count and the (unslotted) fill of
+//                      one class of a listing whose class counts they read on the device
+//                      (short rows first's rows of more products, where every one is short:
+//                      no host wait for the listing).
 //
 // Work O(CAP log^2 CAP / LANES) a lane a row: no table to clear, no atomics, no shared memory
 // in the sort (the threshold is the hash rows' SHORT_SLOTS, fitted). NARROW (32-bit indices,
@@ -155,12 +159,14 @@ __device__ __forceinline__ int short_sorted(const Index* keys_s, const Value* va
     return mark_firsts<LANES, K>(keys, place, PAD, mask, lane, [](Index key) { return key; });
 }
 
+// The listed rows rows[0, n_rows) counted: each one's entries of C into sizes[row].
 template <typename Index, int LANES, int CAP>
-__global__ void
-    spgemm_short_count(const Index* __restrict__ a_indptr, const Index* __restrict__ a_indices,
-                       const Index* __restrict__ b_indptr, const Index* __restrict__ b_indices,
-                       const Index* __restrict__ rows, long long n_rows,
-                       Index* __restrict__ sizes) {
+__device__ __forceinline__ void short_count_rows(const Index* __restrict__ a_indptr,
+                                                 const Index* __restrict__ a_indices,
+                                                 const Index* __restrict__ b_indptr,
+                                                 const Index* __restrict__ b_indices,
+                                                 const Index* __restrict__ rows, long long n_rows,
+                                                 Index* __restrict__ sizes) {
     constexpr int GROUPS = SHORT_BLOCK / LANES;
     constexpr int K = CAP / LANES;
     __shared__ Index all_keys[GROUPS][CAP + 1];  // + 1: a warp's groups on other banks
@@ -187,6 +193,16 @@ __global__ void
         }
         __syncwarp(mask);  // every lane done reading before the next row's gather
     }
+}
+
+template <typename Index, int LANES, int CAP>
+__global__ void
+    spgemm_short_count(const Index* __restrict__ a_indptr, const Index* __restrict__ a_indices,
+                       const Index* __restrict__ b_indptr, const Index* __restrict__ b_indices,
+                       const Index* __restrict__ rows, long long n_rows,
+                       Index* __restrict__ sizes) {
+    short_count_rows<Index, LANES, CAP>(a_indptr, a_indices, b_indptr, b_indices, rows, n_rows,
+                                        sizes);
 }
 
 // log2 of CAP: the bits of a NARROW key that hold a product's place among its row's.
@@ -300,13 +316,12 @@ __device__ __forceinline__ int short_write(Index* keys_s, Value* values_s, int n
 // entries a row, before C's offsets are known) and its entries to sizes[row] (c_indptr
 // unread); else at c_indptr[row] (sizes unwritten). NARROW: see the file's comment.
 template <typename Value, typename Index, int LANES, int CAP, bool SLOTTED, bool NARROW>
-__global__ void
-    spgemm_short_fill(const Index* __restrict__ a_indptr, const Index* __restrict__ a_indices,
-                      const Value* __restrict__ a_data, const Index* __restrict__ b_indptr,
-                      const Index* __restrict__ b_indices, const Value* __restrict__ b_data,
-                      const Index* __restrict__ rows, long long n_rows,
-                      const Index* __restrict__ c_indptr, Index* __restrict__ c_indices,
-                      Value* __restrict__ c_data, Index* __restrict__ sizes) {
+__device__ __forceinline__ void short_fill_rows(
+    const Index* __restrict__ a_indptr, const Index* __restrict__ a_indices,
+    const Value* __restrict__ a_data, const Index* __restrict__ b_indptr,
+    const Index* __restrict__ b_indices, const Value* __restrict__ b_data,
+    const Index* __restrict__ rows, long long n_rows, const Index* __restrict__ c_indptr,
+    Index* __restrict__ c_indices, Value* __restrict__ c_data, Index* __restrict__ sizes) {
     constexpr int GROUPS = SHORT_BLOCK / LANES;
     __shared__ Index all_keys[GROUPS][CAP + 1];
     __shared__ Value all_values[GROUPS][CAP];
@@ -331,6 +346,57 @@ __global__ void
             sizes[row] = static_cast<Index>(distinct);
         }
     }
+}
+
+template <typename Value, typename Index, int LANES, int CAP, bool SLOTTED, bool NARROW>
+__global__ void
+    spgemm_short_fill(const Index* __restrict__ a_indptr, const Index* __restrict__ a_indices,
+                      const Value* __restrict__ a_data, const Index* __restrict__ b_indptr,
+                      const Index* __restrict__ b_indices, const Value* __restrict__ b_data,
+                      const Index* __restrict__ rows, long long n_rows,
+                      const Index* __restrict__ c_indptr, Index* __restrict__ c_indices,
+                      Value* __restrict__ c_data, Index* __restrict__ sizes) {
+    short_fill_rows<Value, Index, LANES, CAP, SLOTTED, NARROW>(
+        a_indptr, a_indices, a_data, b_indptr, b_indices, b_data, rows, n_rows, c_indptr,
+        c_indices, c_data, sizes);
+}
+
+// LISTED ON THE DEVICE: the rows of one class `cls` of a listing (spgemm_hash_bin's `rows`,
+// whose class counts are `counts`: class cls's rows start after those of classes
+// 1 .. cls-1), their range read here rather than by the host, so that short rows first need
+// no host wait for the listing (every listed row of at most the largest CAP products).
+__device__ __forceinline__ long long listed_first(const unsigned long long* __restrict__ counts,
+                                                  int cls) {
+    unsigned long long first = 0;
+    for (int c = 1; c < cls; ++c) {
+        first += counts[c];
+    }
+    return static_cast<long long>(first);
+}
+
+template <typename Index, int LANES, int CAP>
+__global__ void spgemm_short_count_listed(
+    const Index* __restrict__ a_indptr, const Index* __restrict__ a_indices,
+    const Index* __restrict__ b_indptr, const Index* __restrict__ b_indices,
+    const Index* __restrict__ rows, const unsigned long long* __restrict__ counts, int cls,
+    Index* __restrict__ sizes) {
+    short_count_rows<Index, LANES, CAP>(a_indptr, a_indices, b_indptr, b_indices,
+                                        rows + listed_first(counts, cls),
+                                        static_cast<long long>(counts[cls]), sizes);
+}
+
+template <typename Value, typename Index, int LANES, int CAP, bool NARROW>
+__global__ void spgemm_short_fill_listed(
+    const Index* __restrict__ a_indptr, const Index* __restrict__ a_indices,
+    const Value* __restrict__ a_data, const Index* __restrict__ b_indptr,
+    const Index* __restrict__ b_indices, const Value* __restrict__ b_data,
+    const Index* __restrict__ rows, const unsigned long long* __restrict__ counts, int cls,
+    const Index* __restrict__ c_indptr, Index* __restrict__ c_indices,
+    Value* __restrict__ c_data) {
+    short_fill_rows<Value, Index, LANES, CAP, false, NARROW>(
+        a_indptr, a_indices, a_data, b_indptr, b_indices, b_data,
+        rows + listed_first(counts, cls), static_cast<long long>(counts[cls]), c_indptr,
+        c_indices, c_data, static_cast<Index*>(nullptr));
 }
 
 // SHORT FIRST: every row of A (no listing before it): a row of at most CAP products is
