@@ -465,6 +465,43 @@ def _awkward(value_dtype, index_dtype, n: int = 300, seed: int = 4):
     return M.indptr.astype(index_dtype), M.indices.astype(index_dtype), M.data
 
 
+def _node_strength(indptr, indices, data, theta: float, blocksize: int):
+    """symmetric_strength's node graph worked out pair by pair: each pair of nodes' block
+    norm (squares summed in the entries' order), kept off the diagonal where its square is
+    at least theta^2 times its two nodes' diagonal norms."""
+    n = (len(indptr) - 1) // blocksize
+    squares: dict = {}
+    for i in range(len(indptr) - 1):
+        for k in range(indptr[i], indptr[i + 1]):
+            pair = (i // blocksize, int(indices[k]) // blocksize)
+            squares[pair] = squares.get(pair, 0.0) + abs(data[k]) * abs(data[k])
+    norms = {pair: np.sqrt(total) for pair, total in squares.items()}
+    d = [norms.get((node, node), 0.0) for node in range(n)]
+    rows: list = [[] for _ in range(n)]
+    for (row, col), norm in sorted(norms.items()):
+        if row != col and norm * norm >= theta * theta * d[row] * d[col]:
+            rows[row].append(col)
+    return np.r_[0, np.cumsum([len(r) for r in rows])], np.array([c for r in rows for c in r])
+
+
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("theta", [0.0, 0.25])
+@pytest.mark.parametrize("blocksize", [2, 3])
+def test_block_strength_is_the_node_graph(blocksize, theta, index_dtype, xp):
+    """The strength graph of a block matrix (blocksize > 1: pairs of nodes amalgamated,
+    their offsets found by a binary search, the kept pairs' offsets read off a running
+    count) equals the node graph worked out pair by pair, on the host and on the GPU; an
+    empty row and an empty node (row 10: nodes 5 and 3) among them."""
+    indptr, indices, data = _awkward(np.float64, index_dtype)
+    expected = _node_strength(indptr, indices, data, theta, blocksize)
+    arrays = [xp.asarray(a) for a in (indptr, indices, data)]
+    graph = _aggregation.symmetric_strength(*arrays, theta, blocksize, xp)
+    graph = [g.get() if hasattr(g, "get") else g for g in graph]
+    assert graph[0].dtype == index_dtype
+    for ours, theirs in zip(graph, expected, strict=True):
+        assert np.array_equal(ours, theirs)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("value_dtype", [np.float32, np.float64, np.complex64, np.complex128])
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])

@@ -465,9 +465,10 @@ def random_mesh_3d(
         rows = _row_of_entry(xp, indptr, int(cols.size))
         low, high = xp.minimum(rows, cols), xp.maximum(rows, cols)
         keep = (rows == cols) | (_pair_hash(xp, low, high, seed) >= drop)
-        lengths = xp.bincount(rows[keep], minlength=A.shape[0])
-        new_indptr = xp.zeros(A.shape[0] + 1, dtype=np.int64)
-        new_indptr[1:] = xp.cumsum(lengths)
+        # the running count of kept entries read at the row offsets (a bincount of the kept
+        # rows, all in order, adds with atomics that collide on the GPU)
+        kept = xp.concatenate((xp.zeros(1, dtype=np.int64), xp.cumsum(keep, dtype=np.int64)))
+        new_indptr = kept[indptr]
         idx_dtype = A.indices.dtype
         A = _finish(
             xp.asarray(A.data)[keep],

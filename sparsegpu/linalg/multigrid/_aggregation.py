@@ -99,12 +99,12 @@ def jacobi_smoothing(indptr, indices, data, d, scale: float, xp):
     return (-scale) * data / d[rows] + (indices == rows)
 
 
-def _csr_from_mask(indptr, indices, rows, keep, n, xp):
-    """The CSR pattern of the entries ``keep`` selects."""
-    counts = xp.bincount(rows[keep], minlength=n)
-    pointer = xp.zeros(n + 1, dtype=indptr.dtype)
-    pointer[1:] = xp.cumsum(counts)
-    return pointer, indices[keep]
+def _csr_from_mask(indptr, indices, keep, xp):
+    """The CSR pattern of the entries ``keep`` selects: its row offsets are the running
+    count of kept entries read at ``indptr`` (a scan and a gather; a bincount of the kept
+    entries' rows, all in order, adds with atomics that collide on the GPU)."""
+    kept = xp.concatenate((xp.zeros(1, dtype=np.int64), xp.cumsum(keep, dtype=np.int64)))
+    return kept[indptr].astype(indptr.dtype), indices[keep]
 
 
 def symmetric_strength(indptr, indices, data, theta: float, blocksize: int, xp):
@@ -126,15 +126,16 @@ def symmetric_strength(indptr, indices, data, theta: float, blocksize: int, xp):
         rows = (pairs // n).astype(indptr.dtype)
         cols = (pairs % n).astype(indices.dtype)
         values = xp.sqrt(squares)
-        indptr = xp.zeros(n + 1, dtype=indptr.dtype)
-        indptr[1:] = xp.cumsum(xp.bincount(rows, minlength=n))
+        # the pairs are sorted by row: each row's first pair found by a binary search
+        bounds = xp.arange(n + 1, dtype=rows.dtype)
+        indptr = xp.searchsorted(rows, bounds, side="left").astype(indptr.dtype)
     on = cols == rows
     d = xp.zeros(n, dtype=values.dtype)
     d[rows[on]] = values[on]
     keep = ~on
     if theta > 0:
         keep &= values * values >= (theta * theta) * d[rows] * d[cols]
-    return _csr_from_mask(indptr, cols, rows, keep, n, xp)
+    return _csr_from_mask(indptr, cols, keep, xp)
 
 
 def _strength_by_rows(indptr, indices, data, theta: float, xp):
