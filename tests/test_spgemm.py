@@ -708,6 +708,19 @@ def test_planning_waits_until_the_products_have_paid_for_it(engine, monkeypatch)
     assert len(clock.runs) == done, "a planned pair times nothing more"
 
 
+def test_a_pairs_product_time_is_the_median_of_those_timed():
+    """The time planning judges candidates against: the median of the timed products (the
+    mean of the middle two of an even count), and their cost with the untimed ones counted
+    at it; none before one is read."""
+    pair = _sparse_planning._Pair()
+    assert pair.product_ms is None and pair.products_ms == 0.0
+    pair.product_times = [4.0, 1.0, 3.0]
+    assert pair.product_ms == 3.0 and isinstance(pair.product_ms, float)
+    pair.product_times.append(2.0)
+    pair.untimed = 1
+    assert pair.product_ms == 2.5 and pair.products_ms == 10.0 + 2.5
+
+
 def test_a_pairs_first_product_is_not_timed_but_counted(engine, monkeypatch):
     """Most pairs are multiplied once: the first product makes no stopwatch, and the
     products' cost counts it at the median of the timed ones from the second on."""
