@@ -25,6 +25,7 @@ import scipy.sparse as sp
 
 import sparsegpu as sg
 from benchmarks import common, spgemm_first
+from benchmarks.experiments import spgemm_split_probe
 from sparsegpu.datasets import synthetic
 
 MODULE = "benchmarks.experiments.spgemm_alg1_kernels"
@@ -92,13 +93,9 @@ def summarize(spans):
     return out
 
 
-def short_part(Acx, cupy, cupyx_sparse, most: int):
+def short_part(Acx, cupy, most: int):
     """The rows of ``Acx`` of at most ``most`` products in ``Acx @ Acx`` (scipy, canonical)."""
-    lengths = cupy.diff(Acx.indptr)
-    rows = cupy.repeat(cupy.arange(Acx.shape[0]), lengths.astype(cupy.int64))
-    products = cupy.zeros(Acx.shape[0], dtype=cupy.int64)
-    cupy.add.at(products, rows, lengths[Acx.indices].astype(cupy.int64))
-    part = Acx[cupy.nonzero(products <= most)[0]]
+    part = Acx[cupy.nonzero(spgemm_split_probe.row_products(Acx, cupy) <= most)[0]]
     part.sum_duplicates()
     return part.get()
 
@@ -125,7 +122,7 @@ def one_matrix(name, repeat, sides, cupy, cupyx_sparse, torch) -> dict:
     if "hash" in sides:
         runs["hash"] = (fresh(base), lambda A: sg.spgemm(A, A, algorithm="hash"))
     if "short32" in sides:
-        part = sg.csr_matrix(short_part(Acx, cupy, cupyx_sparse, 32))
+        part = sg.csr_matrix(short_part(Acx, cupy, 32))
         runs["short32"] = (
             lambda: (spgemm_first.fresh_sg(part, identity), spgemm_first.fresh_sg(base, identity)),
             lambda L, R: sg.spgemm(L, R, algorithm="hash"),

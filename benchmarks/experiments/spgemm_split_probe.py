@@ -41,14 +41,20 @@ def wall(fn, cupy, repeat):
     return float(np.median(times))
 
 
+def row_products(A, xp):
+    """The products of each row of ``A @ A`` (a canonical square CSR matrix on ``xp``)."""
+    lengths = xp.diff(A.indptr)
+    products = xp.zeros(A.shape[0], dtype=np.int64)
+    per_entry = lengths[A.indices].astype(np.int64)
+    rows = xp.repeat(xp.arange(A.shape[0]), lengths.astype(np.int64))
+    xp.add.at(products, rows, per_entry)
+    return products
+
+
 def probe(name, A, cupy, cupyx_sparse, thresholds, repeat):
     Acx = cupyx_sparse.csr_matrix(A)
     Acx.sum_duplicates()
-    lengths = cupy.diff(Acx.indptr)
-    products = cupy.zeros(A.shape[0], dtype=cupy.int64)
-    per_entry = lengths[Acx.indices].astype(cupy.int64)
-    rows = cupy.repeat(cupy.arange(A.shape[0]), lengths.astype(cupy.int64))
-    cupy.add.at(products, rows, per_entry)
+    products = row_products(Acx, cupy)
     Asg = sg.csr_matrix(Acx.get())
     row = {"matrix": name, "nnz": int(Acx.nnz), "products": int(products.sum())}
     fns = {
