@@ -52,13 +52,16 @@ def _mirror_of(S, dtype, index_dtype):
 def _hash_product(S, T, dtype, index_dtype, first="listed") -> sp.csr_matrix:
     """``S @ T`` by the hash kernels on the GPU, in ``index_dtype`` (the engine called
     directly: the driver would narrow int64 indices that fit in int32), every row listed
-    first (``"listed"``) or every row tried as a short row first (``"short"``), whatever
-    :func:`~sparsegpu.backends.hash_spgemm.takes_short_first` would say."""
+    first (``"listed"``), every row tried as a short row first (``"short"``) or as a tiny
+    row first (``"tiny"``), whatever
+    :func:`~sparsegpu.backends.hash_spgemm.takes_short_first` and
+    :func:`~sparsegpu.backends.hash_spgemm.takes_tiny_first` would say."""
     cupy = _cuda.cupy_or_none()
     left, right = _mirror_of(S, dtype, index_dtype), _mirror_of(T, dtype, index_dtype)
     budget = Budget(cupy)
-    takes = hash_spgemm.takes_short_first
+    takes = hash_spgemm.takes_short_first, hash_spgemm.takes_tiny_first
     hash_spgemm.takes_short_first = lambda left, right: first == "short"
+    hash_spgemm.takes_tiny_first = lambda left, right: first == "tiny"
     try:
         if spgemm.is_empty(left, right):
             C = spgemm.run_once(ENGINE, left, right, HASH, budget)
@@ -67,7 +70,7 @@ def _hash_product(S, T, dtype, index_dtype, first="listed") -> sp.csr_matrix:
             sink = ResultSink(budget, shape, dtype, index_dtype, _mirror.CUPY)
             C = ENGINE.multiply(left, right, HASH, sink)
     finally:
-        hash_spgemm.takes_short_first = takes
+        hash_spgemm.takes_short_first, hash_spgemm.takes_tiny_first = takes
     assert budget.in_use == C.indptr.nbytes + C.indices.nbytes + C.data.nbytes  # scratch given back
     arrays = (C.data.get(), C.indices.get(), C.indptr.get())
     assert arrays[1].dtype == index_dtype or spgemm.is_empty(left, right)
@@ -91,7 +94,7 @@ def _check(C, S, T, dtype):
 @pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("dtype", VALUE_DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("form", ["S@S.T", "S.T@S"])
-@pytest.mark.parametrize("first", ["listed", "short"])
+@pytest.mark.parametrize("first", ["listed", "short", "tiny"])
 def test_hash_product_equals_scipy(first, form, dtype, index_dtype, name):
     if form == "S.T@S" and name in NO_GRAM:
         pytest.skip(f"{form} of {name}: too large for the dense host oracle")

@@ -200,13 +200,102 @@ def test_short_rows_first_list_on_the_host_past_the_device_classes(case, monkeyp
     assert on_device == [] and read == [1]
 
 
+def _power_rows(n_rows, n_cols, seed, dtype=np.float64, longest=400):
+    """Rows of power-law lengths (most of 1 to 3 entries, a few of up to ``longest``) in
+    distinct random columns, random values, and every 50th row empty."""
+    rng = np.random.default_rng(seed)
+    lengths = np.minimum(np.floor(1.2 * (1.0 - rng.random(n_rows)) ** (-1 / 1.5)), longest)
+    lengths = np.minimum(lengths.astype(np.int64), n_cols)
+    lengths[::50] = 0
+    return _rows_of(lengths, n_cols, rng, dtype)
+
+
 @gpu
-def test_short_rows_first_list_every_row_where_their_slots_do_not_fit(monkeypatch):
-    """Where the first slots (a slot of SHORT_FIRST_SLOTS a row) do not fit the budget,
-    every row is listed instead, and nothing of the first try stays counted."""
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("dtype", VALUE_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_tiny_rows_first_beside_listed_rows(dtype, index_dtype, monkeypatch):
+    """Tiny rows first on power-law rows: the rows of at most TINY_FIRST_SLOTS products a
+    thread each from the running count of the entries' products, the others listed by
+    their products (short rows, then tables counted in twice their class's slots), into
+    C; equal to scipy, the budget given back; with 7 columns too (rows of hundreds of
+    products into 7 entries)."""
+    offsets = _spy(monkeypatch, "_entry_offsets")
+    shifts = []
+    count_tables = hash_spgemm._count_tables
+    monkeypatch.setattr(
+        hash_spgemm,
+        "_count_tables",
+        lambda *args: shifts.append(args[-1]) or count_tables(*args),
+    )
+    A = _power_rows(3000, 2000, seed=1, dtype=dtype)
+    B = _power_rows(2000, 2500, seed=2, dtype=dtype)
+    products = np.diff(B.indptr)[A.indices]
+    per_row = np.add.reduceat(np.r_[products, 0], A.indptr[:-1])[: A.shape[0]]
+    per_row[np.diff(A.indptr) == 0] = 0
+    slots = hash_spgemm.TINY_FIRST_SLOTS
+    assert (per_row <= slots).mean() > 0.5 and per_row.max() > 512  # tiny rows and tables
+    _check(_hash_product(A, B, dtype, index_dtype, first="tiny"), A, B, dtype)
+    assert offsets == [1] and shifts == [hash_spgemm.TINY_COUNT_SHIFT]
+    B = sp.random(2000, 7, density=0.5, random_state=4, format="csr").astype(dtype)
+    _check(_hash_product(A, B, dtype, index_dtype, first="tiny"), A, B, dtype)  # 7 columns
+
+
+@gpu
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("dtype", VALUE_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_tiny_rows_at_their_bounds(dtype, index_dtype):
+    """Rows of exactly TINY_FIRST_SLOTS products and of one more, columns met again (summed
+    in place, one that cancels stored as a zero), rows that select empty rows of B, empty
+    rows, and a row of one product: equal to scipy's product, the pattern of |A| @ |B|."""
+    slots = hash_spgemm.TINY_FIRST_SLOTS
+    rng = np.random.default_rng(7)
+    # B's rows: empty, 1, 2, 3, slots - 3, slots, slots + 1 entries, over 12 columns
+    b_rows = [[], [5], [5, 9], [0, 5, 11], list(range(slots - 3)), list(range(1, slots + 1))]
+    b_rows.append(list(range(slots + 1)))
+    a_rows = [
+        [6],  # slots + 1 products alone: listed
+        [5],  # exactly slots products: tiny
+        [1, 2, 3],  # 6 products, columns 5 and 9 met again
+        [0, 1, 2, 3, 4],  # (slots - 3) + 6 products: listed, or tiny where slots >= 9
+        [0, 1],  # an empty row of B and one product
+        [],
+        [0],  # only an empty row of B
+        [4, 3],  # slots - 3 + 3 products
+    ]
+    B = sp.csr_matrix(
+        (
+            rng.uniform(-1, 1, sum(map(len, b_rows))),
+            np.concatenate([np.asarray(r, dtype=np.int64) for r in b_rows]),
+            np.r_[0, np.cumsum([len(r) for r in b_rows])],
+        ),
+        shape=(len(b_rows), slots + 4),
+    ).astype(dtype)
+    A = sp.csr_matrix(
+        (
+            rng.uniform(-1, 1, sum(map(len, a_rows))),
+            np.concatenate([np.asarray(r, dtype=np.int64) for r in a_rows]),
+            np.r_[0, np.cumsum([len(r) for r in a_rows])],
+        ),
+        shape=(len(a_rows), len(b_rows)),
+    ).astype(dtype)
+    _check(_hash_product(A, B, dtype, index_dtype, first="tiny"), A, B, dtype)
+    cancel_a = sp.csr_matrix(np.array([[1.0, -1.0]], dtype=dtype))
+    cancel_b = sp.csr_matrix(np.array([[2.0, 1.0, 0.0], [2.0, 0.0, 3.0]], dtype=dtype))
+    C = _hash_product(cancel_a, cancel_b, dtype, index_dtype, first="tiny")
+    _check(C, cancel_a, cancel_b, dtype)
+    assert C.nnz == 3 and C[0, 0] == 0
+
+
+@gpu
+@pytest.mark.parametrize("kind", ["short", "tiny"])
+def test_short_rows_first_list_every_row_where_their_slots_do_not_fit(kind, monkeypatch):
+    """Where the first slots (a slot of SHORT_FIRST_SLOTS a row, or TINY_FIRST_SLOTS) do
+    not fit the budget, every row is listed instead, and nothing of the first try stays
+    counted."""
     from sparsegpu.backends.spgemm import DoesNotFit
 
-    slot = 3000 * hash_spgemm.SHORT_FIRST_SLOTS
+    first_slots = {"short": hash_spgemm.SHORT_FIRST_SLOTS, "tiny": hash_spgemm.TINY_FIRST_SLOTS}
+    slot = 3000 * first_slots[kind]
     real = Budget.empty
 
     def empty(self, size, dtype, what):
@@ -224,8 +313,26 @@ def test_short_rows_first_list_every_row_where_their_slots_do_not_fit(monkeypatc
     monkeypatch.setattr(Budget, "empty", empty)
     monkeypatch.setattr(hash_spgemm, "_short_first_symbolic", symbolic)
     A = _skewed(3000, 2000, seed=1)
-    _check(_hash_product(A, A.T.tocsr(), np.float64, np.int32, first="short"), A, A.T, np.float64)
+    _check(_hash_product(A, A.T.tocsr(), np.float64, np.int32, first=kind), A, A.T, np.float64)
     assert answers == [None]
+
+
+@gpu
+def test_tiny_rows_first_list_every_row_where_the_entries_products_do_not_fit(monkeypatch):
+    """Where the running count of the entries' products does not fit the budget, every
+    row is listed instead, and the first slots are given back."""
+    from sparsegpu.backends.spgemm import DoesNotFit
+
+    real = Budget.empty
+
+    def empty(self, size, dtype, what):
+        if "entries' products" in what:
+            raise DoesNotFit(size, 0, what)
+        return real(self, size, dtype, what)
+
+    monkeypatch.setattr(Budget, "empty", empty)
+    A = _power_rows(3000, 2000, seed=3)
+    _check(_hash_product(A, A.T.tocsr(), np.float64, np.int32, first="tiny"), A, A.T, np.float64)
 
 
 def test_short_rows_are_a_registered_family_of_every_group():
@@ -252,6 +359,12 @@ def test_short_rows_are_a_registered_family_of_every_group():
         assert f"spgemm_short_first<complex128, int, {lanes}, {cap}, {narrow}>" in names
     assert f"spgemm_short_first<double, long long, {lanes}, {cap}, false>" in names
     assert f"spgemm_short_move_first<float, long long, {cap}>" in names
+    tiny = hash_spgemm.TINY_FIRST_SLOTS
+    for index in ("int", "long long"):
+        assert f"spgemm_entry_products<{index}>" in names
+        for value in ("float", "double", "complex64", "complex128"):
+            assert f"spgemm_tiny_first<{value}, {index}, {tiny}>" in names
+            assert f"spgemm_tiny_move<{value}, {index}, {tiny}>" in names
     for slots, (lanes, cap) in hash_spgemm.LISTED_GROUPS.items():  # 32-bit indices only
         assert cap == slots and lanes == 32
         assert f"spgemm_short_count_listed<int, {lanes}, {cap}>" in names

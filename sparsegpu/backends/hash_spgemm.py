@@ -34,7 +34,11 @@ synchronisation fewer, none before the scan where the bound is at most
 :data:`SHORT_FIRST_SLOTS`, nor where it is at most :data:`LISTED_GROUPS`' largest class
 (32-bit indices): there every listed row is a short row, counted and then filled by kernels
 that read their class's rows off the listing's counts on the device. Where its slots (a
-slot a row) do not fit the budget, every row is listed as above.
+slot a row) do not fit the budget, every row is listed as above. *Tiny first*
+(:func:`takes_tiny_first`: skewed rows, no known bound, as power-law rows) starts the same
+way with a thread a row (``spgemm_tiny_first``: rows of at most :data:`TINY_FIRST_SLOTS`
+products in registers; each row's products read off the running count of ``L``'s entries'
+products, so no thread walks a long row) and lists the others on the host.
 
 Rows whose tables would hold a large share of ``C``'s columns (R-MAT's hubs: tables of at
 least 1 / :data:`DENSE_MIN_SHARE` of the columns) are *dense rows* in both passes, where a
@@ -117,6 +121,18 @@ LISTED_GROUPS = {128: SHORT_GROUPS[128], 256: SHORT_GROUPS[256], 512: (32, 512)}
 # False: the listing is always read by the host (the two compared in one process,
 # spgemm_hash_kernels --variants)
 SHORT_FIRST_DEVICE_LISTING = True
+# Tiny first (spgemm_tiny_first): where the rows are skewed (no known bound, a power-law
+# matrix's few long rows among many of a few products), short rows first start with a
+# thread a row instead: each row's products read off the running count of L's entries'
+# products (no lane walks a long row), the rows of at most TINY_FIRST_SLOTS products
+# computed in registers into slots indexed by the row, the others listed as short first
+# lists them (host listing: short rows, then tables of 2^TINY_COUNT_SHIFT times their
+# class's slots in the count, so that rows of nearly all-distinct products do not fill
+# them). TINY_FIRST 0: never. Fitted below (the rule's comment).
+TINY_FIRST = 1
+TINY_FIRST_SLOTS = 8
+TINY_BLOCK = 128  # threads a block of the tiny rows' kernels
+TINY_COUNT_SHIFT = 1
 CLASSES = 64  # as the kernels count them (class 0: rows with nothing to compute)
 MAX_CLASS = 30  # tables of up to 2^30 slots (larger: DoesNotFit, a leaner algorithm runs)
 BLOCK = 256  # threads per block of the listing kernels
@@ -235,6 +251,14 @@ def _short_move_first_kernel(value_dtype, index_dtype, slots: int) -> str:
     return name_expression("spgemm_short_move_first", value_dtype, index_dtype, slots)
 
 
+def _tiny_first_kernel(value_dtype, index_dtype, slots: int) -> str:
+    return name_expression("spgemm_tiny_first", value_dtype, index_dtype, slots)
+
+
+def _tiny_move_kernel(value_dtype, index_dtype, slots: int) -> str:
+    return name_expression("spgemm_tiny_move", value_dtype, index_dtype, slots)
+
+
 def _flag(value: bool) -> str:
     return "true" if value else "false"
 
@@ -308,6 +332,13 @@ SHORT_FAMILY = register_family(
         )
         + tuple(
             _short_move_first_kernel(value, index, SHORT_FIRST_SLOTS)
+            for value in CXX_VALUE_TYPES
+            for index in CXX_INDEX_TYPES
+        )
+        + tuple(_index_kernel("spgemm_entry_products", index) for index in CXX_INDEX_TYPES)
+        + tuple(
+            kernel(value, index, TINY_FIRST_SLOTS)
+            for kernel in (_tiny_first_kernel, _tiny_move_kernel)
             for value in CXX_VALUE_TYPES
             for index in CXX_INDEX_TYPES
         )
@@ -611,13 +642,16 @@ def _symbolic(left, right, budget: Budget, indptr, list_numeric: bool):
         raise
 
 
-def _count_tables(left, right, rows, classes, sizes, budget: Budget, device) -> None:
+def _count_tables(
+    left, right, rows, classes, sizes, budget: Budget, device, shift: int = 0
+) -> None:
     """The entries of the rows of ``classes`` (``[(table class, first, count)]`` of the
-    listing ``rows``, by their bounds in ``sizes``) into ``sizes``: tables, or dense rows."""
+    listing ``rows``, by their bounds in ``sizes``) into ``sizes``: tables (of ``2^shift``
+    times the slots of their class), or dense rows."""
     index, n_cols = left.index_dtype, right.shape[1]
     for table_class, first, count in classes:
-        slots = _slots(table_class)
-        dense = dense_launch(slots, n_cols, count, device)
+        dense = dense_launch(_slots(table_class), n_cols, count, device)
+        slots = _slots(table_class + shift)
         if dense is not None:
             arguments = (
                 left.indptr, left.indices, right.indptr, right.indices, rows[first:],
@@ -630,7 +664,7 @@ def _count_tables(left, right, rows, classes, sizes, budget: Budget, device) -> 
         keys = _global_tables(budget, launch, index, "the hash SpGEMM's global tables")
         arguments = (
             left.indptr, left.indices, right.indptr, right.indices, rows[first:],
-            count, n_cols, sizes, slots, 0 if keys is None else keys,
+            count, n_cols, sizes, slots, 0 if keys is None else keys, shift,
         )  # fmt: skip
         name = _count_kernel(index, launch.lanes, launch.whole_block)
         _launch(name, launch.grid, launch.block, arguments, launch.shared_bytes)
@@ -710,6 +744,17 @@ def takes_short_first(left, right) -> bool:
     return products <= SHORT_FIRST_SLOTS * max(left.shape[0], 1)
 
 
+def takes_tiny_first(left, right) -> bool:
+    """Whether the hash rows start with the tiny rows' fill over every row (see
+    :data:`TINY_FIRST`), where short rows first do not start: at most
+    :data:`SHORT_FIRST_SLOTS` products a row on average (``nnz(L)`` times R's mean row
+    length over L's rows), whatever the longest rows."""
+    if not TINY_FIRST:
+        return False
+    products = left.nnz * (right.nnz / right.shape[0] if right.shape[0] else 0.0)
+    return products <= SHORT_FIRST_SLOTS * max(left.shape[0], 1)
+
+
 @dataclass
 class _ShortFirst:
     """What :func:`_short_first_symbolic` leaves for the numeric pass: the rows' products
@@ -730,6 +775,8 @@ class _ShortFirst:
     # the bound of a listed row's products its classes were launched for
     listed_counts: object = None
     listed_bound: int = 0
+    # the first kernel was the tiny rows' (TINY_FIRST_SLOTS slots a row) where True
+    tiny: bool = False
 
     def arrays(self) -> tuple:
         """Every array the budget lent it."""
@@ -739,17 +786,80 @@ class _ShortFirst:
         return tuple(a for a in arrays if a is not None)
 
 
-def _short_first_symbolic(left, right, budget: Budget, indptr) -> _ShortFirst | None:
-    """``C``'s row offsets into ``indptr`` by the short fill over every row
-    (``spgemm_short_first``), then the listing of the rows it left (by their products:
-    read on the device and counted as short rows where every row is bounded by
-    :data:`LISTED_GROUPS`' largest class, else read by the host: short rows of up to
-    :data:`SHORT_FIRST_LISTED_SLOTS` slotted, or counted where their slots do not fit, the
-    others counted in tables); None where the first slots do not fit the budget (the
-    caller lists every row instead)."""
+def _entry_offsets(left, right, budget: Budget):
+    """The running count of ``L``'s entries' products (``nnz(L) + 1``, int64): at ``j``
+    the products of the entries before ``j``, so that a row's are two reads."""
+    cupy, device = _cuda.cupy_or_none(), _cuda.device_info()
+    nnz, index = left.nnz, left.index_dtype
+    offsets = budget.empty(nnz + 1, INT64, "the hash SpGEMM's entries' products")
+    try:
+        products = budget.empty(max(nnz, 1), index, "the hash SpGEMM's entries' products")
+    except DoesNotFit:
+        budget.release(offsets)
+        raise
+    try:
+        grid = max(1, min(-(-nnz // BLOCK), TOTAL_BLOCKS_PER_SM * device.multiprocessors))
+        arguments = (left.indices, nnz, right.indptr, products)
+        _launch(_index_kernel("spgemm_entry_products", index), grid, BLOCK, arguments,
+                source=SHORT_SOURCE)  # fmt: skip
+        offsets[:1] = 0
+        cupy.cumsum(products[:nnz], dtype=INT64, out=offsets[1:])
+    finally:
+        budget.release(products)
+    return offsets
+
+
+def _first_rows(left, right, budget: Budget, slots: int, held: list, tiny: bool) -> bool:
+    """The first kernel over every row: the rows of at most ``slots`` products into the
+    first slots (``held``: sizes, over, slot indices, slot data), the others' products
+    into ``over``; a thread a row (``tiny``, reading the rows' products off
+    :func:`_entry_offsets`) or short first's groups. False (nothing run) where the
+    entries' products do not fit the budget."""
     device = _cuda.device_info()
     m, index, n_cols = left.shape[0], left.index_dtype, right.shape[1]
-    slots = SHORT_FIRST_SLOTS
+    sizes, over, slot_indices, slot_data = held
+    if tiny:
+        try:
+            offsets = _entry_offsets(left, right, budget)
+        except DoesNotFit:
+            return False
+        try:
+            arguments = (
+                left.indptr, left.indices, left.data, right.indptr, right.indices,
+                right.data, offsets, m, slot_indices, slot_data, sizes, over,
+            )  # fmt: skip
+            grid = _grid_of(TINY_BLOCK, m, device)
+            name = _tiny_first_kernel(left.dtype, index, slots)
+            _launch(name, grid, TINY_BLOCK, arguments, source=SHORT_SOURCE)
+        finally:
+            budget.release(offsets)
+        return True
+    lanes = SHORT_GROUPS[slots][0]
+    arguments = (
+        left.indptr, left.indices, left.data, right.indptr, right.indices, right.data,
+        m, slot_indices, slot_data, sizes, over,
+    )  # fmt: skip
+    grid = _grid_of(SHORT_BLOCK // lanes, m, device)
+    narrow = narrow_keys(index, n_cols, SHORT_GROUPS[slots][1])
+    name = _short_first_kernel(left.dtype, index, slots, narrow)
+    _launch(name, grid, SHORT_BLOCK, arguments, source=SHORT_SOURCE)
+    return True
+
+
+def _short_first_symbolic(
+    left, right, budget: Budget, indptr, tiny: bool = False
+) -> _ShortFirst | None:
+    """``C``'s row offsets into ``indptr`` by the short fill over every row
+    (``spgemm_short_first``; ``tiny``: ``spgemm_tiny_first``), then the listing of the rows
+    it left (by their products: read on the device and counted as short rows where every
+    row is bounded by :data:`LISTED_GROUPS`' largest class, else read by the host: short
+    rows of up to :data:`SHORT_FIRST_LISTED_SLOTS` slotted, or counted where their slots do
+    not fit, the others counted in tables); None where the first slots do not fit the
+    budget, nor, ``tiny``, the running count of the entries' products (the caller lists
+    every row instead)."""
+    device = _cuda.device_info()
+    m, index, n_cols = left.shape[0], left.index_dtype, right.shape[1]
+    slots = TINY_FIRST_SLOTS if tiny else SHORT_FIRST_SLOTS
     held = []
     try:
         for size, dtype in ((m, index), (m, index), (m * slots, index), (m * slots, left.dtype)):
@@ -757,26 +867,21 @@ def _short_first_symbolic(left, right, budget: Budget, indptr) -> _ShortFirst | 
     except DoesNotFit:
         budget.release(*held)
         return None
-    sizes, over, slot_indices, slot_data = held
+    sizes, over = held[:2]
     short = None
     try:
-        lanes = SHORT_GROUPS[slots][0]
-        arguments = (
-            left.indptr, left.indices, left.data, right.indptr, right.indices, right.data,
-            m, slot_indices, slot_data, sizes, over,
-        )  # fmt: skip
-        grid = _grid_of(SHORT_BLOCK // lanes, m, device)
-        narrow = narrow_keys(index, n_cols, SHORT_GROUPS[slots][1])
-        name = _short_first_kernel(left.dtype, index, slots, narrow)
-        _launch(name, grid, SHORT_BLOCK, arguments, source=SHORT_SOURCE)
+        if not _first_rows(left, right, budget, slots, held, tiny):
+            budget.release(*held)
+            return None
         rows, classes = None, []
         # longest_row is an upper bound of every row's length (a mirror's arrays are never
         # written), so where the bound is within the slots no row was left: no listing
-        bound = left.longest_row * right.longest_row
-        if bound > slots:
+        # (skewed rows, tiny: always listed, their bound unread)
+        bound = None if tiny else left.longest_row * right.longest_row
+        if bound is None or bound > slots:
             rows = budget.empty(m, index, "the hash SpGEMM's row lists")
             held.append(rows)
-            if _lists_on_device(index, bound):
+            if bound is not None and _lists_on_device(index, bound):
                 counts = _listed_on_device(left, right, over, rows, bound, sizes, device)
                 _scan_sizes(sizes, indptr)
                 return _ShortFirst(int(indptr[-1]), *held[:4], rows, None, [], counts, bound)
@@ -792,13 +897,15 @@ def _short_first_symbolic(left, right, budget: Budget, indptr) -> _ShortFirst | 
                     _short_count(left, right, rows[first:], count, s, sizes, device)
             short = _ShortRows(rows, short_classes, *(slotted or ()))
         table_classes = classes[len(short_classes) :]
-        _count_tables(left, right, rows, table_classes, sizes, budget, device)
+        shift = TINY_COUNT_SHIFT if tiny else 0
+        _count_tables(left, right, rows, table_classes, sizes, budget, device, shift)
         _scan_sizes(sizes, indptr)
         # the numeric tables: twice the symbolic class's slots hold any row's table (the
         # fill sizes a row's table by its entries, a half again over them, and its
         # entries are at most its products, which its class holds)
         tables = [(2 * s, first, count) for s, first, count in listed[len(short_classes) :]]
-        return _ShortFirst(int(indptr[-1]), *held[:4], rows, short, tables)
+        nnz = int(indptr[-1])
+        return _ShortFirst(nnz, *held[:4], rows, short, tables, tiny=tiny)
     except BaseException:
         budget.release(*held)
         if short is not None:
@@ -873,9 +980,13 @@ def _short_first_numeric(left, right, state: _ShortFirst, indptr, indices, data,
     device = _cuda.device_info()
     m = left.shape[0]
     arguments = (m, state.over, state.slot_indices, state.slot_data, indptr, indices, data)
-    name = _short_move_first_kernel(left.dtype, left.index_dtype, SHORT_FIRST_SLOTS)
-    grid = _grid_of(SHORT_BLOCK // 32, m, device)
-    _launch(name, grid, SHORT_BLOCK, arguments, source=SHORT_SOURCE)
+    if state.tiny:
+        name = _tiny_move_kernel(left.dtype, left.index_dtype, TINY_FIRST_SLOTS)
+        _launch(name, _grid_of(TINY_BLOCK, m, device), TINY_BLOCK, arguments, source=SHORT_SOURCE)
+    else:
+        name = _short_move_first_kernel(left.dtype, left.index_dtype, SHORT_FIRST_SLOTS)
+        grid = _grid_of(SHORT_BLOCK // 32, m, device)
+        _launch(name, grid, SHORT_BLOCK, arguments, source=SHORT_SOURCE)
     if state.listed_counts is not None:
         _fill_listed(left, right, state, indptr, indices, data, device)
     if state.short is not None:
@@ -883,11 +994,12 @@ def _short_first_numeric(left, right, state: _ShortFirst, indptr, indices, data,
     _fill_tables(left, right, state.rows, state.tables, indptr, indices, data, budget, device)
 
 
-def _short_first_multiply(left, right, sink: ResultSink):
-    """``left @ right`` into ``sink`` starting with the short fill over every row, or None
-    where its slots do not fit (nothing allocated then but ``sink``'s row offsets)."""
+def _short_first_multiply(left, right, sink: ResultSink, tiny: bool = False):
+    """``left @ right`` into ``sink`` starting with the short fill over every row (``tiny``:
+    the tiny rows' fill), or None where its slots do not fit (nothing allocated then but
+    ``sink``'s row offsets)."""
     budget = sink.budget
-    state = _short_first_symbolic(left, right, budget, sink.indptr())
+    state = _short_first_symbolic(left, right, budget, sink.indptr(), tiny)
     if state is None:
         return None
     try:
@@ -904,6 +1016,10 @@ def hash_multiply(left, right, sink: ResultSink):
     try:
         if takes_short_first(left, right):
             product = _short_first_multiply(left, right, sink)
+            if product is not None:
+                return product
+        elif takes_tiny_first(left, right):
+            product = _short_first_multiply(left, right, sink, tiny=True)
             if product is not None:
                 return product
     except DoesNotFit:

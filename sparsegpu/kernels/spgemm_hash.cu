@@ -361,7 +361,10 @@ struct Groups {
 };
 
 // sizes[row]: the row's bound on entry, its number of entries on exit. `slots`: the table
-// of a group (shared memory: dynamic, groups x slots keys) or of a block (global_keys).
+// of a group (shared memory: dynamic, groups x slots keys) or of a block (global_keys); a
+// row's table has 2^shift times the slots its bound's class gives (shift 1: at most half
+// full where a row's products are all distinct, as power-law rows' nearly are; a full
+// table's last insertions probe most of it).
 template <typename Index, int LANES, bool WHOLE_BLOCK>
 __global__ void spgemm_hash_count(const Index* __restrict__ a_indptr,
                                   const Index* __restrict__ a_indices,
@@ -369,7 +372,7 @@ __global__ void spgemm_hash_count(const Index* __restrict__ a_indptr,
                                   const Index* __restrict__ b_indices,
                                   const Index* __restrict__ rows, long long n_rows,
                                   long long n_cols, Index* __restrict__ sizes, int slots,
-                                  Index* __restrict__ global_keys) {
+                                  Index* __restrict__ global_keys, int shift) {
     extern __shared__ __align__(16) unsigned char shared[];
     __shared__ unsigned long long totals[2];  // a whole-block group's counts
     const Groups<LANES, WHOLE_BLOCK, Index> g(shared, slots, global_keys);
@@ -377,9 +380,9 @@ __global__ void spgemm_hash_count(const Index* __restrict__ a_indptr,
          r += static_cast<long long>(gridDim.x) * g.groups) {
         const Index row = rows[r];
         unsigned long long counted[2];
-        count_row<LANES, WHOLE_BLOCK>(a_indptr, a_indices, b_indptr, b_indices, row,
-                                      table_slots(sizes[row], n_cols, 0), g.keys, g.t,
-                                      g.group_threads, g.mask, totals, counted);
+        const int s = table_slots(sizes[row], n_cols, 0) << shift;
+        count_row<LANES, WHOLE_BLOCK>(a_indptr, a_indices, b_indptr, b_indices, row, s, g.keys,
+                                      g.t, g.group_threads, g.mask, totals, counted);
         if (g.t == 0) {
             sizes[row] = static_cast<Index>(counted[0]);
         }

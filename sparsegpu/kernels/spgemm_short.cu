@@ -506,3 +506,141 @@ __global__ void spgemm_short_unlist(const Index* __restrict__ rows, long long n_
         sizes[rows[r]] = 0;
     }
 }
+
+// ---------------------------------------------------------------- tiny rows
+// TINY FIRST (skewed rows, power-law: most rows of a few products, a few of thousands): a
+// thread a row, no group and no shared memory. Each row's products come from the running
+// count of A's entries' products (`entry_offsets`, nnz(A) + 1 of them: the products of the
+// entries before each, spgemm_entry_products then a scan), so that no thread walks a long
+// row to learn it is long. A row of at most CAP products is inserted product by product
+// into CAP registers kept in column order (a column met again adds its value in place, in
+// the order of A's entries and B's: the same bits on every run), written into its slot
+// (row * CAP) with its entries in sizes[row] and over[row] = 0; a row of more products is
+// left for the listing with its products in over[row] and sizes[row] (as short first's).
+// Work O(products x CAP) a row, all in registers.
+
+// The products of each entry of A (the length of the B row it selects) into products[j]
+// (a thread per entry, grid-stride).
+template <typename Index>
+__global__ void spgemm_entry_products(const Index* __restrict__ a_indices, long long nnz,
+                                      const Index* __restrict__ b_indptr,
+                                      Index* __restrict__ products) {
+    const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
+    for (long long j = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; j < nnz;
+         j += stride) {
+        const Index column = __ldg(a_indices + j);
+        products[j] = __ldg(b_indptr + column + 1) - __ldg(b_indptr + column);
+    }
+}
+
+// (key, value) into the CAP sorted registers (PAD past the row's columns): added to its
+// column's value where the column is there, else placed before the first larger key (the
+// others move up one; a row's columns never pass CAP, so only a PAD falls off the end).
+template <int CAP, typename Index, typename Value>
+__device__ __forceinline__ void tiny_insert(Index (&keys)[CAP], Value (&values)[CAP], Index key,
+                                            Value value) {
+    bool found = false;
+#pragma unroll
+    for (int k = 0; k < CAP; ++k) {
+        if (keys[k] == key) {
+            values[k] = add(values[k], value);
+            found = true;
+        }
+    }
+    if (found) {
+        return;
+    }
+#pragma unroll
+    for (int k = CAP - 1; k > 0; --k) {  // from the top: keys[k - 1] is still the old one
+        if (keys[k - 1] > key) {
+            keys[k] = keys[k - 1];
+            values[k] = values[k - 1];
+        } else if (keys[k] > key) {
+            keys[k] = key;
+            values[k] = value;
+        }
+    }
+    if (keys[0] > key) {
+        keys[0] = key;
+        values[0] = value;
+    }
+}
+
+template <typename Value, typename Index, int CAP>
+__global__ void spgemm_tiny_first(
+    const Index* __restrict__ a_indptr, const Index* __restrict__ a_indices,
+    const Value* __restrict__ a_data, const Index* __restrict__ b_indptr,
+    const Index* __restrict__ b_indices, const Value* __restrict__ b_data,
+    const long long* __restrict__ entry_offsets, long long n_rows,
+    Index* __restrict__ slot_indices, Value* __restrict__ slot_data, Index* __restrict__ sizes,
+    Index* __restrict__ over) {
+    // the largest Index: past every column
+    constexpr Index PAD = static_cast<Index>(~0ull >> (65 - 8 * sizeof(Index)));
+    const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
+    for (long long r = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+         r < n_rows; r += stride) {
+        const Index start = a_indptr[r];
+        const Index end = a_indptr[r + 1];
+        const long long products = entry_offsets[end] - entry_offsets[start];
+        if (products > CAP) {
+            over[r] = static_cast<Index>(products);
+            sizes[r] = static_cast<Index>(products);  // the bound the listing classes it by
+            continue;
+        }
+        Index keys[CAP];
+        Value values[CAP];
+#pragma unroll
+        for (int k = 0; k < CAP; ++k) {
+            keys[k] = PAD;
+            values[k] = value_zero<Value>();
+        }
+        for (Index j = start; j < end; ++j) {
+            const Index column = __ldg(a_indices + j);
+            const Value a = load_readonly(a_data + j);
+            const Index b_end = __ldg(b_indptr + column + 1);
+            for (Index p = __ldg(b_indptr + column); p < b_end; ++p) {
+                tiny_insert<CAP>(keys, values, __ldg(b_indices + p),
+                                 multiply(a, load_readonly(b_data + p)));
+            }
+        }
+        Index* out_indices = slot_indices + r * CAP;
+        Value* out_data = slot_data + r * CAP;
+        int entries = 0;
+#pragma unroll
+        for (int k = 0; k < CAP; ++k) {
+            if (keys[k] != PAD) {
+                out_indices[k] = keys[k];
+                out_data[k] = values[k];
+                ++entries;
+            }
+        }
+        sizes[r] = static_cast<Index>(entries);
+        over[r] = 0;
+    }
+}
+
+// spgemm_tiny_first's rows moved to their places in C (a thread a row; rows with over[row]
+// set are the listed kernels').
+template <typename Value, typename Index, int CAP>
+__global__ void spgemm_tiny_move(long long n_rows, const Index* __restrict__ over,
+                                 const Index* __restrict__ slot_indices,
+                                 const Value* __restrict__ slot_data,
+                                 const Index* __restrict__ c_indptr,
+                                 Index* __restrict__ c_indices, Value* __restrict__ c_data) {
+    const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
+    for (long long r = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+         r < n_rows; r += stride) {
+        if (over[r] != 0) {
+            continue;
+        }
+        const Index out = c_indptr[r];
+        const int size = static_cast<int>(c_indptr[r + 1] - out);
+#pragma unroll
+        for (int i = 0; i < CAP; ++i) {
+            if (i < size) {
+                c_indices[out + i] = slot_indices[r * CAP + i];
+                c_data[out + i] = slot_data[r * CAP + i];
+            }
+        }
+    }
+}
