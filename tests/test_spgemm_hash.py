@@ -138,6 +138,34 @@ def test_rows_whose_tables_are_in_global_memory(index_dtype, dense, monkeypatch)
 
 
 @gpu
+@pytest.mark.parametrize("merge_slots", [0, 2048, 8192], ids=lambda s: f"merge{s}")
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("dtype", VALUE_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_merged_rows_equal_scipy(dtype, index_dtype, merge_slots, monkeypatch):
+    """Rows of about 1,100, 3,000, 5,000 and 14,500 entries (a block per row; the last's
+    table in global memory), their tables merged where they have at least
+    ``merge_slots`` slots (0: never; 2,048: all; 8,192: the two longest), odd and even
+    numbers of merges (runs of 64: 5 to 8 merges), beside empty and short rows: equal to
+    scipy's product, canonical."""
+    monkeypatch.setattr(hash_spgemm, "DENSE_MIN_SHARE", 0)
+    monkeypatch.setattr(hash_spgemm, "MERGE_SLOTS", merge_slots)
+    rng = np.random.default_rng(17)
+    B = sp.random(2000, 60_000, density=10 / 60_000, random_state=rng, format="csr")
+    lengths = np.array([115, 0, 310, 1, 530, 7, 1650, 0])
+    rows = np.repeat(np.arange(lengths.size), lengths)
+    columns = np.concatenate([rng.choice(2000, n, replace=False) for n in lengths])
+    values = rng.uniform(-1, 1, rows.size)
+    if np.dtype(dtype).kind == "c":
+        values = values + 1j * rng.uniform(-1, 1, rows.size)
+    A = sp.csr_matrix((values, (rows, columns)), shape=(lengths.size, 2000))
+    B = B.astype(dtype)
+    C = _hash_product(A, B, dtype, index_dtype)
+    entries = np.diff(C.indptr)
+    assert entries[6] > 13_000 and 1_000 < entries[0] < 1_300  # a global table; 2,048 slots
+    _check(C, A, B, dtype)
+
+
+@gpu
 @pytest.mark.parametrize("name", MATRIX_NAMES)
 @pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("dtype", VALUE_DTYPES, ids=lambda d: np.dtype(d).name)

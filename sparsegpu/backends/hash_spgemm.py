@@ -12,7 +12,10 @@ computes ``C = L @ R`` in two passes over the rows of ``L`` as nsparse does:
    table per block that loops over such rows); a scan of the counts gives ``C``'s row offsets;
 3. numeric: rows listed again by their entries (tables of 1.5 times the entries, 1.25
    times past 128), each row's products summed in its table, the table sorted by column
-   and written: canonical CSR.
+   and written: canonical CSR. A block's table of at least :data:`MERGE_SLOTS` slots is
+   not sorted whole: its entries are gathered into the row's place in ``C``, sorted in
+   runs by each warp and merged pair by pair (the longest power-law rows' tables took 0.2
+   ms each to sort in shared memory, 0.5 in global memory).
 
 Rows of at most :data:`SHORT_SLOTS` products are *short rows* (``kernels/spgemm_short.cu``)
 in both passes: a group of lanes gathers the row's products in shared memory and sorts them
@@ -133,6 +136,13 @@ TINY_FIRST = 1
 TINY_FIRST_SLOTS = 8
 TINY_BLOCK = 128  # threads a block of the tiny rows' kernels
 TINY_COUNT_SHIFT = 1
+# A whole block's numeric table of at least this many slots is merged, not sorted
+# (spgemm_hash.cu's merged rows: its entries gathered into C, sorted in runs by each warp,
+# merged pair by pair); 0: never. Fit matrices, H200, forced hash rows (spgemm_hash_kernels
+# --variants, runs of 128 then): power-law 1.5M 3.10 ms at 2,048 against 3.31 never, 3.17
+# at 4,096 and 3.19 at 8,192; the 3-D 3 x 3 blocks 36^3 (18.05-18.14 ms) and R-MAT 17
+# (62.7-63.6) alike at every setting. The smallest whole-block table: every one merged.
+MERGE_SLOTS = 2048
 CLASSES = 64  # as the kernels count them (class 0: rows with nothing to compute)
 MAX_CLASS = 30  # tables of up to 2^30 slots (larger: DoesNotFit, a leaner algorithm runs)
 BLOCK = 256  # threads per block of the listing kernels
@@ -701,7 +711,7 @@ def _fill_tables(left, right, rows, classes, indptr, indices, data, budget: Budg
         arguments = (
             left.indptr, left.indices, left.data, right.indptr, right.indices, right.data,
             rows[first:], count, slots, indptr, indices, data,
-            0 if keys is None else keys, 0 if values is None else values,
+            0 if keys is None else keys, 0 if values is None else values, MERGE_SLOTS,
         )  # fmt: skip
         name = _fill_kernel(dtype, index, launch.lanes, launch.whole_block)
         _launch(name, launch.grid, launch.block, arguments, launch.shared_bytes)

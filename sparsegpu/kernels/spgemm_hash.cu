@@ -484,10 +484,145 @@ __device__ __forceinline__ void write_ranked(const Index* keys, const Value* val
     }
 }
 
+// ---------------------------------------------------------------- merged rows
+// A whole block's table of many slots sorted by its bitonic network costs O(s log^2 s)
+// reads and writes of its one SM's shared memory (a table of 16,384 slots about 0.2 ms,
+// in global memory ten times that), for a row of at most 0.8 s entries. Instead the
+// entries are gathered (in any order) into the row's place in C, sorted in runs of
+// MERGE_RUN by each warp in registers (the short rows' network), then merged pair
+// by pair (merge path: each thread MERGE_ITEMS outputs, its start found by a binary
+// search), between the row's place in C and the table's first `entries` slots, ending in C:
+// O(n log(n / run)) reads and writes. A row's columns are distinct, so no order of equal
+// keys matters.
+// A lane's keys in a run: blocks of 1,024 threads leave a thread 64 registers, and with 4
+// (runs of 128) the shuffles of the network took the whole-block fills past them (66-80).
+constexpr int MERGE_K = 2;
+constexpr int MERGE_RUN = 32 * MERGE_K;
+constexpr int MERGE_ITEMS = 8;  // divides every pair of runs (2 * MERGE_RUN)
+
+// The `entries` keys and values of `keys` and `values` (any order) written into out_keys
+// and out_values from the block's threads, in any order.
+template <typename Index, typename Value>
+__device__ __forceinline__ void gather_entries(const Index* keys, const Value* values, int s,
+                                               Index* __restrict__ out_keys,
+                                               Value* __restrict__ out_values,
+                                               unsigned* cursor) {
+    const int lane = static_cast<int>(threadIdx.x & 31);
+    if (threadIdx.x == 0) {
+        *cursor = 0;
+    }
+    __syncthreads();
+    // s is a multiple of the block (both powers of two): every lane takes each round
+    for (int i = threadIdx.x; i < s; i += blockDim.x) {
+        const bool taken = keys[i] != Index(-1);
+        const unsigned held = __ballot_sync(FULL_WARP, taken);
+        unsigned first = 0;
+        if (lane == 0 && held) {
+            first = atomicAdd(cursor, static_cast<unsigned>(__popc(held)));
+        }
+        first = __shfl_sync(FULL_WARP, first, 0);
+        if (taken) {
+            const unsigned at = first + __popc(held & ((1u << lane) - 1u));
+            out_keys[at] = keys[i];
+            out_values[at] = values[i];
+        }
+    }
+    __syncthreads();
+}
+
+// Pairs of sorted runs of `width` of src (n keys and values) merged into dst (the block).
+template <typename Index, typename Value>
+__device__ __forceinline__ void merge_pairs(const Index* src_keys, const Value* src_values,
+                                            Index* dst_keys, Value* dst_values, int n,
+                                            int width) {
+    for (int base = threadIdx.x * MERGE_ITEMS; base < n; base += blockDim.x * MERGE_ITEMS) {
+        const int pair = base - base % (2 * width);
+        const int a_end = pair + width < n ? pair + width : n;
+        const int b_end = pair + 2 * width < n ? pair + 2 * width : n;
+        const int diagonal = base - pair;
+        const int b_count = b_end - a_end;
+        int low = diagonal > b_count ? diagonal - b_count : 0;
+        int high = diagonal < a_end - pair ? diagonal : a_end - pair;
+        while (low < high) {  // the keys of A on this diagonal's left
+            const int middle = (low + high) >> 1;
+            if (src_keys[pair + middle] < src_keys[a_end + diagonal - 1 - middle]) {
+                low = middle + 1;
+            } else {
+                high = middle;
+            }
+        }
+        int i = pair + low;
+        int j = a_end + diagonal - low;
+        for (int t = 0; t < MERGE_ITEMS && base + t < n; ++t) {
+            const bool from_a = j >= b_end || (i < a_end && src_keys[i] < src_keys[j]);
+            const int at = from_a ? i++ : j++;
+            dst_keys[base + t] = src_keys[at];
+            dst_values[base + t] = src_values[at];
+        }
+    }
+    __syncthreads();
+}
+
+// The row's table (keys, values; s slots, `entries` taken) written into out_keys and
+// out_values (its place in C) sorted by column, the table used as the other buffer.
+template <typename Index, typename Value>
+__device__ __forceinline__ void merge_row(Index* keys, Value* values, int s, int entries,
+                                          Index* __restrict__ out_keys,
+                                          Value* __restrict__ out_values) {
+    __shared__ unsigned cursor;
+    constexpr int K = MERGE_K;
+    constexpr int RUN = MERGE_RUN;
+    // the largest Index: past every column, so pads sort last
+    constexpr Index PAD = static_cast<Index>(~0ull >> (65 - 8 * sizeof(Index)));
+    int rounds = 0;
+    for (int width = RUN; width < entries; width <<= 1) {
+        ++rounds;
+    }
+    gather_entries(keys, values, s, out_keys, out_values, &cursor);
+    // runs sorted into C where an even number of merges follows, else into the table
+    Index* run_keys = rounds % 2 == 0 ? out_keys : keys;
+    Value* run_values = rounds % 2 == 0 ? out_values : values;
+    const int lane = static_cast<int>(threadIdx.x & 31);
+    const int warps = static_cast<int>(blockDim.x >> 5);
+    for (int run = static_cast<int>(threadIdx.x >> 5) * RUN; run < entries; run += warps * RUN) {
+        Index k[K];
+        Value v[K];
+#pragma unroll
+        for (int e = 0; e < K; ++e) {
+            const int at = run + e * 32 + lane;
+            k[e] = at < entries ? out_keys[at] : PAD;
+            v[e] = at < entries ? out_values[at] : value_zero<Value>();
+        }
+        short_sort<true, 32, K>(k, v, FULL_WARP, lane);
+#pragma unroll
+        for (int e = 0; e < K; ++e) {
+            const int at = run + e * 32 + lane;
+            if (at < entries) {
+                run_keys[at] = k[e];
+                run_values[at] = v[e];
+            }
+        }
+    }
+    __syncthreads();
+    Index* src_keys = run_keys;
+    Value* src_values = run_values;
+    for (int width = RUN; width < entries; width <<= 1) {
+        Index* dst_keys = src_keys == out_keys ? keys : out_keys;
+        Value* dst_values = src_keys == out_keys ? values : out_values;
+        merge_pairs(src_keys, src_values, dst_keys, dst_values, entries, width);
+        src_keys = dst_keys;
+        src_values = dst_values;
+    }
+}
+
 // c_indptr: the result's row offsets (from the symbolic phase); the row's table has slots
 // for 1.5 times its entries. Shared memory: groups x slots values, then as many keys.
+// A whole block's table of at least merge_slots slots (0: none) is merged, not sorted.
+// Launch bounds: a whole block of at most 1,024 threads (64 registers a thread), a warp's
+// groups at most 256 (table_launch).
 template <typename Value, typename Index, int LANES, bool WHOLE_BLOCK>
-__global__ void spgemm_hash_fill(const Index* __restrict__ a_indptr,
+__global__ void __launch_bounds__(WHOLE_BLOCK ? 1024 : 256, 1)
+    spgemm_hash_fill(const Index* __restrict__ a_indptr,
                                  const Index* __restrict__ a_indices,
                                  const Value* __restrict__ a_data,
                                  const Index* __restrict__ b_indptr,
@@ -497,7 +632,7 @@ __global__ void spgemm_hash_fill(const Index* __restrict__ a_indptr,
                                  const Index* __restrict__ c_indptr,
                                  Index* __restrict__ c_indices, Value* __restrict__ c_data,
                                  Index* __restrict__ global_keys,
-                                 Value* __restrict__ global_values) {
+                                 Value* __restrict__ global_values, int merge_slots) {
     extern __shared__ __align__(16) unsigned char shared[];
     const int group_threads = WHOLE_BLOCK ? static_cast<int>(blockDim.x) : LANES;
     const int groups = static_cast<int>(blockDim.x) / group_threads;
@@ -536,6 +671,9 @@ __global__ void spgemm_hash_fill(const Index* __restrict__ a_indptr,
         group_sync<WHOLE_BLOCK>(mask);
         if (LANES < 32 && s <= RANK_SLOTS) {
             write_ranked<LANES>(keys, values, s, t, mask, c_indices + c_start, c_data + c_start);
+        } else if (WHOLE_BLOCK && merge_slots > 0 && s >= merge_slots) {
+            merge_row(keys, values, s, static_cast<int>(entries), c_indices + c_start,
+                      c_data + c_start);
         } else {
             sort_table<WHOLE_BLOCK>(keys, values, s, t, group_threads, mask);
             for (Index i = t; i < entries; i += group_threads) {

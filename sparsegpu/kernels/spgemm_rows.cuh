@@ -15,6 +15,55 @@ __device__ __forceinline__ unsigned group_mask() {
     }
 }
 
+// Sorts the group's LANES * K keys (element k * LANES + lane in keys[k] of that lane), with
+// their values when VALUES, ascending: a bitonic network, in registers (strides of LANES
+// or more) and by shuffles (the others). Equal keys keep their own values.
+template <bool VALUES, int LANES, int K, typename Index, typename Value>
+__device__ __forceinline__ void short_sort(Index (&keys)[K], Value (&values)[K], unsigned mask,
+                                           int lane) {
+#pragma unroll
+    for (int size = 2; size <= LANES * K; size <<= 1) {
+#pragma unroll
+        for (int stride = size / 2; stride > 0; stride >>= 1) {
+            if (stride >= LANES) {
+#pragma unroll
+                for (int k = 0; k < K; ++k) {
+                    const int partner = k ^ (stride / LANES);
+                    if (partner > k) {
+                        const bool ascending = ((k * LANES + lane) & size) == 0;
+                        if ((keys[partner] < keys[k]) == ascending && keys[partner] != keys[k]) {
+                            const Index key = keys[k];
+                            keys[k] = keys[partner];
+                            keys[partner] = key;
+                            if constexpr (VALUES) {
+                                const Value value = values[k];
+                                values[k] = values[partner];
+                                values[partner] = value;
+                            }
+                        }
+                    }
+                }
+            } else {
+#pragma unroll
+                for (int k = 0; k < K; ++k) {
+                    const Index other = __shfl_xor_sync(mask, keys[k], stride, LANES);
+                    Value other_value = values[k];
+                    if constexpr (VALUES) {
+                        other_value = shuffle_xor(values[k], stride, mask, LANES);
+                    }
+                    const bool lower = (lane & stride) == 0;
+                    const bool ascending = ((k * LANES + lane) & size) == 0;
+                    const bool take = lower == ascending ? other < keys[k] : keys[k] < other;
+                    if (take) {
+                        keys[k] = other;
+                        values[k] = other_value;
+                    }
+                }
+            }
+        }
+    }
+}
+
 // A whole-block group's entries whose B row alone holds at least a block of products (a
 // hub row of power-law or R-MAT columns) are queued, up to LONG_QUEUE a row, and their
 // products shared over the whole block once the warps are done: one warp alone walked the
