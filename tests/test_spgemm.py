@@ -914,3 +914,19 @@ def test_a_refused_reuse_plan_falls_back_to_the_default(monkeypatch):
         assert plan.algorithm in ("alg1", "alg2")
     finally:
         register_engine("host-copy", HostSpgemm())
+
+
+@pytest.mark.parametrize("size", [0, 1, 7, 1000])
+def test_running_count_reads_the_kept_entries_offsets(size):
+    """0, then the kept entries up to each place; read at a CSR matrix's row offsets, the
+    offsets of the rows' kept entries (as scipy's rows of the kept entries count them)."""
+    rng = np.random.default_rng(size)
+    keep = rng.random(size) < 0.4
+    counts = spgemm.running_count(keep, np)
+    assert counts.dtype == np.int64 and counts.shape == (size + 1,)
+    assert counts[0] == 0 and np.array_equal(np.diff(counts), keep.astype(np.int64))
+    cuts = np.sort(rng.integers(0, size + 1, 5))
+    indptr = np.r_[0, cuts, size]
+    rows = np.repeat(np.arange(indptr.size - 1), np.diff(indptr))
+    expected = np.r_[0, np.cumsum(np.bincount(rows[keep], minlength=indptr.size - 1))]
+    assert np.array_equal(counts[indptr], expected)

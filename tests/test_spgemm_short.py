@@ -185,6 +185,19 @@ def test_short_rows_first_listed_on_the_device(dtype, longest, monkeypatch):
     assert on_device == [1] and read == []
 
 
+def test_the_device_listing_launches_the_classes_a_bound_reaches():
+    """A class of ``slots`` holds rows of more than ``slots // 2`` products: a bound of 64
+    leaves no row past the first slots, 65-128 reaches the class of 128, 129-256 also
+    256's, and up to 512 all three; each runs the grid-stride loop's most blocks."""
+    assert hash_spgemm._listed_slots(64) == ()
+    assert hash_spgemm._listed_slots(65) == hash_spgemm._listed_slots(128) == (128,)
+    assert hash_spgemm._listed_slots(129) == hash_spgemm._listed_slots(256) == (128, 256)
+    assert hash_spgemm._listed_slots(257) == hash_spgemm._listed_slots(512) == (128, 256, 512)
+    device = _cuda.DeviceInfo(0, "x", (9, 0), 7, 1, 1, 1, 1, 1)
+    most = hash_spgemm._grid_of(hash_spgemm.SHORT_BLOCK // 32, 1 << 62, device)
+    assert hash_spgemm._listed_grid(device) == most == hash_spgemm.SHORT_BLOCKS_PER_SM * 7
+
+
 @gpu
 @pytest.mark.parametrize("case", ["int64", "bound 529"])
 def test_short_rows_first_list_on_the_host_past_the_device_classes(case, monkeypatch):

@@ -782,9 +782,9 @@ class _ShortFirst:
     short: _ShortRows | None
     tables: list
     # where the listing is read on the device (_listed_on_device): its class counts, and
-    # the bound of a listed row's products its classes were launched for
+    # the classes launched (:func:`_listed_slots` of the bound of a listed row's products)
     listed_counts: object = None
-    listed_bound: int = 0
+    listed_slots: tuple = ()
     # the first kernel was the tiny rows' (TINY_FIRST_SLOTS slots a row) where True
     tiny: bool = False
 
@@ -894,7 +894,8 @@ def _short_first_symbolic(
             if bound is not None and _lists_on_device(index, bound):
                 counts = _listed_on_device(left, right, over, rows, bound, sizes, device)
                 _scan_sizes(sizes, indptr)
-                return _ShortFirst(int(indptr[-1]), *held[:4], rows, None, [], counts, bound)
+                nnz, listed = int(indptr[-1]), _listed_slots(bound)
+                return _ShortFirst(nnz, *held[:4], rows, None, [], counts, listed)
             classes = _classes(_list_rows(over, m, n_cols, False, rows))
         listed = [(_slots(c), first, count) for c, first, count in classes]
         short_classes = [
@@ -937,11 +938,17 @@ def _lists_on_device(index_dtype, bound: int) -> bool:
     return fits and bool(SHORT_FIRST_DEVICE_LISTING)
 
 
-def _listed_grid(slots: int, device) -> int:
+def _listed_grid(device) -> int:
     """The grid of a class listed on the device: its rows are unknown to the host, so the
     grid-stride loop's most blocks (those with no row return at once)."""
-    lanes = LISTED_GROUPS[slots][0]
-    return _grid_of(SHORT_BLOCK // lanes, 1 << 62, device)
+    return SHORT_BLOCKS_PER_SM * device.multiprocessors
+
+
+def _listed_slots(bound: int) -> tuple:
+    """The classes of :data:`LISTED_GROUPS` that rows of more than
+    :data:`SHORT_FIRST_SLOTS` and at most ``bound`` products may fall in (a class of
+    ``slots`` holds rows of more than ``slots // 2``)."""
+    return tuple(slots for slots in LISTED_GROUPS if slots // 2 < bound)
 
 
 def _listed_class(slots: int) -> int:
@@ -957,31 +964,27 @@ def _listed_on_device(left, right, over, rows, bound: int, sizes, device):
     m, index = left.shape[0], left.index_dtype
     # capped at the bound, not at C's columns: a row's class holds all its products
     counts = _list_rows(over, m, bound, False, rows)
-    for slots in LISTED_GROUPS:
-        if slots // 2 >= bound:
-            break
+    for slots in _listed_slots(bound):
         arguments = (
             left.indptr, left.indices, right.indptr, right.indices, rows, counts,
             _listed_class(slots), sizes,
         )  # fmt: skip
         name = _short_count_listed_kernel(index, slots)
-        _launch(name, _listed_grid(slots, device), SHORT_BLOCK, arguments, source=SHORT_SOURCE)
+        _launch(name, _listed_grid(device), SHORT_BLOCK, arguments, source=SHORT_SOURCE)
     return counts
 
 
 def _fill_listed(left, right, state, indptr, indices, data, device) -> None:
     """The rows :func:`_listed_on_device` counted, filled into ``C`` class by class."""
     n_cols = right.shape[1]
-    for slots in LISTED_GROUPS:
-        if slots // 2 >= state.listed_bound:
-            break
+    for slots in state.listed_slots:
         narrow = narrow_keys(left.index_dtype, n_cols, LISTED_GROUPS[slots][1])
         arguments = (
             left.indptr, left.indices, left.data, right.indptr, right.indices, right.data,
             state.rows, state.listed_counts, _listed_class(slots), indptr, indices, data,
         )  # fmt: skip
         name = _short_fill_listed_kernel(left.dtype, left.index_dtype, slots, narrow)
-        _launch(name, _listed_grid(slots, device), SHORT_BLOCK, arguments, source=SHORT_SOURCE)
+        _launch(name, _listed_grid(device), SHORT_BLOCK, arguments, source=SHORT_SOURCE)
 
 
 def _short_first_numeric(left, right, state: _ShortFirst, indptr, indices, data, budget):

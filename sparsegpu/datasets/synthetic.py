@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..backends.spgemm import running_count
 from ..classes._matrix import csr_matrix
 
 
@@ -465,10 +466,7 @@ def random_mesh_3d(
         rows = _row_of_entry(xp, indptr, int(cols.size))
         low, high = xp.minimum(rows, cols), xp.maximum(rows, cols)
         keep = (rows == cols) | (_pair_hash(xp, low, high, seed) >= drop)
-        # the running count of kept entries read at the row offsets (a bincount of the kept
-        # rows, all in order, adds with atomics that collide on the GPU)
-        kept = xp.concatenate((xp.zeros(1, dtype=np.int64), xp.cumsum(keep, dtype=np.int64)))
-        new_indptr = kept[indptr]
+        new_indptr = running_count(keep, xp)[indptr]  # the kept entries' row offsets
         idx_dtype = A.indices.dtype
         A = _finish(
             xp.asarray(A.data)[keep],

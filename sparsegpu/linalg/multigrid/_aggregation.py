@@ -31,6 +31,7 @@ from ._bridge import (
     name_expression,
     reducible,
     register_family,
+    running_count,
 )
 
 # The row-wise steps on the GPU (kernels/aggregation.cu): a thread a row
@@ -101,10 +102,8 @@ def jacobi_smoothing(indptr, indices, data, d, scale: float, xp):
 
 def _csr_from_mask(indptr, indices, keep, xp):
     """The CSR pattern of the entries ``keep`` selects: its row offsets are the running
-    count of kept entries read at ``indptr`` (a scan and a gather; a bincount of the kept
-    entries' rows, all in order, adds with atomics that collide on the GPU)."""
-    kept = xp.concatenate((xp.zeros(1, dtype=np.int64), xp.cumsum(keep, dtype=np.int64)))
-    return kept[indptr].astype(indptr.dtype), indices[keep]
+    count of kept entries read at ``indptr`` (:func:`~sparsegpu.backends.spgemm.running_count`)."""
+    return running_count(keep, xp)[indptr].astype(indptr.dtype), indices[keep]
 
 
 def symmetric_strength(indptr, indices, data, theta: float, blocksize: int, xp):

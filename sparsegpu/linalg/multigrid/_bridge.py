@@ -15,6 +15,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ...backends.spgemm import canonical as spgemm_canonical
+from ...backends.spgemm import running_count
 from ...classes._matrix import _SparseGPUMixin, csr_array, csr_matrix
 from ...classes._mirrors import reading_internally, rewrite_device_values
 from ...classes._products import galerkin_product, spgemm
@@ -49,6 +50,7 @@ __all__ = [
     "register_elementwise",
     "register_family",
     "repeating",
+    "running_count",
     "spgemm",
     "step_sources",
     "transpose",
