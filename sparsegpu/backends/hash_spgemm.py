@@ -131,7 +131,12 @@ SHORT_FIRST_DEVICE_LISTING = True
 # computed in registers into slots indexed by the row, the others listed as short first
 # lists them (host listing: short rows, then tables of 2^TINY_COUNT_SHIFT times their
 # class's slots in the count, so that rows of nearly all-distinct products do not fill
-# them). TINY_FIRST 0: never. Fitted below (the rule's comment).
+# them). TINY_FIRST 0: never. TINY_FIRST_SLOTS fitted on the fit power-law 1.5M only (H200,
+# forced hash rows, spgemm_tiny_slots_fit_h200): rows of at most 4, 8 and 16 products a
+# thread 2.54, 2.56 and 2.88 ms (16: the thread's insertion 0.56 ms over every row, 0.22
+# with 8); 8 leaves fewer rows to the listing. The first product's rule keeps ALG1 on
+# power-law rows (1.33 ms there): tiny first runs where hash rows are forced or timed by
+# planning, and on skewed rows the rule counts into hash rows.
 TINY_FIRST = 1
 TINY_FIRST_SLOTS = 8
 TINY_BLOCK = 128  # threads a block of the tiny rows' kernels
