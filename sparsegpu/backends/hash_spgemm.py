@@ -755,6 +755,12 @@ def takes_short_first(left, right) -> bool:
     longest = (left.known_longest_row, right.known_longest_row)
     if None in longest or longest[0] * longest[1] > SHORT_FIRST_MAX_BOUND:
         return False
+    return _few_products_a_row(left, right)
+
+
+def _few_products_a_row(left, right) -> bool:
+    """At most :data:`SHORT_FIRST_SLOTS` products a row of L on average, estimated as
+    ``nnz(L)`` times R's mean row length (no pass)."""
     products = left.nnz * (right.nnz / right.shape[0] if right.shape[0] else 0.0)
     return products <= SHORT_FIRST_SLOTS * max(left.shape[0], 1)
 
@@ -764,10 +770,7 @@ def takes_tiny_first(left, right) -> bool:
     :data:`TINY_FIRST`), where short rows first do not start: at most
     :data:`SHORT_FIRST_SLOTS` products a row on average (``nnz(L)`` times R's mean row
     length over L's rows), whatever the longest rows."""
-    if not TINY_FIRST:
-        return False
-    products = left.nnz * (right.nnz / right.shape[0] if right.shape[0] else 0.0)
-    return products <= SHORT_FIRST_SLOTS * max(left.shape[0], 1)
+    return bool(TINY_FIRST) and _few_products_a_row(left, right)
 
 
 @dataclass

@@ -572,8 +572,7 @@ __device__ __forceinline__ void merge_row(Index* keys, Value* values, int s, int
     __shared__ unsigned cursor;
     constexpr int K = MERGE_K;
     constexpr int RUN = MERGE_RUN;
-    // the largest Index: past every column, so pads sort last
-    constexpr Index PAD = static_cast<Index>(~0ull >> (65 - 8 * sizeof(Index)));
+    constexpr Index PAD = PAST_COLUMNS<Index>;
     int rounds = 0;
     for (int width = RUN; width < entries; width <<= 1) {
         ++rounds;

@@ -15,6 +15,10 @@ __device__ __forceinline__ unsigned group_mask() {
     }
 }
 
+// The largest Index: past every column, so a sort's pads sort last.
+template <typename Index>
+constexpr Index PAST_COLUMNS = static_cast<Index>(~0ull >> (65 - 8 * sizeof(Index)));
+
 // Sorts the group's LANES * K keys (element k * LANES + lane in keys[k] of that lane), with
 // their values when VALUES, ascending: a bitonic network, in registers (strides of LANES
 // or more) and by shuffles (the others). Equal keys keep their own values.

@@ -93,8 +93,7 @@ template <bool VALUES, int LANES, int K, typename Index, typename Value>
 __device__ __forceinline__ int short_sorted(const Index* keys_s, const Value* values_s, int n,
                                             Index (&keys)[K], Value (&values)[K],
                                             int (&place)[K], unsigned mask, int lane) {
-    // the largest Index: past every column, so pads sort last
-    constexpr Index PAD = static_cast<Index>(~0ull >> (65 - 8 * sizeof(Index)));
+    constexpr Index PAD = PAST_COLUMNS<Index>;
 #pragma unroll
     for (int k = 0; k < K; ++k) {
         const int i = k * LANES + lane;
@@ -525,8 +524,7 @@ __global__ void spgemm_tiny_first(
     const long long* __restrict__ entry_offsets, long long n_rows,
     Index* __restrict__ slot_indices, Value* __restrict__ slot_data, Index* __restrict__ sizes,
     Index* __restrict__ over) {
-    // the largest Index: past every column
-    constexpr Index PAD = static_cast<Index>(~0ull >> (65 - 8 * sizeof(Index)));
+    constexpr Index PAD = PAST_COLUMNS<Index>;
     const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
     for (long long r = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
          r < n_rows; r += stride) {
