@@ -191,6 +191,16 @@ def markdown_again(path, md, markdown) -> int:
     return 0
 
 
+def table_md(path, doc: str, header: dict, note: str, lines: list) -> None:
+    """Print a Markdown table (``lines``) and, where ``path`` is given, write it there
+    under the experiment's title (the first line of ``doc``), its header and ``note``."""
+    text = "\n".join(lines)
+    print(text)
+    if path:
+        title = doc.splitlines()[0]
+        pathlib.Path(path).write_text(f"# {title}\n\n{header}\n\n{note}\n\n{text}\n")
+
+
 def experiment_parser(doc: str, only=None, repeat: int | None = None):
     """An experiment's arguments: ``--out``, ``--md``, ``--from-json`` (see
     :func:`markdown_again`), and, given defaults, ``--only`` (comma-separated names) and

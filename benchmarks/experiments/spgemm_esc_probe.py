@@ -1,0 +1,486 @@
+"""Could row chunks sorted in shared memory beat ALG1 on power-law rows (issue 47)?
+
+A probe of an expand-sort-compress by chunks, before any of it joins the library: the
+rows of at most ``LONG`` products are cut into chunks of consecutive rows (a row belongs
+to the chunk its first product falls in, ``CHUNK`` products a chunk), a block a chunk
+expands its rows' products into shared memory as ``(row in the chunk, column)`` keys,
+sorts them (bitonic), sums equal keys and writes the distinct entries and each row's
+span; the longer rows are expanded and sorted whole by ``cupy.argsort``; one copy kernel
+moves every row into ``C``. Each piece timed by CUDA events (median of ``--repeat``),
+beside cuSPARSE ALG1 (cupyx) on the same operands; the answer checked against cupyx's.
+``-DNO_SORT`` in a configuration leaves the sort out (a wrong answer, timed to price it).
+
+Found (``spgemm_esc_probe_h200``, fit power-law 1.5M): 2.2-2.6 ms against cupyx's 1.47; a
+chunk's bitonic sort costs 0.67-0.93 ms, and without it the path still takes 1.56-1.70:
+the chunks' staged loads, the offsets' scans and waits and the long rows each cost about
+as much as ALG1's whole expand. What would beat ALG1 sorts each row where its products are
+(a thread or a few lanes a row, in registers) and loads many products a thread at once.
+
+Usage (on a GPU machine)::
+
+    python -m benchmarks.experiments.spgemm_esc_probe [--heldout] [--repeat 9]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+import scipy.sparse as sp
+
+from sparsegpu.datasets import synthetic
+
+SOURCE = r"""
+typedef unsigned long long u64;
+#ifndef THREADS
+#define THREADS 512
+#endif
+#ifndef K_ROWS
+#define K_ROWS 1024      // the key space of a chunk (rows + short entries + short products)
+#endif
+#ifndef LONG_P
+#define LONG_P 512       // a row of more products (or entries) is long
+#endif
+#define SPAN (K_ROWS + 2 * LONG_P)  // most items (and entries) a chunk holds
+
+// per entry: its B row's length
+extern "C" __global__ void entry_products(const int* __restrict__ a_indices, long long nnz,
+                                          const int* __restrict__ b_indptr, long long* out) {
+    long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (j < nnz) { int c = a_indices[j]; out[j] = b_indptr[c + 1] - b_indptr[c]; }
+}
+
+// per row: short products, chunk weight, long products (three arrays of m, for one scan)
+extern "C" __global__ void row_weights(const int* __restrict__ a_indptr,
+                                       const long long* __restrict__ eo, int m,
+                                       long long* __restrict__ w) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= m) return;
+    const int a0 = a_indptr[i], a1 = a_indptr[i + 1];
+    const long long p = eo[a1] - eo[a0];
+    const bool is_long = p > LONG_P || (a1 - a0) > LONG_P;
+    w[i] = is_long ? 0 : p;                              // short products
+    w[m + i] = is_long ? 1 : p + (a1 - a0) + 1;          // chunk key weight
+    w[2 * (long long)m + i] = is_long ? p : 0;           // long products
+}
+
+// chunk c's first row: the row whose key range crosses c * K_ROWS (ks exclusive offsets)
+// chunk c's first row: the first row i (of 0..m) with ks[i] >= c * K_ROWS
+extern "C" __global__ void chunk_rows(const long long* __restrict__ ks, int m, int chunks,
+                                      int* __restrict__ first) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i > m) return;
+    const long long lo = i == 0 ? 0 : ks[i - 1] / K_ROWS + 1, hi = ks[i] / K_ROWS;
+    for (long long c = lo; c <= hi && c < chunks; ++c) first[c] = i;
+    if (i == m) first[chunks] = m;
+}
+
+__device__ int block_scan(int* a, int n, int* warp_sums) {
+    // exclusive scan of a[0, n) in place; returns the total
+    const int per = (n + THREADS - 1) / THREADS;
+    const int t0 = threadIdx.x * per;
+    int mine = 0;
+    for (int t = t0; t < t0 + per && t < n; ++t) mine += a[t];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int scan = mine;
+    for (int o = 1; o < 32; o <<= 1) {
+        int v = __shfl_up_sync(0xffffffffu, scan, o);
+        if (lane >= o) scan += v;
+    }
+    if (lane == 31) warp_sums[warp] = scan;
+    __syncthreads();
+    if (warp == 0) {
+        int s = lane < THREADS / 32 ? warp_sums[lane] : 0;
+        for (int o = 1; o < 32; o <<= 1) {
+            int v = __shfl_up_sync(0xffffffffu, s, o);
+            if (lane >= o) s += v;
+        }
+        warp_sums[lane] = s;
+    }
+    __syncthreads();
+    int run = scan - mine + (warp ? warp_sums[warp - 1] : 0);
+    for (int t = t0; t < t0 + per && t < n; ++t) { int v = a[t]; a[t] = run; run += v; }
+    const int total = warp_sums[THREADS / 32 - 1];
+    __syncthreads();
+    return total;
+}
+
+__device__ __forceinline__ int upper_bound_s(const int* a, int n, int x) {
+    int lo = 0, hi = n;
+    while (lo < hi) { int mid = (lo + hi) >> 1; if (a[mid] <= x) lo = mid + 1; else hi = mid; }
+    return lo;
+}
+
+struct Smem {
+    u64 keys[SPAN];
+    double vals[SPAN];
+    double e_val[SPAN];
+    int e_b0[SPAN];
+    int e_item[SPAN + 1];
+    int e_row[SPAN];
+    int r_a0[K_ROWS + 1];
+    int r_ent[K_ROWS + 1];
+    int r_item[K_ROWS + 1];
+    long long r_eo0[K_ROWS + 1];
+    int warp_sums[32];
+};
+
+extern "C" __global__ void __launch_bounds__(THREADS)
+esc_chunk(const int* __restrict__ a_indptr, const int* __restrict__ a_indices,
+          const double* __restrict__ a_data, const int* __restrict__ b_indptr,
+          const int* __restrict__ b_indices, const double* __restrict__ b_data,
+          const long long* __restrict__ eo, const long long* __restrict__ rs,
+          const int* __restrict__ first_rows,
+          long long* __restrict__ row_begin, int* __restrict__ row_nnz,
+          int* __restrict__ out_cols, double* __restrict__ out_vals, int* __restrict__ out_row) {
+    extern __shared__ u64 raw[];
+    Smem& s = *reinterpret_cast<Smem*>(raw);
+    const int first = first_rows[blockIdx.x], last = first_rows[blockIdx.x + 1];
+    const int rows = last - first;
+    const long long base = rs[first];
+    // rows: entries and products (long rows: none)
+    for (int r = threadIdx.x; r < rows; r += THREADS) {
+        const int a0 = a_indptr[first + r], a1 = a_indptr[first + r + 1];
+        const long long e0 = eo[a0];
+        const long long p = eo[a1] - e0;
+        const bool is_long = p > LONG_P || (a1 - a0) > LONG_P;
+        s.r_a0[r] = a0;
+        s.r_ent[r] = is_long ? 0 : a1 - a0;
+        s.r_eo0[r] = e0;
+    }
+    __syncthreads();
+    const int entries = block_scan(s.r_ent, rows, s.warp_sums);
+    if (threadIdx.x == 0) s.r_ent[rows] = entries;
+    __syncthreads();
+    // entries: their B rows, values, items
+    for (int j = threadIdx.x; j < entries; j += THREADS) {
+        const int r = upper_bound_s(s.r_ent, rows, j) - 1;
+        const int e = s.r_a0[r] + j - s.r_ent[r];
+        const int c = a_indices[e];
+        s.e_b0[j] = b_indptr[c];
+        s.e_val[j] = a_data[e];
+        s.e_row[j] = r;
+        s.e_item[j] = (int)(rs[first + r] - base + eo[e] - s.r_eo0[r]);
+    }
+    __syncthreads();
+    const int n = (int)(rs[last] - base);
+    if (threadIdx.x == 0) s.e_item[entries] = n;
+    __syncthreads();
+    for (int q = threadIdx.x; q < n; q += THREADS) {
+        const int j = upper_bound_s(s.e_item, entries, q) - 1;
+        const int b = s.e_b0[j] + q - s.e_item[j];
+        s.keys[q] = ((u64)s.e_row[j] << 32) | (unsigned)b_indices[b];
+        s.vals[q] = s.e_val[j] * b_data[b];
+    }
+    int n2 = 1;
+    while (n2 < n) n2 <<= 1;
+    for (int t = n + threadIdx.x; t < n2; t += THREADS) s.keys[t] = ~0ull;
+    __syncthreads();
+#ifndef NO_SORT
+    for (int size = 2; size <= n2; size <<= 1) {
+#else
+    for (int size = n2 + 1; size <= n2; size <<= 1) {
+#endif
+        for (int stride = size >> 1; stride > 0; stride >>= 1) {
+            for (int t = threadIdx.x; t < (n2 >> 1); t += THREADS) {
+                const int i = 2 * t - (t & (stride - 1));
+                const int j = i + stride;
+                const bool up = (i & size) == 0;
+                const u64 ki = s.keys[i], kj = s.keys[j];
+                if ((ki > kj) == up) {
+                    s.keys[i] = kj; s.keys[j] = ki;
+                    const double v = s.vals[i]; s.vals[i] = s.vals[j]; s.vals[j] = v;
+                }
+            }
+            __syncthreads();
+        }
+    }
+    // heads: 1 where a key starts (into e_b0, free now), scanned
+    for (int t = threadIdx.x; t < n; t += THREADS)
+        s.e_b0[t] = (t == 0 || s.keys[t] != s.keys[t - 1]);
+    __syncthreads();
+    block_scan(s.e_b0, n, s.warp_sums);
+    for (int t = threadIdx.x; t < n; t += THREADS) {
+        const u64 k = s.keys[t];
+        if (t > 0 && s.keys[t - 1] == k) continue;
+        double v = s.vals[t];
+        int u = t + 1;
+        for (; u < n && s.keys[u] == k; ++u) v += s.vals[u];
+        const long long o = base + s.e_b0[t];
+        const int r = (int)(k >> 32);
+        out_cols[o] = (int)(k & 0xffffffffu);
+        out_vals[o] = v;
+        out_row[o] = first + r;
+        if (t == 0 || (s.keys[t - 1] >> 32) != (u64)r) {
+            row_begin[first + r] = o;
+            s.r_item[r] = s.e_b0[t];
+        }
+    }
+    __syncthreads();
+    for (int t = threadIdx.x; t < n; t += THREADS) {
+        const u64 k = s.keys[t];
+        if (t + 1 < n && (s.keys[t + 1] >> 32) == (k >> 32)) continue;
+        const int r = (int)(k >> 32);
+        row_nnz[first + r] = s.e_b0[t] + (t == 0 || s.keys[t - 1] != k) - s.r_item[r];
+    }
+}
+
+// long rows' products: a thread a product, its long row and entry by binary searches
+extern "C" __global__ void long_expand(const int* __restrict__ a_indptr,
+        const int* __restrict__ a_indices, const double* __restrict__ a_data,
+        const int* __restrict__ b_indptr, const int* __restrict__ b_indices,
+        const double* __restrict__ b_data, const int* __restrict__ long_rows, int n_long,
+        const long long* __restrict__ eo, const long long* __restrict__ long_base,
+        long long total, u64* keys, double* vals) {
+    long long q = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (q >= total) return;
+    int lo = 0, hi = n_long;  // the long row: last long_base[r] <= q
+    while (lo < hi) {
+        int mid = (lo + hi) >> 1;
+        if (long_base[mid] <= q) lo = mid + 1; else hi = mid;
+    }
+    const int r = lo - 1;
+    const int row = long_rows[r];
+    const long long within = q - long_base[r] + eo[a_indptr[row]];
+    int elo = a_indptr[row], ehi = a_indptr[row + 1];  // the entry: last eo[e] <= within
+    while (elo < ehi) {
+        int mid = (elo + ehi) >> 1;
+        if (eo[mid] <= within) elo = mid + 1; else ehi = mid;
+    }
+    const int e = elo - 1;
+    const int b = b_indptr[a_indices[e]] + (int)(within - eo[e]);
+    keys[q] = ((u64)r << 32) | (unsigned)b_indices[b];
+    vals[q] = a_data[e] * b_data[b];
+}
+
+extern "C" __global__ void long_reduce(const u64* keys, const double* vals, long long n,
+        const long long* __restrict__ out_at, long long offset, const int* __restrict__ long_rows,
+        long long* row_begin, int* row_nnz, int* out_cols, double* out_vals, int* out_row) {
+    long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= n) return;
+    const u64 k = keys[t];
+    if (t > 0 && keys[t - 1] == k) return;
+    double v = vals[t];
+    long long u = t + 1;
+    for (; u < n && keys[u] == k; ++u) v += vals[u];
+    const long long o = offset + out_at[t];
+    const int row = long_rows[k >> 32];
+    out_cols[o] = (int)(k & 0xffffffffu);
+    out_vals[o] = v;
+    out_row[o] = row;
+    if (t == 0 || (keys[t - 1] >> 32) != (k >> 32)) row_begin[row] = o;
+    if (u == n || (keys[u] >> 32) != (k >> 32)) row_nnz[row] = (int)(o + 1);  // its end, for now
+}
+
+// a thread a work slot: its entry into C (holes: row -1)
+extern "C" __global__ void move_entries(const int* __restrict__ out_row,
+        const int* __restrict__ cols, const double* __restrict__ vs, long long n,
+        const long long* __restrict__ row_begin, const int* __restrict__ c_indptr,
+        int* __restrict__ c_indices, double* __restrict__ c_data) {
+    long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (o >= n) return;
+    const int row = out_row[o];
+    if (row < 0) return;
+    const long long at = c_indptr[row] + (o - row_begin[row]);
+    c_indices[at] = cols[o];
+    c_data[at] = vs[o];
+}
+"""
+
+
+def run(A, cupy, k_rows, long_p, threads, extra=()):
+    """The chunked product of ``A @ A`` (int32 indices, float64) as a function returning
+    ``(timer, (indptr, indices, data))``."""
+    span = k_rows + 2 * long_p
+    mod = cupy.RawModule(
+        code=SOURCE,
+        options=(
+            "-std=c++17",
+            f"-DK_ROWS={k_rows}",
+            f"-DLONG_P={long_p}",
+            f"-DTHREADS={threads}",
+            *extra,
+        ),
+    )
+    k = {n: mod.get_function(n) for n in
+         ("entry_products", "row_weights", "chunk_rows", "esc_chunk", "long_expand",
+          "long_reduce", "move_entries")}  # fmt: skip
+    smem = span * 36 + 4 + (k_rows + 1) * 20 + 128 + 64
+    k["esc_chunk"].max_dynamic_shared_size_bytes = smem
+    m, nnz = A.shape[0], A.nnz
+    ip, ix, dv = A.indptr, A.indices, A.data
+    i64, i32 = np.int64, np.int32
+
+    def grid(n, block=256):
+        return (max(1, -(-n // block)),)
+
+    def product():
+        t = Timer(cupy)
+        eo = cupy.empty(nnz + 1, dtype=i64)
+        eo[:1] = 0
+        ep = cupy.empty(nnz, dtype=i64)
+        k["entry_products"](grid(nnz), (256,), (ix, i64(nnz), ip, ep))
+        cupy.cumsum(ep, out=eo[1:])
+        w = cupy.empty(3 * m, dtype=i64)
+        k["row_weights"](grid(m), (256,), (ip, eo, i32(m), w))
+        sums = cupy.empty((3, m + 1), dtype=i64)
+        sums[:, :1] = 0
+        sums[:, 1:] = cupy.cumsum(w.reshape(3, m), axis=1)
+        totals = sums[:, m].get()
+        t.mark("offsets, wait")
+        short_total, key_total, long_total = (int(v) for v in totals)
+        rs, ks, ls = sums[0], sums[1], sums[2]
+        chunks = max(1, -(-key_total // k_rows))
+        first = cupy.empty(chunks + 1, dtype=i32)
+        k["chunk_rows"](grid(m + 1), (256,), (ks, i32(m), i32(chunks), first))
+        slots = short_total + long_total
+        out_cols = cupy.empty(max(slots, 1), dtype=i32)
+        out_vals = cupy.empty(max(slots, 1), dtype=np.float64)
+        out_row = cupy.full(max(slots, 1), -1, dtype=i32)
+        row_begin = cupy.empty(m, dtype=i64)
+        row_nnz = cupy.zeros(m, dtype=i32)
+        chunk_args = (ip, ix, dv, ip, ix, dv, eo, rs, first, row_begin, row_nnz, out_cols,
+                      out_vals, out_row)  # fmt: skip
+        k["esc_chunk"]((chunks,), (threads,), chunk_args, shared_mem=smem)
+        t.mark("chunks")
+        if long_total:
+            longs = cupy.nonzero(w[2 * m :] > 0)[0].astype(i32)
+            long_base = ls[longs]
+            keys = cupy.empty(long_total, dtype=np.uint64)
+            vals = cupy.empty(long_total, dtype=np.float64)
+            expand_args = (ip, ix, dv, ip, ix, dv, longs, i32(longs.size), eo, long_base,
+                           i64(long_total), keys, vals)  # fmt: skip
+            k["long_expand"](grid(long_total), (256,), expand_args)
+            t.mark("long expand")
+            order = cupy.argsort(keys)
+            keys, vals = keys[order], vals[order]
+            t.mark("long sort")
+            heads = cupy.empty(long_total, dtype=i64)
+            heads[:1] = 1
+            heads[1:] = keys[1:] != keys[:-1]
+            out_at = cupy.cumsum(heads) - 1
+            k["long_reduce"](grid(long_total), (256,), (keys, vals, i64(long_total), out_at,
+                             i64(short_total), longs, row_begin, row_nnz, out_cols, out_vals,
+                             out_row))  # fmt: skip
+            row_nnz[longs] -= row_begin[longs].astype(i32)
+            t.mark("long reduce")
+        c_indptr = cupy.empty(m + 1, dtype=i32)
+        c_indptr[:1] = 0
+        cupy.cumsum(row_nnz, out=c_indptr[1:])
+        c_nnz = int(c_indptr[-1].get())
+        t.mark("C offsets, wait")
+        ci = cupy.empty(c_nnz, dtype=i32)
+        cd = cupy.empty(c_nnz, dtype=np.float64)
+        k["move_entries"](grid(slots), (256,), (out_row, out_cols, out_vals, i64(slots),
+                          row_begin, c_indptr, ci, cd))  # fmt: skip
+        t.mark("move")
+        return t, (c_indptr, ci, cd)
+
+    return product
+
+
+class Timer:
+    def __init__(self, cupy):
+        self.cupy = cupy
+        self.events = [("start", self._record())]
+
+    def _record(self):
+        e = self.cupy.cuda.Event()
+        e.record()
+        return e
+
+    def mark(self, name):
+        self.events.append((name, self._record()))
+
+    def spans(self):
+        self.events[-1][1].synchronize()
+        out = {}
+        for (_, a), (name, b) in zip(self.events[:-1], self.events[1:], strict=True):
+            out[name] = self.cupy.cuda.get_elapsed_time(a, b)
+        out["total"] = self.cupy.cuda.get_elapsed_time(self.events[0][1], self.events[-1][1])
+        return out
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--heldout", action="store_true")
+    parser.add_argument("--repeat", type=int, default=9)
+    parser.add_argument("--configs", default="1024:512:512", help="K_ROWS:LONG_P:THREADS,...")
+    parser.add_argument("--out")
+    parser.add_argument("--md")
+    args = parser.parse_args()
+    import time
+
+    import cupy
+    import cupyx.scipy.sparse as cxs
+
+    matrices = [("fit", "powerlaw_1500k", dict(n_rows=1_500_000, mean=3.0, seed=1))]
+    if args.heldout:
+        matrices.append(("heldout", "powerlaw_2m", dict(n_rows=2_000_000, mean=3.75, seed=2)))
+    rows = []
+    for kind, name, kw in matrices:
+        S = sp.csr_matrix(synthetic.power_law(**kw))
+        S.sum_duplicates()
+        A = cxs.csr_matrix(S)
+        A = A @ cxs.identity(A.shape[0], format="csr")
+        ref = A @ A
+        ref.sort_indices()
+        cupyx_ms = []
+        for _ in range(args.repeat):
+            B = A @ cxs.identity(A.shape[0], format="csr")
+            cupy.cuda.Device().synchronize()
+            t0 = time.perf_counter()
+            B @ B
+            cupy.cuda.Device().synchronize()
+            cupyx_ms.append((time.perf_counter() - t0) * 1e3)
+        for config in args.configs.split(","):
+            k_rows, long_p, threads, *extra = config.split(":")
+            product = run(A, cupy, int(k_rows), int(long_p), int(threads), extra)
+            _, (ip, ci, cd) = product()
+            C = cxs.csr_matrix((cd, ci, ip), shape=A.shape)
+            same = (
+                C.nnz == ref.nnz
+                and bool(cupy.array_equal(C.indptr, ref.indptr))
+                and bool(cupy.array_equal(C.indices, ref.indices))
+                and bool(cupy.allclose(C.data, ref.data))
+            )
+            spans, walls = [], []
+            for _ in range(args.repeat):
+                cupy.cuda.Device().synchronize()
+                t0 = time.perf_counter()
+                t, _ = product()
+                cupy.cuda.Device().synchronize()
+                walls.append((time.perf_counter() - t0) * 1e3)
+                spans.append(t.spans())
+            row = {"set": kind, "matrix": name, "config": config, "same": same,
+                   "wall_ms": float(np.median(walls)),
+                   "cupyx_ms": float(np.median(cupyx_ms))}  # fmt: skip
+            for key in spans[0]:
+                row[key] = float(np.median([s[key] for s in spans]))
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    from benchmarks import common
+
+    header = common.experiment_header("benchmarks.experiments.spgemm_esc_probe")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({**header, "rows": rows}, f, indent=1)
+    pieces = [k for k in rows[0] if k not in ("set", "matrix", "config", "same", "wall_ms",
+                                                "cupyx_ms")]  # fmt: skip
+    lines = [
+        "| set | matrix | K_ROWS:LONG_P:THREADS | equal | wall | cupyx | "
+        + " | ".join(pieces)
+        + " |",
+        "|---|---|---|---|---:|---:|" + "---:|" * len(pieces),
+    ]
+    for r in rows:
+        cells = " | ".join(f"{r[k]:.3f}" for k in pieces)
+        lines.append(f"| {r['set']} | {r['matrix']} | {r['config']} | {r['same']} | "
+                     f"{r['wall_ms']:.3f} | {r['cupyx_ms']:.3f} | {cells} |")  # fmt: skip
+    note = "Milliseconds: wall clock, and each piece by CUDA events (medians)."
+    common.table_md(args.md, __doc__, header, note, lines)
+
+
+if __name__ == "__main__":
+    main()
