@@ -308,20 +308,13 @@ def run(A, cupy, k_rows, long_p, threads, extra=()):
           "long_reduce", "move_entries")}  # fmt: skip
     smem = span * 36 + 4 + (k_rows + 1) * 20 + 128 + 64
     k["esc_chunk"].max_dynamic_shared_size_bytes = smem
-    m, nnz = A.shape[0], A.nnz
+    m = A.shape[0]
     ip, ix, dv = A.indptr, A.indices, A.data
     i64, i32 = np.int64, np.int32
 
-    def grid(n, block=256):
-        return (max(1, -(-n // block)),)
-
     def product():
         t = Timer(cupy)
-        eo = cupy.empty(nnz + 1, dtype=i64)
-        eo[:1] = 0
-        ep = cupy.empty(nnz, dtype=i64)
-        k["entry_products"](grid(nnz), (256,), (ix, i64(nnz), ip, ep))
-        cupy.cumsum(ep, out=eo[1:])
+        eo = entry_offsets(k["entry_products"], A, cupy)
         w = cupy.empty(3 * m, dtype=i64)
         k["row_weights"](grid(m), (256,), (ip, eo, i32(m), w))
         sums = cupy.empty((3, m + 1), dtype=i64)
@@ -365,19 +358,69 @@ def run(A, cupy, k_rows, long_p, threads, extra=()):
                              out_row))  # fmt: skip
             row_nnz[longs] -= row_begin[longs].astype(i32)
             t.mark("long reduce")
-        c_indptr = cupy.empty(m + 1, dtype=i32)
-        c_indptr[:1] = 0
-        cupy.cumsum(row_nnz, out=c_indptr[1:])
-        c_nnz = int(c_indptr[-1].get())
-        t.mark("C offsets, wait")
-        ci = cupy.empty(c_nnz, dtype=i32)
-        cd = cupy.empty(c_nnz, dtype=np.float64)
+        c_indptr, ci, cd = result_arrays(row_nnz, t, cupy)
         k["move_entries"](grid(slots), (256,), (out_row, out_cols, out_vals, i64(slots),
                           row_begin, c_indptr, ci, cd))  # fmt: skip
         t.mark("move")
         return t, (c_indptr, ci, cd)
 
     return product
+
+
+def grid(n: int, block: int = 256) -> tuple:
+    """The blocks of ``block`` threads that ``n`` threads take (at least one)."""
+    return (max(1, -(-n // block)),)
+
+
+def result_arrays(row_nnz, timer, cupy):
+    """``C``'s row offsets (the scan of ``row_nnz``, int32) and its empty indices and
+    values, once one wait has read ``nnz(C)`` (marked on ``timer``)."""
+    indptr = cupy.empty(row_nnz.size + 1, dtype=np.int32)
+    indptr[:1] = 0
+    cupy.cumsum(row_nnz, out=indptr[1:])
+    nnz = int(indptr[-1].get())
+    timer.mark("C offsets, wait")
+    return indptr, cupy.empty(nnz, dtype=np.int32), cupy.empty(nnz, dtype=np.float64)
+
+
+def entry_offsets(kernel, A, cupy):
+    """The running count of ``A @ A``'s products by entry of ``A`` (``nnz + 1``, int64):
+    ``kernel`` (``entry_products``) gives each entry's, a scan the rest."""
+    nnz = A.nnz
+    eo = cupy.empty(nnz + 1, dtype=np.int64)
+    eo[:1] = 0
+    products = cupy.empty(nnz, dtype=np.int64)
+    kernel(grid(nnz), (256,), (A.indices, np.int64(nnz), A.indptr, products))
+    cupy.cumsum(products, out=eo[1:])
+    return eo
+
+
+def power_law_operands(heldout: bool, cupy, cxs):
+    """``(set, name, A, identity, cupyx's A @ A sorted)`` of the calls mode's power-law
+    matrices (the fit 1.5M; ``heldout``: the 2M too), ``A`` made by a cupyx product."""
+    matrices = [("fit", "powerlaw_1500k", dict(n_rows=1_500_000, mean=3.0, seed=1))]
+    if heldout:
+        matrices.append(("heldout", "powerlaw_2m", dict(n_rows=2_000_000, mean=3.75, seed=2)))
+    for kind, name, kw in matrices:
+        S = sp.csr_matrix(synthetic.power_law(**kw))
+        S.sum_duplicates()
+        identity = cxs.identity(S.shape[0], format="csr")
+        A = cxs.csr_matrix(S) @ identity
+        ref = A @ A
+        ref.sort_indices()
+        yield kind, name, A, identity, ref
+
+
+def equals(parts, ref, cupy, cxs) -> bool:
+    """Whether ``(indptr, indices, data)`` is cupyx's ``ref`` (values to rounding)."""
+    indptr, indices, data = parts
+    C = cxs.csr_matrix((data, indices, indptr), shape=ref.shape)
+    return (
+        C.nnz == ref.nnz
+        and bool(cupy.array_equal(C.indptr, ref.indptr))
+        and bool(cupy.array_equal(C.indices, ref.indices))
+        and bool(cupy.allclose(C.data, ref.data))
+    )
 
 
 class Timer:
@@ -402,33 +445,30 @@ class Timer:
         return out
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def probe_arguments(doc: str, configs: str, names: str):
+    """A probe's arguments: ``--heldout``, ``--repeat``, ``--configs`` (``configs`` by
+    default, each ``names``), ``--out`` and ``--md``."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--heldout", action="store_true")
     parser.add_argument("--repeat", type=int, default=9)
-    parser.add_argument("--configs", default="1024:512:512", help="K_ROWS:LONG_P:THREADS,...")
+    parser.add_argument("--configs", default=configs, help=f"{names},...")
     parser.add_argument("--out")
     parser.add_argument("--md")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main():
+    args = probe_arguments(__doc__, "1024:512:512", "K_ROWS:LONG_P:THREADS")
     import time
 
     import cupy
     import cupyx.scipy.sparse as cxs
 
-    matrices = [("fit", "powerlaw_1500k", dict(n_rows=1_500_000, mean=3.0, seed=1))]
-    if args.heldout:
-        matrices.append(("heldout", "powerlaw_2m", dict(n_rows=2_000_000, mean=3.75, seed=2)))
     rows = []
-    for kind, name, kw in matrices:
-        S = sp.csr_matrix(synthetic.power_law(**kw))
-        S.sum_duplicates()
-        A = cxs.csr_matrix(S)
-        A = A @ cxs.identity(A.shape[0], format="csr")
-        ref = A @ A
-        ref.sort_indices()
+    for kind, name, A, identity, ref in power_law_operands(args.heldout, cupy, cxs):
         cupyx_ms = []
         for _ in range(args.repeat):
-            B = A @ cxs.identity(A.shape[0], format="csr")
+            B = A @ identity
             cupy.cuda.Device().synchronize()
             t0 = time.perf_counter()
             B @ B
@@ -437,14 +477,7 @@ def main():
         for config in args.configs.split(","):
             k_rows, long_p, threads, *extra = config.split(":")
             product = run(A, cupy, int(k_rows), int(long_p), int(threads), extra)
-            _, (ip, ci, cd) = product()
-            C = cxs.csr_matrix((cd, ci, ip), shape=A.shape)
-            same = (
-                C.nnz == ref.nnz
-                and bool(cupy.array_equal(C.indptr, ref.indptr))
-                and bool(cupy.array_equal(C.indices, ref.indices))
-                and bool(cupy.allclose(C.data, ref.data))
-            )
+            same = equals(product()[1], ref, cupy, cxs)
             spans, walls = [], []
             for _ in range(args.repeat):
                 cupy.cuda.Device().synchronize()

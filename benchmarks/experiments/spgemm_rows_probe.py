@@ -1,0 +1,403 @@
+"""Could rows sorted where their products are beat ALG1 on power-law rows (issue 47)?
+
+The design ``spgemm_esc_probe`` pointed to, as a probe before any of it joins the library
+(float64 values, int32 indices, the experiment's own CUDA): each entry's products and their
+running count (``eo``) give every row its products' place in one work array, so no row
+waits for another; then
+
+* ``rows_main``: a warp takes 32 rows; a row of at most ``TINY`` products is inserted by its
+  thread into ``TINY`` sorted registers (equal columns summed); a row of at most ``MED`` is
+  expanded by the whole warp into its slice of shared memory (a lane a product, its entry
+  found by a binary search of ``eo``), sorted there (bitonic, ``__syncwarp`` only) and
+  summed; a longer row is listed;
+* ``rows_long``: a block a listed row, the same in shared memory (``LCAP`` slots) or, for
+  longer rows, in a scratch array;
+* each row's distinct entries wait at its place in the work array with their row beside
+  them; their count's scan gives ``C``'s row offsets, one wait reads ``nnz(C)``, and
+  ``move_slots`` (a thread a slot) moves every entry into ``C``.
+
+Each piece timed by CUDA events (medians of ``--repeat``), the whole by wall clock beside
+cupyx (cuSPARSE ALG1) on the same operands; answers checked against cupyx's.
+
+Found (``spgemm_rows_probe_h200``, fit power-law 1.5M): 3.8-4.2 ms against cupyx's 1.48,
+answers equal. The long rows (a block each, one at a time per block; the three rows past
+``LCAP`` sorted in global memory by one block) take 2.7-3.1 ms, and ``rows_main`` alone
+0.70-1.15 ms: a warp walks its medium rows one after another, each a chain of dependent
+loads (the entry's binary search, its B row, its columns). Rows need several blocks each
+past a few thousand products, and a warp needs several medium rows in flight at once.
+
+Usage (on a GPU machine)::
+
+    python -m benchmarks.experiments.spgemm_rows_probe [--heldout] [--repeat 9]
+        [--configs TINY:MED:LCAP,...] [--out FILE.json] [--md FILE.md]
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+
+from benchmarks import common
+from benchmarks.experiments.spgemm_esc_probe import (
+    Timer,
+    entry_offsets,
+    equals,
+    grid,
+    power_law_operands,
+    probe_arguments,
+    result_arrays,
+)
+
+MODULE = "benchmarks.experiments.spgemm_rows_probe"
+SOURCE = r"""
+
+#ifndef TINY
+#define TINY 8          // a row of at most TINY products: a thread, in registers
+#endif
+#ifndef MED
+#define MED 256         // at most MED: a warp, sorted in its slice of shared memory
+#endif
+#define WARPS 8         // warps a block of rows_main
+#define LBLOCK 1024     // threads a block of rows_long
+#ifndef LCAP
+#define LCAP 16384      // a long row sorted in shared memory up to LCAP slots, else in scratch
+#endif
+#define FULL 0xffffffffu
+#define PAD 0x7fffffff
+
+extern "C" __global__ void entry_products(const int* __restrict__ a_indices, long long nnz,
+                                          const int* __restrict__ b_indptr, long long* out) {
+    long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (j < nnz) { int c = a_indices[j]; out[j] = b_indptr[c + 1] - b_indptr[c]; }
+}
+
+__device__ __forceinline__ int entry_of(const long long* __restrict__ eo, int lo, int hi,
+                                        long long at) {
+    // the last entry e of [lo, hi) with eo[e] <= at
+    while (lo < hi) {
+        const int mid = (lo + hi) >> 1;
+        if (eo[mid] <= at) lo = mid + 1; else hi = mid;
+    }
+    return lo - 1;
+}
+
+__device__ __forceinline__ void tiny_insert(int (&keys)[TINY], double (&vals)[TINY], int key,
+                                            double val) {
+    bool found = false;
+#pragma unroll
+    for (int k = 0; k < TINY; ++k) {
+        if (keys[k] == key) { vals[k] += val; found = true; }
+    }
+    if (found) return;
+#pragma unroll
+    for (int k = TINY - 1; k > 0; --k) {
+        if (keys[k - 1] > key) { keys[k] = keys[k - 1]; vals[k] = vals[k - 1]; }
+        else if (keys[k] > key) { keys[k] = key; vals[k] = val; }
+    }
+    if (keys[0] > key) { keys[0] = key; vals[0] = val; }
+}
+
+// keys[0, n2) (n2 a power of 2) sorted with their values by ``threads`` threads from
+// ``first``: a warp's (BLOCK false: __syncwarp between steps) or a block's (__syncthreads)
+template <bool BLOCK>
+__device__ void bitonic(int* keys, double* vals, int n2, int first, int threads) {
+    for (int size = 2; size <= n2; size <<= 1) {
+        for (int half = size >> 1; half > 0; half >>= 1) {
+            for (int t = first; t < (n2 >> 1); t += threads) {
+                const int i = 2 * t - (t & (half - 1)), j = i + half;
+                const bool up = (i & size) == 0;
+                const int ki = keys[i], kj = keys[j];
+                if ((ki > kj) == up) {
+                    keys[i] = kj; keys[j] = ki;
+                    const double v = vals[i]; vals[i] = vals[j]; vals[j] = v;
+                }
+            }
+            if (BLOCK) __syncthreads(); else __syncwarp();
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(WARPS * 32)
+rows_main(const int* __restrict__ a_indptr, const int* __restrict__ a_indices,
+          const double* __restrict__ a_data, const int* __restrict__ b_indptr,
+          const int* __restrict__ b_indices, const double* __restrict__ b_data,
+          const long long* __restrict__ eo, int m, int* __restrict__ cnt,
+          int* __restrict__ slot_row, int* __restrict__ t_cols, double* __restrict__ t_vals,
+          int* __restrict__ long_rows, int* __restrict__ long_count) {
+    __shared__ int s_keys[WARPS][MED];
+    __shared__ double s_vals[WARPS][MED];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int stride = gridDim.x * WARPS * 32;
+    for (int base = (blockIdx.x * WARPS + w) * 32; base < m; base += stride) {
+        const int row = base + lane;
+        int a0 = 0, a1 = 0;
+        long long p0 = 0, p = 0;
+        if (row < m) {
+            a0 = a_indptr[row];
+            a1 = a_indptr[row + 1];
+            p0 = eo[a0];
+            p = eo[a1] - p0;
+        }
+        if (row < m && p <= TINY) {
+            int keys[TINY];
+            double vals[TINY];
+#pragma unroll
+            for (int k = 0; k < TINY; ++k) { keys[k] = PAD; vals[k] = 0.0; }
+            for (int e = a0; e < a1; ++e) {
+                const int c = a_indices[e];
+                const double av = a_data[e];
+                const int b1 = b_indptr[c + 1];
+                for (int b = b_indptr[c]; b < b1; ++b)
+                    tiny_insert(keys, vals, b_indices[b], av * b_data[b]);
+            }
+            int n = 0;
+#pragma unroll
+            for (int k = 0; k < TINY; ++k) {
+                if (k < p) {
+                    if (keys[k] != PAD) {
+                        t_cols[p0 + k] = keys[k];
+                        t_vals[p0 + k] = vals[k];
+                        slot_row[p0 + k] = row;
+                        ++n;
+                    } else {
+                        slot_row[p0 + k] = -1;
+                    }
+                }
+            }
+            cnt[row] = n;
+        }
+        if (row < m && p > MED) long_rows[atomicAdd(long_count, 1)] = row;
+        unsigned med = __ballot_sync(FULL, row < m && p > TINY && p <= MED);
+        int* keys = s_keys[w];
+        double* vals = s_vals[w];
+        while (med) {
+            const int src = __ffs(med) - 1;
+            med &= med - 1;
+            const int r = base + src;
+            const int ra0 = __shfl_sync(FULL, a0, src), ra1 = __shfl_sync(FULL, a1, src);
+            const long long rp0 = __shfl_sync(FULL, p0, src);
+            const int rp = (int)__shfl_sync(FULL, p, src);
+            for (int q = lane; q < rp; q += 32) {
+                const int e = entry_of(eo, ra0, ra1, rp0 + q);
+                const int b = b_indptr[a_indices[e]] + (int)(rp0 + q - eo[e]);
+                keys[q] = b_indices[b];
+                vals[q] = a_data[e] * b_data[b];
+            }
+            int n2 = 32;
+            while (n2 < rp) n2 <<= 1;
+            for (int q = rp + lane; q < n2; q += 32) keys[q] = PAD;
+            __syncwarp();
+            bitonic<false>(keys, vals, n2, lane, 32);
+            int out = 0;
+            for (int q0 = 0; q0 < rp; q0 += 32) {
+                const int q = q0 + lane;
+                const bool head = q < rp && (q == 0 || keys[q] != keys[q - 1]);
+                const unsigned heads = __ballot_sync(FULL, head);
+                if (head) {
+                    double v = vals[q];
+                    for (int u = q + 1; u < rp && keys[u] == keys[q]; ++u) v += vals[u];
+                    const long long o = rp0 + out + __popc(heads & ((1u << lane) - 1));
+                    t_cols[o] = keys[q];
+                    t_vals[o] = v;
+                    slot_row[o] = r;
+                }
+                out += __popc(heads);
+            }
+            for (int q = out + lane; q < rp; q += 32) slot_row[rp0 + q] = -1;
+            if (lane == 0) cnt[r] = out;
+            __syncwarp();
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(LBLOCK, 1)
+rows_long(const int* __restrict__ a_indptr, const int* __restrict__ a_indices,
+          const double* __restrict__ a_data, const int* __restrict__ b_indptr,
+          const int* __restrict__ b_indices, const double* __restrict__ b_data,
+          const long long* __restrict__ eo, const int* __restrict__ long_rows,
+          const int* __restrict__ long_count, int* __restrict__ scratch_cols,
+          double* __restrict__ scratch_vals, int* __restrict__ cnt,
+          int* __restrict__ slot_row, int* __restrict__ t_cols, double* __restrict__ t_vals) {
+    extern __shared__ double smem[];
+    double* s_vals = smem;
+    int* s_keys = reinterpret_cast<int*>(smem + LCAP);
+    __shared__ int warp_sums[32];
+    const int count = *long_count;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    for (int li = blockIdx.x; li < count; li += gridDim.x) {
+        const int row = long_rows[li];
+        const int a0 = a_indptr[row], a1 = a_indptr[row + 1];
+        const long long p0 = eo[a0];
+        const int p = (int)(eo[a1] - p0);
+        int n2 = 1;
+        while (n2 < p) n2 <<= 1;
+        const bool shared = n2 <= LCAP;
+        int* keys = shared ? s_keys : scratch_cols + 2 * p0;
+        double* vals = shared ? s_vals : scratch_vals + 2 * p0;
+        for (int q = threadIdx.x; q < p; q += LBLOCK) {
+            const int e = entry_of(eo, a0, a1, p0 + q);
+            const int b = b_indptr[a_indices[e]] + (int)(p0 + q - eo[e]);
+            keys[q] = b_indices[b];
+            vals[q] = a_data[e] * b_data[b];
+        }
+        for (int q = p + threadIdx.x; q < n2; q += LBLOCK) keys[q] = PAD;
+        __syncthreads();
+        bitonic<true>(keys, vals, n2, threadIdx.x, LBLOCK);
+        int out = 0;
+        for (int q0 = 0; q0 < p; q0 += LBLOCK) {
+            const int q = q0 + threadIdx.x;
+            const bool head = q < p && (q == 0 || keys[q] != keys[q - 1]);
+            const unsigned heads = __ballot_sync(FULL, head);
+            if (lane == 0) warp_sums[w] = __popc(heads);
+            __syncthreads();
+            if (w == 0) {
+                int s = warp_sums[lane];
+                for (int o = 1; o < 32; o <<= 1) {
+                    const int v = __shfl_up_sync(FULL, s, o);
+                    if (lane >= o) s += v;
+                }
+                warp_sums[lane] = s;  // inclusive
+            }
+            __syncthreads();
+            if (head) {
+                double v = vals[q];
+                for (int u = q + 1; u < p && keys[u] == keys[q]; ++u) v += vals[u];
+                const long long o = p0 + out + (w ? warp_sums[w - 1] : 0) +
+                                    __popc(heads & ((1u << lane) - 1));
+                t_cols[o] = keys[q];
+                t_vals[o] = v;
+                slot_row[o] = row;
+            }
+            out += warp_sums[31];
+            __syncthreads();
+        }
+        for (int q = out + threadIdx.x; q < p; q += LBLOCK) slot_row[p0 + q] = -1;
+        if (threadIdx.x == 0) cnt[row] = out;
+        __syncthreads();
+    }
+}
+
+// a thread a work slot: its entry into C (holes: row -1)
+extern "C" __global__ void move_slots(const int* __restrict__ slot_row,
+        const int* __restrict__ t_cols, const double* __restrict__ t_vals, long long n,
+        const int* __restrict__ a_indptr, const long long* __restrict__ eo,
+        const int* __restrict__ c_indptr, int* __restrict__ c_indices,
+        double* __restrict__ c_data) {
+    const long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (o >= n) return;
+    const int row = slot_row[o];
+    if (row < 0) return;
+    const long long at = c_indptr[row] + (o - eo[a_indptr[row]]);
+    c_indices[at] = t_cols[o];
+    c_data[at] = t_vals[o];
+}
+"""
+
+
+def run(A, cupy, tiny, med, lcap):
+    """The product ``A @ A`` (int32 indices, float64) as a function returning
+    ``(timer, (indptr, indices, data))``."""
+    options = ("-std=c++17", f"-DTINY={tiny}", f"-DMED={med}", f"-DLCAP={lcap}")
+    mod = cupy.RawModule(code=SOURCE, options=options)
+    k = {n: mod.get_function(n) for n in
+         ("entry_products", "rows_main", "rows_long", "move_slots")}  # fmt: skip
+    long_smem = lcap * 12
+    k["rows_long"].max_dynamic_shared_size_bytes = long_smem
+    device = cupy.cuda.Device()
+    sms = device.attributes["MultiProcessorCount"]
+    m = A.shape[0]
+    ip, ix, dv = A.indptr, A.indices, A.data
+    i64, i32 = np.int64, np.int32
+
+    def product():
+        t = Timer(cupy)
+        eo = entry_offsets(k["entry_products"], A, cupy)
+        products = int(eo[-1].get())
+        t.mark("products, wait")
+        slots = max(products, 1)
+        t_cols = cupy.empty(slots, dtype=i32)
+        t_vals = cupy.empty(slots, dtype=np.float64)
+        slot_row = cupy.empty(slots, dtype=i32)
+        cnt = cupy.empty(m, dtype=i32)
+        long_rows = cupy.empty(m, dtype=i32)
+        long_count = cupy.zeros(1, dtype=i32)
+        rows_grid = (min(-(-m // (8 * 32)), sms * 8),)
+        main_args = (ip, ix, dv, ip, ix, dv, eo, i32(m), cnt, slot_row, t_cols, t_vals,
+                     long_rows, long_count)  # fmt: skip
+        k["rows_main"](rows_grid, (256,), main_args)
+        t.mark("rows_main")
+        scratch_cols = cupy.empty(2 * slots, dtype=i32)
+        scratch_vals = cupy.empty(2 * slots, dtype=np.float64)
+        long_args = (ip, ix, dv, ip, ix, dv, eo, long_rows, long_count, scratch_cols,
+                     scratch_vals, cnt, slot_row, t_cols, t_vals)  # fmt: skip
+        k["rows_long"]((sms,), (1024,), long_args, shared_mem=long_smem)
+        t.mark("rows_long")
+        c_indptr, ci, cd = result_arrays(cnt, t, cupy)
+        move_args = (slot_row, t_cols, t_vals, i64(products), ip, eo, c_indptr, ci, cd)
+        k["move_slots"](grid(products), (256,), move_args)
+        t.mark("move")
+        return t, (c_indptr, ci, cd)
+
+    return product
+
+
+def main():
+    args = probe_arguments(__doc__, "8:256:16384", "TINY:MED:LCAP")
+    import cupy
+    import cupyx.scipy.sparse as cxs
+
+    rows = []
+    for kind, name, A, identity, ref in power_law_operands(args.heldout, cupy, cxs):
+        products = [run(A, cupy, *(int(v) for v in c.split(":"))) for c in args.configs.split(",")]
+        for product, config in zip(products, args.configs.split(","), strict=True):
+            if not equals(product()[1], ref, cupy, cxs):
+                raise SystemExit(f"{name} {config}: differs from cupyx")
+        walls = {c: [] for c in ["cupyx", *args.configs.split(",")]}
+        spans = {c: [] for c in args.configs.split(",")}
+        order = list(walls)
+        for r in range(args.repeat + 1):
+            turn = r % len(order)
+            for label in order[turn:] + order[:turn]:
+                B = A @ identity  # fresh operands each sample
+                cupy.cuda.Device().synchronize()
+                t0 = time.perf_counter()
+                if label == "cupyx":
+                    B @ B
+                else:
+                    timer, _ = products[order.index(label) - 1]()
+                cupy.cuda.Device().synchronize()
+                if r:
+                    walls[label].append((time.perf_counter() - t0) * 1e3)
+                    if label != "cupyx":
+                        spans[label].append(timer.spans())
+        for config in args.configs.split(","):
+            row = {"set": kind, "matrix": name, "config": config, "nnz": int(A.nnz),
+                   "nnz_out": int(ref.nnz), "wall_ms": float(np.median(walls[config])),
+                   "cupyx_ms": float(np.median(walls["cupyx"]))}  # fmt: skip
+            for key in spans[config][0]:
+                row[key] = float(np.median([s[key] for s in spans[config]]))
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    header = common.experiment_header(MODULE)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({**header, "rows": rows}, f, indent=1)
+    skip = ("set", "matrix", "config", "nnz", "nnz_out", "wall_ms", "cupyx_ms")
+    pieces = [k for k in rows[0] if k not in skip]
+    lines = [
+        "| set | matrix | TINY:MED:LCAP | wall | cupyx | x cupyx | " + " | ".join(pieces) + " |",
+        "|---|---|---|---:|---:|---:|" + "---:|" * len(pieces),
+    ]
+    for r in rows:
+        cells = " | ".join(f"{r[k]:.3f}" for k in pieces)
+        ratio = r["cupyx_ms"] / r["wall_ms"]
+        lines.append(f"| {r['set']} | {r['matrix']} | {r['config']} | {r['wall_ms']:.3f} | "
+                     f"{r['cupyx_ms']:.3f} | {ratio:.2f}x | {cells} |")  # fmt: skip
+    note = "Milliseconds: wall clock on fresh operands, and each piece by CUDA events (medians)."
+    common.table_md(args.md, __doc__, header, note, lines)
+
+
+if __name__ == "__main__":
+    main()
