@@ -10,8 +10,10 @@ waits for another; then
   expanded by the whole warp into its slice of shared memory (a lane a product, its entry
   found by a binary search of ``eo``), sorted there (bitonic, ``__syncwarp`` only) and
   summed; a longer row is listed;
-* ``rows_long``: a block a listed row, the same in shared memory (``LCAP`` slots) or, for
-  longer rows, in a scratch array;
+  (``rows_batched``: a warp's medium rows expanded and sorted together, up to ``BATCH``);
+* ``rows_long``: a block a listed row, the same in shared memory (up to ``LCAP`` slots);
+  longer rows are listed again, their products expanded a thread each, sorted by
+  ``cupy.argsort`` and summed (``huge_expand``, ``huge_reduce``);
 * each row's distinct entries wait at its place in the work array with their row beside
   them; their count's scan gives ``C``'s row offsets, one wait reads ``nnz(C)``, and
   ``move_slots`` (a thread a slot) moves every entry into ``C``.
@@ -19,12 +21,15 @@ waits for another; then
 Each piece timed by CUDA events (medians of ``--repeat``), the whole by wall clock beside
 cupyx (cuSPARSE ALG1) on the same operands; answers checked against cupyx's.
 
-Found (``spgemm_rows_probe_h200``, fit power-law 1.5M): 3.8-4.2 ms against cupyx's 1.48,
-answers equal. The long rows (a block each, one at a time per block; the three rows past
-``LCAP`` sorted in global memory by one block) take 2.7-3.1 ms, and ``rows_main`` alone
-0.70-1.15 ms: a warp walks its medium rows one after another, each a chain of dependent
-loads (the entry's binary search, its B row, its columns). Rows need several blocks each
-past a few thousand products, and a warp needs several medium rows in flight at once.
+Found (``spgemm_rows_probe_h200``, fit power-law 1.5M, cupyx 1.55 ms in that run): 2.16 ms
+at best (0.72x; ``TINY`` 8, ``MED`` 256, ``LCAP`` 8192, two long-row blocks an SM), answers
+equal. Per piece: ``rows_main`` 0.66-0.90 ms, about the random reads of every B row it
+gathers (ALG1's expand takes 0.49 of its own); the long rows 0.35-0.63 (a block a row,
+one row after another); the rows past ``LCAP`` 0.6-0.8 whatever their number (the host's
+waits and the small launches around ``cupy.argsort``, not the sort); the offsets and the
+move 0.35. Batching a warp's medium rows (``BATCH``) did not help: loads, not the order
+of their waits, bound ``rows_main``. Sorting one row in global memory by one block (the
+first version) took 2.7-3.1 ms for the long rows alone.
 
 Usage (on a GPU machine)::
 
@@ -99,16 +104,73 @@ __device__ __forceinline__ void tiny_insert(int (&keys)[TINY], double (&vals)[TI
     if (keys[0] > key) { keys[0] = key; vals[0] = val; }
 }
 
+// a row of at most TINY products by its thread: inserted into TINY sorted registers,
+// written at its place p0 (its holes marked -1)
+__device__ void tiny_row(int row, int a0, int a1, long long p0, int p,
+                         const int* __restrict__ a_indices, const double* __restrict__ a_data,
+                         const int* __restrict__ b_indptr, const int* __restrict__ b_indices,
+                         const double* __restrict__ b_data, int* __restrict__ cnt,
+                         int* __restrict__ slot_row, int* __restrict__ t_cols,
+                         double* __restrict__ t_vals) {
+    int keys[TINY];
+    double vals[TINY];
+#pragma unroll
+    for (int k = 0; k < TINY; ++k) { keys[k] = PAD; vals[k] = 0.0; }
+    for (int e = a0; e < a1; ++e) {
+        const int c = a_indices[e];
+        const double av = a_data[e];
+        const int b1 = b_indptr[c + 1];
+        for (int b = b_indptr[c]; b < b1; ++b)
+            tiny_insert(keys, vals, b_indices[b], av * b_data[b]);
+    }
+    int n = 0;
+#pragma unroll
+    for (int k = 0; k < TINY; ++k) {
+        if (k < p) {
+            if (keys[k] != PAD) {
+                t_cols[p0 + k] = keys[k];
+                t_vals[p0 + k] = vals[k];
+                slot_row[p0 + k] = row;
+                ++n;
+            } else {
+                slot_row[p0 + k] = -1;
+            }
+        }
+    }
+    cnt[row] = n;
+}
+
+// a warp's row: its entries and products read (a0, a1, p0, p: none past m), a tiny row
+// done by its thread, a long row listed
+__device__ __forceinline__ void row_first(
+        int row, int m, const int* __restrict__ a_indptr, const int* __restrict__ a_indices,
+        const double* __restrict__ a_data, const int* __restrict__ b_indptr,
+        const int* __restrict__ b_indices, const double* __restrict__ b_data,
+        const long long* __restrict__ eo, int* __restrict__ cnt, int* __restrict__ slot_row,
+        int* __restrict__ t_cols, double* __restrict__ t_vals, int* __restrict__ long_rows,
+        int* __restrict__ long_count, int& a0, int& a1, long long& p0, long long& p) {
+    if (row >= m) return;
+    a0 = a_indptr[row];
+    a1 = a_indptr[row + 1];
+    p0 = eo[a0];
+    p = eo[a1] - p0;
+    if (p <= TINY) {
+        tiny_row(row, a0, a1, p0, (int)p, a_indices, a_data, b_indptr, b_indices, b_data, cnt,
+                 slot_row, t_cols, t_vals);
+    }
+    if (p > MED) long_rows[atomicAdd(long_count, 1)] = row;
+}
+
 // keys[0, n2) (n2 a power of 2) sorted with their values by ``threads`` threads from
 // ``first``: a warp's (BLOCK false: __syncwarp between steps) or a block's (__syncthreads)
-template <bool BLOCK>
-__device__ void bitonic(int* keys, double* vals, int n2, int first, int threads) {
+template <bool BLOCK, typename Key>
+__device__ void bitonic(Key* keys, double* vals, int n2, int first, int threads) {
     for (int size = 2; size <= n2; size <<= 1) {
         for (int half = size >> 1; half > 0; half >>= 1) {
             for (int t = first; t < (n2 >> 1); t += threads) {
                 const int i = 2 * t - (t & (half - 1)), j = i + half;
                 const bool up = (i & size) == 0;
-                const int ki = keys[i], kj = keys[j];
+                const Key ki = keys[i], kj = keys[j];
                 if ((ki > kj) == up) {
                     keys[i] = kj; keys[j] = ki;
                     const double v = vals[i]; vals[i] = vals[j]; vals[j] = v;
@@ -134,41 +196,8 @@ rows_main(const int* __restrict__ a_indptr, const int* __restrict__ a_indices,
         const int row = base + lane;
         int a0 = 0, a1 = 0;
         long long p0 = 0, p = 0;
-        if (row < m) {
-            a0 = a_indptr[row];
-            a1 = a_indptr[row + 1];
-            p0 = eo[a0];
-            p = eo[a1] - p0;
-        }
-        if (row < m && p <= TINY) {
-            int keys[TINY];
-            double vals[TINY];
-#pragma unroll
-            for (int k = 0; k < TINY; ++k) { keys[k] = PAD; vals[k] = 0.0; }
-            for (int e = a0; e < a1; ++e) {
-                const int c = a_indices[e];
-                const double av = a_data[e];
-                const int b1 = b_indptr[c + 1];
-                for (int b = b_indptr[c]; b < b1; ++b)
-                    tiny_insert(keys, vals, b_indices[b], av * b_data[b]);
-            }
-            int n = 0;
-#pragma unroll
-            for (int k = 0; k < TINY; ++k) {
-                if (k < p) {
-                    if (keys[k] != PAD) {
-                        t_cols[p0 + k] = keys[k];
-                        t_vals[p0 + k] = vals[k];
-                        slot_row[p0 + k] = row;
-                        ++n;
-                    } else {
-                        slot_row[p0 + k] = -1;
-                    }
-                }
-            }
-            cnt[row] = n;
-        }
-        if (row < m && p > MED) long_rows[atomicAdd(long_count, 1)] = row;
+        row_first(row, m, a_indptr, a_indices, a_data, b_indptr, b_indices, b_data, eo, cnt,
+                  slot_row, t_cols, t_vals, long_rows, long_count, a0, a1, p0, p);
         unsigned med = __ballot_sync(FULL, row < m && p > TINY && p <= MED);
         int* keys = s_keys[w];
         double* vals = s_vals[w];
@@ -217,8 +246,8 @@ rows_long(const int* __restrict__ a_indptr, const int* __restrict__ a_indices,
           const double* __restrict__ a_data, const int* __restrict__ b_indptr,
           const int* __restrict__ b_indices, const double* __restrict__ b_data,
           const long long* __restrict__ eo, const int* __restrict__ long_rows,
-          const int* __restrict__ long_count, int* __restrict__ scratch_cols,
-          double* __restrict__ scratch_vals, int* __restrict__ cnt,
+          const int* __restrict__ long_count, int* __restrict__ huge_rows,
+          int* __restrict__ huge_count, int* __restrict__ cnt,
           int* __restrict__ slot_row, int* __restrict__ t_cols, double* __restrict__ t_vals) {
     extern __shared__ double smem[];
     double* s_vals = smem;
@@ -233,9 +262,12 @@ rows_long(const int* __restrict__ a_indptr, const int* __restrict__ a_indices,
         const int p = (int)(eo[a1] - p0);
         int n2 = 1;
         while (n2 < p) n2 <<= 1;
-        const bool shared = n2 <= LCAP;
-        int* keys = shared ? s_keys : scratch_cols + 2 * p0;
-        double* vals = shared ? s_vals : scratch_vals + 2 * p0;
+        if (n2 > LCAP) {  // for the huge rows' pass
+            if (threadIdx.x == 0) huge_rows[atomicAdd(huge_count, 1)] = row;
+            continue;
+        }
+        int* keys = s_keys;
+        double* vals = s_vals;
         for (int q = threadIdx.x; q < p; q += LBLOCK) {
             const int e = entry_of(eo, a0, a1, p0 + q);
             const int b = b_indptr[a_indices[e]] + (int)(p0 + q - eo[e]);
@@ -279,6 +311,149 @@ rows_long(const int* __restrict__ a_indptr, const int* __restrict__ a_indices,
     }
 }
 
+typedef unsigned long long u64;
+#ifndef BATCH
+#define BATCH 512       // a warp's medium rows sorted together, up to BATCH products
+#endif
+
+// rows_main with a warp's medium rows batched: their products loaded together (a lane a
+// product, every row's at once) and sorted together as (lane, column) keys
+extern "C" __global__ void __launch_bounds__(WARPS * 32)
+rows_batched(const int* __restrict__ a_indptr, const int* __restrict__ a_indices,
+             const double* __restrict__ a_data, const int* __restrict__ b_indptr,
+             const int* __restrict__ b_indices, const double* __restrict__ b_data,
+             const long long* __restrict__ eo, int m, int* __restrict__ cnt,
+             int* __restrict__ slot_row, int* __restrict__ t_cols, double* __restrict__ t_vals,
+             int* __restrict__ long_rows, int* __restrict__ long_count) {
+    extern __shared__ u64 dyn[];
+    __shared__ int s_h[WARPS][32];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    u64* sk = dyn + w * BATCH;
+    double* sv = reinterpret_cast<double*>(dyn + WARPS * BATCH) + w * BATCH;
+    int* hs = s_h[w];
+    const int stride = gridDim.x * WARPS * 32;
+    for (int base = (blockIdx.x * WARPS + w) * 32; base < m; base += stride) {
+        const int row = base + lane;
+        int a0 = 0, a1 = 0;
+        long long p0 = 0, p = 0;
+        row_first(row, m, a_indptr, a_indices, a_data, b_indptr, b_indices, b_data, eo, cnt,
+                  slot_row, t_cols, t_vals, long_rows, long_count, a0, a1, p0, p);
+        const int mp = (row < m && p > TINY && p <= MED) ? (int)p : 0;
+        int inc = mp;
+        for (int o = 1; o < 32; o <<= 1) {
+            const int v = __shfl_up_sync(FULL, inc, o);
+            if (lane >= o) inc += v;
+        }
+        const int total = __shfl_sync(FULL, inc, 31);
+        for (int start = 0; start < total;) {
+            const unsigned fits =
+                __ballot_sync(FULL, mp > 0 && inc - mp >= start && inc <= start + BATCH);
+            const int end = __shfl_sync(FULL, inc, 31 - __clz(fits));
+            const int n = end - start;
+            for (int q0 = 0; q0 < n; q0 += 32) {
+                const int q = q0 + lane;
+                int src = 0;  // the first lane whose inclusive count passes start + q
+                for (int step = 16; step > 0; step >>= 1) {
+                    if (__shfl_sync(FULL, inc, src + step - 1) <= start + q) src += step;
+                }
+                const int s_inc = __shfl_sync(FULL, inc, src), s_mp = __shfl_sync(FULL, mp, src);
+                const int s_a0 = __shfl_sync(FULL, a0, src), s_a1 = __shfl_sync(FULL, a1, src);
+                const long long s_p0 = __shfl_sync(FULL, p0, src);
+                if (q < n) {
+                    const long long at = s_p0 + start + q - (s_inc - s_mp);
+                    const int e = entry_of(eo, s_a0, s_a1, at);
+                    const int b = b_indptr[a_indices[e]] + (int)(at - eo[e]);
+                    sk[q] = ((u64)src << 32) | (unsigned)b_indices[b];
+                    sv[q] = a_data[e] * b_data[b];
+                }
+            }
+            int n2 = 32;
+            while (n2 < n) n2 <<= 1;
+            for (int q = n + lane; q < n2; q += 32) sk[q] = ~0ull;
+            __syncwarp();
+            bitonic<false>(sk, sv, n2, lane, 32);
+            int running = 0;
+            for (int q0 = 0; q0 < n; q0 += 32) {
+                const int q = q0 + lane;
+                const u64 k = q < n ? sk[q] : ~0ull;
+                const bool head = q < n && (q == 0 || sk[q - 1] != k);
+                const unsigned hb = __ballot_sync(FULL, head);
+                const int h = running + __popc(hb & ((1u << lane) - 1));
+                const int src = q < n ? (int)(k >> 32) : 0;
+                if (head && (q == 0 || (sk[q - 1] >> 32) != (u64)src)) hs[src] = h;
+                __syncwarp();
+                const long long rp0 = __shfl_sync(FULL, p0, src);
+                if (head) {
+                    double v = sv[q];
+                    for (int u = q + 1; u < n && sk[u] == k; ++u) v += sv[u];
+                    const long long o = rp0 + (h - hs[src]);
+                    t_cols[o] = (int)(k & 0xffffffffu);
+                    t_vals[o] = v;
+                    slot_row[o] = base + src;
+                }
+                running += __popc(hb);
+                __syncwarp();
+            }
+            if ((fits >> lane) & 1u) {
+                const unsigned above = lane < 31 ? fits & ~((2u << lane) - 1u) : 0u;
+                const int c = (above ? hs[__ffs(above) - 1] : running) - hs[lane];
+                cnt[row] = c;
+                for (int q = c; q < p; ++q) slot_row[p0 + q] = -1;
+            }
+            __syncwarp();
+            start = end;
+        }
+    }
+}
+
+// the huge rows' products as (huge row, column) keys: a thread a product
+extern "C" __global__ void huge_expand(const int* __restrict__ a_indptr,
+        const int* __restrict__ a_indices, const double* __restrict__ a_data,
+        const int* __restrict__ b_indptr, const int* __restrict__ b_indices,
+        const double* __restrict__ b_data, const long long* __restrict__ eo,
+        const int* __restrict__ rows, int count, const long long* __restrict__ base,
+        long long total, u64* __restrict__ keys, double* __restrict__ vals) {
+    const long long q = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (q >= total) return;
+    int lo = 0, hi = count;  // the huge row: the last r with base[r] <= q
+    while (lo < hi) {
+        const int mid = (lo + hi) >> 1;
+        if (base[mid] <= q) lo = mid + 1; else hi = mid;
+    }
+    const int r = lo - 1, row = rows[r];
+    const long long at = eo[a_indptr[row]] + q - base[r];
+    const int e = entry_of(eo, a_indptr[row], a_indptr[row + 1], at);
+    const int b = b_indptr[a_indices[e]] + (int)(at - eo[e]);
+    keys[q] = ((u64)r << 32) | (unsigned)b_indices[b];
+    vals[q] = a_data[e] * b_data[b];
+}
+
+// sorted huge keys: each head sums its run into the row's place (heads: out_at, inclusive)
+extern "C" __global__ void huge_reduce(const u64* __restrict__ keys,
+        const double* __restrict__ vals, long long total, const long long* __restrict__ out_at,
+        const int* __restrict__ rows, const long long* __restrict__ base,
+        const int* __restrict__ a_indptr, const long long* __restrict__ eo,
+        int* __restrict__ cnt, int* __restrict__ slot_row, int* __restrict__ t_cols,
+        double* __restrict__ t_vals) {
+    const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= total) return;
+    const u64 k = keys[t];
+    if (t > 0 && keys[t - 1] == k) return;
+    double v = vals[t];
+    long long u = t + 1;
+    for (; u < total && keys[u] == k; ++u) v += vals[u];
+    const int r = (int)(k >> 32), row = rows[r];
+    const long long p0 = eo[a_indptr[row]], first = base[r];
+    const long long within = out_at[t] - out_at[first];
+    t_cols[p0 + within] = (int)(k & 0xffffffffu);
+    t_vals[p0 + within] = v;
+    slot_row[p0 + within] = row;
+    if (u == total || (keys[u] >> 32) != (u64)r) {  // the row's last: its count and holes
+        cnt[row] = (int)(within + 1);
+        for (long long h = within + 1; h < base[r + 1] - first; ++h) slot_row[p0 + h] = -1;
+    }
+}
+
 // a thread a work slot: its entry into C (holes: row -1)
 extern "C" __global__ void move_slots(const int* __restrict__ slot_row,
         const int* __restrict__ t_cols, const double* __restrict__ t_vals, long long n,
@@ -296,20 +471,47 @@ extern "C" __global__ void move_slots(const int* __restrict__ slot_row,
 """
 
 
-def run(A, cupy, tiny, med, lcap):
+def run(A, cupy, tiny, med, lcap, batch=0, long_blocks_per_sm=1):
     """The product ``A @ A`` (int32 indices, float64) as a function returning
-    ``(timer, (indptr, indices, data))``."""
-    options = ("-std=c++17", f"-DTINY={tiny}", f"-DMED={med}", f"-DLCAP={lcap}")
-    mod = cupy.RawModule(code=SOURCE, options=options)
-    k = {n: mod.get_function(n) for n in
-         ("entry_products", "rows_main", "rows_long", "move_slots")}  # fmt: skip
+    ``(timer, (indptr, indices, data))``. ``batch``: a warp's medium rows sorted together
+    up to ``batch`` products (``rows_batched``), 0: one at a time (``rows_main``)."""
+    options = ["-std=c++17", f"-DTINY={tiny}", f"-DMED={med}", f"-DLCAP={lcap}"]
+    if batch:
+        options.append(f"-DBATCH={batch}")
+    mod = cupy.RawModule(code=SOURCE, options=tuple(options))
+    names = ("entry_products", "rows_main", "rows_batched", "rows_long", "huge_expand",
+             "huge_reduce", "move_slots")  # fmt: skip
+    k = {n: mod.get_function(n) for n in names}
     long_smem = lcap * 12
     k["rows_long"].max_dynamic_shared_size_bytes = long_smem
+    main_smem = 8 * batch * 16
+    if batch:
+        k["rows_batched"].max_dynamic_shared_size_bytes = main_smem
     device = cupy.cuda.Device()
     sms = device.attributes["MultiProcessorCount"]
     m = A.shape[0]
     ip, ix, dv = A.indptr, A.indices, A.data
     i64, i32 = np.int64, np.int32
+
+    def huge(eo, rows, count, cnt, slot_row, t_cols, t_vals, t):
+        rows = rows[:count]
+        base = cupy.zeros(count + 1, dtype=i64)
+        cupy.cumsum(eo[ip[rows + 1]] - eo[ip[rows]], out=base[1:])
+        total = int(base[-1].get())
+        keys = cupy.empty(total, dtype=np.uint64)
+        vals = cupy.empty(total, dtype=np.float64)
+        expand_args = (ip, ix, dv, ip, ix, dv, eo, rows, i32(count), base, i64(total), keys,
+                       vals)  # fmt: skip
+        k["huge_expand"](grid(total), (256,), expand_args)
+        order = cupy.argsort(keys)
+        keys, vals = keys[order], vals[order]
+        heads = cupy.empty(total, dtype=i64)
+        heads[:1] = 1
+        heads[1:] = keys[1:] != keys[:-1]
+        out_at = cupy.cumsum(heads) - 1
+        reduce_args = (keys, vals, i64(total), out_at, rows, base, ip, eo, cnt, slot_row,
+                       t_cols, t_vals)  # fmt: skip
+        k["huge_reduce"](grid(total), (256,), reduce_args)
 
     def product():
         t = Timer(cupy)
@@ -322,18 +524,24 @@ def run(A, cupy, tiny, med, lcap):
         slot_row = cupy.empty(slots, dtype=i32)
         cnt = cupy.empty(m, dtype=i32)
         long_rows = cupy.empty(m, dtype=i32)
-        long_count = cupy.zeros(1, dtype=i32)
+        counts = cupy.zeros(2, dtype=i32)  # long rows, huge rows
         rows_grid = (min(-(-m // (8 * 32)), sms * 8),)
         main_args = (ip, ix, dv, ip, ix, dv, eo, i32(m), cnt, slot_row, t_cols, t_vals,
-                     long_rows, long_count)  # fmt: skip
-        k["rows_main"](rows_grid, (256,), main_args)
+                     long_rows, counts[:1])  # fmt: skip
+        if batch:
+            k["rows_batched"](rows_grid, (256,), main_args, shared_mem=main_smem)
+        else:
+            k["rows_main"](rows_grid, (256,), main_args)
         t.mark("rows_main")
-        scratch_cols = cupy.empty(2 * slots, dtype=i32)
-        scratch_vals = cupy.empty(2 * slots, dtype=np.float64)
-        long_args = (ip, ix, dv, ip, ix, dv, eo, long_rows, long_count, scratch_cols,
-                     scratch_vals, cnt, slot_row, t_cols, t_vals)  # fmt: skip
-        k["rows_long"]((sms,), (1024,), long_args, shared_mem=long_smem)
+        huge_rows = cupy.empty(m, dtype=i32)
+        long_args = (ip, ix, dv, ip, ix, dv, eo, long_rows, counts[:1], huge_rows, counts[1:],
+                     cnt, slot_row, t_cols, t_vals)  # fmt: skip
+        k["rows_long"]((sms * long_blocks_per_sm,), (1024,), long_args, shared_mem=long_smem)
         t.mark("rows_long")
+        count = int(counts[1].get())
+        if count:
+            huge(eo, huge_rows, count, cnt, slot_row, t_cols, t_vals, t)
+        t.mark("huge rows")
         c_indptr, ci, cd = result_arrays(cnt, t, cupy)
         move_args = (slot_row, t_cols, t_vals, i64(products), ip, eo, c_indptr, ci, cd)
         k["move_slots"](grid(products), (256,), move_args)
@@ -344,7 +552,7 @@ def run(A, cupy, tiny, med, lcap):
 
 
 def main():
-    args = probe_arguments(__doc__, "8:256:16384", "TINY:MED:LCAP")
+    args = probe_arguments(__doc__, "8:256:16384", "TINY:MED:LCAP[:BATCH[:LONG_BLOCKS_PER_SM]]")
     import cupy
     import cupyx.scipy.sparse as cxs
 
