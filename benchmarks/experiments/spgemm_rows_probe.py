@@ -21,15 +21,17 @@ waits for another; then
 Each piece timed by CUDA events (medians of ``--repeat``), the whole by wall clock beside
 cupyx (cuSPARSE ALG1) on the same operands; answers checked against cupyx's.
 
-Found (``spgemm_rows_probe_h200``, fit power-law 1.5M, cupyx 1.55 ms in that run): 2.16 ms
-at best (0.72x; ``TINY`` 8, ``MED`` 256, ``LCAP`` 8192, two long-row blocks an SM), answers
-equal. Per piece: ``rows_main`` 0.66-0.90 ms, about the random reads of every B row it
-gathers (ALG1's expand takes 0.49 of its own); the long rows 0.35-0.63 (a block a row,
-one row after another); the rows past ``LCAP`` 0.6-0.8 whatever their number (the host's
-waits and the small launches around ``cupy.argsort``, not the sort); the offsets and the
-move 0.35. Batching a warp's medium rows (``BATCH``) did not help: loads, not the order
-of their waits, bound ``rows_main``. Sorting one row in global memory by one block (the
-first version) took 2.7-3.1 ms for the long rows alone.
+Found (``spgemm_rows_probe_h200``, fit power-law 1.5M, cupyx 1.46 ms in that run): 2.00 ms
+at best (0.73x; ``TINY`` 8, ``MED`` 256, ``LCAP`` 8192, two long-row blocks an SM), answers
+equal. Per piece: ``rows_main`` 0.76 ms (0.57 of it the rows of at most 32 products; the
+tiny rows a thread each cost about as much as ALG1's whole expand, 0.49); the long rows
+0.34 (a block a row, one after another); the rows past ``LCAP`` 0.54 whatever their
+number (host waits and small launches around ``cupy.argsort``); offsets and move 0.3.
+Neither batching a warp's medium rows (``BATCH``: 0.83) nor issuing each level's loads
+together (``PREFETCH``: 1.03 at 126 registers, half the threads an SM) helps: the gathers
+of the B rows bound ``rows_main``, as they bound ALG1's expand. A thread a row does not
+pay below 8 products (``TINY`` 2, 4, 16: 1.25, 0.94, 1.01). The first version, one block
+sorting a huge row in global memory, took 2.7-3.1 ms on the long rows alone.
 
 Usage (on a GPU machine)::
 
@@ -116,6 +118,42 @@ __device__ void tiny_row(int row, int a0, int a1, long long p0, int p,
     double vals[TINY];
 #pragma unroll
     for (int k = 0; k < TINY; ++k) { keys[k] = PAD; vals[k] = 0.0; }
+#ifdef PREFETCH
+    if (a1 - a0 <= TINY) {  // every load of a level issued before any is used
+        const int ne = a1 - a0;
+        int col[TINY], start[TINY], len[TINY];
+        double av[TINY];
+#pragma unroll
+        for (int k = 0; k < TINY; ++k) {
+            if (k < ne) { col[k] = a_indices[a0 + k]; av[k] = a_data[a0 + k]; }
+        }
+#pragma unroll
+        for (int k = 0; k < TINY; ++k) {
+            if (k < ne) { start[k] = b_indptr[col[k]]; len[k] = b_indptr[col[k] + 1] - start[k]; }
+            else len[k] = 0;
+        }
+        int pk[TINY];
+        double pv[TINY];
+#pragma unroll
+        for (int j = 0; j < TINY; ++j) {
+            int b = 0, acc = 0;  // product j's place in B and its entry's value
+            double a = 0.0;
+#pragma unroll
+            for (int t = 0; t < TINY; ++t) {
+                if (acc <= j && acc + len[t] > j) { b = start[t] + j - acc; a = av[t]; }
+                acc += len[t];
+            }
+            if (j < p) {
+                pk[j] = b_indices[b];
+                pv[j] = a * b_data[b];
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < TINY; ++j) {
+            if (j < p) tiny_insert(keys, vals, pk[j], pv[j]);
+        }
+    } else
+#endif
     for (int e = a0; e < a1; ++e) {
         const int c = a_indices[e];
         const double av = a_data[e];
@@ -208,12 +246,50 @@ rows_main(const int* __restrict__ a_indptr, const int* __restrict__ a_indices,
             const int ra0 = __shfl_sync(FULL, a0, src), ra1 = __shfl_sync(FULL, a1, src);
             const long long rp0 = __shfl_sync(FULL, p0, src);
             const int rp = (int)__shfl_sync(FULL, p, src);
+#ifdef PREFETCH
+            // a lane an entry (32 at a time): its B row, then the products spread over lanes
+            for (int e0 = ra0, done = 0; e0 < ra1; e0 += 32) {
+                const int e = e0 + lane;
+                int bs = 0, len = 0;
+                double av = 0.0;
+                if (e < ra1) {
+                    const int c = a_indices[e];
+                    av = a_data[e];
+                    bs = b_indptr[c];
+                    len = b_indptr[c + 1] - bs;
+                }
+                int inc = len;
+                for (int o = 1; o < 32; o <<= 1) {
+                    const int v = __shfl_up_sync(FULL, inc, o);
+                    if (lane >= o) inc += v;
+                }
+                const int batch = __shfl_sync(FULL, inc, 31);
+                for (int q0 = 0; q0 < batch; q0 += 32) {
+                    const int q = q0 + lane;
+                    int src = 0;
+                    for (int step = 16; step > 0; step >>= 1) {
+                        if (__shfl_sync(FULL, inc, src + step - 1) <= q) src += step;
+                    }
+                    const int s_inc = __shfl_sync(FULL, inc, src);
+                    const int s_len = __shfl_sync(FULL, len, src);
+                    const int s_bs = __shfl_sync(FULL, bs, src);
+                    const double s_av = __shfl_sync(FULL, av, src);
+                    if (q < batch) {
+                        const int b = s_bs + q - (s_inc - s_len);
+                        keys[done + q] = b_indices[b];
+                        vals[done + q] = s_av * b_data[b];
+                    }
+                }
+                done += batch;
+            }
+#else
             for (int q = lane; q < rp; q += 32) {
                 const int e = entry_of(eo, ra0, ra1, rp0 + q);
                 const int b = b_indptr[a_indices[e]] + (int)(rp0 + q - eo[e]);
                 keys[q] = b_indices[b];
                 vals[q] = a_data[e] * b_data[b];
             }
+#endif
             int n2 = 32;
             while (n2 < rp) n2 <<= 1;
             for (int q = rp + lane; q < n2; q += 32) keys[q] = PAD;
@@ -471,13 +547,15 @@ extern "C" __global__ void move_slots(const int* __restrict__ slot_row,
 """
 
 
-def run(A, cupy, tiny, med, lcap, batch=0, long_blocks_per_sm=1):
+def run(A, cupy, tiny, med, lcap, batch=0, long_blocks_per_sm=1, prefetch=0):
     """The product ``A @ A`` (int32 indices, float64) as a function returning
     ``(timer, (indptr, indices, data))``. ``batch``: a warp's medium rows sorted together
     up to ``batch`` products (``rows_batched``), 0: one at a time (``rows_main``)."""
     options = ["-std=c++17", f"-DTINY={tiny}", f"-DMED={med}", f"-DLCAP={lcap}"]
     if batch:
         options.append(f"-DBATCH={batch}")
+    if prefetch:
+        options.append("-DPREFETCH")
     mod = cupy.RawModule(code=SOURCE, options=tuple(options))
     names = ("entry_products", "rows_main", "rows_batched", "rows_long", "huge_expand",
              "huge_reduce", "move_slots")  # fmt: skip
@@ -552,7 +630,8 @@ def run(A, cupy, tiny, med, lcap, batch=0, long_blocks_per_sm=1):
 
 
 def main():
-    args = probe_arguments(__doc__, "8:256:16384", "TINY:MED:LCAP[:BATCH[:LONG_BLOCKS_PER_SM]]")
+    names = "TINY:MED:LCAP[:BATCH[:LONG_BLOCKS_PER_SM[:PREFETCH]]]"
+    args = probe_arguments(__doc__, "8:256:16384", names)
     import cupy
     import cupyx.scipy.sparse as cxs
 
