@@ -365,19 +365,19 @@ def test_short_rows_are_a_registered_family_of_every_group():
             assert (
                 f"spgemm_short_fill<float, long long, {lanes}, {cap}, {slotted}, true>" not in names
             )
-        assert f"spgemm_short_move<complex64, int, {cap}>" in names
+        assert f"spgemm_slot_move<complex64, int, {cap}, 32, true>" in names
     assert hash_spgemm.SHORT_SLOTS in (0, *hash_spgemm.SHORT_GROUPS)
     lanes, cap = hash_spgemm.SHORT_GROUPS[hash_spgemm.SHORT_FIRST_SLOTS]
     for narrow in ("true", "false"):
         assert f"spgemm_short_first<complex128, int, {lanes}, {cap}, {narrow}>" in names
     assert f"spgemm_short_first<double, long long, {lanes}, {cap}, false>" in names
-    assert f"spgemm_short_move_first<float, long long, {cap}>" in names
+    assert f"spgemm_slot_move<float, long long, {cap}, 32, false>" in names
     tiny = hash_spgemm.TINY_FIRST_SLOTS
     for index in ("int", "long long"):
         assert f"spgemm_entry_products<{index}>" in names
         for value in ("float", "double", "complex64", "complex128"):
             assert f"spgemm_tiny_first<{value}, {index}, {tiny}>" in names
-            assert f"spgemm_tiny_move<{value}, {index}, {tiny}>" in names
+            assert f"spgemm_slot_move<{value}, {index}, {tiny}, 1, false>" in names
     for slots, (lanes, cap) in hash_spgemm.LISTED_GROUPS.items():  # 32-bit indices only
         assert cap == slots and lanes == 32
         assert f"spgemm_short_count_listed<int, {lanes}, {cap}>" in names

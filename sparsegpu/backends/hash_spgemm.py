@@ -251,8 +251,12 @@ def _short_fill_listed_kernel(value_dtype, index_dtype, slots: int, narrow: bool
     )
 
 
-def _short_move_kernel(value_dtype, index_dtype, slots: int) -> str:
-    return name_expression("spgemm_short_move", value_dtype, index_dtype, slots)
+def _slot_move_kernel(value_dtype, index_dtype, slots: int, lanes: int, listed: bool) -> str:
+    """The move of slotted rows into ``C``: ``lanes`` lanes a row (32, or 1 for tiny
+    first's), ``listed`` (the short fill's listed rows) or every row (the first slots)."""
+    return name_expression(
+        "spgemm_slot_move", value_dtype, index_dtype, slots, lanes, _flag(listed)
+    )
 
 
 def _short_first_kernel(value_dtype, index_dtype, slots: int, narrow=False) -> str:
@@ -262,16 +266,8 @@ def _short_first_kernel(value_dtype, index_dtype, slots: int, narrow=False) -> s
     )
 
 
-def _short_move_first_kernel(value_dtype, index_dtype, slots: int) -> str:
-    return name_expression("spgemm_short_move_first", value_dtype, index_dtype, slots)
-
-
 def _tiny_first_kernel(value_dtype, index_dtype, slots: int) -> str:
     return name_expression("spgemm_tiny_first", value_dtype, index_dtype, slots)
-
-
-def _tiny_move_kernel(value_dtype, index_dtype, slots: int) -> str:
-    return name_expression("spgemm_tiny_move", value_dtype, index_dtype, slots)
 
 
 def _flag(value: bool) -> str:
@@ -317,6 +313,13 @@ HASH_FAMILY = register_family(
 )
 
 
+# the slot moves (slots, lanes a row, listed rows): the short fill's slotted classes, the
+# first slots of short rows first (a warp a row) and of tiny first (a thread a row)
+_SLOT_MOVES = (
+    *((s, 32, True) for s in SHORT_GROUPS),
+    (SHORT_FIRST_SLOTS, 32, False),
+    (TINY_FIRST_SLOTS, 1, False),
+)
 # the short rows' NARROW instantiations by index type (32-bit keys: 32-bit indices only)
 _NARROW_OF = {index: (False, True) if index == np.int32 else (False,) for index in CXX_INDEX_TYPES}
 
@@ -334,10 +337,10 @@ SHORT_FAMILY = register_family(
             for narrow in _NARROW_OF[index]
         )
         + tuple(
-            _short_move_kernel(value, index, s)
+            _slot_move_kernel(value, index, slots, lanes, listed)
             for value in CXX_VALUE_TYPES
             for index in CXX_INDEX_TYPES
-            for s in SHORT_GROUPS
+            for slots, lanes, listed in _SLOT_MOVES
         )
         + tuple(
             _short_first_kernel(value, index, SHORT_FIRST_SLOTS, narrow)
@@ -345,15 +348,9 @@ SHORT_FAMILY = register_family(
             for index in CXX_INDEX_TYPES
             for narrow in _NARROW_OF[index]
         )
-        + tuple(
-            _short_move_first_kernel(value, index, SHORT_FIRST_SLOTS)
-            for value in CXX_VALUE_TYPES
-            for index in CXX_INDEX_TYPES
-        )
         + tuple(_index_kernel("spgemm_entry_products", index) for index in CXX_INDEX_TYPES)
         + tuple(
-            kernel(value, index, TINY_FIRST_SLOTS)
-            for kernel in (_tiny_first_kernel, _tiny_move_kernel)
+            _tiny_first_kernel(value, index, TINY_FIRST_SLOTS)
             for value in CXX_VALUE_TYPES
             for index in CXX_INDEX_TYPES
         )
@@ -574,12 +571,13 @@ def _short_numeric(left, right, short: _ShortRows, indptr, indices, data, device
             _short_fill_launch(left, right, rows, count, slots, outputs, False, device)
         return
     for (slots, first, count), base in zip(short.classes, _slot_bases(short.classes), strict=True):
+        rows = short.rows[first:]
         arguments = (
-            short.rows[first:], count, short.slot_indices[base:], short.slot_data[base:],
-            indptr, indices, data,
+            rows, count, rows, short.slot_indices[base:], short.slot_data[base:], indptr,
+            indices, data,
         )  # fmt: skip
         grid = _grid_of(SHORT_BLOCK // 32, count, device)
-        name = _short_move_kernel(left.dtype, left.index_dtype, slots)
+        name = _slot_move_kernel(left.dtype, left.index_dtype, slots, 32, True)
         _launch(name, grid, SHORT_BLOCK, arguments, source=SHORT_SOURCE)
 
 
@@ -1000,12 +998,13 @@ def _short_first_numeric(left, right, state: _ShortFirst, indptr, indices, data,
     computed), the listed others' tables filled."""
     device = _cuda.device_info()
     m = left.shape[0]
-    arguments = (m, state.over, state.slot_indices, state.slot_data, indptr, indices, data)
+    over = state.over  # also the unread listed rows' argument
+    arguments = (over, m, over, state.slot_indices, state.slot_data, indptr, indices, data)
     if state.tiny:
-        name = _tiny_move_kernel(left.dtype, left.index_dtype, TINY_FIRST_SLOTS)
+        name = _slot_move_kernel(left.dtype, left.index_dtype, TINY_FIRST_SLOTS, 1, False)
         _launch(name, _grid_of(TINY_BLOCK, m, device), TINY_BLOCK, arguments, source=SHORT_SOURCE)
     else:
-        name = _short_move_first_kernel(left.dtype, left.index_dtype, SHORT_FIRST_SLOTS)
+        name = _slot_move_kernel(left.dtype, left.index_dtype, SHORT_FIRST_SLOTS, 32, False)
         grid = _grid_of(SHORT_BLOCK // 32, m, device)
         _launch(name, grid, SHORT_BLOCK, arguments, source=SHORT_SOURCE)
     if state.listed_counts is not None:

@@ -13,11 +13,11 @@
 //                      written at c_indptr[row] + its place: canonical CSR; or, SLOTTED
 //                      (where the work space fits: no count pass), into a slot of CAP
 //                      entries a row with the row's entries into sizes[row];
-// spgemm_short_move    the slotted rows moved to their places once C's offsets are known;
+// spgemm_slot_move     slotted rows (this file's kernels') moved to their places once C's
+//                      offsets are known;
 // spgemm_short_first   every row of A, no listing before it: rows of at most CAP products
 //                      into slots indexed by the row, the others' products into over[row]
 //                      (for the hash rows' listing of what is left);
-// spgemm_short_move_first  its slotted rows moved to their places;
 // spgemm_short_unlist  sizes[row] = 0 for the listed rows (so that the numeric listing of
 //                      the hash rows leaves them out);
 // spgemm_short_count_listed, spgemm_short_fill_listed  the count and the (unslotted) fill of
@@ -404,46 +404,35 @@ __global__ void
     }
 }
 
-// The slotted rows (spgemm_short_fill's SLOTTED) moved to their places in C: a warp a row.
-template <typename Value, typename Index, int CAP>
-__global__ void spgemm_short_move(const Index* __restrict__ rows, long long n_rows,
-                                  const Index* __restrict__ slot_indices,
-                                  const Value* __restrict__ slot_data,
-                                  const Index* __restrict__ c_indptr,
-                                  Index* __restrict__ c_indices, Value* __restrict__ c_data) {
-    const int lane = threadIdx.x & 31;
-    for (long long r = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-         r < n_rows; r += (static_cast<long long>(gridDim.x) * blockDim.x) >> 5) {
-        const Index row = rows[r];
-        const Index out = c_indptr[row];
-        const int size = static_cast<int>(c_indptr[row + 1] - out);
-        for (int i = lane; i < size; i += 32) {
-            c_indices[out + i] = slot_indices[r * CAP + i];
-            c_data[out + i] = slot_data[r * CAP + i];
-        }
-    }
-}
-
-// spgemm_short_first's rows moved to their places in C (a warp a row; rows with over[row]
-// set are the listed kernels').
-template <typename Value, typename Index, int CAP>
-__global__ void spgemm_short_move_first(long long n_rows, const Index* __restrict__ over,
-                                        const Index* __restrict__ slot_indices,
-                                        const Value* __restrict__ slot_data,
-                                        const Index* __restrict__ c_indptr,
-                                        Index* __restrict__ c_indices,
-                                        Value* __restrict__ c_data) {
-    const int lane = threadIdx.x & 31;
-    for (long long r = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-         r < n_rows; r += (static_cast<long long>(gridDim.x) * blockDim.x) >> 5) {
-        if (over[r] != 0) {
+// Slotted rows moved to their places in C once its row offsets are known, LANES lanes a
+// row (a warp; a thread for tiny first's rows of at most CAP = 8 products). LISTED: the rows
+// rows[0, n_rows), slot r holding rows[r] (spgemm_short_fill's slots; over unread); else
+// every row r < n_rows in slot r, those with over[r] set left to the listed kernels
+// (spgemm_short_first's and spgemm_tiny_first's slots; rows unread).
+template <typename Value, typename Index, int CAP, int LANES, bool LISTED>
+__global__ void spgemm_slot_move(const Index* __restrict__ rows, long long n_rows,
+                                 const Index* __restrict__ over,
+                                 const Index* __restrict__ slot_indices,
+                                 const Value* __restrict__ slot_data,
+                                 const Index* __restrict__ c_indptr,
+                                 Index* __restrict__ c_indices, Value* __restrict__ c_data) {
+    const int lane = threadIdx.x % LANES;
+    const long long groups = static_cast<long long>(gridDim.x) * blockDim.x / LANES;
+#pragma unroll 1
+    for (long long r = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / LANES;
+         r < n_rows; r += groups) {
+        if (!LISTED && over[r] != 0) {
             continue;
         }
-        const Index out = c_indptr[r];
-        const int size = static_cast<int>(c_indptr[r + 1] - out);
-        for (int i = lane; i < size; i += 32) {
-            c_indices[out + i] = slot_indices[r * CAP + i];
-            c_data[out + i] = slot_data[r * CAP + i];
+        const Index row = LISTED ? rows[r] : static_cast<Index>(r);
+        const Index out = c_indptr[row];
+        const int size = static_cast<int>(c_indptr[row + 1] - out);
+#pragma unroll
+        for (int i = lane; i < CAP; i += LANES) {
+            if (i < size) {
+                c_indices[out + i] = slot_indices[r * CAP + i];
+                c_data[out + i] = slot_data[r * CAP + i];
+            }
         }
     }
 }
@@ -565,31 +554,5 @@ __global__ void spgemm_tiny_first(
         }
         sizes[r] = static_cast<Index>(entries);
         over[r] = 0;
-    }
-}
-
-// spgemm_tiny_first's rows moved to their places in C (a thread a row; rows with over[row]
-// set are the listed kernels').
-template <typename Value, typename Index, int CAP>
-__global__ void spgemm_tiny_move(long long n_rows, const Index* __restrict__ over,
-                                 const Index* __restrict__ slot_indices,
-                                 const Value* __restrict__ slot_data,
-                                 const Index* __restrict__ c_indptr,
-                                 Index* __restrict__ c_indices, Value* __restrict__ c_data) {
-    const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
-    for (long long r = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
-         r < n_rows; r += stride) {
-        if (over[r] != 0) {
-            continue;
-        }
-        const Index out = c_indptr[r];
-        const int size = static_cast<int>(c_indptr[r + 1] - out);
-#pragma unroll
-        for (int i = 0; i < CAP; ++i) {
-            if (i < size) {
-                c_indices[out + i] = slot_indices[r * CAP + i];
-                c_data[out + i] = slot_data[r * CAP + i];
-            }
-        }
     }
 }
