@@ -427,9 +427,16 @@ __global__ void spgemm_slot_move(const Index* __restrict__ rows, long long n_row
         const Index row = LISTED ? rows[r] : static_cast<Index>(r);
         const Index out = c_indptr[row];
         const int size = static_cast<int>(c_indptr[row + 1] - out);
+        if (LANES == 1) {  // a thread a row of at most CAP: unrolled
 #pragma unroll
-        for (int i = lane; i < CAP; i += LANES) {
-            if (i < size) {
+            for (int i = 0; i < CAP; ++i) {
+                if (i < size) {
+                    c_indices[out + i] = slot_indices[r * CAP + i];
+                    c_data[out + i] = slot_data[r * CAP + i];
+                }
+            }
+        } else {
+            for (int i = lane; i < size; i += LANES) {
                 c_indices[out + i] = slot_indices[r * CAP + i];
                 c_data[out + i] = slot_data[r * CAP + i];
             }
