@@ -14,6 +14,7 @@ waits for another; then
 * ``rows_long``: a block a listed row, the same in shared memory (up to ``LCAP`` slots);
   longer rows are listed again, their products expanded a thread each, sorted by
   ``cupy.argsort`` and summed (``huge_expand``, ``huge_reduce``);
+* ``PACKED``: B's column and value read from one 16-byte record a entry (``pack_b``);
 * each row's distinct entries wait at its place in the work array with their row beside
   them; their count's scan gives ``C``'s row offsets, one wait reads ``nnz(C)``, and
   ``move_slots`` (a thread a slot) moves every entry into ``C``.
@@ -28,9 +29,12 @@ tiny rows a thread each cost about as much as ALG1's whole expand, 0.49); the lo
 0.34 (a block a row, one after another); the rows past ``LCAP`` 0.54 whatever their
 number (host waits and small launches around ``cupy.argsort``); offsets and move 0.3.
 Neither batching a warp's medium rows (``BATCH``: 0.83) nor issuing each level's loads
-together (``PREFETCH``: 1.03 at 126 registers, half the threads an SM) helps: the gathers
-of the B rows bound ``rows_main``, as they bound ALG1's expand. A thread a row does not
-pay below 8 products (``TINY`` 2, 4, 16: 1.25, 0.94, 1.01). The first version, one block
+together (``PREFETCH``: 1.03 at 126 registers, half the threads an SM) helps, nor, in
+``spgemm_rows_packed_h200``, B's column and value packed into one 16-byte record
+(``PACKED``: 0.762 against 0.774, the packing included): the B rows' sectors do not bound
+``rows_main``; what does (the divergent loops of a thread's row, the scattered writes,
+58 registers a thread) is for a profiler to say. A thread a row does not pay below 8
+products (``TINY`` 2, 4, 16: 1.25, 0.94, 1.01). The first version, one block
 sorting a huge row in global memory, took 2.7-3.1 ms on the long rows alone.
 
 Usage (on a GPU machine)::
@@ -72,6 +76,13 @@ SOURCE = r"""
 #define LCAP 16384      // a long row sorted in shared memory up to LCAP slots, else in scratch
 #endif
 #define FULL 0xffffffffu
+#ifdef PACKED  // B's column and value in one 16-byte record (b_indices, b_data: the records)
+#define BCOL(b) (b_indices[4 * (b) + 2])
+#define BVAL(b) (b_data[2 * (b)])
+#else
+#define BCOL(b) (b_indices[b])
+#define BVAL(b) (b_data[b])
+#endif
 #define PAD 0x7fffffff
 
 extern "C" __global__ void entry_products(const int* __restrict__ a_indices, long long nnz,
@@ -144,8 +155,8 @@ __device__ void tiny_row(int row, int a0, int a1, long long p0, int p,
                 acc += len[t];
             }
             if (j < p) {
-                pk[j] = b_indices[b];
-                pv[j] = a * b_data[b];
+                pk[j] = BCOL(b);
+                pv[j] = a * BVAL(b);
             }
         }
 #pragma unroll
@@ -159,7 +170,7 @@ __device__ void tiny_row(int row, int a0, int a1, long long p0, int p,
         const double av = a_data[e];
         const int b1 = b_indptr[c + 1];
         for (int b = b_indptr[c]; b < b1; ++b)
-            tiny_insert(keys, vals, b_indices[b], av * b_data[b]);
+            tiny_insert(keys, vals, BCOL(b), av * BVAL(b));
     }
     int n = 0;
 #pragma unroll
@@ -276,8 +287,8 @@ rows_main(const int* __restrict__ a_indptr, const int* __restrict__ a_indices,
                     const double s_av = __shfl_sync(FULL, av, src);
                     if (q < batch) {
                         const int b = s_bs + q - (s_inc - s_len);
-                        keys[done + q] = b_indices[b];
-                        vals[done + q] = s_av * b_data[b];
+                        keys[done + q] = BCOL(b);
+                        vals[done + q] = s_av * BVAL(b);
                     }
                 }
                 done += batch;
@@ -286,8 +297,8 @@ rows_main(const int* __restrict__ a_indptr, const int* __restrict__ a_indices,
             for (int q = lane; q < rp; q += 32) {
                 const int e = entry_of(eo, ra0, ra1, rp0 + q);
                 const int b = b_indptr[a_indices[e]] + (int)(rp0 + q - eo[e]);
-                keys[q] = b_indices[b];
-                vals[q] = a_data[e] * b_data[b];
+                keys[q] = BCOL(b);
+                vals[q] = a_data[e] * BVAL(b);
             }
 #endif
             int n2 = 32;
@@ -347,8 +358,8 @@ rows_long(const int* __restrict__ a_indptr, const int* __restrict__ a_indices,
         for (int q = threadIdx.x; q < p; q += LBLOCK) {
             const int e = entry_of(eo, a0, a1, p0 + q);
             const int b = b_indptr[a_indices[e]] + (int)(p0 + q - eo[e]);
-            keys[q] = b_indices[b];
-            vals[q] = a_data[e] * b_data[b];
+            keys[q] = BCOL(b);
+            vals[q] = a_data[e] * BVAL(b);
         }
         for (int q = p + threadIdx.x; q < n2; q += LBLOCK) keys[q] = PAD;
         __syncthreads();
@@ -439,8 +450,8 @@ rows_batched(const int* __restrict__ a_indptr, const int* __restrict__ a_indices
                     const long long at = s_p0 + start + q - (s_inc - s_mp);
                     const int e = entry_of(eo, s_a0, s_a1, at);
                     const int b = b_indptr[a_indices[e]] + (int)(at - eo[e]);
-                    sk[q] = ((u64)src << 32) | (unsigned)b_indices[b];
-                    sv[q] = a_data[e] * b_data[b];
+                    sk[q] = ((u64)src << 32) | (unsigned)BCOL(b);
+                    sv[q] = a_data[e] * BVAL(b);
                 }
             }
             int n2 = 32;
@@ -500,8 +511,8 @@ extern "C" __global__ void huge_expand(const int* __restrict__ a_indptr,
     const long long at = eo[a_indptr[row]] + q - base[r];
     const int e = entry_of(eo, a_indptr[row], a_indptr[row + 1], at);
     const int b = b_indptr[a_indices[e]] + (int)(at - eo[e]);
-    keys[q] = ((u64)r << 32) | (unsigned)b_indices[b];
-    vals[q] = a_data[e] * b_data[b];
+    keys[q] = ((u64)r << 32) | (unsigned)BCOL(b);
+    vals[q] = a_data[e] * BVAL(b);
 }
 
 // sorted huge keys: each head sums its run into the row's place (heads: out_at, inclusive)
@@ -544,10 +555,20 @@ extern "C" __global__ void move_slots(const int* __restrict__ slot_row,
     c_indices[at] = t_cols[o];
     c_data[at] = t_vals[o];
 }
+
+// B's entries packed: value at record k's first 8 bytes, column at its next 4
+extern "C" __global__ void pack_b(const int* __restrict__ b_indices,
+                                  const double* __restrict__ b_data, long long nnz,
+                                  double* __restrict__ packed) {
+    const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= nnz) return;
+    packed[2 * k] = b_data[k];
+    reinterpret_cast<int*>(packed)[4 * k + 2] = b_indices[k];
+}
 """
 
 
-def run(A, cupy, tiny, med, lcap, batch=0, long_blocks_per_sm=1, prefetch=0):
+def run(A, cupy, tiny, med, lcap, batch=0, long_blocks_per_sm=1, prefetch=0, packed=0):
     """The product ``A @ A`` (int32 indices, float64) as a function returning
     ``(timer, (indptr, indices, data))``. ``batch``: a warp's medium rows sorted together
     up to ``batch`` products (``rows_batched``), 0: one at a time (``rows_main``)."""
@@ -556,9 +577,11 @@ def run(A, cupy, tiny, med, lcap, batch=0, long_blocks_per_sm=1, prefetch=0):
         options.append(f"-DBATCH={batch}")
     if prefetch:
         options.append("-DPREFETCH")
+    if packed:
+        options.append("-DPACKED")
     mod = cupy.RawModule(code=SOURCE, options=tuple(options))
     names = ("entry_products", "rows_main", "rows_batched", "rows_long", "huge_expand",
-             "huge_reduce", "move_slots")  # fmt: skip
+             "huge_reduce", "move_slots", "pack_b")  # fmt: skip
     k = {n: mod.get_function(n) for n in names}
     long_smem = lcap * 12
     k["rows_long"].max_dynamic_shared_size_bytes = long_smem
@@ -571,14 +594,14 @@ def run(A, cupy, tiny, med, lcap, batch=0, long_blocks_per_sm=1, prefetch=0):
     ip, ix, dv = A.indptr, A.indices, A.data
     i64, i32 = np.int64, np.int32
 
-    def huge(eo, rows, count, cnt, slot_row, t_cols, t_vals, t):
+    def huge(eo, rows, count, cnt, slot_row, t_cols, t_vals, bx, bv):
         rows = rows[:count]
         base = cupy.zeros(count + 1, dtype=i64)
         cupy.cumsum(eo[ip[rows + 1]] - eo[ip[rows]], out=base[1:])
         total = int(base[-1].get())
         keys = cupy.empty(total, dtype=np.uint64)
         vals = cupy.empty(total, dtype=np.float64)
-        expand_args = (ip, ix, dv, ip, ix, dv, eo, rows, i32(count), base, i64(total), keys,
+        expand_args = (ip, ix, dv, ip, bx, bv, eo, rows, i32(count), base, i64(total), keys,
                        vals)  # fmt: skip
         k["huge_expand"](grid(total), (256,), expand_args)
         order = cupy.argsort(keys)
@@ -594,6 +617,10 @@ def run(A, cupy, tiny, med, lcap, batch=0, long_blocks_per_sm=1, prefetch=0):
     def product():
         t = Timer(cupy)
         eo = entry_offsets(k["entry_products"], A, cupy)
+        bx, bv = ix, dv
+        if packed:  # B = A's entries as 16-byte records
+            bx = bv = cupy.empty(2 * A.nnz, dtype=np.float64)
+            k["pack_b"](grid(A.nnz), (256,), (ix, dv, i64(A.nnz), bv))
         products = int(eo[-1].get())
         t.mark("products, wait")
         slots = max(products, 1)
@@ -604,7 +631,7 @@ def run(A, cupy, tiny, med, lcap, batch=0, long_blocks_per_sm=1, prefetch=0):
         long_rows = cupy.empty(m, dtype=i32)
         counts = cupy.zeros(2, dtype=i32)  # long rows, huge rows
         rows_grid = (min(-(-m // (8 * 32)), sms * 8),)
-        main_args = (ip, ix, dv, ip, ix, dv, eo, i32(m), cnt, slot_row, t_cols, t_vals,
+        main_args = (ip, ix, dv, ip, bx, bv, eo, i32(m), cnt, slot_row, t_cols, t_vals,
                      long_rows, counts[:1])  # fmt: skip
         if batch:
             k["rows_batched"](rows_grid, (256,), main_args, shared_mem=main_smem)
@@ -612,13 +639,13 @@ def run(A, cupy, tiny, med, lcap, batch=0, long_blocks_per_sm=1, prefetch=0):
             k["rows_main"](rows_grid, (256,), main_args)
         t.mark("rows_main")
         huge_rows = cupy.empty(m, dtype=i32)
-        long_args = (ip, ix, dv, ip, ix, dv, eo, long_rows, counts[:1], huge_rows, counts[1:],
+        long_args = (ip, ix, dv, ip, bx, bv, eo, long_rows, counts[:1], huge_rows, counts[1:],
                      cnt, slot_row, t_cols, t_vals)  # fmt: skip
         k["rows_long"]((sms * long_blocks_per_sm,), (1024,), long_args, shared_mem=long_smem)
         t.mark("rows_long")
         count = int(counts[1].get())
         if count:
-            huge(eo, huge_rows, count, cnt, slot_row, t_cols, t_vals, t)
+            huge(eo, huge_rows, count, cnt, slot_row, t_cols, t_vals, bx, bv)
         t.mark("huge rows")
         c_indptr, ci, cd = result_arrays(cnt, t, cupy)
         move_args = (slot_row, t_cols, t_vals, i64(products), ip, eo, c_indptr, ci, cd)
@@ -630,7 +657,7 @@ def run(A, cupy, tiny, med, lcap, batch=0, long_blocks_per_sm=1, prefetch=0):
 
 
 def main():
-    names = "TINY:MED:LCAP[:BATCH[:LONG_BLOCKS_PER_SM[:PREFETCH]]]"
+    names = "TINY:MED:LCAP[:BATCH[:LONG_BLOCKS_PER_SM[:PREFETCH[:PACKED]]]]"
     args = probe_arguments(__doc__, "8:256:16384", names)
     import cupy
     import cupyx.scipy.sparse as cxs
