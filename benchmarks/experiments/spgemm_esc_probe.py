@@ -13,8 +13,8 @@ beside cuSPARSE ALG1 (cupyx) on the same operands; the answer checked against cu
 Found (``spgemm_esc_probe_h200``, fit power-law 1.5M): 2.2-2.6 ms against cupyx's 1.47; a
 chunk's bitonic sort costs 0.67-0.93 ms, and without it the path still takes 1.56-1.70:
 the chunks' staged loads, the offsets' scans and waits and the long rows each cost about
-as much as ALG1's whole expand. What would beat ALG1 sorts each row where its products are
-(a thread or a few lanes a row, in registers) and loads many products a thread at once.
+as much as ALG1's whole expand. The next probe, ``spgemm_rows_probe``, sorts each row where
+its products are instead (a thread, a warp or a block a row).
 
 Usage (on a GPU machine)::
 
