@@ -493,26 +493,40 @@ def main():
                 row[key] = float(np.median([s[key] for s in spans]))
             rows.append(row)
             print(json.dumps(row), flush=True)
+    columns = [
+        ("K_ROWS:LONG_P:THREADS", "---", lambda r: r["config"]),
+        ("equal", "---", lambda r: str(r["same"])),
+        ("wall", "---:", lambda r: f"{r['wall_ms']:.3f}"),
+        ("cupyx", "---:", lambda r: f"{r['cupyx_ms']:.3f}"),
+    ]
+    note = "Milliseconds: wall clock, and each piece by CUDA events (medians)."
+    write_results(args, __doc__, "benchmarks.experiments.spgemm_esc_probe", rows, columns, note)
+
+
+# a row's fields that are not one of its timed pieces
+NOT_PIECES = ("set", "matrix", "config", "same", "nnz", "nnz_out", "wall_ms", "cupyx_ms")
+
+
+def write_results(args, doc: str, module: str, rows: list, columns: list, note: str) -> None:
+    """A probe's rows into ``--out`` (JSON, under the experiment's header) and its table
+    (printed, and into ``--md``): set, matrix, ``columns`` (``(title, Markdown alignment,
+    cell of a row)``), then each timed piece in milliseconds."""
     from benchmarks import common
 
-    header = common.experiment_header("benchmarks.experiments.spgemm_esc_probe")
+    header = common.experiment_header(module)
     if args.out:
         with open(args.out, "w") as f:
             json.dump({**header, "rows": rows}, f, indent=1)
-    pieces = [k for k in rows[0] if k not in ("set", "matrix", "config", "same", "wall_ms",
-                                                "cupyx_ms")]  # fmt: skip
+    pieces = [k for k in rows[0] if k not in NOT_PIECES]
+    titles = [title for title, _, _ in columns] + pieces
     lines = [
-        "| set | matrix | K_ROWS:LONG_P:THREADS | equal | wall | cupyx | "
-        + " | ".join(pieces)
-        + " |",
-        "|---|---|---|---|---:|---:|" + "---:|" * len(pieces),
+        "| set | matrix | " + " | ".join(titles) + " |",
+        "|---|---|" + "".join(f"{align}|" for _, align, _ in columns) + "---:|" * len(pieces),
     ]
     for r in rows:
-        cells = " | ".join(f"{r[k]:.3f}" for k in pieces)
-        lines.append(f"| {r['set']} | {r['matrix']} | {r['config']} | {r['same']} | "
-                     f"{r['wall_ms']:.3f} | {r['cupyx_ms']:.3f} | {cells} |")  # fmt: skip
-    note = "Milliseconds: wall clock, and each piece by CUDA events (medians)."
-    common.table_md(args.md, __doc__, header, note, lines)
+        cells = [cell(r) for _, _, cell in columns] + [f"{r[k]:.3f}" for k in pieces]
+        lines.append(f"| {r['set']} | {r['matrix']} | " + " | ".join(cells) + " |")
+    common.table_md(args.md, doc, header, note, lines)
 
 
 if __name__ == "__main__":

@@ -50,7 +50,6 @@ import time
 
 import numpy as np
 
-from benchmarks import common
 from benchmarks.experiments.spgemm_esc_probe import (
     Timer,
     entry_offsets,
@@ -59,6 +58,7 @@ from benchmarks.experiments.spgemm_esc_probe import (
     power_law_operands,
     probe_arguments,
     result_arrays,
+    write_results,
 )
 
 MODULE = "benchmarks.experiments.spgemm_rows_probe"
@@ -694,23 +694,14 @@ def main():
                 row[key] = float(np.median([s[key] for s in spans[config]]))
             rows.append(row)
             print(json.dumps(row), flush=True)
-    header = common.experiment_header(MODULE)
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump({**header, "rows": rows}, f, indent=1)
-    skip = ("set", "matrix", "config", "nnz", "nnz_out", "wall_ms", "cupyx_ms")
-    pieces = [k for k in rows[0] if k not in skip]
-    lines = [
-        "| set | matrix | TINY:MED:LCAP | wall | cupyx | x cupyx | " + " | ".join(pieces) + " |",
-        "|---|---|---|---:|---:|---:|" + "---:|" * len(pieces),
+    columns = [
+        ("TINY:MED:LCAP", "---", lambda r: r["config"]),
+        ("wall", "---:", lambda r: f"{r['wall_ms']:.3f}"),
+        ("cupyx", "---:", lambda r: f"{r['cupyx_ms']:.3f}"),
+        ("x cupyx", "---:", lambda r: f"{r['cupyx_ms'] / r['wall_ms']:.2f}x"),
     ]
-    for r in rows:
-        cells = " | ".join(f"{r[k]:.3f}" for k in pieces)
-        ratio = r["cupyx_ms"] / r["wall_ms"]
-        lines.append(f"| {r['set']} | {r['matrix']} | {r['config']} | {r['wall_ms']:.3f} | "
-                     f"{r['cupyx_ms']:.3f} | {ratio:.2f}x | {cells} |")  # fmt: skip
     note = "Milliseconds: wall clock on fresh operands, and each piece by CUDA events (medians)."
-    common.table_md(args.md, __doc__, header, note, lines)
+    write_results(args, __doc__, MODULE, rows, columns, note)
 
 
 if __name__ == "__main__":
