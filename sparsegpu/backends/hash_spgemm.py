@@ -320,6 +320,7 @@ _SLOT_MOVES = (
     (SHORT_FIRST_SLOTS, 32, False),
     (TINY_FIRST_SLOTS, 1, False),
 )
+
 # the short rows' NARROW instantiations by index type (32-bit keys: 32-bit indices only)
 _NARROW_OF = {index: (False, True) if index == np.int32 else (False,) for index in CXX_INDEX_TYPES}
 
