@@ -25,11 +25,89 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 
 import numpy as np
 import scipy.sparse as sp
 
 from sparsegpu.datasets import synthetic
+
+# CUDA the rows and heavy-rows probes share, placed after their macros (BCOL(b), BVAL(b):
+# B's entry b, read from parameters named b_indices and b_data)
+CUDA_HELPERS = r"""
+#define FULL 0xffffffffu
+
+// v summed over this lane and those below it (a warp's inclusive scan)
+__device__ __forceinline__ int warp_inclusive(int v, int lane) {
+    for (int o = 1; o < 32; o <<= 1) {
+        const int u = __shfl_up_sync(FULL, v, o);
+        if (lane >= o) v += u;
+    }
+    return v;
+}
+
+// keys[0, n2) (n2 a power of 2) sorted, with their values where VALUES, by ``threads``
+// threads from ``first``: a warp's (BLOCK false: __syncwarp between steps) or a block's
+template <bool BLOCK, bool VALUES = true, typename Key>
+__device__ void bitonic(Key* keys, double* vals, int n2, int first, int threads) {
+    for (int size = 2; size <= n2; size <<= 1) {
+        for (int half = size >> 1; half > 0; half >>= 1) {
+            for (int t = first; t < (n2 >> 1); t += threads) {
+                const int i = 2 * t - (t & (half - 1)), j = i + half;
+                const bool up = (i & size) == 0;
+                const Key ki = keys[i], kj = keys[j];
+                if ((ki > kj) == up) {
+                    keys[i] = kj; keys[j] = ki;
+                    if (VALUES) { const double v = vals[i]; vals[i] = vals[j]; vals[j] = v; }
+                }
+            }
+            if (BLOCK) __syncthreads(); else __syncwarp();
+        }
+    }
+}
+
+// The products of A's entries [e0, e0 + 32) below a1, spread over the warp's lanes (a
+// lane an entry reads its B row; then a lane a product, its entry found among the lanes by
+// a search over shuffles): base = place(batch) (the same on every lane), then
+// emit(base + q, column, value) for the batch's q-th product; the batch's size returned.
+template <typename Place, typename Emit>
+__device__ __forceinline__ int spread_batch(int e0, int a1, int lane,
+                                            const int* __restrict__ a_indices,
+                                            const double* __restrict__ a_data,
+                                            const int* __restrict__ b_indptr,
+                                            const int* __restrict__ b_indices,
+                                            const double* __restrict__ b_data, Place place,
+                                            Emit emit) {
+    const int e = e0 + lane;
+    int bs = 0, len = 0;
+    double av = 0.0;
+    if (e < a1) {
+        const int c = a_indices[e];
+        av = a_data[e];
+        bs = b_indptr[c];
+        len = b_indptr[c + 1] - bs;
+    }
+    const int inc = warp_inclusive(len, lane);
+    const int batch = __shfl_sync(FULL, inc, 31);
+    const int base = place(batch);
+    for (int q0 = 0; q0 < batch; q0 += 32) {
+        const int q = q0 + lane;
+        int src = 0;  // the first lane whose inclusive count passes q
+        for (int step = 16; step > 0; step >>= 1) {
+            if (__shfl_sync(FULL, inc, src + step - 1) <= q) src += step;
+        }
+        const int s_inc = __shfl_sync(FULL, inc, src);
+        const int s_len = __shfl_sync(FULL, len, src);
+        const int s_bs = __shfl_sync(FULL, bs, src);
+        const double s_av = __shfl_sync(FULL, av, src);
+        if (q < batch) {
+            const int b = s_bs + q - (s_inc - s_len);
+            emit(base + q, BCOL(b), s_av * BVAL(b));
+        }
+    }
+    return batch;
+}
+"""
 
 SOURCE = r"""
 typedef unsigned long long u64;
@@ -445,6 +523,54 @@ class Timer:
         return out
 
 
+def timed_in_turns(cupy, A, identity, products: dict, repeat: int, pause: float = 0.0):
+    """``(walls, spans)``: wall clock (ms) of cupyx's ``B @ B`` and of each
+    ``products[label](B)`` (which returns its :class:`Timer`) on fresh operands
+    ``B = A @ identity``, the order turning each sample and the first sample dropped;
+    ``spans``: each product's :meth:`Timer.spans`. ``pause``: seconds idle before each."""
+    walls = {label: [] for label in ["cupyx", *products]}
+    spans = {label: [] for label in products}
+    order = list(walls)
+    for r in range(repeat + 1):
+        turn = r % len(order)
+        for label in order[turn:] + order[:turn]:
+            B = A @ identity  # fresh operands each sample
+            cupy.cuda.Device().synchronize()
+            if pause:
+                time.sleep(pause)
+            t0 = time.perf_counter()
+            timer = B @ B if label == "cupyx" else products[label](B)
+            cupy.cuda.Device().synchronize()
+            if r:
+                walls[label].append((time.perf_counter() - t0) * 1e3)
+                if label != "cupyx":
+                    spans[label].append(timer.spans())
+    return walls, spans
+
+
+def median_row(kind, name, config, label, A, ref, walls, spans) -> dict:
+    """A probe's result row for ``config`` (shown as ``label``): medians of its wall clock,
+    of cupyx's and of each piece; printed as JSON."""
+    row = {"set": kind, "matrix": name, "config": label, "nnz": int(A.nnz),
+           "nnz_out": int(ref.nnz), "wall_ms": float(np.median(walls[config])),
+           "cupyx_ms": float(np.median(walls["cupyx"]))}  # fmt: skip
+    for key in spans[config][0]:
+        row[key] = float(np.median([s[key] for s in spans[config]]))
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def wall_columns(title: str) -> list:
+    """The columns a probe's table starts with: its configuration (titled ``title``), its
+    wall clock, cupyx's and their ratio."""
+    return [
+        (title, "---", lambda r: r["config"]),
+        ("wall", "---:", lambda r: f"{r['wall_ms']:.3f}"),
+        ("cupyx", "---:", lambda r: f"{r['cupyx_ms']:.3f}"),
+        ("x cupyx", "---:", lambda r: f"{r['cupyx_ms'] / r['wall_ms']:.2f}x"),
+    ]
+
+
 def probe_arguments(doc: str, configs: str, names: str):
     """A probe's arguments: ``--heldout``, ``--repeat``, ``--configs`` (``configs`` by
     default, each ``names``), ``--out`` and ``--md``."""
@@ -507,24 +633,29 @@ def main():
 NOT_PIECES = ("set", "matrix", "config", "same", "nnz", "nnz_out", "wall_ms", "cupyx_ms")
 
 
-def write_results(args, doc: str, module: str, rows: list, columns: list, note: str) -> None:
-    """A probe's rows into ``--out`` (JSON, under the experiment's header) and its table
-    (printed, and into ``--md``): set, matrix, ``columns`` (``(title, Markdown alignment,
-    cell of a row)``), then each timed piece in milliseconds."""
+def write_results(
+    args, doc: str, module: str, rows: list, columns: list, note: str, header=None
+) -> None:
+    """A probe's rows into ``--out`` (JSON, under the experiment's header, or ``header``
+    where the rows come from an earlier run's file) and its table (printed, and into
+    ``--md``): set, matrix, ``columns`` (``(title, Markdown alignment, cell of a row)``),
+    then each timed piece in milliseconds (every row's, blank where a row has none)."""
     from benchmarks import common
 
-    header = common.experiment_header(module)
+    if header is None:
+        header = common.experiment_header(module)
     if args.out:
         with open(args.out, "w") as f:
             json.dump({**header, "rows": rows}, f, indent=1)
-    pieces = [k for k in rows[0] if k not in NOT_PIECES]
+    pieces = list(dict.fromkeys(k for r in rows for k in r if k not in NOT_PIECES))
     titles = [title for title, _, _ in columns] + pieces
     lines = [
         "| set | matrix | " + " | ".join(titles) + " |",
         "|---|---|" + "".join(f"{align}|" for _, align, _ in columns) + "---:|" * len(pieces),
     ]
     for r in rows:
-        cells = [cell(r) for _, _, cell in columns] + [f"{r[k]:.3f}" for k in pieces]
+        cells = [cell(r) for _, _, cell in columns]
+        cells += [f"{r[k]:.3f}" if k in r else "" for k in pieces]
         lines.append(f"| {r['set']} | {r['matrix']} | " + " | ".join(cells) + " |")
     common.table_md(args.md, doc, header, note, lines)
 

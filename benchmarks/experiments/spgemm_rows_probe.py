@@ -45,19 +45,20 @@ Usage (on a GPU machine)::
 
 from __future__ import annotations
 
-import json
-import time
-
 import numpy as np
 
 from benchmarks.experiments.spgemm_esc_probe import (
+    CUDA_HELPERS,
     Timer,
     entry_offsets,
     equals,
     grid,
+    median_row,
     power_law_operands,
     probe_arguments,
     result_arrays,
+    timed_in_turns,
+    wall_columns,
     write_results,
 )
 
@@ -75,7 +76,6 @@ SOURCE = r"""
 #ifndef LCAP
 #define LCAP 16384      // a long row sorted in shared memory up to LCAP slots, else in scratch
 #endif
-#define FULL 0xffffffffu
 #ifdef PACKED  // B's column and value in one 16-byte record (b_indices, b_data: the records)
 #define BCOL(b) (b_indices[4 * (b) + 2])
 #define BVAL(b) (b_data[2 * (b)])
@@ -84,6 +84,9 @@ SOURCE = r"""
 #define BVAL(b) (b_data[b])
 #endif
 #define PAD 0x7fffffff
+"""
+SOURCE += CUDA_HELPERS
+SOURCE += r"""
 
 extern "C" __global__ void entry_products(const int* __restrict__ a_indices, long long nnz,
                                           const int* __restrict__ b_indptr, long long* out) {
@@ -210,26 +213,6 @@ __device__ __forceinline__ void row_first(
     if (p > MED) long_rows[atomicAdd(long_count, 1)] = row;
 }
 
-// keys[0, n2) (n2 a power of 2) sorted with their values by ``threads`` threads from
-// ``first``: a warp's (BLOCK false: __syncwarp between steps) or a block's (__syncthreads)
-template <bool BLOCK, typename Key>
-__device__ void bitonic(Key* keys, double* vals, int n2, int first, int threads) {
-    for (int size = 2; size <= n2; size <<= 1) {
-        for (int half = size >> 1; half > 0; half >>= 1) {
-            for (int t = first; t < (n2 >> 1); t += threads) {
-                const int i = 2 * t - (t & (half - 1)), j = i + half;
-                const bool up = (i & size) == 0;
-                const Key ki = keys[i], kj = keys[j];
-                if ((ki > kj) == up) {
-                    keys[i] = kj; keys[j] = ki;
-                    const double v = vals[i]; vals[i] = vals[j]; vals[j] = v;
-                }
-            }
-            if (BLOCK) __syncthreads(); else __syncwarp();
-        }
-    }
-}
-
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
 rows_main(const int* __restrict__ a_indptr, const int* __restrict__ a_indices,
           const double* __restrict__ a_data, const int* __restrict__ b_indptr,
@@ -260,38 +243,9 @@ rows_main(const int* __restrict__ a_indptr, const int* __restrict__ a_indices,
 #ifdef PREFETCH
             // a lane an entry (32 at a time): its B row, then the products spread over lanes
             for (int e0 = ra0, done = 0; e0 < ra1; e0 += 32) {
-                const int e = e0 + lane;
-                int bs = 0, len = 0;
-                double av = 0.0;
-                if (e < ra1) {
-                    const int c = a_indices[e];
-                    av = a_data[e];
-                    bs = b_indptr[c];
-                    len = b_indptr[c + 1] - bs;
-                }
-                int inc = len;
-                for (int o = 1; o < 32; o <<= 1) {
-                    const int v = __shfl_up_sync(FULL, inc, o);
-                    if (lane >= o) inc += v;
-                }
-                const int batch = __shfl_sync(FULL, inc, 31);
-                for (int q0 = 0; q0 < batch; q0 += 32) {
-                    const int q = q0 + lane;
-                    int src = 0;
-                    for (int step = 16; step > 0; step >>= 1) {
-                        if (__shfl_sync(FULL, inc, src + step - 1) <= q) src += step;
-                    }
-                    const int s_inc = __shfl_sync(FULL, inc, src);
-                    const int s_len = __shfl_sync(FULL, len, src);
-                    const int s_bs = __shfl_sync(FULL, bs, src);
-                    const double s_av = __shfl_sync(FULL, av, src);
-                    if (q < batch) {
-                        const int b = s_bs + q - (s_inc - s_len);
-                        keys[done + q] = BCOL(b);
-                        vals[done + q] = s_av * BVAL(b);
-                    }
-                }
-                done += batch;
+                spread_batch(e0, ra1, lane, a_indices, a_data, b_indptr, b_indices, b_data,
+                             [&](int batch) { const int at = done; done += batch; return at; },
+                             [&](int q, int col, double v) { keys[q] = col; vals[q] = v; });
             }
 #else
             for (int q = lane; q < rp; q += 32) {
@@ -663,43 +617,17 @@ def main():
     import cupyx.scipy.sparse as cxs
 
     rows = []
+    configs = args.configs.split(",")
     for kind, name, A, identity, ref in power_law_operands(args.heldout, cupy, cxs):
-        products = [run(A, cupy, *(int(v) for v in c.split(":"))) for c in args.configs.split(",")]
-        for product, config in zip(products, args.configs.split(","), strict=True):
+        products = [run(A, cupy, *(int(v) for v in c.split(":"))) for c in configs]
+        for product, config in zip(products, configs, strict=True):
             if not equals(product()[1], ref, cupy, cxs):
                 raise SystemExit(f"{name} {config}: differs from cupyx")
-        walls = {c: [] for c in ["cupyx", *args.configs.split(",")]}
-        spans = {c: [] for c in args.configs.split(",")}
-        order = list(walls)
-        for r in range(args.repeat + 1):
-            turn = r % len(order)
-            for label in order[turn:] + order[:turn]:
-                B = A @ identity  # fresh operands each sample
-                cupy.cuda.Device().synchronize()
-                t0 = time.perf_counter()
-                if label == "cupyx":
-                    B @ B
-                else:
-                    timer, _ = products[order.index(label) - 1]()
-                cupy.cuda.Device().synchronize()
-                if r:
-                    walls[label].append((time.perf_counter() - t0) * 1e3)
-                    if label != "cupyx":
-                        spans[label].append(timer.spans())
-        for config in args.configs.split(","):
-            row = {"set": kind, "matrix": name, "config": config, "nnz": int(A.nnz),
-                   "nnz_out": int(ref.nnz), "wall_ms": float(np.median(walls[config])),
-                   "cupyx_ms": float(np.median(walls["cupyx"]))}  # fmt: skip
-            for key in spans[config][0]:
-                row[key] = float(np.median([s[key] for s in spans[config]]))
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-    columns = [
-        ("TINY:MED:LCAP", "---", lambda r: r["config"]),
-        ("wall", "---:", lambda r: f"{r['wall_ms']:.3f}"),
-        ("cupyx", "---:", lambda r: f"{r['cupyx_ms']:.3f}"),
-        ("x cupyx", "---:", lambda r: f"{r['cupyx_ms'] / r['wall_ms']:.2f}x"),
-    ]
+        # (the product is timed on A itself; the fresh operands are cupyx's)
+        timed = {c: (lambda B, p=p: p()[0]) for c, p in zip(configs, products, strict=True)}
+        walls, spans = timed_in_turns(cupy, A, identity, timed, args.repeat)
+        rows += [median_row(kind, name, c, c, A, ref, walls, spans) for c in configs]
+    columns = wall_columns("TINY:MED:LCAP")
     note = "Milliseconds: wall clock on fresh operands, and each piece by CUDA events (medians)."
     write_results(args, __doc__, MODULE, rows, columns, note)
 
