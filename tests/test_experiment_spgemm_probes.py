@@ -12,6 +12,7 @@ from benchmarks import common
 from benchmarks.experiments import (
     spgemm_alg1_blocks,
     spgemm_esc_probe,
+    spgemm_heavy_apart,
     spgemm_rows_probe,
 )
 
@@ -37,6 +38,23 @@ def test_no_path_prints_only(tmp_path, capsys):
     "probe, kernels",
     [
         (spgemm_rows_probe, ("entry_products", "rows_main", "rows_long", "move_slots")),
+        (
+            spgemm_heavy_apart,
+            (
+                "row_products_sum",
+                "classify",
+                "heavy_list",
+                "light_indptr",
+                "light_entries",
+                "heavy_sort",
+                "heavy_dense",
+                "heavy_prefix",
+                "final_indptr",
+                "move_light",
+                "move_heavy",
+                "light_starts",
+            ),
+        ),  # fmt: skip
     ],
 )
 def test_a_probe_keeps_its_kernels_apart_from_the_library(probe, kernels):
