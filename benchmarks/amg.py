@@ -375,7 +375,7 @@ def warm_up() -> None:
 
     cupy = _device()
     if cupy is not np:  # every hash-row kernel a rule's sample or a product may launch
-        from sparsegpu.backends import hash_spgemm as hashed
+        from sparsegpu.backends import _hash_kernels as hashed
 
         for lanes, whole in hashed.GROUPS:
             for name in (hashed._count_kernel(np.int32, lanes, whole),

@@ -14,8 +14,9 @@ import pytest
 import scipy.sparse as sp
 
 import sparsegpu as sg
-from sparsegpu.backends import hash_spgemm, spgemm
-from sparsegpu.backends.hash_spgemm import HASH, GpuSpgemm, table_launch
+from sparsegpu.backends import _hash_first, _hash_kernels, _hash_rows, hash_spgemm, spgemm
+from sparsegpu.backends._hash_kernels import table_launch
+from sparsegpu.backends.hash_spgemm import HASH, GpuSpgemm
 from sparsegpu.backends.spgemm import Budget, ResultSink
 from sparsegpu.datasets import synthetic
 from sparsegpu.device import _cuda, _host_words, _mirror
@@ -54,14 +55,14 @@ def _hash_product(S, T, dtype, index_dtype, first="listed") -> sp.csr_matrix:
     directly: the driver would narrow int64 indices that fit in int32), every row listed
     first (``"listed"``), every row tried as a short row first (``"short"``) or as a tiny
     row first (``"tiny"``), whatever
-    :func:`~sparsegpu.backends.hash_spgemm.takes_short_first` and
-    :func:`~sparsegpu.backends.hash_spgemm.takes_tiny_first` would say."""
+    :func:`~sparsegpu.backends._hash_first.takes_short_first` and
+    :func:`~sparsegpu.backends._hash_first.takes_tiny_first` would say."""
     cupy = _cuda.cupy_or_none()
     left, right = _mirror_of(S, dtype, index_dtype), _mirror_of(T, dtype, index_dtype)
     budget = Budget(cupy)
-    takes = hash_spgemm.takes_short_first, hash_spgemm.takes_tiny_first
-    hash_spgemm.takes_short_first = lambda left, right: first == "short"
-    hash_spgemm.takes_tiny_first = lambda left, right: first == "tiny"
+    takes = _hash_first.takes_short_first, _hash_first.takes_tiny_first
+    _hash_first.takes_short_first = lambda left, right: first == "short"
+    _hash_first.takes_tiny_first = lambda left, right: first == "tiny"
     try:
         if spgemm.is_empty(left, right):
             C = spgemm.run_once(ENGINE, left, right, HASH, budget)
@@ -70,7 +71,7 @@ def _hash_product(S, T, dtype, index_dtype, first="listed") -> sp.csr_matrix:
             sink = ResultSink(budget, shape, dtype, index_dtype, _mirror.CUPY)
             C = ENGINE.multiply(left, right, HASH, sink)
     finally:
-        hash_spgemm.takes_short_first, hash_spgemm.takes_tiny_first = takes
+        _hash_first.takes_short_first, _hash_first.takes_tiny_first = takes
     assert budget.in_use == C.indptr.nbytes + C.indices.nbytes + C.data.nbytes  # scratch given back
     arrays = (C.data.get(), C.indices.get(), C.indptr.get())
     assert arrays[1].dtype == index_dtype or spgemm.is_empty(left, right)
@@ -123,10 +124,10 @@ def test_rows_whose_tables_are_in_global_memory(index_dtype, dense, monkeypatch)
     products and distinct columns, a table beyond shared memory in both phases (or, as
     the default takes it, a dense row: its table would hold half the columns); beside it
     short rows, and rows of a few hundred products (a block per row)."""
-    slots = hash_spgemm.table_slots(90_000)
+    slots = _hash_kernels.table_slots(90_000)
     if not dense:
-        monkeypatch.setattr(hash_spgemm, "DENSE_MIN_SHARE", 0)
-    taken = hash_spgemm.dense_launch(slots, 200_000, 1, _cuda.device_info())
+        monkeypatch.setattr(_hash_kernels, "DENSE_MIN_SHARE", 0)
+    taken = _hash_kernels.dense_launch(slots, 200_000, 1, _cuda.device_info())
     assert (taken is not None) == dense
     rng = np.random.default_rng(7)
     B = sp.random(3000, 200_000, density=30 / 200_000, random_state=rng, format="csr")
@@ -147,8 +148,8 @@ def test_merged_rows_equal_scipy(dtype, index_dtype, merge_slots, monkeypatch):
     ``merge_slots`` slots (0: never; 2,048: all; 8,192: the two longest), odd and even
     numbers of merges (runs of 64: 5 to 8 merges), beside empty and short rows: equal to
     scipy's product, canonical."""
-    monkeypatch.setattr(hash_spgemm, "DENSE_MIN_SHARE", 0)
-    monkeypatch.setattr(hash_spgemm, "MERGE_SLOTS", merge_slots)
+    monkeypatch.setattr(_hash_kernels, "DENSE_MIN_SHARE", 0)
+    monkeypatch.setattr(_hash_rows, "MERGE_SLOTS", merge_slots)
     rng = np.random.default_rng(17)
     B = sp.random(2000, 60_000, density=10 / 60_000, random_state=rng, format="csr")
     lengths = np.array([115, 0, 310, 1, 530, 7, 1650, 0])
@@ -173,9 +174,9 @@ def test_dense_rows_equal_scipy(dtype, index_dtype, name, monkeypatch):
     """Every row a dense row (a bitmap of all the columns and a dense row of values in
     both phases), on the awkward matrices: columns not a multiple of 32, empty rows,
     entries that cancel (kept, as the tables keep them)."""
-    monkeypatch.setattr(hash_spgemm, "DENSE_MIN_SHARE", 2**40)
-    monkeypatch.setattr(hash_spgemm, "DENSE_MIN_SLOTS", 0)
-    monkeypatch.setattr(hash_spgemm, "DENSE_MIN_FILL_SLOTS", 0)
+    monkeypatch.setattr(_hash_kernels, "DENSE_MIN_SHARE", 2**40)
+    monkeypatch.setattr(_hash_kernels, "DENSE_MIN_SLOTS", 0)
+    monkeypatch.setattr(_hash_kernels, "DENSE_MIN_FILL_SLOTS", 0)
     S = awkward_matrices(dtype, index_dtype, seed=8)[name]
     S.sum_duplicates()
     T = S.T.tocsr()
@@ -188,9 +189,9 @@ def test_dense_rows_equal_scipy(dtype, index_dtype, name, monkeypatch):
 def test_dense_rows_whose_values_do_not_fit_keep_their_tables(monkeypatch):
     """Where the dense rows of values do not fit the product's budget, the rows keep their
     tables (same answer; no work space left counted)."""
-    monkeypatch.setattr(hash_spgemm, "DENSE_MIN_SHARE", 2**40)
-    monkeypatch.setattr(hash_spgemm, "DENSE_MIN_SLOTS", 0)
-    monkeypatch.setattr(hash_spgemm, "DENSE_MIN_FILL_SLOTS", 0)
+    monkeypatch.setattr(_hash_kernels, "DENSE_MIN_SHARE", 2**40)
+    monkeypatch.setattr(_hash_kernels, "DENSE_MIN_SLOTS", 0)
+    monkeypatch.setattr(_hash_kernels, "DENSE_MIN_FILL_SLOTS", 0)
     refused = []
     original = Budget.empty
 
@@ -221,7 +222,7 @@ def test_a_block_per_row_whose_rows_have_fewer_entries_than_its_lanes(index_dtyp
     rows[7, 3] = 2.0
     S = sp.csr_matrix(rows)
     bound = int(np.diff(S.indptr).max()) ** 2
-    assert table_launch(hash_spgemm.table_slots(bound), 4, 1, _cuda.device_info()).whole_block
+    assert table_launch(_hash_kernels.table_slots(bound), 4, 1, _cuda.device_info()).whole_block
     _check(_hash_product(S, S, np.float64, index_dtype), S, S, np.float64)
 
 
@@ -236,7 +237,7 @@ def test_entries_selecting_hub_rows_share_a_block(dtype, index_dtype, dense, mon
     shared memory), one of 40 of them among short ones (more than the queue; tables in
     global memory, or dense rows), one of a few, and short rows."""
     if not dense:
-        monkeypatch.setattr(hash_spgemm, "DENSE_MIN_SHARE", 0)
+        monkeypatch.setattr(_hash_kernels, "DENSE_MIN_SHARE", 0)
     rng = np.random.default_rng(11)
     n_cols = 300_000
     b_lengths = np.where(np.arange(80) % 2 == 0, rng.integers(1100, 5000, 80), 3)
@@ -328,32 +329,32 @@ def test_launch_shapes_keep_tables_within_shared_memory():
     assert block.block == 1024 and block.shared_bytes == 8192 * 12
     big = table_launch(2**17, 12, 1000, device)  # beyond shared memory: global tables
     assert (big.whole_block, big.shared_bytes, big.global_slots) == (True, 0, 2**17)
-    assert big.grid == hash_spgemm.GLOBAL_BLOCKS_PER_SM * 132
+    assert big.grid == _hash_kernels.GLOBAL_BLOCKS_PER_SM * 132
 
 
 def test_dense_rows_take_tables_of_a_large_share_of_the_columns(monkeypatch):
     device = DeviceInfo(0, "test", (9, 0), 132, 80 * 2**30, 50 * 2**20, 227 * 1024, 2**27, 512)
     settings = (("DENSE_MIN_SHARE", 64), ("DENSE_MIN_SLOTS", 2048), ("DENSE_MIN_FILL_SLOTS", 4096))
     for name, value in settings:
-        monkeypatch.setattr(hash_spgemm, name, value)
-    monkeypatch.setattr(hash_spgemm, "DENSE_MAX_BYTES", 2**30)
+        monkeypatch.setattr(_hash_kernels, name, value)
+    monkeypatch.setattr(_hash_kernels, "DENSE_MAX_BYTES", 2**30)
     # R-MAT 17's hubs: tables of 2^11 slots or more of 131,072 columns
-    blocks = hash_spgemm.DENSE_BLOCKS_PER_SM * 132
-    assert hash_spgemm.dense_launch(2**11, 131_072, 5000, device, 8) is None  # numeric: 4,096
-    dense = hash_spgemm.dense_launch(2**12, 131_072, 5000, device, 8)
+    blocks = _hash_kernels.DENSE_BLOCKS_PER_SM * 132
+    assert _hash_kernels.dense_launch(2**11, 131_072, 5000, device, 8) is None  # numeric: 4,096
+    dense = _hash_kernels.dense_launch(2**12, 131_072, 5000, device, 8)
     assert dense is not None and (dense.block, dense.shared_bytes) == (1024, 131_072 // 8)
     assert (dense.grid, dense.global_slots) == (blocks, 131_072)
-    symbolic = hash_spgemm.dense_launch(2**11, 131_072, 5000, device)  # no values
+    symbolic = _hash_kernels.dense_launch(2**11, 131_072, 5000, device)  # no values
     assert (symbolic.grid, symbolic.global_slots) == (blocks, 0)
-    assert hash_spgemm.dense_launch(2**10, 131_072, 5000, device) is None  # 1/128: a table
-    assert hash_spgemm.dense_launch(2**10, 2_000, 5000, device) is None  # < 2,048 slots
-    assert hash_spgemm.dense_launch(2**13, 131_072, 3, device, 8).grid == 3
+    assert _hash_kernels.dense_launch(2**10, 131_072, 5000, device) is None  # 1/128: a table
+    assert _hash_kernels.dense_launch(2**10, 2_000, 5000, device) is None  # < 2,048 slots
+    assert _hash_kernels.dense_launch(2**13, 131_072, 3, device, 8).grid == 3
     # the blocks' rows of values within DENSE_MAX_BYTES: 1.8M complex128 columns, 37 rows
-    assert hash_spgemm.dense_launch(2**20, 1_800_000, 10**4, device, 16).grid == 37
+    assert _hash_kernels.dense_launch(2**20, 1_800_000, 10**4, device, 16).grid == 37
     # a bitmap of 2M columns (256 KiB) is beyond 227 KiB: global tables
-    assert hash_spgemm.dense_launch(2**20, 2_000_000, 10, device) is None
-    monkeypatch.setattr(hash_spgemm, "DENSE_MIN_SHARE", 0)  # never
-    assert hash_spgemm.dense_launch(2**17, 131_072, 10, device) is None
+    assert _hash_kernels.dense_launch(2**20, 2_000_000, 10, device) is None
+    monkeypatch.setattr(_hash_kernels, "DENSE_MIN_SHARE", 0)  # never
+    assert _hash_kernels.dense_launch(2**17, 131_072, 10, device) is None
 
 
 def _operand(n_rows, nnz, mean, longest, dtype=np.float64):
@@ -567,7 +568,7 @@ def test_a_count_dropped_unread_gives_its_slot_back_alive(monkeypatch):
     )
     monkeypatch.setattr(_cuda, "cupy_or_none", lambda: fake)
     monkeypatch.setattr(_cuda, "device_info", lambda index=None: H200)
-    monkeypatch.setattr(hash_spgemm, "_kernel", lambda *a, **k: None)
+    monkeypatch.setattr(_hash_kernels, "_kernel", lambda *a, **k: None)
     monkeypatch.setattr(hash_spgemm, "KernelLaunch", lambda *a, **k: lambda *a, **k: None)
     monkeypatch.setattr(_host_words, "_pools", threading.local())
     operand = types.SimpleNamespace(nnz=10, index_dtype=np.dtype(np.int32), indices=0, indptr=0)
@@ -787,7 +788,7 @@ def test_sampled_compression_counts_the_sampled_rows_exactly(name, index_dtype):
 
 
 def test_the_hash_family_is_registered_for_every_dtype():
-    names = hash_spgemm.HASH_FAMILY.instantiations
+    names = _hash_kernels.HASH_FAMILY.instantiations
     for value in ("float", "double", "complex64", "complex128"):
         for index in ("int", "long long"):
             for lanes, whole in (("8", "false"), ("16", "false"), ("32", "false"), ("32", "true")):
@@ -799,13 +800,13 @@ def test_short_rows_first_only_where_the_longest_rows_are_known():
     an unknown one, a bound past SHORT_FIRST_MAX_BOUND or more than SHORT_FIRST_SLOTS
     products a row on average, and the rows are listed first."""
     operand = _operand(300_000, 2_100_000, 7.0, 20)
-    assert hash_spgemm.takes_short_first(operand, operand)
+    assert _hash_first.takes_short_first(operand, operand)
     unknown = _operand(300_000, 2_100_000, 7.0, 20)
     unknown.known_longest_row = None
-    assert not hash_spgemm.takes_short_first(unknown, operand)
-    assert not hash_spgemm.takes_short_first(operand, unknown)
-    assert not hash_spgemm.takes_short_first(*[_operand(300_000, 2_100_000, 7.0, 33)] * 2)
-    assert not hash_spgemm.takes_short_first(*[_operand(300_000, 2_700_000, 9.0, 9)] * 2)
+    assert not _hash_first.takes_short_first(unknown, operand)
+    assert not _hash_first.takes_short_first(operand, unknown)
+    assert not _hash_first.takes_short_first(*[_operand(300_000, 2_100_000, 7.0, 33)] * 2)
+    assert not _hash_first.takes_short_first(*[_operand(300_000, 2_700_000, 9.0, 9)] * 2)
 
 
 def test_short_rows_first_in_float32_only_where_no_row_is_listed_and_rows_are_long():

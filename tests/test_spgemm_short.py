@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from sparsegpu.backends import hash_spgemm
+from sparsegpu.backends import _hash_first, _hash_kernels, _hash_rows, hash_spgemm
 from sparsegpu.backends.spgemm import Budget
 from sparsegpu.device import _cuda
 from sparsegpu.device._compile import FAMILIES
@@ -23,12 +23,12 @@ from sparsegpu.testing import INDEX_DTYPES, VALUE_DTYPES, awkward_matrices, no_g
 from .test_spgemm_hash import MATRIX_NAMES, _check, _hash_product, _mirror_of
 
 gpu = pytest.mark.skipif(_cuda.cupy_or_none() is None, reason=no_gpu_reason())
-SLOTS = [0, *hash_spgemm.SHORT_GROUPS]
+SLOTS = [0, *_hash_kernels.SHORT_GROUPS]
 
 
 def _two_passes(monkeypatch):
     """Short rows counted, then computed into C (as where their slots do not fit)."""
-    monkeypatch.setattr(hash_spgemm, "_short_slotted", lambda *args: None)
+    monkeypatch.setattr(_hash_rows, "_short_slotted", lambda *args: None)
 
 
 @gpu
@@ -38,7 +38,7 @@ def _two_passes(monkeypatch):
 @pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("dtype", VALUE_DTYPES, ids=lambda d: np.dtype(d).name)
 def test_short_rows_equal_scipy(dtype, index_dtype, name, slots, passes, monkeypatch):
-    monkeypatch.setattr(hash_spgemm, "SHORT_SLOTS", slots)
+    monkeypatch.setattr(_hash_rows, "SHORT_SLOTS", slots)
     if passes == "two_passes":
         _two_passes(monkeypatch)
     S = awkward_matrices(dtype, index_dtype, seed=11)[name]
@@ -74,7 +74,7 @@ def _rows_of(lengths, n_cols, rng, dtype):
 def test_short_rows_beside_rows_of_tables(dtype, index_dtype, slots, passes, monkeypatch):
     """Rows of 0 to a few hundred products: some short, some in tables of every size; C's
     nonzeros alone (the symbolic pass: short rows counted) equal too."""
-    monkeypatch.setattr(hash_spgemm, "SHORT_SLOTS", slots)
+    monkeypatch.setattr(_hash_rows, "SHORT_SLOTS", slots)
     if passes == "two_passes":
         _two_passes(monkeypatch)
     A = _skewed(3000, 2000, seed=1, dtype=dtype)
@@ -84,7 +84,7 @@ def test_short_rows_beside_rows_of_tables(dtype, index_dtype, slots, passes, mon
     budget = Budget(_cuda.cupy_or_none())
     expected = abs(A) @ abs(B)
     expected.sum_duplicates()
-    assert hash_spgemm.hash_count(left, right, budget) == expected.nnz
+    assert _hash_rows.hash_count(left, right, budget) == expected.nnz
     assert budget.in_use == 0
 
 
@@ -95,9 +95,9 @@ def test_rows_of_more_products_than_c_has_columns(index_dtype, n_cols, monkeypat
     """The listing caps a row's products at C's columns: a row of 200 products into 7
     columns is listed in the class of 32 slots, and must not run as a short row (which
     stores its products, not its columns)."""
-    monkeypatch.setattr(hash_spgemm, "SHORT_SLOTS", 64)
-    assert not hash_spgemm._is_short(32, 7) and not hash_spgemm._is_short(64, 64)
-    assert hash_spgemm._is_short(64, 65) and not hash_spgemm._is_short(128, 1000)
+    monkeypatch.setattr(_hash_rows, "SHORT_SLOTS", 64)
+    assert not _hash_rows._is_short(32, 7) and not _hash_rows._is_short(64, 64)
+    assert _hash_rows._is_short(64, 65) and not _hash_rows._is_short(128, 1000)
     A = _skewed(500, 400, seed=3)
     B = sp.random(400, n_cols, density=0.5, random_state=4, format="csr")
     _check(_hash_product(A, B, np.float64, index_dtype), A, B, np.float64)
@@ -132,7 +132,7 @@ def test_short_rows_first_beside_listed_rows(dtype, index_dtype, listed, passes,
     every row, the others listed by their products (short rows of up to
     SHORT_FIRST_LISTED_SLOTS, slotted or counted, then tables of every size), into C;
     equal to scipy, the budget given back (``_hash_product``)."""
-    monkeypatch.setattr(hash_spgemm, "SHORT_FIRST_LISTED_SLOTS", listed)
+    monkeypatch.setattr(_hash_first, "SHORT_FIRST_LISTED_SLOTS", listed)
     if passes == "two_passes":
         _two_passes(monkeypatch)
     A = _skewed(3000, 2000, seed=1, dtype=dtype)
@@ -152,15 +152,16 @@ def _bounded(n_rows, n_cols, longest, seed, dtype=np.float64):
 
 
 def _spy(monkeypatch, name):
-    """Calls of ``hash_spgemm.name`` (their number), the function still run."""
+    """Calls of the hash rows' function ``name`` (their number), the function still run."""
     calls = []
-    real = getattr(hash_spgemm, name)
+    module = hash_spgemm.module_of(name)
+    real = getattr(module, name)
 
     def spy(*args, **kwargs):
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(hash_spgemm, name, spy)
+    monkeypatch.setattr(module, name, spy)
     return calls
 
 
@@ -189,13 +190,13 @@ def test_the_device_listing_launches_the_classes_a_bound_reaches():
     """A class of ``slots`` holds rows of more than ``slots // 2`` products: a bound of 64
     leaves no row past the first slots, 65-128 reaches the class of 128, 129-256 also
     256's, and up to 512 all three; each runs the grid-stride loop's most blocks."""
-    assert hash_spgemm._listed_slots(64) == ()
-    assert hash_spgemm._listed_slots(65) == hash_spgemm._listed_slots(128) == (128,)
-    assert hash_spgemm._listed_slots(129) == hash_spgemm._listed_slots(256) == (128, 256)
-    assert hash_spgemm._listed_slots(257) == hash_spgemm._listed_slots(512) == (128, 256, 512)
+    assert _hash_first._listed_slots(64) == ()
+    assert _hash_first._listed_slots(65) == _hash_first._listed_slots(128) == (128,)
+    assert _hash_first._listed_slots(129) == _hash_first._listed_slots(256) == (128, 256)
+    assert _hash_first._listed_slots(257) == _hash_first._listed_slots(512) == (128, 256, 512)
     device = _cuda.DeviceInfo(0, "x", (9, 0), 7, 1, 1, 1, 1, 1)
-    most = hash_spgemm._grid_of(hash_spgemm.SHORT_BLOCK // 32, 1 << 62, device)
-    assert hash_spgemm._listed_grid(device) == most == hash_spgemm.SHORT_BLOCKS_PER_SM * 7
+    most = _hash_kernels._grid_of(_hash_kernels.SHORT_BLOCK // 32, 1 << 62, device)
+    assert _hash_first._listed_grid(device) == most == _hash_kernels.SHORT_BLOCKS_PER_SM * 7
 
 
 @gpu
@@ -234,9 +235,9 @@ def test_tiny_rows_first_beside_listed_rows(dtype, index_dtype, monkeypatch):
     products into 7 entries)."""
     offsets = _spy(monkeypatch, "_entry_offsets")
     shifts = []
-    count_tables = hash_spgemm._count_tables
+    count_tables = _hash_rows._count_tables
     monkeypatch.setattr(
-        hash_spgemm,
+        _hash_rows,
         "_count_tables",
         lambda *args: shifts.append(args[-1]) or count_tables(*args),
     )
@@ -245,10 +246,10 @@ def test_tiny_rows_first_beside_listed_rows(dtype, index_dtype, monkeypatch):
     products = np.diff(B.indptr)[A.indices]
     per_row = np.add.reduceat(np.r_[products, 0], A.indptr[:-1])[: A.shape[0]]
     per_row[np.diff(A.indptr) == 0] = 0
-    slots = hash_spgemm.TINY_FIRST_SLOTS
+    slots = _hash_kernels.TINY_FIRST_SLOTS
     assert (per_row <= slots).mean() > 0.5 and per_row.max() > 512  # tiny rows and tables
     _check(_hash_product(A, B, dtype, index_dtype, first="tiny"), A, B, dtype)
-    assert offsets == [1] and shifts == [hash_spgemm.TINY_COUNT_SHIFT]
+    assert offsets == [1] and shifts == [_hash_first.TINY_COUNT_SHIFT]
     B = sp.random(2000, 7, density=0.5, random_state=4, format="csr").astype(dtype)
     _check(_hash_product(A, B, dtype, index_dtype, first="tiny"), A, B, dtype)  # 7 columns
 
@@ -260,7 +261,7 @@ def test_tiny_rows_at_their_bounds(dtype, index_dtype):
     """Rows of exactly TINY_FIRST_SLOTS products and of one more, columns met again (summed
     in place, one that cancels stored as a zero), rows that select empty rows of B, empty
     rows, and a row of one product: equal to scipy's product, the pattern of |A| @ |B|."""
-    slots = hash_spgemm.TINY_FIRST_SLOTS
+    slots = _hash_kernels.TINY_FIRST_SLOTS
     rng = np.random.default_rng(7)
     # B's rows: empty, 1, 2, 3, slots - 3, slots, slots + 1 entries, over 12 columns
     b_rows = [[], [5], [5, 9], [0, 5, 11], list(range(slots - 3)), list(range(1, slots + 1))]
@@ -307,7 +308,7 @@ def test_short_rows_first_list_every_row_where_their_slots_do_not_fit(kind, monk
     counted."""
     from sparsegpu.backends.spgemm import DoesNotFit
 
-    first_slots = {"short": hash_spgemm.SHORT_FIRST_SLOTS, "tiny": hash_spgemm.TINY_FIRST_SLOTS}
+    first_slots = {"short": _hash_kernels.SHORT_FIRST_SLOTS, "tiny": _hash_kernels.TINY_FIRST_SLOTS}
     slot = 3000 * first_slots[kind]
     real = Budget.empty
 
@@ -317,14 +318,14 @@ def test_short_rows_first_list_every_row_where_their_slots_do_not_fit(kind, monk
         return real(self, size, dtype, what)
 
     answers = []
-    first = hash_spgemm._short_first_symbolic
+    first = _hash_first._short_first_symbolic
 
     def symbolic(*args):
         answers.append(first(*args))
         return answers[-1]
 
     monkeypatch.setattr(Budget, "empty", empty)
-    monkeypatch.setattr(hash_spgemm, "_short_first_symbolic", symbolic)
+    monkeypatch.setattr(_hash_first, "_short_first_symbolic", symbolic)
     A = _skewed(3000, 2000, seed=1)
     _check(_hash_product(A, A.T.tocsr(), np.float64, np.int32, first=kind), A, A.T, np.float64)
     assert answers == [None]
@@ -349,9 +350,9 @@ def test_tiny_rows_first_list_every_row_where_the_entries_products_do_not_fit(mo
 
 
 def test_short_rows_are_a_registered_family_of_every_group():
-    family = next(f for f in FAMILIES if f.source == hash_spgemm.SHORT_SOURCE)
+    family = next(f for f in FAMILIES if f.source == _hash_kernels.SHORT_SOURCE)
     names = set(family.instantiations)
-    for slots, (lanes, cap) in hash_spgemm.SHORT_GROUPS.items():
+    for slots, (lanes, cap) in _hash_kernels.SHORT_GROUPS.items():
         assert cap == slots and lanes in (8, 16, 32)
         assert f"spgemm_short_count<int, {lanes}, {cap}>" in names
         for slotted in ("true", "false"):
@@ -366,19 +367,19 @@ def test_short_rows_are_a_registered_family_of_every_group():
                 f"spgemm_short_fill<float, long long, {lanes}, {cap}, {slotted}, true>" not in names
             )
         assert f"spgemm_slot_move<complex64, int, {cap}, 32, true>" in names
-    assert hash_spgemm.SHORT_SLOTS in (0, *hash_spgemm.SHORT_GROUPS)
-    lanes, cap = hash_spgemm.SHORT_GROUPS[hash_spgemm.SHORT_FIRST_SLOTS]
+    assert _hash_rows.SHORT_SLOTS in (0, *_hash_kernels.SHORT_GROUPS)
+    lanes, cap = _hash_kernels.SHORT_GROUPS[_hash_kernels.SHORT_FIRST_SLOTS]
     for narrow in ("true", "false"):
         assert f"spgemm_short_first<complex128, int, {lanes}, {cap}, {narrow}>" in names
     assert f"spgemm_short_first<double, long long, {lanes}, {cap}, false>" in names
     assert f"spgemm_slot_move<float, long long, {cap}, 32, false>" in names
-    tiny = hash_spgemm.TINY_FIRST_SLOTS
+    tiny = _hash_kernels.TINY_FIRST_SLOTS
     for index in ("int", "long long"):
         assert f"spgemm_entry_products<{index}>" in names
         for value in ("float", "double", "complex64", "complex128"):
             assert f"spgemm_tiny_first<{value}, {index}, {tiny}>" in names
             assert f"spgemm_slot_move<{value}, {index}, {tiny}, 1, false>" in names
-    for slots, (lanes, cap) in hash_spgemm.LISTED_GROUPS.items():  # 32-bit indices only
+    for slots, (lanes, cap) in _hash_kernels.LISTED_GROUPS.items():  # 32-bit indices only
         assert cap == slots and lanes == 32
         assert f"spgemm_short_count_listed<int, {lanes}, {cap}>" in names
         assert f"spgemm_short_count_listed<long long, {lanes}, {cap}>" not in names
@@ -390,12 +391,12 @@ def test_narrow_keys_leave_the_pad_and_its_column_out():
     """NARROW keys (32-bit: a column above its place among the row's products) where C's
     columns stay below 2^(32 - log2 cap) - 1: no key is the sort's pad (all ones), and no
     column is the pad's; 64-bit indices never."""
-    for cap in hash_spgemm.SHORT_GROUPS:
+    for cap in _hash_kernels.SHORT_GROUPS:
         bits = cap.bit_length() - 1
         limit = (1 << (32 - bits)) - 1
-        assert hash_spgemm.narrow_keys(np.int32, limit - 1, cap)
-        assert not hash_spgemm.narrow_keys(np.int32, limit, cap)
-        assert not hash_spgemm.narrow_keys(np.int64, 10, cap)
+        assert _hash_kernels.narrow_keys(np.int32, limit - 1, cap)
+        assert not _hash_kernels.narrow_keys(np.int32, limit, cap)
+        assert not _hash_kernels.narrow_keys(np.int64, 10, cap)
         largest = ((limit - 2) << bits) | (cap - 1)  # the last column, the last place
         assert largest < 2**32 - 1 and (limit - 2) != (2**32 - 1) >> bits
 
@@ -428,7 +429,7 @@ def test_short_rows_at_the_narrow_keys_bounds(index_dtype, n_cols, first, monkey
     """C's columns just within and just past each short class's NARROW bound, B's entries
     in C's last 300 columns (the last one among them): rows of every short class (and
     tables) equal scipy's product, which is computed on the 300 columns and moved up."""
-    monkeypatch.setattr(hash_spgemm, "SHORT_FIRST_LISTED_SLOTS", 256)
+    monkeypatch.setattr(_hash_first, "SHORT_FIRST_LISTED_SLOTS", 256)
     A = _skewed(600, 400, seed=7)
     compact, wide = _top_columns(400, n_cols, seed=8)
     C = _hash_product(A, wide, np.float64, index_dtype, first=first)

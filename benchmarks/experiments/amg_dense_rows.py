@@ -4,7 +4,7 @@ multigrid set-up? (issue 47's fourth round, checked against issue 46's set-up.)
 On the multigrid benchmark's fit problems (``benchmarks/amg.py``'s ``fit`` set and the
 larger instances earlier rounds profiled on: Poisson 100^3, elasticity 24^3; none held
 out), ``sg.linalg.amg`` set-up and ``update`` with dense rows on (the defaults) and off
-(``hash_spgemm.DENSE_MIN_SHARE = 0``: no dense rows, no exact count of skewed rows'
+(``_hash_kernels.DENSE_MIN_SHARE = 0``: no dense rows, no exact count of skewed rows'
 products), in alternation, median of ``--repeat``; with how many products the rule
 counted exactly and how many ran hash rows in each.
 
@@ -41,10 +41,10 @@ def main(argv=None) -> int:
     if cupy is None:
         return 2
     import sparsegpu as sg
-    from sparsegpu.backends import hash_spgemm
+    from sparsegpu.backends import _hash_kernels, hash_spgemm
 
     amg.warm_up()
-    default_share = hash_spgemm.DENSE_MIN_SHARE
+    default_share = _hash_kernels.DENSE_MIN_SHARE
     counts = {"counted": 0, "hash": 0}
     original_total = hash_spgemm.GpuSpgemm.total_products
     original_multiply = hash_spgemm.hash_multiply
@@ -70,7 +70,7 @@ def main(argv=None) -> int:
         times = {}
         for _ in range(args.repeat):
             for label, share in (("dense", default_share), ("off", 0)):
-                hash_spgemm.DENSE_MIN_SHARE = share
+                _hash_kernels.DENSE_MIN_SHARE = share
                 A, A_new = wrap(A_host), wrap(A_new_host)
                 ones = cupy.ones(A.shape[1])
                 A_new @ ones, A @ ones  # resident on the device, as in benchmarks/amg.py
@@ -87,7 +87,7 @@ def main(argv=None) -> int:
                 update = time.perf_counter() - start
                 times.setdefault(f"{label}_setup_ms", []).append(setup * 1e3)
                 times.setdefault(f"{label}_update_ms", []).append(update * 1e3)
-        hash_spgemm.DENSE_MIN_SHARE = default_share
+        _hash_kernels.DENSE_MIN_SHARE = default_share
         row.update(common.medians(times))
         rows.append(row)
         print(

@@ -25,7 +25,7 @@ import scipy.sparse as sp
 
 import sparsegpu as sg
 from benchmarks import common, spgemm_first
-from sparsegpu.backends import hash_spgemm
+from sparsegpu.backends import _hash_kernels, hash_spgemm
 from sparsegpu.engine import _sparse_dispatch
 
 BEFORE = r"""
@@ -85,7 +85,8 @@ def measure(name, S, cupy, repeat: int) -> dict:
     kernel = cupy.RawKernel(BEFORE, "total_before")
     counters = cupy.zeros(2, dtype=np.uint64)
     host = cupyx.empty_pinned(1, dtype=np.uint64)
-    blocks = hash_spgemm.TOTAL_BLOCKS_PER_SM * cupy.cuda.Device().attributes["MultiProcessorCount"]
+    sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
+    blocks = _hash_kernels.TOTAL_BLOCKS_PER_SM * sms
     row = {"matrix": name, "nnz": int(S.nnz)}
     times: dict = {"before": [], "after": [], "before_cold": [], "after_cold": [], "wall": []}
     counts = set()
@@ -94,7 +95,7 @@ def measure(name, S, cupy, repeat: int) -> dict:
         left, right = operands(A)
         if left.index_dtype != np.int32:
             raise SystemExit(f"{name}: int32 operands expected")
-        grid = min(-(-left.nnz // hash_spgemm.BLOCK), blocks)
+        grid = min(-(-left.nnz // _hash_kernels.BLOCK), blocks)
         for cold in (False, True):
             for which in ("before", "after"):
                 if cold:
@@ -110,7 +111,7 @@ def measure(name, S, cupy, repeat: int) -> dict:
                         counters,
                         host.ctypes.data,
                     )
-                    kernel((grid,), (hash_spgemm.BLOCK,), args)
+                    kernel((grid,), (_hash_kernels.BLOCK,), args)
                     end.record()
                     end.synchronize()
                     counts.add(int(host[0]))

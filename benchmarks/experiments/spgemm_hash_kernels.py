@@ -28,7 +28,7 @@ import scipy.sparse as sp
 
 import sparsegpu as sg
 from benchmarks import common, spgemm_first
-from sparsegpu.backends import hash_spgemm
+from sparsegpu.backends import _hash_kernels, _hash_rows, hash_spgemm
 from sparsegpu.device import _cuda
 
 FIRST = spgemm_first
@@ -38,10 +38,10 @@ def traced_product(A, cupy) -> tuple[float, list]:
     """Wall milliseconds of one forced hash product of ``A @ A`` and its launches'
     ``(what, milliseconds)``."""
     records = []
-    original_launch = hash_spgemm._launch
-    original_classes = hash_spgemm._classes
+    original_launch = _hash_kernels._launch
+    original_classes = _hash_kernels._classes
 
-    def launch(name, grid, block, arguments, shared_bytes=0, source=hash_spgemm.SOURCE):
+    def launch(name, grid, block, arguments, shared_bytes=0, source=_hash_kernels.SOURCE):
         start, end = cupy.cuda.Event(), cupy.cuda.Event()
         start.record()
         original_launch(name, grid, block, arguments, shared_bytes, source)
@@ -54,7 +54,7 @@ def traced_product(A, cupy) -> tuple[float, list]:
         records.append((f"_classes (host wait) {out}", (time.perf_counter() - begin) * 1e3))
         return out
 
-    hash_spgemm._launch, hash_spgemm._classes = launch, classes
+    _hash_kernels._launch, _hash_kernels._classes = launch, classes
     try:
         cupy.cuda.Device().synchronize()
         begin = time.perf_counter()
@@ -62,7 +62,7 @@ def traced_product(A, cupy) -> tuple[float, list]:
         cupy.cuda.Device().synchronize()
         wall = (time.perf_counter() - begin) * 1e3
     finally:
-        hash_spgemm._launch, hash_spgemm._classes = original_launch, original_classes
+        _hash_kernels._launch, _hash_kernels._classes = original_launch, original_classes
     out = []
     for record in records:
         if len(record) == 2:
@@ -73,15 +73,16 @@ def traced_product(A, cupy) -> tuple[float, list]:
 
 
 def set_variant(variant: str) -> None:
-    """Set hash_spgemm's constants as ``NAME=VALUE,NAME=VALUE`` says; ``SHORT_GROUPS.S=L``
-    runs the short rows of up to ``S`` products with ``L`` lanes a row."""
+    """Set the hash rows' constants as ``NAME=VALUE,NAME=VALUE`` says (each in the module of
+    ``hash_spgemm`` and its passes that holds it); ``SHORT_GROUPS.S=L`` runs the short rows
+    of up to ``S`` products with ``L`` lanes a row."""
     for setting in filter(None, variant.split(",")):
         key, value = setting.split("=")
         if key.startswith("SHORT_GROUPS."):
             slots = int(key.split(".")[1])
-            hash_spgemm.SHORT_GROUPS[slots] = (int(value), slots)
+            _hash_kernels.SHORT_GROUPS[slots] = (int(value), slots)
         else:
-            setattr(hash_spgemm, key, int(value))
+            setattr(hash_spgemm.module_of(key), key, int(value))
 
 
 def profile_first(name, build, dtype, cupy, cupyx_sparse) -> None:
@@ -145,7 +146,7 @@ def lean_probe(A, cupy, repeat: int = 5) -> dict:
         for _ in range(repeat + 1):
             start, end = cupy.cuda.Event(), cupy.cuda.Event()
             start.record()
-            hash_spgemm._short_fill_launch(left, right, rows, m, slots, outputs, True, device)
+            _hash_rows._short_fill_launch(left, right, rows, m, slots, outputs, True, device)
             end.record()
             end.synchronize()
             samples.append(cupy.cuda.get_elapsed_time(start, end))

@@ -1,5 +1,5 @@
 """Short rows against tables and cuSPARSE ALG1 on first products (issue 47, the fit of
-``hash_spgemm.SHORT_SLOTS`` and of the first product's rule for rows of few products).
+``_hash_rows.SHORT_SLOTS`` and of the first product's rule for rows of few products).
 
 On fit matrices only (``spgemm_first``'s calls-mode fit instances, the steady fit set's
 stencils and the bundled SuiteSparse matrices; held-out instances take no part): the first
@@ -80,7 +80,7 @@ def main(argv=None) -> int:
         nargs="+",
         default=[],
         metavar="SLOTS=LANES",
-        help="short rows of a class of SLOTS run LANES lanes a row (hash_spgemm.SHORT_GROUPS)",
+        help="short rows of a class of SLOTS run LANES lanes a row (_hash_kernels.SHORT_GROUPS)",
     )
     args = parser.parse_args(argv)
     cupy = common.require_gpu()
@@ -89,12 +89,12 @@ def main(argv=None) -> int:
     import cupyx.scipy.sparse as cupyx_sparse
 
     import sparsegpu as sg
-    from sparsegpu.backends import hash_spgemm
+    from sparsegpu.backends import _hash_kernels, _hash_rows
 
-    default = hash_spgemm.SHORT_SLOTS
+    default = _hash_rows.SHORT_SLOTS
     for setting in args.groups:
         slots, lanes = (int(v) for v in setting.split("="))
-        hash_spgemm.SHORT_GROUPS[slots] = (lanes, slots)
+        _hash_kernels.SHORT_GROUPS[slots] = (lanes, slots)
     dtype = np.dtype(args.dtype)
     fns = columns(args.slots)
     rows = []
@@ -109,11 +109,11 @@ def main(argv=None) -> int:
 
         def run(key, A):
             algorithm, slots = fns[key]
-            hash_spgemm.SHORT_SLOTS = default if slots is None else slots
+            _hash_rows.SHORT_SLOTS = default if slots is None else slots
             try:
                 return sg.spgemm(A, A, algorithm=algorithm) if algorithm else A @ A
             finally:
-                hash_spgemm.SHORT_SLOTS = default
+                _hash_rows.SHORT_SLOTS = default
 
         for key in fns:  # every kernel compiled
             run(key, FIRST.fresh_sg(base, identity))
