@@ -12,6 +12,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spl
 
 import sparsegpu as sg
+from sparsegpu.device._rows import row_ids
 from sparsegpu.linalg.multigrid import _aggregation
 
 pyamg = pytest.importorskip("pyamg")
@@ -517,7 +518,7 @@ def test_gpu_row_kernels_match_their_host_twins(cupy, value_dtype, index_dtype, 
     for ours, theirs in zip(graph, graph_host, strict=True):
         assert np.array_equal(ours.get(), theirs)
     key = np.random.default_rng(2).permutation(len(d_host)).astype(np.uint64)
-    rows = _aggregation.row_ids(graph_host[0], np)
+    rows = row_ids(graph_host[0], np)
     spread_host = _aggregation._spread_max(key, (*graph_host, rows), np)
     spread = _aggregation._spread_max(cupy.asarray(key), (*graph, None), cupy)
     assert np.array_equal(spread.get(), spread_host)

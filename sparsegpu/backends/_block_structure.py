@@ -20,6 +20,7 @@ import scipy.sparse as sp
 from ..device import _compile
 from ..device._launch import CXX_INDEX_TYPES, KernelLaunch
 from ..device._mirror import DeviceMatrix, is_out_of_memory, memory_error
+from ..device._rows import row_ids
 
 # The block kernels' source; its counting pass (block_count) is launched from here.
 SOURCE = "block.cu"
@@ -154,16 +155,9 @@ def _sorted_indices(matrix: DeviceMatrix):
     row_starts[starts[starts < nnz]] = True
     if not bool(((indices[1:] < indices[:-1]) & ~row_starts[1:]).any()):
         return indices
-    rows = _row_of_each_entry(matrix)
+    rows = row_ids(matrix.indptr, xp, np.int64, matrix.nnz)
     keys = rows * np.int64(matrix.shape[1]) + indices.astype(np.int64)
     return (xp.sort(keys) % np.int64(matrix.shape[1])).astype(matrix.index_dtype)
-
-
-def _row_of_each_entry(matrix: DeviceMatrix):
-    """The row of every stored entry, as int64."""
-    xp = matrix.xp
-    positions = xp.arange(matrix.nnz, dtype=np.int64)
-    return xp.searchsorted(matrix.indptr.astype(np.int64), positions, side="right") - 1
 
 
 def block_structure(matrix: DeviceMatrix) -> BlockStructure:
@@ -207,7 +201,7 @@ def host_block_structure(A) -> BlockStructure:
     """:class:`BlockStructure` of a scipy CSR matrix, on the host (``sparsegpu info``, and
     the reference the device counts are tested against)."""
     A = A.tocsr()
-    rows = np.repeat(np.arange(A.shape[0], dtype=np.int64), np.diff(A.indptr))
+    rows = row_ids(A.indptr, np, np.int64)
     columns = A.indices.astype(np.int64)
     n_block_cols = {b: -(-A.shape[1] // b) for b in DETECTED_SIZES}
     blocks = {
@@ -228,7 +222,7 @@ def block_layout(matrix: DeviceMatrix, b: int) -> BlockLayout:
         n_rows, n_cols = matrix.shape
         n_block_rows, n_block_cols = -(-n_rows // b), -(-n_cols // b)
         try:
-            rows = _row_of_each_entry(matrix)
+            rows = row_ids(matrix.indptr, xp, np.int64, matrix.nnz)
             columns = matrix.indices.astype(np.int64)
             within = (rows % b) * b + columns % b
             keys = ((rows // b) * n_block_cols + columns // b) * (b * b) + within

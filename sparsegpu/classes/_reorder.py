@@ -13,6 +13,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..device import _cuda
+from ..device._rows import row_ids
 from ._matrix import _SparseGPUMixin
 
 METHODS = ("rcm",)
@@ -60,7 +61,7 @@ def _permuted_on_device(S: sp.csr_matrix, perm: np.ndarray, cupy) -> sp.csr_matr
     new_indptr = cupy.zeros(n + 1, dtype=cupy.int64)
     cupy.cumsum((indptr[1:] - indptr[:-1])[p], out=new_indptr[1:])
     k = cupy.arange(S.nnz, dtype=cupy.int64)
-    rows = cupy.searchsorted(new_indptr, k, side="right") - 1
+    rows = row_ids(new_indptr, cupy, nnz=S.nnz)
     positions = k - new_indptr[rows] + indptr[p[rows]]
     del k, rows
     indices = inverse[cupy.asarray(S.indices)[positions]].astype(S.indices.dtype)

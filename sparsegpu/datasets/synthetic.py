@@ -13,6 +13,7 @@ import numpy as np
 
 from ..backends.spgemm import running_count
 from ..classes._matrix import csr_matrix
+from ..device._rows import row_ids
 
 
 def _to_host(a):
@@ -188,12 +189,6 @@ def long_rows(
     return _random_rows(xp, rng, lengths, n_cols, dtype)
 
 
-def _row_of_entry(xp, indptr, nnz: int):
-    """The row of every entry of a CSR ``indptr`` (searchsorted: CuPy's repeat wants host
-    counts)."""
-    return xp.searchsorted(indptr[1:], xp.arange(nnz, dtype=np.int64), side="right")
-
-
 def _random_rows(xp, rng, lengths, n_cols: int, dtype, distinct=None) -> csr_matrix:
     """Rows of ``lengths`` nonzeros at uniformly random columns drawn with replacement
     (``distinct``, a few ``(rows, length)`` of equal length: those rows at distinct columns
@@ -202,7 +197,7 @@ def _random_rows(xp, rng, lengths, n_cols: int, dtype, distinct=None) -> csr_mat
     nnz = int(lengths.sum())
     indptr = xp.zeros(n_rows + 1, dtype=np.int64)
     indptr[1:] = xp.cumsum(lengths)
-    row_of_entry = _row_of_entry(xp, indptr, nnz)
+    row_of_entry = row_ids(indptr, xp, nnz=nnz)
     cols = rng.integers(0, n_cols, size=nnz, dtype=np.int64)
     if distinct is not None:  # the first `length` columns of a random order, per row
         rows, length = distinct
@@ -404,7 +399,7 @@ def permuted(A, seed=0, xp=np) -> csr_matrix:
     lengths = (indptr[1:] - indptr[:-1])[p]
     new_indptr = xp.zeros(n + 1, dtype=np.int64)
     new_indptr[1:] = xp.cumsum(lengths)
-    row_of_entry = _row_of_entry(xp, new_indptr, nnz)
+    row_of_entry = row_ids(new_indptr, xp, nnz=nnz)
     source = indptr[:-1][p][row_of_entry] + (
         xp.arange(nnz, dtype=np.int64) - new_indptr[:-1][row_of_entry]
     )
@@ -463,7 +458,7 @@ def random_mesh_3d(
     if drop:
         indptr = xp.asarray(A.indptr, dtype=np.int64)
         cols = xp.asarray(A.indices, dtype=np.int64)
-        rows = _row_of_entry(xp, indptr, int(cols.size))
+        rows = row_ids(indptr, xp, nnz=int(cols.size))
         low, high = xp.minimum(rows, cols), xp.maximum(rows, cols)
         keep = (rows == cols) | (_pair_hash(xp, low, high, seed) >= drop)
         new_indptr = running_count(keep, xp)[indptr]  # the kept entries' row offsets
@@ -592,7 +587,7 @@ def block_mesh(
     indptr = xp.zeros(n_nodes * b + 1, dtype=np.int64)
     indptr[1:] = xp.cumsum(lengths)
     nnz = int(indptr[-1])
-    row_of_entry = _row_of_entry(xp, indptr, nnz)
+    row_of_entry = row_ids(indptr, xp, nnz=nnz)
     offset = xp.arange(nnz, dtype=np.int64) - indptr[:-1][row_of_entry]
     neighbour = node_indices[node_indptr[row_of_entry // b] + offset // b]
     cols = neighbour * b + offset % b

@@ -10,6 +10,7 @@ import scipy.sparse as sp
 
 from ..classes._matrix import csr_matrix as _local_csr
 from ..device import _cuda
+from ..device._rows import row_ids
 from ..engine import _planning, _select
 from ..measure._oracle import random_vector
 from . import _comm, _halo_kernels, _transport_choice
@@ -54,7 +55,7 @@ def _split(block, col_start: int, col_end: int, index_dtype):
     that reference ghosts, those rows, the ghost columns): the off-rank block's columns are
     numbered by ghost, its rows by ``rows``."""
     n_rows = block.shape[0]
-    rows = np.repeat(np.arange(n_rows), np.diff(block.indptr))
+    rows = row_ids(block.indptr, np, np.int64)
     cols = block.indices.astype(np.int64)
     owned = (cols >= col_start) & (cols < col_end)
 

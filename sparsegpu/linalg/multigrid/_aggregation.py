@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...device._rows import row_ids
 from ._bridge import (
     CXX_INDEX_TYPES,
     CXX_VALUE_TYPES,
@@ -62,16 +63,6 @@ def _rows_kernel(name: str, n_rows: int, indptr, data=None):
     kernel = get_kernel(AGGREGATION, name)
     blocks = max(1, min(-(-n_rows // ROW_BLOCK), 1 << 20))
     return lambda *arguments: kernel((blocks,), (ROW_BLOCK,), arguments)
-
-
-def row_ids(indptr, xp):
-    """The row of every stored entry (on the GPU by a binary search of each entry in
-    indptr: CuPy's ``repeat`` takes its counts from the host)."""
-    n = int(indptr.shape[0]) - 1
-    if xp is np:
-        return np.repeat(np.arange(n, dtype=indptr.dtype), np.diff(indptr))
-    entries = xp.arange(int(indptr[-1]), dtype=indptr.dtype)
-    return (xp.searchsorted(indptr, entries, side="right") - 1).astype(indptr.dtype)
 
 
 def diagonal(indptr, indices, data, xp):

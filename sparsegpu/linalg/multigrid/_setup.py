@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ...device._rows import row_ids
 from . import _aggregation as agg
 from ._bridge import (
     as_operator,
@@ -209,7 +210,7 @@ def prepare_smoother(level: Level, pre, post, d, xp) -> None:
     if "l1_jacobi" in names:
         indptr, indices, data = csr_arrays(level.A, xp)
         sums = xp.zeros(level.A.shape[0], dtype=xp.abs(data[:1]).dtype)
-        xp.add.at(sums, agg.row_ids(indptr, xp), xp.abs(data))
+        xp.add.at(sums, row_ids(indptr, xp), xp.abs(data))
         level.smoother_diagonal = 1 / sums
         return
     level.smoother_diagonal = 1 / d
@@ -227,7 +228,7 @@ def prepare_smoother(level: Level, pre, post, d, xp) -> None:
 def _dense(A, xp):
     indptr, indices, data = csr_arrays(A, xp)
     dense = xp.zeros(A.shape, dtype=data.dtype)
-    dense[agg.row_ids(indptr, xp), indices] = data
+    dense[row_ids(indptr, xp), indices] = data
     return dense
 
 
