@@ -60,8 +60,12 @@ from .engine._select import use_backend
 from .io import suitesparse
 
 # The autotuner is imported when first asked for: it was a tenth of `import sparsegpu`.
+# (``sparsegpu.tuning`` too, as the docstring's submodules: before, ``sg.tuning`` raised
+# AttributeError unless something had imported it.)
 __getattr__ = lazy_names(
-    __name__, globals(), {"AutotuneReport": ".tuning.autotune", "autotune": ".tuning.autotune"}
+    __name__,
+    globals(),
+    {"AutotuneReport": ".tuning.autotune", "autotune": ".tuning.autotune", "tuning": None},
 )
 
 

@@ -55,3 +55,19 @@ def test_the_lazy_names_still_resolve():
     assert sg.linalg.amg is multigrid.amg and sg.linalg.AMGHierarchy is multigrid.AMGHierarchy
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
         sg.nothing  # noqa: B018
+
+
+def test_every_submodule_the_docstring_names_is_an_attribute_in_a_fresh_process():
+    # sg.tuning raised AttributeError unless another import had loaded it (test_block's
+    # test_policy_validates failed when run alone); it loads on first use now
+    code = (
+        "import sparsegpu as sg, sys; assert 'sparsegpu.tuning' not in sys.modules; "
+        "print(sorted(sg.tuning.__all__)[:1], sg.io.__name__, sg.datasets.__name__, "
+        "sg.linalg.__name__, sg.suitesparse.__name__)"
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True, env=env
+    )
+    assert out.stdout.split() == ["['BlockPolicy']", "sparsegpu.io", "sparsegpu.datasets",
+                                  "sparsegpu.linalg", "sparsegpu.io.suitesparse"]  # fmt: skip
