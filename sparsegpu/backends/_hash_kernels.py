@@ -61,7 +61,7 @@ DEFAULT_SHARED_BYTES = 48 * 1024
 # as many as C has columns runs a block per row over a bitmap of all the columns in shared
 # memory (and, numeric, a dense row of values a block in global memory: DENSE_BLOCKS_PER_SM
 # blocks an SM, their rows of values at most DENSE_MAX_BYTES together) where the bitmap
-# fits; DENSE_MIN_SHARE 0: never. Fitted on R-MAT 17 (the rule's comment below)
+# fits; DENSE_MIN_SHARE 0: never. Fitted on R-MAT 17 (hash_spgemm: the skewed rows rule)
 DENSE_MIN_SHARE = 64
 DENSE_MIN_SLOTS = 2048
 DENSE_MIN_FILL_SLOTS = 4096
