@@ -1,12 +1,13 @@
 """Where the hash rows' first product spends its time, kernel by kernel (issue 47).
 
 For the fit matrices of ``spgemm_first --mode calls`` (``--only`` to choose): one forced
-``hash`` product of a new pattern in a warm process, each launch of
-``backends/hash_spgemm.py`` bracketed by CUDA events and each host synchronisation
-(``_classes``) and scan timed on the host, beside the wall clock of the whole product, of
-``alg1`` and of cupyx's product. ``--lean-probe`` adds the time of one slotted short-rows
-fill over every row, with no listing before it (:func:`lean_probe`), and the matrices
-include an instance of the P1 mesh's class (another size and seed than the held-out one).
+``hash`` product of a new pattern in a warm process, each launch of the hash rows
+(``backends/_hash_kernels.py``'s ``_launch``, which every pass calls) bracketed by CUDA
+events and each host synchronisation (``_classes``) and scan timed on the host, beside
+the wall clock of the whole product, of ``alg1`` and of cupyx's product. ``--lean-probe``
+adds the time of one slotted short-rows fill over every row, with no listing before it
+(:func:`lean_probe`), and the matrices include an instance of the P1 mesh's class (another
+size and seed than the held-out one).
 
 Usage (on a GPU machine)::
 
