@@ -67,9 +67,9 @@ from benchmarks.experiments.spgemm_esc_probe import (
 
 MODULE = "benchmarks.experiments.spgemm_heavy_apart"
 MAX_HEAVY = 8192  # heavy rows the one-block list sorts (more: the threshold is too low)
-SOURCE = r"""
+SOURCE = f"#define MAX_HEAVY {MAX_HEAVY}\n"
+SOURCE += r"""
 #define PAD 0x7fffffff
-#define MAX_HEAVY 8192
 #define BCOL(b) (b_indices[b])
 #define BVAL(b) (b_data[b])
 typedef unsigned long long u64;
@@ -437,7 +437,7 @@ class HeavyApart:
         cp, k = self.cupy, self.k
         t = Timer(cp)
         m, n = A.shape[0], B.shape[1]
-        i32, f64, H32 = np.int32, np.float64, np.int32
+        i32, f64 = np.int32, np.float64
         totals = cp.zeros(5, np.uint64)
         heavy = cp.empty(MAX_HEAVY, i32)
         p_row = cp.empty(m, np.int64)
@@ -460,15 +460,15 @@ class HeavyApart:
             return t, (C.indptr, C.indices, C.data), info
         h_a0 = cp.empty(H, i32)
         h_before = cp.empty(H + 1, i32)
-        k["heavy_list"]((1,), (1024,), (heavy, H32(H), A.indptr, h_a0, h_before))
+        k["heavy_list"]((1,), (1024,), (heavy, i32(H), A.indptr, h_a0, h_before))
         l_nnz = A.nnz - heavy_entries
         l_indptr = cp.empty(m + 1, i32)
         l_indices = cp.empty(l_nnz, i32)
         l_data = cp.empty(l_nnz, f64)
         k["light_indptr"](
-            grid(m + 1), (256,), (A.indptr, i32(m), heavy, H32(H), h_before, l_indptr)
+            grid(m + 1), (256,), (A.indptr, i32(m), heavy, i32(H), h_before, l_indptr)
         )
-        entries_args = (A.indices, A.data, np.int64(A.nnz), h_a0, h_before, H32(H), l_indices,
+        entries_args = (A.indices, A.data, np.int64(A.nnz), h_a0, h_before, i32(H), l_indices,
                         l_data)  # fmt: skip
         k["light_entries"](grid(A.nnz), (256,), entries_args)
         t.mark("list, A_light")
@@ -488,12 +488,12 @@ class HeavyApart:
         with side:  # the heavy rows beside ALG1 (SIDE 1), or before it
             side.wait_event(listed)
             if H > dense_rows:
-                sort_args = (heavy, H32(H), p_row, h_off, np.int64(self.cap), *operands,
+                sort_args = (heavy, i32(H), p_row, h_off, np.int64(self.cap), *operands,
                              s_cols, s_vals, h_cnt)  # fmt: skip
                 blocks = (min(H - dense_rows, self.sms * 4),)
                 k["heavy_sort"](blocks, (256,), sort_args, shared_mem=self.cap * 12)
             if dense_rows:
-                dense_args = (heavy, H32(H), p_row, h_off, np.int64(self.cap), i32(n), *operands,
+                dense_args = (heavy, i32(H), p_row, h_off, np.int64(self.cap), i32(n), *operands,
                               self.dense[0], self.dense[1], s_cols, s_vals, h_cnt)  # fmt: skip
                 k["heavy_dense"]((min(dense_rows, self.dense_blocks),), (1024,), dense_args)
             done = cp.cuda.Event()
@@ -508,7 +508,7 @@ class HeavyApart:
         t.mark("alg1 light")
         cp.cuda.get_current_stream().wait_event(done)
         c_before = cp.empty(H + 1, i32)
-        k["heavy_prefix"]((1,), (1024,), (heavy, H32(H), h_cnt, c_before))
+        k["heavy_prefix"]((1,), (1024,), (heavy, i32(H), h_cnt, c_before))
         heavy_nnz = int(c_before[H].get())
         t.mark("heavy rows, wait")
         nnz = C_light.nnz + heavy_nnz
@@ -518,16 +518,16 @@ class HeavyApart:
         starts = cp.empty(H, i32)
         h_start = cp.empty(H, i32)
         t.mark("allocations (merge)")
-        k["light_starts"](grid(H), (256,), (heavy, H32(H), C_light.indptr, starts))
-        indptr_args = (C_light.indptr, i32(m), heavy, H32(H), c_before, indptr, h_start)
+        k["light_starts"](grid(H), (256,), (heavy, i32(H), C_light.indptr, starts))
+        indptr_args = (C_light.indptr, i32(m), heavy, i32(H), c_before, indptr, h_start)
         k["final_indptr"](grid(m + 1), (256,), indptr_args)
         t.mark("final indptr")
         if C_light.nnz:
             move_args = (C_light.indices, C_light.data, np.int64(C_light.nnz), starts, c_before,
-                         H32(H), cols, vals)  # fmt: skip
+                         i32(H), cols, vals)  # fmt: skip
             k["move_light"](grid(C_light.nnz), (256,), move_args)
         t.mark("move light")
-        heavy_args = (heavy, H32(H), h_off, h_cnt, h_start, s_cols, s_vals, cols, vals)
+        heavy_args = (heavy, i32(H), h_off, h_cnt, h_start, s_cols, s_vals, cols, vals)
         k["move_heavy"]((H,), (256,), heavy_args)
         t.mark("move heavy")
         return t, (indptr, cols, vals), info
